@@ -1,0 +1,3 @@
+//! analysis-core: the gpucollect trace format, push decoder, replay model and detectors.
+#![no_std]
+extern crate alloc;
