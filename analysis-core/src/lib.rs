@@ -1,3 +1,29 @@
-//! analysis-core: the gpucollect trace format, push decoder, replay model and detectors.
+//! analysis-core: the gpucollect trace format, push decoder, replay model, synthetic workloads
+//! and detectors.
+//!
+//! # Design constraints
+//! - `#![no_std]` + `alloc`: it runs natively (CLI, server) and in WebAssembly (viewer).
+//! - No I/O, threads, clocks or logging. Callers push bytes in and read results out
+//!   ([`Loader`]), so the same code serves files, stdin, HTTP bodies and browser streams.
+//! - Untrusted input never panics and never makes it allocate more than a small multiple of the
+//!   bytes it was given.
 #![no_std]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 extern crate alloc;
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+pub mod decode;
+pub mod encode;
+pub mod format;
+pub mod model;
+pub mod msgpack;
+pub mod synth;
+pub mod timeline;
+pub mod units;
+
+pub use decode::{DecodeError, Decoder, Warning};
+pub use encode::Encoder;
+pub use format::*;
+pub use model::{LoadedTrace, Loader, TraceModel, load};

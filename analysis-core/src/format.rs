@@ -1,0 +1,465 @@
+//! Trace format v1: the record types shared by the encoder, the decoder and the model.
+//!
+//! `FORMAT.md` at the repository root is the specification; this module is its Rust mirror.
+//! Times in records are absolute nanoseconds since the trace's clock origin
+//! (`Header::start_mono_nanos`); on the wire they are signed deltas from the previous timed record.
+//! Allocation ids are implicit: the n-th `Alloc` record of a trace has id n (from 0).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::Serialize;
+
+/// First element of the header array.
+pub const MAGIC: &str = "gpucollect-trace";
+/// Major format version: a reader refuses a newer major version.
+pub const FORMAT_MAJOR: u32 = 1;
+/// Minor format version: newer minors only add record tags and trailing fields.
+pub const FORMAT_MINOR: u32 = 0;
+
+/// Record tags (first element of every record array).
+pub mod tag {
+    pub const PROCESS: u64 = 1;
+    pub const DEVICE: u64 = 2;
+    pub const MODULE: u64 = 3;
+    pub const STRING: u64 = 4;
+    pub const FRAME: u64 = 5;
+    pub const STACK: u64 = 6;
+    pub const THREAD: u64 = 7;
+    pub const FRAME_SYMBOL: u64 = 8;
+    pub const ALLOC: u64 = 16;
+    pub const FREE: u64 = 17;
+    pub const ALLOC_FAILED: u64 = 18;
+    pub const RANGE_BEGIN: u64 = 19;
+    pub const RANGE_END: u64 = 20;
+    pub const MARK: u64 = 21;
+    pub const DEVICE_SAMPLE: u64 = 22;
+    pub const POOL_SAMPLE: u64 = 23;
+    pub const PROCESS_EXIT: u64 = 24;
+    pub const DROPPED: u64 = 25;
+    pub const END: u64 = 26;
+    pub const CONTEXT_RESET: u64 = 27;
+    pub const FREE_UNKNOWN: u64 = 28;
+}
+
+macro_rules! typed_id {
+    ($(#[$doc:meta])* $name:ident, $inner:ty) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+    };
+}
+
+typed_id!(
+    /// Trace-local process index (0 = the traced program).
+    ProcessIdx,
+    u32
+);
+typed_id!(
+    /// Trace-local thread index (not an OS thread id; see `ThreadInfo`).
+    ThreadIdx,
+    u32
+);
+typed_id!(
+    /// CUDA device ordinal as seen by the traced process.
+    DeviceIdx,
+    u32
+);
+typed_id!(
+    /// Interned string id; 0 means "no string".
+    StringId,
+    u32
+);
+typed_id!(
+    /// Interned frame id.
+    FrameId,
+    u32
+);
+typed_id!(
+    /// Interned stack id; 0 is the empty (unknown) stack.
+    StackId,
+    u32
+);
+typed_id!(
+    /// Loaded-module id.
+    ModuleId,
+    u32
+);
+typed_id!(
+    /// Implicit allocation id: the n-th `Alloc` record of the trace.
+    AllocId,
+    u64
+);
+typed_id!(
+    /// NVTX range instance id, chosen by the writer.
+    RangeId,
+    u64
+);
+
+/// The trace header, the first value of the stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Header {
+    pub format_major: u32,
+    pub format_minor: u32,
+    /// Name and version of the program that wrote the trace.
+    pub collector: String,
+    pub host: String,
+    /// Command line of the traced program.
+    pub argv: Vec<String>,
+    /// Monotonic clock reading (ns) that record time 0 corresponds to.
+    pub start_mono_nanos: u64,
+    /// Wall clock (ns since the Unix epoch) = monotonic + this offset.
+    pub wall_offset_nanos: i64,
+}
+
+/// What kind of memory an allocation is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocKind {
+    #[default]
+    Device,
+    Managed,
+    PinnedHost,
+    /// cuMemAllocAsync / cuMemAllocFromPoolAsync.
+    StreamOrderedPool,
+    /// cuMemCreate physical memory (VMM).
+    VmmPhysical,
+    Array,
+    /// Memory mapped in from another process (IPC handle).
+    IpcImport,
+    /// Unrecognised value written by a newer collector.
+    Other,
+}
+
+impl AllocKind {
+    pub const fn code(self) -> u64 {
+        match self {
+            Self::Device => 0,
+            Self::Managed => 1,
+            Self::PinnedHost => 2,
+            Self::StreamOrderedPool => 3,
+            Self::VmmPhysical => 4,
+            Self::Array => 5,
+            Self::IpcImport => 6,
+            Self::Other => 255,
+        }
+    }
+    pub const fn from_code(code: u64) -> Self {
+        match code {
+            0 => Self::Device,
+            1 => Self::Managed,
+            2 => Self::PinnedHost,
+            3 => Self::StreamOrderedPool,
+            4 => Self::VmmPhysical,
+            5 => Self::Array,
+            6 => Self::IpcImport,
+            _ => Self::Other,
+        }
+    }
+    /// Whether the memory lives on the device (counts toward device live bytes).
+    /// Pinned host memory is tracked separately; IPC imports belong to the exporting process.
+    pub const fn is_device_memory(self) -> bool {
+        !matches!(self, Self::PinnedHost | Self::IpcImport)
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Device => "device",
+            Self::Managed => "managed",
+            Self::PinnedHost => "pinned_host",
+            Self::StreamOrderedPool => "stream_ordered_pool",
+            Self::VmmPhysical => "vmm_physical",
+            Self::Array => "array",
+            Self::IpcImport => "ipc_import",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// How an allocation was released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FreeKind {
+    /// cuMemFree and friends.
+    #[default]
+    Immediate,
+    /// cuMemFreeAsync: released when the stream reaches the free.
+    StreamOrdered,
+    /// Released implicitly by cuCtxDestroy / cuDevicePrimaryCtxReset / cudaDeviceReset.
+    ContextTeardown,
+    Other,
+}
+
+impl FreeKind {
+    pub const fn code(self) -> u64 {
+        match self {
+            Self::Immediate => 0,
+            Self::StreamOrdered => 1,
+            Self::ContextTeardown => 2,
+            Self::Other => 255,
+        }
+    }
+    pub const fn from_code(code: u64) -> Self {
+        match code {
+            0 => Self::Immediate,
+            1 => Self::StreamOrdered,
+            2 => Self::ContextTeardown,
+            _ => Self::Other,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessInfo {
+    pub process: ProcessIdx,
+    pub pid: u32,
+    /// Trace-local index of the parent, if it is traced too.
+    pub parent: Option<ProcessIdx>,
+    pub exe: String,
+    pub argv: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceInfo {
+    pub device: DeviceIdx,
+    pub uuid: String,
+    pub name: String,
+    pub total_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ModuleInfo {
+    pub module: ModuleId,
+    pub process: ProcessIdx,
+    pub path: String,
+    pub build_id: Vec<u8>,
+    pub load_address: u64,
+    pub size_bytes: u64,
+}
+
+/// A frame before symbolization: native (module + offset) or Python (already symbolic).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FrameDef {
+    Native {
+        id: FrameId,
+        module: ModuleId,
+        offset: u64,
+    },
+    Python {
+        id: FrameId,
+        function: StringId,
+        file: StringId,
+        line: u32,
+    },
+}
+
+impl FrameDef {
+    pub const fn id(&self) -> FrameId {
+        match self {
+            Self::Native { id, .. } | Self::Python { id, .. } => *id,
+        }
+    }
+}
+
+/// Symbol information for a native frame, written after the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FrameSymbol {
+    pub frame: FrameId,
+    pub function: StringId,
+    pub file: StringId,
+    pub line: u32,
+}
+
+/// One node of the stack trie: `stack` = `frame` called from `parent`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StackDef {
+    pub stack: StackId,
+    pub parent: StackId,
+    pub frame: FrameId,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadInfo {
+    pub thread: ThreadIdx,
+    pub process: ProcessIdx,
+    pub os_tid: u64,
+    pub name: StringId,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Alloc {
+    pub ts_nanos: u64,
+    /// Assigned by position; ignored by the encoder.
+    pub id: AllocId,
+    pub size_bytes: u64,
+    pub address: u64,
+    pub stack: StackId,
+    pub thread: ThreadIdx,
+    pub device: DeviceIdx,
+    pub kind: AllocKind,
+    pub stream: u64,
+    pub pool: u64,
+    pub process: ProcessIdx,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Free {
+    pub ts_nanos: u64,
+    pub alloc: AllocId,
+    pub thread: ThreadIdx,
+    pub kind: FreeKind,
+    pub stream: u64,
+}
+
+/// A free of memory the trace never saw allocated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FreeUnknown {
+    pub ts_nanos: u64,
+    pub address: u64,
+    /// 0 when unknown.
+    pub size_bytes: u64,
+    pub thread: ThreadIdx,
+    pub device: DeviceIdx,
+    pub kind: FreeKind,
+    pub process: ProcessIdx,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AllocFailed {
+    pub ts_nanos: u64,
+    pub size_bytes: u64,
+    /// CUresult (2 = CUDA_ERROR_OUT_OF_MEMORY).
+    pub error_code: u32,
+    pub stack: StackId,
+    pub thread: ThreadIdx,
+    pub device: DeviceIdx,
+    pub kind: AllocKind,
+    pub process: ProcessIdx,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RangeBegin {
+    pub ts_nanos: u64,
+    pub range: RangeId,
+    pub name: StringId,
+    pub domain: StringId,
+    pub thread: ThreadIdx,
+    pub process: ProcessIdx,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RangeEnd {
+    pub ts_nanos: u64,
+    pub range: RangeId,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Mark {
+    pub ts_nanos: u64,
+    pub name: StringId,
+    pub domain: StringId,
+    pub thread: ThreadIdx,
+    pub process: ProcessIdx,
+}
+
+/// Per-process device memory as NVML reports it (host PIDs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessUsage {
+    pub pid: u32,
+    pub used_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceSample {
+    pub ts_nanos: u64,
+    pub device: DeviceIdx,
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub used_bytes: u64,
+    pub processes: Vec<ProcessUsage>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolSample {
+    pub ts_nanos: u64,
+    pub device: DeviceIdx,
+    /// Pool handle (0 = the device's default pool, or a framework's caching allocator).
+    pub pool: u64,
+    pub reserved_bytes: u64,
+    pub used_bytes: u64,
+    pub process: ProcessIdx,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessExit {
+    pub ts_nanos: u64,
+    pub process: ProcessIdx,
+    /// Exit code, when the process exited.
+    pub code: Option<i32>,
+    /// Signal number, when the process was killed.
+    pub signal: Option<i32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    pub ts_nanos: u64,
+    pub process: ProcessIdx,
+    pub count: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ContextReset {
+    pub ts_nanos: u64,
+    pub process: ProcessIdx,
+    pub device: DeviceIdx,
+    pub thread: ThreadIdx,
+}
+
+/// One decoded record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+pub enum Record {
+    Process(ProcessInfo),
+    Device(DeviceInfo),
+    Module(ModuleInfo),
+    String { id: StringId, value: String },
+    Frame(FrameDef),
+    FrameSymbol(FrameSymbol),
+    Stack(StackDef),
+    Thread(ThreadInfo),
+    Alloc(Alloc),
+    Free(Free),
+    FreeUnknown(FreeUnknown),
+    AllocFailed(AllocFailed),
+    RangeBegin(RangeBegin),
+    RangeEnd(RangeEnd),
+    Mark(Mark),
+    DeviceSample(DeviceSample),
+    PoolSample(PoolSample),
+    ProcessExit(ProcessExit),
+    Dropped(Dropped),
+    ContextReset(ContextReset),
+    End { ts_nanos: u64 },
+}
+
+impl Record {
+    /// The record's time, for timed records.
+    pub const fn ts_nanos(&self) -> Option<u64> {
+        match self {
+            Self::Alloc(r) => Some(r.ts_nanos),
+            Self::Free(r) => Some(r.ts_nanos),
+            Self::FreeUnknown(r) => Some(r.ts_nanos),
+            Self::AllocFailed(r) => Some(r.ts_nanos),
+            Self::RangeBegin(r) => Some(r.ts_nanos),
+            Self::RangeEnd(r) => Some(r.ts_nanos),
+            Self::Mark(r) => Some(r.ts_nanos),
+            Self::DeviceSample(r) => Some(r.ts_nanos),
+            Self::PoolSample(r) => Some(r.ts_nanos),
+            Self::ProcessExit(r) => Some(r.ts_nanos),
+            Self::Dropped(r) => Some(r.ts_nanos),
+            Self::ContextReset(r) => Some(r.ts_nanos),
+            Self::End { ts_nanos } => Some(*ts_nanos),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,786 @@
+//! The replay model: observes decoded records in order and builds what every view and detector
+//! needs — live bytes over time per (process, device), the peak and what was live then, the live
+//! set at any time, per-stack and per-NVTX-range aggregates, samples and failures.
+//!
+//! Accounting rules (also in `FORMAT.md`): device live bytes count every allocation kind except
+//! pinned host memory and IPC imports (tracked as host / imported); a free releases the whole
+//! allocation; a context reset releases every live allocation of that process on that device.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+use serde::Serialize;
+
+use crate::decode::{DecodeError, Decoder, Warning};
+use crate::format::*;
+use crate::timeline::Timeline;
+
+/// Sentinel for "not freed".
+pub const LIVE: u64 = u64::MAX;
+/// Maximum stack depth followed when resolving a stack (guards against cycles in bad traces).
+pub const MAX_STACK_DEPTH: usize = 512;
+
+/// One allocation as replayed.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct AllocRecord {
+    pub ts_nanos: u64,
+    /// `LIVE` while not freed.
+    pub free_ts_nanos: u64,
+    pub size_bytes: u64,
+    pub address: u64,
+    pub stack: StackId,
+    pub thread: ThreadIdx,
+    pub device: DeviceIdx,
+    pub process: ProcessIdx,
+    /// Innermost NVTX range instance open on the allocating thread (index + 1), 0 if none.
+    pub range_slot: u32,
+    pub kind: AllocKind,
+    pub free_kind: FreeKind,
+}
+
+impl AllocRecord {
+    pub const fn is_live(&self) -> bool {
+        self.free_ts_nanos == LIVE
+    }
+    /// Live at time `t` (allocated at or before `t`, not freed by `t`).
+    pub const fn live_at(&self, t: u64) -> bool {
+        self.ts_nanos <= t && (self.free_ts_nanos == LIVE || self.free_ts_nanos > t)
+    }
+}
+
+/// Key of a live-bytes series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct SeriesKey {
+    pub process: ProcessIdx,
+    pub device: DeviceIdx,
+    /// Pinned host memory is its own series and is not in the device totals.
+    pub host: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub key: SeriesKey,
+    pub live_bytes: u64,
+    pub live_count: u64,
+    pub peak_bytes: u64,
+    pub peak_ts_nanos: u64,
+    pub timeline: Timeline,
+}
+
+/// Per-stack aggregate.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct StackStats {
+    pub stack: StackId,
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    pub free_count: u64,
+    pub freed_bytes: u64,
+    pub live_count: u64,
+    pub live_bytes: u64,
+    pub max_size_bytes: u64,
+    /// Bytes of this stack live at the global peak.
+    pub peak_bytes: u64,
+}
+
+/// One NVTX range instance.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RangeInstance {
+    pub range: RangeId,
+    pub name: StringId,
+    pub domain: StringId,
+    pub thread: ThreadIdx,
+    pub process: ProcessIdx,
+    pub begin_ts_nanos: u64,
+    /// `None` when the range never ended.
+    pub end_ts_nanos: Option<u64>,
+    /// Device live bytes of the process at begin and at end.
+    pub live_before_bytes: u64,
+    pub live_after_bytes: u64,
+    /// Highest device live bytes of the process while the range was open.
+    pub peak_bytes: u64,
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    /// Parent instance slot (index + 1), 0 for a top-level range.
+    pub parent_slot: u32,
+}
+
+impl RangeInstance {
+    pub const fn growth_bytes(&self) -> i64 {
+        self.live_after_bytes as i64 - self.live_before_bytes as i64
+    }
+}
+
+/// Per range-name aggregate.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RangeStats {
+    pub name: String,
+    pub domain: String,
+    pub count: u64,
+    pub total_duration_nanos: u64,
+    pub total_growth_bytes: i64,
+    pub alloc_bytes: u64,
+    pub max_peak_bytes: u64,
+}
+
+/// A failed allocation with the state at that moment.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FailedAllocation {
+    pub record: AllocFailed,
+    /// Device live bytes (this process, that device) at the failure.
+    pub live_bytes: u64,
+}
+
+/// A context reset and what it released.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ResetEvent {
+    pub record: ContextReset,
+    pub freed_count: u64,
+    pub freed_bytes: u64,
+}
+
+/// A symbolized frame, for display.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FrameView {
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+    pub module: String,
+    pub offset: u64,
+    pub python: bool,
+}
+
+impl core::fmt::Display for FrameView {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let func = if self.function.is_empty() {
+            "??"
+        } else {
+            &self.function
+        };
+        if !self.file.is_empty() {
+            write!(f, "{func} ({}:{})", self.file, self.line)
+        } else if !self.module.is_empty() {
+            let m = self.module.rsplit('/').next().unwrap_or(&self.module);
+            write!(f, "{func} ({m}+{:#x})", self.offset)
+        } else {
+            write!(f, "{func}")
+        }
+    }
+}
+
+/// Everything a trace replays into.
+#[derive(Debug, Default)]
+pub struct TraceModel {
+    pub header: Header,
+    pub processes: Vec<ProcessInfo>,
+    pub devices: Vec<DeviceInfo>,
+    pub modules: HashMap<ModuleId, ModuleInfo>,
+    pub strings: HashMap<StringId, String>,
+    pub frames: HashMap<FrameId, FrameDef>,
+    pub symbols: HashMap<FrameId, FrameSymbol>,
+    pub stacks: HashMap<StackId, StackDef>,
+    pub threads: Vec<ThreadInfo>,
+    pub allocs: Vec<AllocRecord>,
+    pub failed: Vec<FailedAllocation>,
+    pub free_unknown: Vec<FreeUnknown>,
+    pub resets: Vec<ResetEvent>,
+    pub ranges: Vec<RangeInstance>,
+    pub marks: Vec<Mark>,
+    pub device_samples: Vec<DeviceSample>,
+    pub pool_samples: Vec<PoolSample>,
+    pub process_exits: Vec<ProcessExit>,
+    pub dropped_events: u64,
+    pub series: Vec<Series>,
+    /// Device live bytes summed over every process and device.
+    pub total: Timeline,
+    pub total_live_bytes: u64,
+    pub peak_bytes: u64,
+    pub peak_ts_nanos: u64,
+    pub stack_stats: HashMap<StackId, StackStats>,
+    /// Last thread activity (any record naming the thread), for "thread went idle" analysis.
+    pub thread_last_ts: HashMap<(ProcessIdx, ThreadIdx), u64>,
+    pub first_ts_nanos: u64,
+    pub last_ts_nanos: u64,
+    pub clean_end: bool,
+    pub records: u64,
+    // replay state
+    open_ranges: HashMap<RangeId, u32>,
+    /// Per (process, thread): stack of open range slots.
+    thread_ranges: Vec<((ProcessIdx, ThreadIdx), Vec<u32>)>,
+    any_open_range: bool,
+    last_series: usize,
+    bad_free_count: u64,
+    bad_free_first_offset: u64,
+    finished: bool,
+}
+
+impl TraceModel {
+    pub fn new(header: Header) -> Self {
+        Self {
+            header,
+            first_ts_nanos: LIVE,
+            ..Self::default()
+        }
+    }
+
+    pub fn string(&self, id: StringId) -> &str {
+        self.strings.get(&id).map(String::as_str).unwrap_or("")
+    }
+
+    /// Duration from the first to the last timed record.
+    pub fn duration_nanos(&self) -> u64 {
+        if self.first_ts_nanos == LIVE {
+            0
+        } else {
+            self.last_ts_nanos.saturating_sub(self.first_ts_nanos)
+        }
+    }
+
+    #[inline]
+    fn series_index(&mut self, key: SeriesKey) -> usize {
+        if let Some(s) = self.series.get(self.last_series)
+            && s.key == key
+        {
+            return self.last_series;
+        }
+        let i = match self.series.iter().position(|s| s.key == key) {
+            Some(i) => i,
+            None => {
+                self.series.push(Series {
+                    key,
+                    live_bytes: 0,
+                    live_count: 0,
+                    peak_bytes: 0,
+                    peak_ts_nanos: 0,
+                    timeline: Timeline::new(),
+                });
+                self.series.len() - 1
+            }
+        };
+        self.last_series = i;
+        i
+    }
+
+    fn process_live_bytes(&self, p: ProcessIdx) -> u64 {
+        self.series
+            .iter()
+            .filter(|s| s.key.process == p && !s.key.host)
+            .map(|s| s.live_bytes)
+            .sum()
+    }
+
+    fn thread_range_stack(&mut self, key: (ProcessIdx, ThreadIdx)) -> &mut Vec<u32> {
+        let i = match self.thread_ranges.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.thread_ranges.push((key, Vec::new()));
+                self.thread_ranges.len() - 1
+            }
+        };
+        &mut self.thread_ranges[i].1
+    }
+
+    #[inline]
+    fn touch_time(&mut self, t: u64) {
+        if self.first_ts_nanos == LIVE {
+            self.first_ts_nanos = t;
+        }
+        if t > self.last_ts_nanos {
+            self.last_ts_nanos = t;
+        }
+    }
+
+    /// Applies a change of `delta` live bytes to one series and the totals.
+    #[inline]
+    fn apply(&mut self, key: SeriesKey, t: u64, add: bool, bytes: u64) {
+        let si = self.series_index(key);
+        let s = &mut self.series[si];
+        if add {
+            s.live_bytes = s.live_bytes.saturating_add(bytes);
+            s.live_count += 1;
+        } else {
+            s.live_bytes = s.live_bytes.saturating_sub(bytes);
+            s.live_count = s.live_count.saturating_sub(1);
+        }
+        s.timeline.push(t, s.live_bytes);
+        if s.live_bytes > s.peak_bytes {
+            s.peak_bytes = s.live_bytes;
+            s.peak_ts_nanos = t;
+        }
+        if !key.host {
+            if add {
+                self.total_live_bytes = self.total_live_bytes.saturating_add(bytes);
+            } else {
+                self.total_live_bytes = self.total_live_bytes.saturating_sub(bytes);
+            }
+            self.total.push(t, self.total_live_bytes);
+            if self.total_live_bytes > self.peak_bytes {
+                self.peak_bytes = self.total_live_bytes;
+                self.peak_ts_nanos = t;
+            }
+            if self.any_open_range {
+                let live = self.process_live_bytes(key.process);
+                for &slot in self.open_ranges.values() {
+                    if let Some(r) = self.ranges.get_mut(slot as usize - 1)
+                        && r.process == key.process
+                        && live > r.peak_bytes
+                    {
+                        r.peak_bytes = live;
+                    }
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, idx: usize, t: u64, kind: FreeKind) {
+        let a = &mut self.allocs[idx];
+        a.free_ts_nanos = t;
+        a.free_kind = kind;
+        let a = *a;
+        let st = self.stack_stats.entry(a.stack).or_default();
+        st.free_count += 1;
+        st.freed_bytes += a.size_bytes;
+        st.live_count = st.live_count.saturating_sub(1);
+        st.live_bytes = st.live_bytes.saturating_sub(a.size_bytes);
+        let key = SeriesKey {
+            process: a.process,
+            device: a.device,
+            host: !a.kind.is_device_memory(),
+        };
+        self.apply(key, t, false, a.size_bytes);
+    }
+
+    /// Replays one record. `offset` is its byte offset, for warnings.
+    pub fn observe(&mut self, rec: Record, offset: u64) {
+        self.records += 1;
+        if let Some(t) = rec.ts_nanos() {
+            self.touch_time(t);
+        }
+        match rec {
+            Record::Alloc(a) => {
+                let key = SeriesKey {
+                    process: a.process,
+                    device: a.device,
+                    host: !a.kind.is_device_memory(),
+                };
+                let tkey = (a.process, a.thread);
+                let range_slot = if self.any_open_range {
+                    // Attribute to every open range of the thread (nested calls include inner ones).
+                    let mut top = 0;
+                    if let Some((_, stack)) = self.thread_ranges.iter().find(|(k, _)| *k == tkey) {
+                        for &s in stack {
+                            if let Some(r) = self.ranges.get_mut(s as usize - 1) {
+                                r.alloc_count += 1;
+                                r.alloc_bytes += a.size_bytes;
+                            }
+                            top = s;
+                        }
+                    }
+                    top
+                } else {
+                    0
+                };
+                self.thread_last_ts.insert(tkey, a.ts_nanos);
+                // Ids are dense and sequential; pad if a malformed record consumed one.
+                while (self.allocs.len() as u64) < a.id.0 {
+                    self.allocs.push(AllocRecord {
+                        ts_nanos: a.ts_nanos,
+                        free_ts_nanos: a.ts_nanos,
+                        size_bytes: 0,
+                        address: 0,
+                        stack: StackId(0),
+                        thread: a.thread,
+                        device: a.device,
+                        process: a.process,
+                        range_slot: 0,
+                        kind: AllocKind::Other,
+                        free_kind: FreeKind::Other,
+                    });
+                }
+                self.allocs.push(AllocRecord {
+                    ts_nanos: a.ts_nanos,
+                    free_ts_nanos: LIVE,
+                    size_bytes: a.size_bytes,
+                    address: a.address,
+                    stack: a.stack,
+                    thread: a.thread,
+                    device: a.device,
+                    process: a.process,
+                    range_slot,
+                    kind: a.kind,
+                    free_kind: FreeKind::Immediate,
+                });
+                let st = self.stack_stats.entry(a.stack).or_insert(StackStats {
+                    stack: a.stack,
+                    ..StackStats::default()
+                });
+                st.alloc_count += 1;
+                st.alloc_bytes += a.size_bytes;
+                st.live_count += 1;
+                st.live_bytes += a.size_bytes;
+                st.max_size_bytes = st.max_size_bytes.max(a.size_bytes);
+                self.apply(key, a.ts_nanos, true, a.size_bytes);
+            }
+            Record::Free(f) => {
+                let idx = f.alloc.0;
+                match self.allocs.get(idx as usize) {
+                    Some(a) if a.is_live() && idx < self.allocs.len() as u64 => {
+                        self.thread_last_ts
+                            .insert((a.process, f.thread), f.ts_nanos);
+                        self.release(idx as usize, f.ts_nanos, f.kind);
+                    }
+                    _ => {
+                        if self.bad_free_count == 0 {
+                            self.bad_free_first_offset = offset;
+                        }
+                        self.bad_free_count += 1;
+                    }
+                }
+            }
+            Record::ContextReset(c) => {
+                let mut freed_count = 0;
+                let mut freed_bytes = 0;
+                let any = self.series.iter().any(|s| {
+                    s.key.process == c.process && s.key.device == c.device && s.live_count > 0
+                });
+                if any {
+                    for i in 0..self.allocs.len() {
+                        let a = self.allocs[i];
+                        if a.is_live() && a.process == c.process && a.device == c.device {
+                            freed_count += 1;
+                            freed_bytes += a.size_bytes;
+                            self.release(i, c.ts_nanos, FreeKind::ContextTeardown);
+                        }
+                    }
+                }
+                self.resets.push(ResetEvent {
+                    record: c,
+                    freed_count,
+                    freed_bytes,
+                });
+            }
+            Record::FreeUnknown(f) => self.free_unknown.push(f),
+            Record::AllocFailed(f) => {
+                let live_bytes = self
+                    .series
+                    .iter()
+                    .filter(|s| {
+                        s.key.process == f.process && s.key.device == f.device && !s.key.host
+                    })
+                    .map(|s| s.live_bytes)
+                    .sum();
+                self.thread_last_ts
+                    .insert((f.process, f.thread), f.ts_nanos);
+                self.failed.push(FailedAllocation {
+                    record: f,
+                    live_bytes,
+                });
+            }
+            Record::RangeBegin(b) => {
+                let live = self.process_live_bytes(b.process);
+                let tkey = (b.process, b.thread);
+                let parent_slot = self.thread_range_stack(tkey).last().copied().unwrap_or(0);
+                self.ranges.push(RangeInstance {
+                    range: b.range,
+                    name: b.name,
+                    domain: b.domain,
+                    thread: b.thread,
+                    process: b.process,
+                    begin_ts_nanos: b.ts_nanos,
+                    end_ts_nanos: None,
+                    live_before_bytes: live,
+                    live_after_bytes: live,
+                    peak_bytes: live,
+                    alloc_count: 0,
+                    alloc_bytes: 0,
+                    parent_slot,
+                });
+                let slot = self.ranges.len() as u32;
+                self.open_ranges.insert(b.range, slot);
+                self.thread_range_stack(tkey).push(slot);
+                self.any_open_range = true;
+                self.thread_last_ts.insert(tkey, b.ts_nanos);
+            }
+            Record::RangeEnd(e) => {
+                if let Some(slot) = self.open_ranges.remove(&e.range) {
+                    let r = self.ranges[slot as usize - 1];
+                    let live = self.process_live_bytes(r.process);
+                    let ri = &mut self.ranges[slot as usize - 1];
+                    ri.end_ts_nanos = Some(e.ts_nanos);
+                    ri.live_after_bytes = live;
+                    let tkey = (r.process, r.thread);
+                    let stack = self.thread_range_stack(tkey);
+                    if let Some(pos) = stack.iter().rposition(|&s| s == slot) {
+                        stack.remove(pos);
+                    }
+                    self.thread_last_ts.insert(tkey, e.ts_nanos);
+                    self.any_open_range = !self.open_ranges.is_empty();
+                }
+            }
+            Record::Mark(m) => self.marks.push(m),
+            Record::DeviceSample(s) => self.device_samples.push(s),
+            Record::PoolSample(s) => self.pool_samples.push(s),
+            Record::ProcessExit(e) => self.process_exits.push(e),
+            Record::Dropped(d) => self.dropped_events += d.count,
+            Record::End { .. } => self.clean_end = true,
+            Record::Process(p) => {
+                match self.processes.iter_mut().find(|x| x.process == p.process) {
+                    Some(x) => *x = p,
+                    None => self.processes.push(p),
+                }
+            }
+            Record::Device(d) => match self.devices.iter_mut().find(|x| x.device == d.device) {
+                Some(x) => *x = d,
+                None => self.devices.push(d),
+            },
+            Record::Module(m) => {
+                self.modules.insert(m.module, m);
+            }
+            Record::String { id, value } => {
+                self.strings.insert(id, value);
+            }
+            Record::Frame(f) => {
+                self.frames.insert(f.id(), f);
+            }
+            Record::FrameSymbol(s) => {
+                self.symbols.insert(s.frame, s);
+            }
+            Record::Stack(s) => {
+                self.stacks.insert(s.stack, s);
+            }
+            Record::Thread(t) => {
+                match self
+                    .threads
+                    .iter_mut()
+                    .find(|x| x.thread == t.thread && x.process == t.process)
+                {
+                    Some(x) => *x = t,
+                    None => self.threads.push(t),
+                }
+            }
+        }
+    }
+
+    /// Ends the replay: builds indexes and the peak attribution. Returns model-level warnings.
+    pub fn finish(&mut self) -> Vec<Warning> {
+        let mut w = Vec::new();
+        if self.finished {
+            return w;
+        }
+        self.finished = true;
+        if self.first_ts_nanos == LIVE {
+            self.first_ts_nanos = 0;
+        }
+        for s in &mut self.series {
+            s.timeline.build_index();
+        }
+        self.total.build_index();
+        // Bytes per stack live at the global peak.
+        let t = self.peak_ts_nanos;
+        if self.peak_bytes > 0 {
+            for a in &self.allocs {
+                if a.kind.is_device_memory() && a.live_at(t) {
+                    self.stack_stats.entry(a.stack).or_default().peak_bytes += a.size_bytes;
+                }
+            }
+        }
+        if self.bad_free_count > 0 {
+            w.push(Warning::BadFree {
+                offset: self.bad_free_first_offset,
+                count: self.bad_free_count,
+            });
+        }
+        if self.dropped_events > 0 {
+            w.push(Warning::DroppedEvents {
+                count: self.dropped_events,
+            });
+        }
+        if !self.clean_end {
+            w.push(Warning::NoEndRecord);
+        }
+        w
+    }
+
+    /// Device live bytes at the end of the trace.
+    pub fn live_at_end_bytes(&self) -> u64 {
+        self.total_live_bytes
+    }
+
+    /// Live allocations at time `t` (device and host), by index into `allocs`.
+    pub fn live_at(&self, t: u64) -> impl Iterator<Item = &AllocRecord> + '_ {
+        self.allocs.iter().filter(move |a| a.live_at(t))
+    }
+
+    /// Frames of a stack, innermost first.
+    pub fn stack_frames(&self, stack: StackId) -> Vec<FrameView> {
+        let mut out = Vec::new();
+        let mut cur = stack;
+        while cur.0 != 0 && out.len() < MAX_STACK_DEPTH {
+            let Some(node) = self.stacks.get(&cur) else {
+                break;
+            };
+            out.push(self.frame_view(node.frame));
+            if node.parent == cur {
+                break;
+            }
+            cur = node.parent;
+        }
+        out
+    }
+
+    pub fn frame_view(&self, id: FrameId) -> FrameView {
+        match self.frames.get(&id) {
+            Some(FrameDef::Python {
+                function,
+                file,
+                line,
+                ..
+            }) => FrameView {
+                function: self.string(*function).into(),
+                file: self.string(*file).into(),
+                line: *line,
+                python: true,
+                ..FrameView::default()
+            },
+            Some(FrameDef::Native { module, offset, .. }) => {
+                let mut v = FrameView {
+                    module: self
+                        .modules
+                        .get(module)
+                        .map(|m| m.path.clone())
+                        .unwrap_or_default(),
+                    offset: *offset,
+                    ..FrameView::default()
+                };
+                if let Some(s) = self.symbols.get(&id) {
+                    v.function = self.string(s.function).into();
+                    v.file = self.string(s.file).into();
+                    v.line = s.line;
+                }
+                v
+            }
+            None => FrameView::default(),
+        }
+    }
+
+    /// A one-line label for a call site: the innermost frame, or "<no stack>".
+    pub fn stack_label(&self, stack: StackId) -> String {
+        use core::fmt::Write;
+        let frames = self.stack_frames(stack);
+        let mut s = String::new();
+        match frames.first() {
+            Some(f) => {
+                let _ = write!(s, "{f}");
+            }
+            None => s.push_str("<no stack>"),
+        }
+        s
+    }
+
+    /// Per range-name aggregates, sorted by name.
+    pub fn range_stats(&self) -> Vec<RangeStats> {
+        let mut by: HashMap<(StringId, StringId), RangeStats> = HashMap::new();
+        for r in &self.ranges {
+            let e = by.entry((r.name, r.domain)).or_insert_with(|| RangeStats {
+                name: self.string(r.name).into(),
+                domain: self.string(r.domain).into(),
+                ..RangeStats::default()
+            });
+            e.count += 1;
+            if let Some(end) = r.end_ts_nanos {
+                e.total_duration_nanos += end.saturating_sub(r.begin_ts_nanos);
+            }
+            e.total_growth_bytes += r.growth_bytes();
+            e.alloc_bytes += r.alloc_bytes;
+            e.max_peak_bytes = e.max_peak_bytes.max(r.peak_bytes);
+        }
+        let mut v: Vec<RangeStats> = by.into_values().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name).then(a.domain.cmp(&b.domain)));
+        v
+    }
+}
+
+/// The outcome of loading a trace.
+#[derive(Debug)]
+pub struct LoadedTrace {
+    pub model: TraceModel,
+    pub warnings: Vec<Warning>,
+    /// The error that stopped decoding early, if any; the model holds everything before it.
+    pub fatal: Option<DecodeError>,
+    pub bytes: u64,
+}
+
+/// Decoder + model: push bytes, get a replayed trace.
+#[derive(Debug, Default)]
+pub struct Loader {
+    decoder: Decoder,
+    model: Option<TraceModel>,
+}
+
+impl Loader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
+    /// if it stopped (the same error is reported by `finish`).
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
+        self.decoder.push(bytes);
+        loop {
+            let offset = self.decoder.bytes_consumed();
+            match self.decoder.next_record() {
+                Ok(Some(rec)) => {
+                    let model = self.model.get_or_insert_with(|| {
+                        TraceModel::new(self.decoder.header().cloned().unwrap_or_default())
+                    });
+                    model.observe(rec, offset);
+                }
+                Ok(None) => {
+                    if self.model.is_none()
+                        && let Some(h) = self.decoder.header()
+                    {
+                        self.model = Some(TraceModel::new(h.clone()));
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn bytes_consumed(&self) -> u64 {
+        self.decoder.bytes_consumed()
+    }
+
+    pub fn records_decoded(&self) -> u64 {
+        self.decoder.records_decoded()
+    }
+
+    pub fn header(&self) -> Option<&Header> {
+        self.decoder.header()
+    }
+
+    /// Ends the input. Fails only when not even the header could be read.
+    pub fn finish(mut self) -> Result<LoadedTrace, DecodeError> {
+        let mut warnings = self.decoder.finish()?;
+        let bytes = self.decoder.bytes_consumed();
+        let mut model = match self.model.take() {
+            Some(m) => m,
+            None => TraceModel::new(self.decoder.header().cloned().unwrap_or_default()),
+        };
+        warnings.extend(model.finish());
+        Ok(LoadedTrace {
+            model,
+            warnings,
+            fatal: self.decoder.fatal().cloned(),
+            bytes,
+        })
+    }
+}
+
+/// Loads a whole in-memory trace.
+pub fn load(bytes: &[u8]) -> Result<LoadedTrace, DecodeError> {
+    let mut l = Loader::new();
+    // A stopping error is kept in the decoder and reported through `LoadedTrace::fatal`.
+    let _ = l.push(bytes);
+    l.finish()
+}

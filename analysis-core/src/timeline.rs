@@ -1,0 +1,202 @@
+//! Step-function timelines (live bytes over time) with a min/max pyramid, so a chart of any
+//! zoom range costs O(pixels · log n) regardless of how many events the trace has.
+
+use alloc::vec::Vec;
+use serde::Serialize;
+
+/// Pyramid fan-out: each level summarises blocks of `FANOUT` entries of the level below.
+const FANOUT: usize = 8;
+
+/// A step function: `values[i]` holds from `times[i]` until `times[i + 1]`.
+#[derive(Clone, Debug, Default)]
+pub struct Timeline {
+    times: Vec<u64>,
+    values: Vec<u64>,
+    /// `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points.
+    levels: Vec<Vec<(u64, u64)>>,
+}
+
+/// One chart column: the value range reached during `[t_start, t_end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Bucket {
+    pub t_start: u64,
+    pub t_end: u64,
+    pub min: u64,
+    pub max: u64,
+    /// The value at the end of the column.
+    pub last: u64,
+}
+
+impl Timeline {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a point. Times must not decrease; a point at the same time as the previous one
+    /// still counts for min/max (the intermediate value existed, if only for an instant).
+    #[inline]
+    pub fn push(&mut self, t: u64, v: u64) {
+        let t = match self.times.last() {
+            Some(&last) if t < last => last,
+            _ => t,
+        };
+        self.times.push(t);
+        self.values.push(v);
+    }
+
+    pub fn len(&self) -> usize {
+        self.times.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.times.is_empty()
+    }
+
+    pub fn times(&self) -> &[u64] {
+        &self.times
+    }
+
+    pub fn values(&self) -> &[u64] {
+        &self.values
+    }
+
+    /// The value at time `t` (0 before the first point).
+    pub fn value_at(&self, t: u64) -> u64 {
+        let i = self.times.partition_point(|&x| x <= t);
+        if i == 0 { 0 } else { self.values[i - 1] }
+    }
+
+    /// Builds the min/max pyramid. Call once all points are pushed.
+    pub fn build_index(&mut self) {
+        self.levels.clear();
+        let mut prev: Vec<(u64, u64)> = self.values.iter().map(|&v| (v, v)).collect();
+        while prev.len() > FANOUT {
+            let next: Vec<(u64, u64)> = prev
+                .chunks(FANOUT)
+                .map(|c| {
+                    c.iter()
+                        .fold((u64::MAX, 0), |(lo, hi), &(a, b)| (lo.min(a), hi.max(b)))
+                })
+                .collect();
+            self.levels.push(next);
+            prev = self.levels.last().cloned().unwrap_or_default();
+        }
+    }
+
+    /// Min and max over point indices `[i, j)`.
+    pub fn range_min_max(&self, mut i: usize, j: usize) -> Option<(u64, u64)> {
+        let j = j.min(self.values.len());
+        if i >= j {
+            return None;
+        }
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        // Walk up: consume unaligned heads and tails at each level.
+        let mut level: usize = 0;
+        let mut block = 1usize;
+        let mut end = j;
+        loop {
+            let next_block = block * FANOUT;
+            let has_next = level < self.levels.len();
+            if !has_next || end - i < 2 * next_block {
+                // Finish at this level.
+                let mut k = i;
+                while k < end {
+                    let (a, b) = self.entry(level, k / block);
+                    lo = lo.min(a);
+                    hi = hi.max(b);
+                    k += block;
+                }
+                return Some((lo, hi));
+            }
+            while i % next_block != 0 {
+                let (a, b) = self.entry(level, i / block);
+                lo = lo.min(a);
+                hi = hi.max(b);
+                i += block;
+            }
+            while end % next_block != 0 {
+                end -= block;
+                let (a, b) = self.entry(level, end / block);
+                lo = lo.min(a);
+                hi = hi.max(b);
+            }
+            level += 1;
+            block = next_block;
+        }
+    }
+
+    #[inline]
+    fn entry(&self, level: usize, idx: usize) -> (u64, u64) {
+        if level == 0 {
+            let v = self.values[idx];
+            (v, v)
+        } else {
+            self.levels[level - 1][idx]
+        }
+    }
+
+    /// Downsamples `[t0, t1)` into `columns` buckets of equal time width.
+    pub fn downsample(&self, t0: u64, t1: u64, columns: usize) -> Vec<Bucket> {
+        let mut out = Vec::with_capacity(columns);
+        if columns == 0 || t1 <= t0 {
+            return out;
+        }
+        let span = t1 - t0;
+        let mut idx = self.times.partition_point(|&x| x < t0);
+        for c in 0..columns {
+            let a = t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
+            let b = t0 + ((u128::from(span) * (c as u128 + 1)) / columns as u128) as u64;
+            let carried = if idx == 0 { 0 } else { self.values[idx - 1] };
+            let end = idx + self.times[idx..].partition_point(|&x| x < b);
+            let (mut lo, mut hi) = (carried, carried);
+            if let Some((l, h)) = self.range_min_max(idx, end) {
+                lo = lo.min(l);
+                hi = hi.max(h);
+            }
+            let last = if end == 0 { 0 } else { self.values[end - 1] };
+            out.push(Bucket {
+                t_start: a,
+                t_end: b,
+                min: lo,
+                max: hi,
+                last,
+            });
+            idx = end;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn pyramid_min_max_equals_brute_force(vals in proptest::collection::vec(0u64..1000, 1..600), a in 0usize..600, b in 0usize..600) {
+            let mut t = Timeline::new();
+            for (i, v) in vals.iter().enumerate() { t.push(i as u64, *v); }
+            t.build_index();
+            let (i, j) = (a.min(b).min(vals.len()), a.max(b).min(vals.len()));
+            let brute = vals[i..j].iter().fold(None, |acc: Option<(u64,u64)>, &v| Some(match acc { None => (v, v), Some((l, h)) => (l.min(v), h.max(v)) }));
+            prop_assert_eq!(t.range_min_max(i, j), brute);
+        }
+    }
+
+    #[test]
+    fn downsample_covers_carried_value_and_spikes() {
+        let mut t = Timeline::new();
+        t.push(0, 10);
+        t.push(50, 100);
+        t.push(51, 10);
+        t.build_index();
+        let b = t.downsample(0, 100, 2);
+        assert_eq!(b[0].max, 10);
+        assert_eq!(b[1].max, 100);
+        assert_eq!(b[1].min, 10);
+        assert_eq!(b[1].last, 10);
+        assert_eq!(t.value_at(50), 100);
+        assert_eq!(t.value_at(49), 10);
+    }
+}

@@ -1,0 +1,31 @@
+//! The format's size budget: at most 16 bytes per alloc/free record on average on the synthetic
+//! training workload. Prints the measured figure.
+
+use analysis_core::synth::{Scenario, generate};
+
+#[test]
+fn training_workload_stays_within_16_bytes_per_event() {
+    for scenario in [
+        Scenario::TrainingLeak,
+        Scenario::Clean,
+        Scenario::ShortLived,
+    ] {
+        let (bytes, truth) = generate(scenario, 200_000, 1);
+        let events = truth.alloc_count + truth.free_count;
+        let per_event = bytes.len() as f64 / events as f64;
+        println!(
+            "{}: {} bytes for {} alloc/free events (+{} other records) = {:.2} bytes/event",
+            scenario.name(),
+            bytes.len(),
+            events,
+            truth.records - events,
+            per_event
+        );
+        if scenario == Scenario::TrainingLeak {
+            assert!(
+                per_event <= 16.0,
+                "{per_event:.2} bytes/event exceeds the 16-byte budget"
+            );
+        }
+    }
+}
