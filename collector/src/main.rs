@@ -1,1 +1,21 @@
-fn main() {}
+//! `gpucollect`: the command-line entry point. It only parses arguments and dispatches; each
+//! command lives in its own `cmd_*.rs` module.
+
+mod cli;
+mod cmd_report;
+mod cmd_synth;
+mod input;
+mod output;
+mod render_text;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match cli::dispatch() {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("gpucollect: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The one serializable `Report` that the CLI, the viewer and the server all render.
+//!
+//! `summarize` fills the trace-level facts (devices, duration, peak and its call sites, live at
+//! end, failed allocations, warnings). Detectors add findings on top of the same structure.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+use serde::Serialize;
+
+use crate::format::*;
+use crate::model::{AllocRecord, LoadedTrace, TraceModel};
+
+/// Bytes and count attributed to one call site.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SiteBytes {
+    pub stack: StackId,
+    /// Innermost frame, one line.
+    pub site: String,
+    /// Full stack, innermost first.
+    pub frames: Vec<String>,
+    pub bytes: u64,
+    pub count: u64,
+    /// Threads that made these allocations.
+    pub threads: Vec<ThreadIdx>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceSummary {
+    pub device: DeviceIdx,
+    pub name: String,
+    pub total_bytes: u64,
+    pub peak_bytes: u64,
+    pub peak_ts_nanos: u64,
+    pub live_at_end_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessSummary {
+    pub process: ProcessIdx,
+    pub pid: u32,
+    pub exe: String,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub peak_bytes: u64,
+    pub live_at_end_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FailedSummary {
+    pub ts_nanos: u64,
+    pub size_bytes: u64,
+    pub error_code: u32,
+    pub device: DeviceIdx,
+    pub process: ProcessIdx,
+    pub thread: ThreadIdx,
+    /// Device live bytes of the process on that device when it failed.
+    pub live_bytes: u64,
+    pub site: String,
+    pub frames: Vec<String>,
+}
+
+/// The analysis result.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Report {
+    pub format_version: String,
+    pub collector: String,
+    pub host: String,
+    pub argv: Vec<String>,
+    pub duration_nanos: u64,
+    pub first_ts_nanos: u64,
+    pub last_ts_nanos: u64,
+    pub records: u64,
+    pub alloc_count: u64,
+    pub free_count: u64,
+    pub devices: Vec<DeviceSummary>,
+    pub processes: Vec<ProcessSummary>,
+    /// Peak of device live bytes over all processes and devices.
+    pub peak_bytes: u64,
+    pub peak_ts_nanos: u64,
+    /// What was live at the peak, by call site, largest first.
+    pub peak_sites: Vec<SiteBytes>,
+    pub live_at_end_bytes: u64,
+    pub live_at_end_count: u64,
+    pub live_at_end_sites: Vec<SiteBytes>,
+    pub failed_allocations: Vec<FailedSummary>,
+    /// Whether the trace ended with an `end` record.
+    pub clean_end: bool,
+    pub dropped_events: u64,
+    /// Decoder and model warnings, as sentences.
+    pub warnings: Vec<String>,
+    /// The error that stopped decoding early, if any.
+    pub fatal: Option<String>,
+}
+
+/// How many call sites the summary lists per section.
+pub const TOP_SITES: usize = 10;
+
+/// Groups allocations by stack: (bytes, count, threads), largest first, at most `limit`.
+pub fn group_by_stack<'a>(
+    model: &TraceModel,
+    allocs: impl Iterator<Item = &'a AllocRecord>,
+    limit: usize,
+) -> Vec<SiteBytes> {
+    let mut by: HashMap<StackId, (u64, u64, Vec<ThreadIdx>)> = HashMap::new();
+    for a in allocs {
+        let e = by.entry(a.stack).or_default();
+        e.0 += a.size_bytes;
+        e.1 += 1;
+        if !e.2.contains(&a.thread) && e.2.len() < 16 {
+            e.2.push(a.thread);
+        }
+    }
+    let mut v: Vec<(StackId, (u64, u64, Vec<ThreadIdx>))> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
+    v.truncate(limit);
+    v.into_iter()
+        .map(|(stack, (bytes, count, mut threads))| {
+            threads.sort();
+            SiteBytes {
+                stack,
+                site: model.stack_label(stack),
+                frames: model
+                    .stack_frames(stack)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                bytes,
+                count,
+                threads,
+            }
+        })
+        .collect()
+}
+
+/// Builds the trace-level summary.
+pub fn summarize(trace: &LoadedTrace) -> Report {
+    let m = &trace.model;
+    let h = &m.header;
+    let peak_t = m.peak_ts_nanos;
+    let peak_sites = if m.peak_bytes > 0 {
+        group_by_stack(
+            m,
+            m.allocs
+                .iter()
+                .filter(|a| a.kind.is_device_memory() && a.live_at(peak_t)),
+            TOP_SITES,
+        )
+    } else {
+        Vec::new()
+    };
+    let live_end = || {
+        m.allocs
+            .iter()
+            .filter(|a| a.is_live() && a.kind.is_device_memory())
+    };
+    let live_at_end_sites = group_by_stack(m, live_end(), TOP_SITES);
+    let live_at_end_count = live_end().count() as u64;
+
+    let mut devices: Vec<DeviceSummary> = m
+        .devices
+        .iter()
+        .map(|d| DeviceSummary {
+            device: d.device,
+            name: d.name.clone(),
+            total_bytes: d.total_bytes,
+            ..DeviceSummary::default()
+        })
+        .collect();
+    for s in m.series.iter().filter(|s| !s.key.host) {
+        if !devices.iter().any(|d| d.device == s.key.device) {
+            devices.push(DeviceSummary {
+                device: s.key.device,
+                ..DeviceSummary::default()
+            });
+        }
+    }
+    for d in &mut devices {
+        // Per-device peak: merge the device's series (all processes) in time order.
+        let mut points: Vec<(u64, i128)> = Vec::new();
+        for s in m
+            .series
+            .iter()
+            .filter(|s| !s.key.host && s.key.device == d.device)
+        {
+            let mut prev = 0u64;
+            for (t, v) in s.timeline.times().iter().zip(s.timeline.values()) {
+                points.push((*t, i128::from(*v) - i128::from(prev)));
+                prev = *v;
+            }
+            d.live_at_end_bytes += s.live_bytes;
+        }
+        points.sort_by_key(|p| p.0);
+        let mut cur: i128 = 0;
+        for (t, delta) in points {
+            cur += delta;
+            if cur > i128::from(d.peak_bytes) {
+                d.peak_bytes = cur as u64;
+                d.peak_ts_nanos = t;
+            }
+        }
+    }
+    devices.sort_by_key(|d| d.device);
+
+    let processes = m
+        .processes
+        .iter()
+        .map(|p| {
+            let exit = m
+                .process_exits
+                .iter()
+                .rev()
+                .find(|e| e.process == p.process);
+            let series = m
+                .series
+                .iter()
+                .filter(|s| !s.key.host && s.key.process == p.process);
+            let (peak, live) = series.fold((0, 0), |(pk, lv), s| {
+                (pk.max(s.peak_bytes), lv + s.live_bytes)
+            });
+            ProcessSummary {
+                process: p.process,
+                pid: p.pid,
+                exe: p.exe.clone(),
+                exit_code: exit.and_then(|e| e.code),
+                exit_signal: exit.and_then(|e| e.signal),
+                peak_bytes: peak,
+                live_at_end_bytes: live,
+            }
+        })
+        .collect();
+
+    let failed_allocations = m
+        .failed
+        .iter()
+        .map(|f| FailedSummary {
+            ts_nanos: f.record.ts_nanos,
+            size_bytes: f.record.size_bytes,
+            error_code: f.record.error_code,
+            device: f.record.device,
+            process: f.record.process,
+            thread: f.record.thread,
+            live_bytes: f.live_bytes,
+            site: m.stack_label(f.record.stack),
+            frames: m
+                .stack_frames(f.record.stack)
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        })
+        .collect();
+
+    let free_count = m.allocs.iter().filter(|a| !a.is_live()).count() as u64;
+    Report {
+        format_version: alloc::format!("{}.{}", h.format_major, h.format_minor),
+        collector: h.collector.clone(),
+        host: h.host.clone(),
+        argv: h.argv.clone(),
+        duration_nanos: m.duration_nanos(),
+        first_ts_nanos: m.first_ts_nanos,
+        last_ts_nanos: m.last_ts_nanos,
+        records: m.records,
+        alloc_count: m.allocs.len() as u64,
+        free_count,
+        devices,
+        processes,
+        peak_bytes: m.peak_bytes,
+        peak_ts_nanos: m.peak_ts_nanos,
+        peak_sites,
+        live_at_end_bytes: m.live_at_end_bytes(),
+        live_at_end_count,
+        live_at_end_sites,
+        failed_allocations,
+        clean_end: m.clean_end,
+        dropped_events: m.dropped_events,
+        warnings: trace.warnings.iter().map(ToString::to_string).collect(),
+        fatal: trace.fatal.as_ref().map(ToString::to_string),
+    }
+}

@@ -1,0 +1,65 @@
+//! `gpucollect synth SCENARIO`: writes a synthetic trace with known ground truth.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use analysis_core::synth::{Scenario, generate};
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// Scenario: training-leak, cache-plateau, spikes, short-lived, multi-device,
+    /// stream-ordered, context-reset, oom, clean (or `list`).
+    pub scenario: String,
+    /// Approximate number of allocation and free events.
+    #[arg(long, default_value_t = 20_000)]
+    pub events: u64,
+    /// Random seed (the same seed gives the same trace).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Also print the ground truth as JSON on stderr.
+    #[arg(long)]
+    pub truth: bool,
+}
+
+pub fn run(a: SynthArgs) -> Result<u8> {
+    if a.scenario == "list" {
+        let list: String = Scenario::ALL
+            .iter()
+            .map(|s| format!("{:16} {}\n", s.name(), s.description()))
+            .collect();
+        crate::output::print(&list)?;
+        return Ok(0);
+    }
+    let Some(scenario) = Scenario::from_name(&a.scenario) else {
+        let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        bail!(
+            "unknown scenario `{}`: choose one of {}",
+            a.scenario,
+            names.join(", ")
+        );
+    };
+    let (bytes, truth) = generate(scenario, a.events, a.seed);
+    match &a.output {
+        Some(path) => std::fs::write(path, &bytes)
+            .with_context(|| format!("cannot write the trace to {}", path.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            if out.is_terminal() {
+                bail!(
+                    "refusing to write a binary trace to the terminal: redirect it (`> run.msgpack`) or use -o FILE"
+                );
+            }
+            out.write_all(&bytes)
+                .context("cannot write the trace to stdout")?;
+        }
+    }
+    if a.truth {
+        eprintln!("{}", serde_json::to_string_pretty(&truth)?);
+    }
+    Ok(0)
+}

@@ -1,0 +1,69 @@
+//! Reading traces from a file or stdin, streamed through the push decoder.
+
+use std::fs::File;
+use std::io::{IsTerminal, Read};
+use std::path::Path;
+
+use analysis_core::{LoadedTrace, Loader};
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Loads a trace from `path`, or from stdin when `path` is `-`. Shows a progress bar for large
+/// files when stderr is a terminal. Fails only when nothing could be decoded at all.
+pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
+    let (mut reader, len): (Box<dyn Read>, Option<u64>) = if path == Path::new("-") {
+        if std::io::stdin().is_terminal() {
+            bail!(
+                "no trace on stdin: pipe one in (`gpucollect report - < run.msgpack`) or give a path"
+            );
+        }
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let f = File::open(path)
+            .with_context(|| format!("cannot open the trace {}", path.display()))?;
+        let len = f.metadata().ok().map(|m| m.len());
+        if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            bail!("{} is a directory, not a trace file", path.display());
+        }
+        (Box::new(f), len)
+    };
+    let bar = match len {
+        Some(n) if n > 64 * CHUNK_BYTES as u64 && std::io::stderr().is_terminal() => {
+            let b = ProgressBar::new(n);
+            b.set_style(
+                ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            Some(b)
+        }
+        _ => None,
+    };
+    let mut loader = Loader::new();
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read the trace {}", path.display()));
+            }
+        };
+        if loader.push(&buf[..n]).is_err() {
+            // The decoder keeps the error; finish() reports it with everything decoded before it.
+            break;
+        }
+        if let Some(b) = &bar {
+            b.set_position(loader.bytes_consumed());
+            b.set_message(format!("{} records", loader.records_decoded()));
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    loader
+        .finish()
+        .with_context(|| format!("cannot decode {}", path.display()))
+}
