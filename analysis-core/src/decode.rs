@@ -236,6 +236,7 @@ fn apply_dt(last: u64, dt: i128) -> (u64, bool) {
 
 /// Parses one record body (after the tag). Returns the record and the new delta state; the
 /// caller commits the state only when the whole record parsed.
+#[inline]
 fn parse_body(
     tag: u64,
     f: &mut Fields<'_, '_>,
@@ -254,6 +255,7 @@ fn parse_body(
             let ts_nanos = ts(f)?;
             let size_bytes = f.uint()?;
             let delta = f.int()?;
+            // Addresses wrap modulo 2^64 (see the encoder).
             let address = (i128::from(st.last_address) + delta) as u64;
             let a = Alloc {
                 ts_nanos,

@@ -204,7 +204,11 @@ impl Encoder {
             ),
             Record::Alloc(a) => {
                 let dt = self.dt(a.ts_nanos);
-                let addr_delta = i128::from(a.address) - i128::from(self.last_address);
+                // Deltas below i64::MIN are written modulo 2^64; the reader wraps them back.
+                let mut addr_delta = i128::from(a.address) - i128::from(self.last_address);
+                if addr_delta < i128::from(i64::MIN) {
+                    addr_delta += 1i128 << 64;
+                }
                 self.last_address = a.address;
                 let id = AllocId(self.next_alloc);
                 self.next_alloc += 1;

@@ -204,6 +204,18 @@ impl<'a> Reader<'a> {
     /// Reads any integer as i128 (covers u64 and i64).
     #[inline]
     pub fn int(&mut self) -> ReadResult<i128> {
+        // Fast path: fixints, which most deltas are.
+        if let Some(&b) = self.buf.get(self.pos)
+            && !(0x80..0xe0).contains(&b)
+        {
+            self.pos += 1;
+            return Ok(i128::from(b as i8));
+        }
+        self.int_slow()
+    }
+
+    #[inline(never)]
+    fn int_slow(&mut self) -> ReadResult<i128> {
         let at = self.pos;
         let b = self.byte()?;
         Ok(match b {

@@ -102,7 +102,9 @@ pub fn group_by_stack<'a>(
     allocs: impl Iterator<Item = &'a AllocRecord>,
     limit: usize,
 ) -> Vec<SiteBytes> {
-    let mut by: HashMap<StackId, (u64, u64, Vec<ThreadIdx>)> = HashMap::new();
+    /// (bytes, count, allocating threads) per stack.
+    type Group = (u64, u64, Vec<ThreadIdx>);
+    let mut by: HashMap<StackId, Group> = HashMap::new();
     for a in allocs {
         let e = by.entry(a.stack).or_default();
         e.0 += a.size_bytes;
@@ -111,7 +113,7 @@ pub fn group_by_stack<'a>(
             e.2.push(a.thread);
         }
     }
-    let mut v: Vec<(StackId, (u64, u64, Vec<ThreadIdx>))> = by.into_iter().collect();
+    let mut v: Vec<(StackId, Group)> = by.into_iter().collect();
     v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
     v.truncate(limit);
     v.into_iter()

@@ -652,7 +652,7 @@ fn stream_ordered(w: &mut Writer, events: u64) {
             let (id, s) = pending.remove(0);
             w.free_full(id, ThreadIdx(0), FreeKind::StreamOrdered, s);
         }
-        if i % 16 == 0 {
+        if i.is_multiple_of(16) {
             let reserved = w.live_total.div_ceil(64 * MIB) * 64 * MIB + 64 * MIB;
             w.samples(DeviceIdx(0), reserved);
         }

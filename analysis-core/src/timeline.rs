@@ -108,13 +108,13 @@ impl Timeline {
                 }
                 return Some((lo, hi));
             }
-            while i % next_block != 0 {
+            while !i.is_multiple_of(next_block) {
                 let (a, b) = self.entry(level, i / block);
                 lo = lo.min(a);
                 hi = hi.max(b);
                 i += block;
             }
-            while end % next_block != 0 {
+            while !end.is_multiple_of(next_block) {
                 end -= block;
                 let (a, b) = self.entry(level, end / block);
                 lo = lo.min(a);

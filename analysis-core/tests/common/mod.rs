@@ -1,0 +1,247 @@
+//! Shared helpers for analysis-core's integration tests.
+#![allow(dead_code)]
+
+use analysis_core::*;
+
+/// Decodes a whole buffer, returning the records, the byte offset after each one, the warnings
+/// and the stopping error.
+pub fn decode_all(bytes: &[u8]) -> (Vec<Record>, Vec<u64>, Vec<Warning>, Option<DecodeError>) {
+    let mut d = Decoder::new();
+    d.push(bytes);
+    let mut recs = Vec::new();
+    let mut ends = Vec::new();
+    let mut fatal = None;
+    loop {
+        match d.next_record() {
+            Ok(Some(r)) => {
+                recs.push(r);
+                ends.push(d.bytes_consumed());
+            }
+            Ok(None) => break,
+            Err(e) => {
+                fatal = Some(e);
+                break;
+            }
+        }
+    }
+    let warnings = match d.finish() {
+        Ok(w) => w,
+        Err(e) => {
+            fatal.get_or_insert(e);
+            Vec::new()
+        }
+    };
+    (recs, ends, warnings, fatal)
+}
+
+/// A small trace that uses every record kind of format 1.0.
+pub fn every_record_kind() -> Vec<u8> {
+    let mut h = Encoder::header_v1();
+    h.collector = "gpucollect 0.1.0".into();
+    h.host = "golden-host".into();
+    h.argv = vec!["./app".into(), "--steps".into(), "3".into()];
+    h.start_mono_nanos = 5_000_000_000;
+    h.wall_offset_nanos = 1_767_225_600_000_000_000;
+    let mut e = Encoder::new(&h);
+    let recs = vec![
+        Record::Process(ProcessInfo {
+            process: ProcessIdx(0),
+            pid: 100,
+            parent: None,
+            exe: "/opt/app".into(),
+            argv: vec!["./app".into(), "--steps".into(), "3".into()],
+        }),
+        Record::Process(ProcessInfo {
+            process: ProcessIdx(1),
+            pid: 101,
+            parent: Some(ProcessIdx(0)),
+            exe: "/opt/worker".into(),
+            argv: vec![],
+        }),
+        Record::Device(DeviceInfo {
+            device: DeviceIdx(0),
+            uuid: "GPU-abc".into(),
+            name: "Golden GPU".into(),
+            total_bytes: 16 << 30,
+        }),
+        Record::Module(ModuleInfo {
+            module: ModuleId(1),
+            process: ProcessIdx(0),
+            path: "/opt/app".into(),
+            build_id: vec![0xde, 0xad, 0xbe, 0xef],
+            load_address: 0x5555_0000_0000,
+            size_bytes: 0x20_0000,
+        }),
+        Record::String {
+            id: StringId(1),
+            value: "main".into(),
+        },
+        Record::String {
+            id: StringId(2),
+            value: "app.cu".into(),
+        },
+        Record::String {
+            id: StringId(3),
+            value: "step".into(),
+        },
+        Record::String {
+            id: StringId(4),
+            value: "train.py".into(),
+        },
+        Record::String {
+            id: StringId(5),
+            value: "worker-ü".into(),
+        },
+        Record::Frame(FrameDef::Native {
+            id: FrameId(1),
+            module: ModuleId(1),
+            offset: 0x1234,
+        }),
+        Record::Frame(FrameDef::Python {
+            id: FrameId(2),
+            function: StringId(3),
+            file: StringId(4),
+            line: 42,
+        }),
+        Record::Stack(StackDef {
+            stack: StackId(1),
+            parent: StackId(0),
+            frame: FrameId(2),
+        }),
+        Record::Stack(StackDef {
+            stack: StackId(2),
+            parent: StackId(1),
+            frame: FrameId(1),
+        }),
+        Record::Thread(ThreadInfo {
+            thread: ThreadIdx(1),
+            process: ProcessIdx(0),
+            os_tid: 102,
+            name: StringId(5),
+        }),
+        Record::RangeBegin(RangeBegin {
+            ts_nanos: 1_000,
+            range: RangeId(7),
+            name: StringId(3),
+            domain: StringId(0),
+            thread: ThreadIdx(0),
+            process: ProcessIdx(0),
+        }),
+        Record::Alloc(Alloc {
+            ts_nanos: 2_000,
+            size_bytes: 1 << 20,
+            address: 0x7f00_0000_0000,
+            stack: StackId(2),
+            ..Alloc::default()
+        }),
+        Record::Alloc(Alloc {
+            ts_nanos: 2_500,
+            size_bytes: 3 << 20,
+            address: 0x7f00_0010_0000,
+            stack: StackId(1),
+            thread: ThreadIdx(1),
+            kind: AllocKind::StreamOrderedPool,
+            stream: 7,
+            pool: 0x1000,
+            ..Alloc::default()
+        }),
+        Record::Alloc(Alloc {
+            ts_nanos: 2_600,
+            size_bytes: 4096,
+            address: 0x1000,
+            kind: AllocKind::PinnedHost,
+            ..Alloc::default()
+        }),
+        Record::Free(Free {
+            ts_nanos: 3_000,
+            alloc: AllocId(1),
+            thread: ThreadIdx(1),
+            kind: FreeKind::StreamOrdered,
+            stream: 7,
+        }),
+        Record::Mark(Mark {
+            ts_nanos: 3_100,
+            name: StringId(1),
+            domain: StringId(0),
+            thread: ThreadIdx(0),
+            process: ProcessIdx(0),
+        }),
+        Record::RangeEnd(RangeEnd {
+            ts_nanos: 3_200,
+            range: RangeId(7),
+        }),
+        Record::AllocFailed(AllocFailed {
+            ts_nanos: 3_300,
+            size_bytes: 32 << 30,
+            error_code: 2,
+            stack: StackId(2),
+            ..AllocFailed::default()
+        }),
+        Record::FreeUnknown(FreeUnknown {
+            ts_nanos: 3_350,
+            address: 0xdead_0000,
+            size_bytes: 0,
+            ..FreeUnknown::default()
+        }),
+        Record::DeviceSample(DeviceSample {
+            ts_nanos: 3_400,
+            device: DeviceIdx(0),
+            total_bytes: 16 << 30,
+            free_bytes: 15 << 30,
+            used_bytes: 1 << 30,
+            processes: vec![ProcessUsage {
+                pid: 100,
+                used_bytes: 600 << 20,
+            }],
+        }),
+        Record::PoolSample(PoolSample {
+            ts_nanos: 3_500,
+            device: DeviceIdx(0),
+            pool: 0x1000,
+            reserved_bytes: 8 << 20,
+            used_bytes: 1 << 20,
+            process: ProcessIdx(0),
+        }),
+        Record::Alloc(Alloc {
+            ts_nanos: 3_600,
+            size_bytes: 2 << 20,
+            address: 0x7f00_0020_0000,
+            process: ProcessIdx(1),
+            ..Alloc::default()
+        }),
+        Record::ContextReset(ContextReset {
+            ts_nanos: 3_700,
+            process: ProcessIdx(1),
+            device: DeviceIdx(0),
+            thread: ThreadIdx(0),
+        }),
+        Record::ProcessExit(ProcessExit {
+            ts_nanos: 3_800,
+            process: ProcessIdx(1),
+            code: None,
+            signal: Some(9),
+        }),
+        Record::Dropped(Dropped {
+            ts_nanos: 3_850,
+            process: ProcessIdx(1),
+            count: 0,
+        }),
+        Record::FrameSymbol(FrameSymbol {
+            frame: FrameId(1),
+            function: StringId(1),
+            file: StringId(2),
+            line: 17,
+        }),
+        Record::ProcessExit(ProcessExit {
+            ts_nanos: 3_900,
+            process: ProcessIdx(0),
+            code: Some(0),
+            signal: None,
+        }),
+        Record::End { ts_nanos: 4_000 },
+    ];
+    for r in &recs {
+        e.record(r);
+    }
+    e.into_bytes()
+}

@@ -1,0 +1,164 @@
+//! Hostile input: huge length prefixes, deep nesting, wrong types and random bytes return errors
+//! or warnings, never panics, and memory stays within a small multiple of the input.
+
+mod common;
+
+use std::alloc::System;
+use std::sync::Mutex;
+
+use analysis_core::msgpack::{write_array_len, write_str, write_uint};
+use analysis_core::synth::{Scenario, generate};
+use analysis_core::*;
+use cap::Cap;
+use proptest::prelude::*;
+
+/// Counts heap use; a load that goes over its budget fails its allocation and aborts the test.
+#[global_allocator]
+static HEAP: Cap<System> = Cap::new(System, usize::MAX);
+/// Tests measuring memory run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Loads `input` with a heap budget of `bound(len)` above what is in use now.
+fn load_bounded(input: &[u8]) -> Result<LoadedTrace, DecodeError> {
+    let budget = HEAP.allocated() + bound(input.len());
+    HEAP.set_limit(budget).expect("limit above current use");
+    let r = load(input);
+    HEAP.set_limit(usize::MAX).expect("unlimited");
+    r
+}
+
+fn header() -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 4);
+    write_str(&mut out, MAGIC);
+    write_uint(&mut out, 1);
+    write_uint(&mut out, 0);
+    out.push(0x80);
+    out
+}
+
+/// Memory bound: a generous constant for fixed-size tables plus a multiple of the input.
+fn bound(input_len: usize) -> usize {
+    256 * 1024 + 64 * input_len
+}
+
+#[test]
+fn huge_length_prefixes_do_not_allocate() {
+    let _g = SERIAL.lock();
+    let cases: Vec<Vec<u8>> = vec![
+        // str32 of 4 GiB inside a STRING record
+        [
+            header(),
+            vec![0x93, 0x04, 0x01, 0xdb, 0xff, 0xff, 0xff, 0xff, b'x'],
+        ]
+        .concat(),
+        // array32 of 4 G entries as a record
+        [header(), vec![0xdd, 0xff, 0xff, 0xff, 0xff, 0x10]].concat(),
+        // a process record whose argv claims 4 G strings
+        [
+            header(),
+            vec![
+                0x96, 0x01, 0x00, 0x01, 0xc0, 0xa1, b'a', 0xdd, 0xff, 0xff, 0xff, 0xff, 0xa1, b'b',
+            ],
+        ]
+        .concat(),
+        // device sample claiming 4 G process entries
+        [
+            header(),
+            vec![
+                0x97, 0x16, 0x00, 0x00, 0x00, 0x00, 0x00, 0xdd, 0xff, 0xff, 0xff, 0xff,
+            ],
+        ]
+        .concat(),
+        // header map claiming 4 G keys
+        vec![
+            0x94, 0xb0, b'g', b'p', b'u', b'c', b'o', b'l', b'l', b'e', b'c', b't', b'-', b't',
+            b'r', b'a', b'c', b'e', 0x01, 0x00, 0xdf, 0xff, 0xff, 0xff, 0xff,
+        ],
+        // bin32 module build id of 4 GiB
+        [
+            header(),
+            vec![
+                0x97, 0x03, 0x01, 0x00, 0xa1, b'm', 0xc6, 0xff, 0xff, 0xff, 0xff,
+            ],
+        ]
+        .concat(),
+    ];
+    for c in cases {
+        let _ = load_bounded(&c);
+    }
+}
+
+#[test]
+fn deep_nesting_is_skipped_iteratively() {
+    let _g = SERIAL.lock();
+    // An unknown record whose payload nests 2 million arrays deep.
+    let mut bytes = header();
+    bytes.extend_from_slice(&[0x92, 0x63]);
+    bytes.extend(std::iter::repeat_n(0x91u8, 2_000_000));
+    bytes.push(0x00);
+    bytes.extend_from_slice(&[0x92, 0x1a, 0x05]); // end
+    let t = load_bounded(&bytes).expect("loads");
+    assert!(t.model.clean_end);
+}
+
+#[test]
+fn wrong_types_are_warnings_not_panics() {
+    let _g = SERIAL.lock();
+    let mut bytes = header();
+    // alloc with a map as size, free with a string back-reference, end with nil dt
+    bytes.extend_from_slice(&[0x93, 0x10, 0x01, 0x80]);
+    bytes.extend_from_slice(&[0x93, 0x11, 0x01, 0xa1, b'x']);
+    bytes.extend_from_slice(&[0x92, 0x1a, 0xc0]);
+    let t = load_bounded(&bytes).expect("loads");
+    let malformed = t
+        .warnings
+        .iter()
+        .filter(|w| matches!(w, Warning::MalformedRecord { .. }))
+        .count();
+    assert_eq!(malformed, 3, "{:?}", t.warnings);
+}
+
+#[test]
+fn absurd_ids_and_references_do_not_allocate_tables() {
+    let _g = SERIAL.lock();
+    let mut bytes = header();
+    // A free far in the past, a free referring forward, a thread/device/process index of 2^32-1.
+    bytes.extend_from_slice(&[
+        0x93, 0x11, 0x00, 0xcf, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    ]);
+    bytes.extend_from_slice(&[0x93, 0x11, 0x00, 0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0]);
+    bytes.extend_from_slice(&[
+        0x9b, 0x10, 0x01, 0x10, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff, 0xce, 0xff, 0xff, 0xff, 0xff,
+        0xce, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff,
+    ]);
+    let t = load_bounded(&bytes).expect("loads");
+    assert!(
+        t.warnings
+            .iter()
+            .any(|w| matches!(w, Warning::BadFree { count: 2, .. }))
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let _g = SERIAL.lock();
+        let _ = load_bounded(&bytes);
+        let mut with_header = header();
+        with_header.extend_from_slice(&bytes);
+        let _ = load_bounded(&with_header);
+    }
+
+    #[test]
+    fn mutated_traces_never_panic(flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16)) {
+        let _g = SERIAL.lock();
+        let (mut bytes, _) = generate(Scenario::MultiDevice, 300, 9);
+        for (i, b) in flips {
+            let at = i.index(bytes.len());
+            bytes[at] = b;
+        }
+        let _ = load_bounded(&bytes);
+    }
+}
