@@ -569,6 +569,14 @@ impl Decoder {
                 return Ok(None);
             }
             let start = self.pos;
+            // The common, well-formed alloc and free records take a straight-line path; anything
+            // unusual (negative deltas, nil fields, short input, errors) falls through to the
+            // general parser, which produces the same records and the warnings.
+            if let Some((rec, used)) = fast::alloc_or_free(&self.buf[start..], &mut self.state) {
+                self.pos += used;
+                self.records += 1;
+                return Ok(Some(rec));
+            }
             let mut r = Reader::new(&self.buf[start..]);
             let mut st = self.state;
             let mut neg = false;
@@ -682,6 +690,238 @@ impl Decoder {
         match &self.fatal {
             Some(e) if self.header.is_none() => Err(e.clone()),
             _ => Ok(self.warnings.clone()),
+        }
+    }
+}
+
+/// Straight-line decoding of well-formed alloc and free records, the bulk of every trace.
+mod fast {
+    use super::DeltaState;
+    use crate::format::*;
+
+    /// Reads a non-negative integer (positive fixint, uint 8/16/32/64, or a non-negative signed
+    /// form) at `*p`. `None` for anything else, including the end of the buffer.
+    #[inline(always)]
+    fn uint(b: &[u8], p: &mut usize) -> Option<u64> {
+        let x = *b.get(*p)?;
+        if x < 0x80 {
+            *p += 1;
+            return Some(u64::from(x));
+        }
+        let (n, signed) = match x {
+            0xcc => (1, false),
+            0xcd => (2, false),
+            0xce => (4, false),
+            0xcf => (8, false),
+            0xd0 => (1, true),
+            0xd1 => (2, true),
+            0xd2 => (4, true),
+            0xd3 => (8, true),
+            _ => return None,
+        };
+        let s = b.get(*p + 1..*p + 1 + n)?;
+        let mut v: u64 = 0;
+        for &byte in s {
+            v = (v << 8) | u64::from(byte);
+        }
+        if signed && s[0] & 0x80 != 0 {
+            return None;
+        }
+        *p += 1 + n;
+        Some(v)
+    }
+
+    /// Reads any integer as its 64-bit two's-complement bit pattern (for wrapping deltas).
+    #[inline(always)]
+    fn wrapping(b: &[u8], p: &mut usize) -> Option<u64> {
+        let x = *b.get(*p)?;
+        if x >= 0xe0 {
+            *p += 1;
+            return Some(i64::from(x as i8) as u64);
+        }
+        match x {
+            0xd0 => {
+                let v = *b.get(*p + 1)? as i8;
+                *p += 2;
+                Some(i64::from(v) as u64)
+            }
+            0xd1 => {
+                let s = b.get(*p + 1..*p + 3)?;
+                *p += 3;
+                Some(i64::from(i16::from_be_bytes([s[0], s[1]])) as u64)
+            }
+            0xd2 => {
+                let s = b.get(*p + 1..*p + 5)?;
+                *p += 5;
+                Some(i64::from(i32::from_be_bytes([s[0], s[1], s[2], s[3]])) as u64)
+            }
+            0xd3 => {
+                let s = b.get(*p + 1..*p + 9)?;
+                *p += 9;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(s);
+                Some(i64::from_be_bytes(a) as u64)
+            }
+            _ => uint(b, p),
+        }
+    }
+
+    #[inline(always)]
+    fn u32_field(b: &[u8], p: &mut usize) -> Option<u32> {
+        u32::try_from(uint(b, p)?).ok()
+    }
+
+    /// Decodes one alloc or free record at the start of `b`, updating `st` only on success.
+    /// Returns the record and the bytes it used.
+    #[inline]
+    pub(super) fn alloc_or_free(b: &[u8], st: &mut DeltaState) -> Option<(Record, usize)> {
+        let head = *b.first()?;
+        if head & 0xf0 != 0x90 {
+            return None;
+        }
+        let n = usize::from(head & 0x0f);
+        let t = *b.get(1)?;
+        let mut p = 2;
+        // Fields beyond the known ones (a newer minor version) take the general path.
+        match u64::from(t) {
+            tag::ALLOC if (2..=11).contains(&n) => {
+                let mut f = [0u64; 10];
+                f[0] = uint(b, &mut p)?;
+                if n > 2 {
+                    f[1] = uint(b, &mut p)?;
+                }
+                if n > 3 {
+                    f[2] = wrapping(b, &mut p)?;
+                }
+                for slot in f.iter_mut().take(n - 1).skip(3) {
+                    *slot = uint(b, &mut p)?;
+                }
+                let ts_nanos = st.last_ts.checked_add(f[0])?;
+                let narrow = |v: u64| u32::try_from(v).ok();
+                let a = Alloc {
+                    ts_nanos,
+                    id: AllocId(st.next_alloc),
+                    size_bytes: f[1],
+                    address: st.last_address.wrapping_add(f[2]),
+                    stack: StackId(narrow(f[3])?),
+                    thread: ThreadIdx(narrow(f[4])?),
+                    device: DeviceIdx(narrow(f[5])?),
+                    kind: AllocKind::from_code(f[6]),
+                    stream: f[7],
+                    pool: f[8],
+                    process: ProcessIdx(narrow(f[9])?),
+                };
+                st.last_ts = ts_nanos;
+                st.last_address = a.address;
+                st.next_alloc += 1;
+                Some((Record::Alloc(a), p))
+            }
+            tag::FREE if (2..=6).contains(&n) => {
+                let dt = uint(b, &mut p)?;
+                let back = if n > 2 { uint(b, &mut p)? } else { 0 };
+                let thread = if n > 3 { u32_field(b, &mut p)? } else { 0 };
+                let kind = if n > 4 { uint(b, &mut p)? } else { 0 };
+                let stream = if n > 5 { uint(b, &mut p)? } else { 0 };
+                let ts_nanos = st.last_ts.checked_add(dt)?;
+                // Out-of-range references map to an id that can never exist; the model warns.
+                let alloc = if back >= 1 && back <= st.next_alloc {
+                    AllocId(st.next_alloc - back)
+                } else {
+                    AllocId(u64::MAX)
+                };
+                st.last_ts = ts_nanos;
+                Some((
+                    Record::Free(Free {
+                        ts_nanos,
+                        alloc,
+                        thread: ThreadIdx(thread),
+                        kind: FreeKind::from_code(kind),
+                        stream,
+                    }),
+                    p,
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use crate::msgpack::{write_array_len, write_int, write_uint};
+    use alloc::format;
+    use proptest::prelude::*;
+
+    fn write_i128(out: &mut Vec<u8>, v: i128) {
+        if v >= 0 {
+            write_uint(out, v as u64);
+        } else {
+            write_int(out, v as i64);
+        }
+    }
+
+    /// The general parser, for comparison.
+    fn general(b: &[u8], st: &mut DeltaState) -> Option<(Record, usize)> {
+        let mut r = Reader::new(b);
+        let n = r.array_len().ok()?;
+        let t = r.uint().ok()?;
+        let mut f = Fields {
+            r: &mut r,
+            left: n.checked_sub(1)?,
+        };
+        let mut neg = false;
+        let rec = parse_body(t, &mut f, st, &mut neg).ok()??;
+        f.finish().ok()?;
+        if neg {
+            return None;
+        }
+        Some((rec, r.pos))
+    }
+
+    fn record(tag: u64, fields: &[i128]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_array_len(&mut out, fields.len() as u32 + 1);
+        write_uint(&mut out, tag);
+        for &f in fields {
+            write_i128(&mut out, f);
+        }
+        out
+    }
+
+    fn field() -> impl Strategy<Value = i128> {
+        prop_oneof![
+            0i128..200,
+            -40i128..0,
+            any::<u32>().prop_map(i128::from),
+            any::<i64>().prop_map(i128::from),
+            any::<u64>().prop_map(i128::from),
+        ]
+    }
+
+    proptest! {
+        /// Whenever the fast path accepts a record, it decodes exactly what the general parser
+        /// does and leaves the same delta state.
+        #[test]
+        fn fast_path_agrees_with_general_parser(
+            alloc in any::<bool>(),
+            fields in proptest::collection::vec(field(), 0..12),
+            last_ts in prop_oneof![Just(0u64), any::<u64>()],
+            last_address in any::<u64>(),
+            next_alloc in 0u64..1000,
+        ) {
+            let tag = if alloc { tag::ALLOC } else { tag::FREE };
+            let bytes = record(tag, &fields);
+            let st0 = DeltaState { last_ts, last_address, next_alloc };
+            let (mut a, mut b) = (st0, st0);
+            if let Some((rec, used)) = fast::alloc_or_free(&bytes, &mut a) {
+                let (want, want_used) = general(&bytes, &mut b).expect("general parser accepts it");
+                prop_assert_eq!(format!("{rec:?}"), format!("{want:?}"));
+                prop_assert_eq!(used, want_used);
+                prop_assert_eq!((a.last_ts, a.last_address, a.next_alloc), (b.last_ts, b.last_address, b.next_alloc));
+            } else {
+                prop_assert_eq!((a.last_ts, a.last_address, a.next_alloc), (st0.last_ts, st0.last_address, st0.next_alloc));
+            }
         }
     }
 }

@@ -208,9 +208,34 @@ pub struct TraceModel {
     thread_ranges: Vec<((ProcessIdx, ThreadIdx), Vec<u32>)>,
     any_open_range: bool,
     last_series: usize,
+    /// While the trace has exactly one device series, its index: its points equal the total's,
+    /// so they are kept once (pushed to `total`, shared with the series by `finish`).
+    solo_series: Option<usize>,
+    device_series_count: usize,
+    /// Per-stack aggregates for small (dense) stack ids, merged into `stack_stats` by `finish`.
+    stack_dense: Vec<StackStats>,
+    /// Last activity per (process, thread), merged into `thread_last_ts` by `finish`.
+    thread_activity: Vec<((ProcessIdx, ThreadIdx), u64)>,
+    thread_slots: HashMap<(ProcessIdx, ThreadIdx), usize>,
+    last_thread: usize,
+    /// Device live bytes per process, and the open ranges whose peak they feed.
+    procs: Vec<ProcLive>,
+    proc_slots: HashMap<ProcessIdx, usize>,
+    last_proc: usize,
     bad_free_count: u64,
     bad_free_first_offset: u64,
     finished: bool,
+}
+
+/// Replay state of one process: its device live bytes and the highest value reached since the
+/// last range event, folded into the peaks of its open ranges at the next range event (so an
+/// allocation costs O(1) however many ranges are open).
+#[derive(Debug, Default)]
+struct ProcLive {
+    process: ProcessIdx,
+    live_bytes: u64,
+    max_since_fold: u64,
+    open_slots: Vec<u32>,
 }
 
 impl TraceModel {
@@ -253,19 +278,51 @@ impl TraceModel {
                     peak_ts_nanos: 0,
                     timeline: Timeline::new(),
                 });
-                self.series.len() - 1
+                let i = self.series.len() - 1;
+                if !key.host {
+                    self.device_series_count += 1;
+                    if self.device_series_count == 1 {
+                        self.solo_series = Some(i);
+                    } else if let Some(solo) = self.solo_series.take() {
+                        // A second device series: the first one's points so far are the total's.
+                        self.series[solo].timeline = self.total.clone();
+                    }
+                }
+                i
             }
         };
         self.last_series = i;
         i
     }
 
-    fn process_live_bytes(&self, p: ProcessIdx) -> u64 {
-        self.series
-            .iter()
-            .filter(|s| s.key.process == p && !s.key.host)
-            .map(|s| s.live_bytes)
-            .sum()
+    #[inline]
+    fn proc_index(&mut self, process: ProcessIdx) -> usize {
+        if let Some(p) = self.procs.get(self.last_proc)
+            && p.process == process
+        {
+            return self.last_proc;
+        }
+        let next = self.procs.len();
+        let i = *self.proc_slots.entry(process).or_insert(next);
+        if i == next {
+            self.procs.push(ProcLive {
+                process,
+                ..ProcLive::default()
+            });
+        }
+        self.last_proc = i;
+        i
+    }
+
+    /// Credits the highest live bytes since the last fold to every open range of the process.
+    fn fold_range_peaks(&mut self, pi: usize) {
+        let p = &mut self.procs[pi];
+        for &slot in &p.open_slots {
+            if let Some(r) = self.ranges.get_mut(slot as usize - 1) {
+                r.peak_bytes = r.peak_bytes.max(p.max_since_fold);
+            }
+        }
+        p.max_since_fold = p.live_bytes;
     }
 
     fn thread_range_stack(&mut self, key: (ProcessIdx, ThreadIdx)) -> &mut Vec<u32> {
@@ -289,6 +346,46 @@ impl TraceModel {
         }
     }
 
+    /// Records activity of a thread at `t` (cheap for the common case of one busy thread).
+    #[inline]
+    fn touch_thread(&mut self, key: (ProcessIdx, ThreadIdx), t: u64) {
+        if let Some(e) = self.thread_activity.get_mut(self.last_thread)
+            && e.0 == key
+        {
+            e.1 = t;
+            return;
+        }
+        let next = self.thread_activity.len();
+        let i = *self.thread_slots.entry(key).or_insert(next);
+        if i == next {
+            self.thread_activity.push((key, t));
+        } else {
+            self.thread_activity[i].1 = t;
+        }
+        self.last_thread = i;
+    }
+
+    /// The aggregate of one stack. Stack ids are interned densely by writers, so small ids live
+    /// in a vector; a hostile sparse id falls back to the map (memory stays bounded by input).
+    #[inline]
+    fn stack_entry(&mut self, stack: StackId) -> &mut StackStats {
+        let i = stack.0 as usize;
+        if i >= self.stack_dense.len() && i < 1024 + self.allocs.len() {
+            let from = self.stack_dense.len();
+            self.stack_dense.extend((from..=i).map(|k| StackStats {
+                stack: StackId(k as u32),
+                ..StackStats::default()
+            }));
+        }
+        match self.stack_dense.get_mut(i) {
+            Some(e) => e,
+            None => self.stack_stats.entry(stack).or_insert(StackStats {
+                stack,
+                ..StackStats::default()
+            }),
+        }
+    }
+
     /// Applies a change of `delta` live bytes to one series and the totals.
     #[inline]
     fn apply(&mut self, key: SeriesKey, t: u64, add: bool, bytes: u64) {
@@ -301,7 +398,9 @@ impl TraceModel {
             s.live_bytes = s.live_bytes.saturating_sub(bytes);
             s.live_count = s.live_count.saturating_sub(1);
         }
-        s.timeline.push(t, s.live_bytes);
+        if self.solo_series != Some(si) {
+            s.timeline.push(t, s.live_bytes);
+        }
         if s.live_bytes > s.peak_bytes {
             s.peak_bytes = s.live_bytes;
             s.peak_ts_nanos = t;
@@ -317,17 +416,14 @@ impl TraceModel {
                 self.peak_bytes = self.total_live_bytes;
                 self.peak_ts_nanos = t;
             }
-            if self.any_open_range {
-                let live = self.process_live_bytes(key.process);
-                for &slot in self.open_ranges.values() {
-                    if let Some(r) = self.ranges.get_mut(slot as usize - 1)
-                        && r.process == key.process
-                        && live > r.peak_bytes
-                    {
-                        r.peak_bytes = live;
-                    }
-                }
+            let pi = self.proc_index(key.process);
+            let p = &mut self.procs[pi];
+            if add {
+                p.live_bytes = p.live_bytes.saturating_add(bytes);
+            } else {
+                p.live_bytes = p.live_bytes.saturating_sub(bytes);
             }
+            p.max_since_fold = p.max_since_fold.max(p.live_bytes);
         }
     }
 
@@ -336,7 +432,7 @@ impl TraceModel {
         a.free_ts_nanos = t;
         a.free_kind = kind;
         let a = *a;
-        let st = self.stack_stats.entry(a.stack).or_default();
+        let st = self.stack_entry(a.stack);
         st.free_count += 1;
         st.freed_bytes += a.size_bytes;
         st.live_count = st.live_count.saturating_sub(1);
@@ -379,7 +475,7 @@ impl TraceModel {
                 } else {
                     0
                 };
-                self.thread_last_ts.insert(tkey, a.ts_nanos);
+                self.touch_thread(tkey, a.ts_nanos);
                 // Ids are dense and sequential; pad if a malformed record consumed one.
                 while (self.allocs.len() as u64) < a.id.0 {
                     self.allocs.push(AllocRecord {
@@ -409,10 +505,7 @@ impl TraceModel {
                     kind: a.kind,
                     free_kind: FreeKind::Immediate,
                 });
-                let st = self.stack_stats.entry(a.stack).or_insert(StackStats {
-                    stack: a.stack,
-                    ..StackStats::default()
-                });
+                let st = self.stack_entry(a.stack);
                 st.alloc_count += 1;
                 st.alloc_bytes += a.size_bytes;
                 st.live_count += 1;
@@ -424,8 +517,7 @@ impl TraceModel {
                 let idx = f.alloc.0;
                 match self.allocs.get(idx as usize) {
                     Some(a) if a.is_live() && idx < self.allocs.len() as u64 => {
-                        self.thread_last_ts
-                            .insert((a.process, f.thread), f.ts_nanos);
+                        self.touch_thread((a.process, f.thread), f.ts_nanos);
                         self.release(idx as usize, f.ts_nanos, f.kind);
                     }
                     _ => {
@@ -468,15 +560,16 @@ impl TraceModel {
                     })
                     .map(|s| s.live_bytes)
                     .sum();
-                self.thread_last_ts
-                    .insert((f.process, f.thread), f.ts_nanos);
+                self.touch_thread((f.process, f.thread), f.ts_nanos);
                 self.failed.push(FailedAllocation {
                     record: f,
                     live_bytes,
                 });
             }
             Record::RangeBegin(b) => {
-                let live = self.process_live_bytes(b.process);
+                let pi = self.proc_index(b.process);
+                self.fold_range_peaks(pi);
+                let live = self.procs[pi].live_bytes;
                 let tkey = (b.process, b.thread);
                 let parent_slot = self.thread_range_stack(tkey).last().copied().unwrap_or(0);
                 self.ranges.push(RangeInstance {
@@ -496,14 +589,21 @@ impl TraceModel {
                 });
                 let slot = self.ranges.len() as u32;
                 self.open_ranges.insert(b.range, slot);
+                self.procs[pi].open_slots.push(slot);
                 self.thread_range_stack(tkey).push(slot);
                 self.any_open_range = true;
-                self.thread_last_ts.insert(tkey, b.ts_nanos);
+                self.touch_thread(tkey, b.ts_nanos);
             }
             Record::RangeEnd(e) => {
                 if let Some(slot) = self.open_ranges.remove(&e.range) {
                     let r = self.ranges[slot as usize - 1];
-                    let live = self.process_live_bytes(r.process);
+                    let pi = self.proc_index(r.process);
+                    self.fold_range_peaks(pi);
+                    let open = &mut self.procs[pi].open_slots;
+                    if let Some(pos) = open.iter().rposition(|&s| s == slot) {
+                        open.remove(pos);
+                    }
+                    let live = self.procs[pi].live_bytes;
                     let ri = &mut self.ranges[slot as usize - 1];
                     ri.end_ts_nanos = Some(e.ts_nanos);
                     ri.live_after_bytes = live;
@@ -512,7 +612,7 @@ impl TraceModel {
                     if let Some(pos) = stack.iter().rposition(|&s| s == slot) {
                         stack.remove(pos);
                     }
-                    self.thread_last_ts.insert(tkey, e.ts_nanos);
+                    self.touch_thread(tkey, e.ts_nanos);
                     self.any_open_range = !self.open_ranges.is_empty();
                 }
             }
@@ -570,10 +670,26 @@ impl TraceModel {
         if self.first_ts_nanos == LIVE {
             self.first_ts_nanos = 0;
         }
-        for s in &mut self.series {
-            s.timeline.build_index();
+        for pi in 0..self.procs.len() {
+            self.fold_range_peaks(pi);
         }
         self.total.build_index();
+        for (i, s) in self.series.iter_mut().enumerate() {
+            if self.solo_series == Some(i) {
+                s.timeline = self.total.clone();
+            } else {
+                s.timeline.build_index();
+            }
+        }
+        for st in core::mem::take(&mut self.stack_dense) {
+            if st.alloc_count > 0 || st.free_count > 0 {
+                self.stack_stats.insert(st.stack, st);
+            }
+        }
+        self.thread_slots = HashMap::new();
+        for (key, t) in core::mem::take(&mut self.thread_activity) {
+            self.thread_last_ts.insert(key, t);
+        }
         // Bytes per stack live at the global peak.
         let t = self.peak_ts_nanos;
         if self.peak_bytes > 0 {
@@ -714,11 +830,30 @@ pub struct LoadedTrace {
 pub struct Loader {
     decoder: Decoder,
     model: Option<TraceModel>,
+    size_hint_bytes: u64,
 }
 
 impl Loader {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A loader that expects about `total_bytes` of input (a file size, a Content-Length) and
+    /// reserves its tables up front instead of growing them. The hint only sizes buffers.
+    pub fn with_size_hint(total_bytes: u64) -> Self {
+        Self {
+            size_hint_bytes: total_bytes,
+            ..Self::default()
+        }
+    }
+
+    fn new_model(&self, header: Header) -> TraceModel {
+        let mut m = TraceModel::new(header);
+        // About 12 bytes per alloc/free record and two records per allocation (FORMAT.md).
+        let events = usize::try_from(self.size_hint_bytes / 12).unwrap_or(0);
+        m.allocs.reserve(events / 2);
+        m.total.reserve(events);
+        m
     }
 
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
@@ -729,16 +864,19 @@ impl Loader {
             let offset = self.decoder.bytes_consumed();
             match self.decoder.next_record() {
                 Ok(Some(rec)) => {
-                    let model = self.model.get_or_insert_with(|| {
-                        TraceModel::new(self.decoder.header().cloned().unwrap_or_default())
-                    });
-                    model.observe(rec, offset);
+                    if self.model.is_none() {
+                        let h = self.decoder.header().cloned().unwrap_or_default();
+                        self.model = Some(self.new_model(h));
+                    }
+                    if let Some(model) = self.model.as_mut() {
+                        model.observe(rec, offset);
+                    }
                 }
                 Ok(None) => {
                     if self.model.is_none()
                         && let Some(h) = self.decoder.header()
                     {
-                        self.model = Some(TraceModel::new(h.clone()));
+                        self.model = Some(self.new_model(h.clone()));
                     }
                     return Ok(());
                 }
@@ -777,10 +915,81 @@ impl Loader {
     }
 }
 
+/// Chunk size `load` feeds the decoder with.
+const LOAD_CHUNK_BYTES: usize = 256 * 1024;
+
 /// Loads a whole in-memory trace.
 pub fn load(bytes: &[u8]) -> Result<LoadedTrace, DecodeError> {
-    let mut l = Loader::new();
-    // A stopping error is kept in the decoder and reported through `LoadedTrace::fatal`.
-    let _ = l.push(bytes);
+    let mut l = Loader::with_size_hint(bytes.len() as u64);
+    // Push in chunks so the decoder's buffer stays small. A stopping error is kept in the
+    // decoder and reported through `LoadedTrace::fatal`.
+    for chunk in bytes.chunks(LOAD_CHUNK_BYTES) {
+        if l.push(chunk).is_err() {
+            break;
+        }
+    }
     l.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{Scenario, generate};
+
+    /// Every series' timeline and the total agree with a brute-force recount from the
+    /// allocations, whether the trace has one device series (points shared with the total) or
+    /// several; range peaks are at least the live bytes at begin and end.
+    #[test]
+    fn timelines_match_a_recount_from_the_allocations() {
+        for s in Scenario::ALL {
+            let (bytes, _) = generate(s, 3_000, 11);
+            let m = load(&bytes).expect("loads").model;
+            let live_at = |t: u64, key: Option<SeriesKey>| -> u64 {
+                m.allocs
+                    .iter()
+                    .filter(|a| a.size_bytes > 0 && a.live_at(t))
+                    .filter(|a| {
+                        let k = SeriesKey {
+                            process: a.process,
+                            device: a.device,
+                            host: !a.kind.is_device_memory(),
+                        };
+                        match key {
+                            Some(key) => k == key,
+                            None => !k.host,
+                        }
+                    })
+                    .map(|a| a.size_bytes)
+                    .sum()
+            };
+            // The value at every allocation and free instant (the end-of-instant state).
+            let instants: Vec<u64> = m
+                .allocs
+                .iter()
+                .flat_map(|a| [a.ts_nanos, a.free_ts_nanos])
+                .filter(|&t| t != LIVE)
+                .step_by(3)
+                .collect();
+            let check = |tl: &Timeline, key: Option<SeriesKey>| {
+                for &t in &instants {
+                    assert_eq!(tl.value_at(t), live_at(t, key), "{s:?} {key:?} at {t}");
+                }
+            };
+            check(&m.total, None);
+            for series in &m.series {
+                assert!(!series.timeline.is_empty() || series.live_count == 0);
+                check(&series.timeline, Some(series.key));
+                assert_eq!(
+                    series.timeline.values().last().copied().unwrap_or(0),
+                    series.live_bytes
+                );
+            }
+            for r in &m.ranges {
+                assert!(
+                    r.peak_bytes >= r.live_before_bytes.max(r.live_after_bytes),
+                    "{s:?}"
+                );
+            }
+        }
+    }
 }

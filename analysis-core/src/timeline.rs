@@ -1,6 +1,7 @@
 //! Step-function timelines (live bytes over time) with a min/max pyramid, so a chart of any
 //! zoom range costs O(pixels · log n) regardless of how many events the trace has.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
@@ -8,8 +9,16 @@ use serde::Serialize;
 const FANOUT: usize = 8;
 
 /// A step function: `values[i]` holds from `times[i]` until `times[i + 1]`.
+///
+/// Cloning is cheap: clones share their points until one of them is pushed to (copy on write),
+/// so a model whose only series equals its total keeps the points once.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
+    data: Arc<Points>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Points {
     times: Vec<u64>,
     values: Vec<u64>,
     /// `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points.
@@ -36,41 +45,56 @@ impl Timeline {
     /// still counts for min/max (the intermediate value existed, if only for an instant).
     #[inline]
     pub fn push(&mut self, t: u64, v: u64) {
-        let t = match self.times.last() {
+        let d = Arc::make_mut(&mut self.data);
+        let t = match d.times.last() {
             Some(&last) if t < last => last,
             _ => t,
         };
-        self.times.push(t);
-        self.values.push(v);
+        d.times.push(t);
+        d.values.push(v);
     }
 
     pub fn len(&self) -> usize {
-        self.times.len()
+        self.data.times.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.times.is_empty()
+        self.data.times.is_empty()
     }
 
     pub fn times(&self) -> &[u64] {
-        &self.times
+        &self.data.times
     }
 
     pub fn values(&self) -> &[u64] {
-        &self.values
+        &self.data.values
     }
 
     /// The value at time `t` (0 before the first point).
     pub fn value_at(&self, t: u64) -> u64 {
-        let i = self.times.partition_point(|&x| x <= t);
-        if i == 0 { 0 } else { self.values[i - 1] }
+        let i = self.data.times.partition_point(|&x| x <= t);
+        if i == 0 { 0 } else { self.data.values[i - 1] }
     }
 
     /// Builds the min/max pyramid. Call once all points are pushed.
     pub fn build_index(&mut self) {
-        self.levels.clear();
-        let mut prev: Vec<(u64, u64)> = self.values.iter().map(|&v| (v, v)).collect();
-        while prev.len() > FANOUT {
+        let d = Arc::make_mut(&mut self.data);
+        d.levels.clear();
+        if d.values.len() <= FANOUT {
+            return;
+        }
+        let first: Vec<(u64, u64)> = d
+            .values
+            .chunks(FANOUT)
+            .map(|c| {
+                c.iter()
+                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+            })
+            .collect();
+        d.levels.push(first);
+        while let Some(prev) = d.levels.last()
+            && prev.len() > FANOUT
+        {
             let next: Vec<(u64, u64)> = prev
                 .chunks(FANOUT)
                 .map(|c| {
@@ -78,14 +102,20 @@ impl Timeline {
                         .fold((u64::MAX, 0), |(lo, hi), &(a, b)| (lo.min(a), hi.max(b)))
                 })
                 .collect();
-            self.levels.push(next);
-            prev = self.levels.last().cloned().unwrap_or_default();
+            d.levels.push(next);
         }
+    }
+
+    /// Reserves room for `additional` more points.
+    pub fn reserve(&mut self, additional: usize) {
+        let d = Arc::make_mut(&mut self.data);
+        d.times.reserve(additional);
+        d.values.reserve(additional);
     }
 
     /// Min and max over point indices `[i, j)`.
     pub fn range_min_max(&self, mut i: usize, j: usize) -> Option<(u64, u64)> {
-        let j = j.min(self.values.len());
+        let j = j.min(self.data.values.len());
         if i >= j {
             return None;
         }
@@ -96,7 +126,7 @@ impl Timeline {
         let mut end = j;
         loop {
             let next_block = block * FANOUT;
-            let has_next = level < self.levels.len();
+            let has_next = level < self.data.levels.len();
             if !has_next || end - i < 2 * next_block {
                 // Finish at this level.
                 let mut k = i;
@@ -128,10 +158,10 @@ impl Timeline {
     #[inline]
     fn entry(&self, level: usize, idx: usize) -> (u64, u64) {
         if level == 0 {
-            let v = self.values[idx];
+            let v = self.data.values[idx];
             (v, v)
         } else {
-            self.levels[level - 1][idx]
+            self.data.levels[level - 1][idx]
         }
     }
 
@@ -142,18 +172,26 @@ impl Timeline {
             return out;
         }
         let span = t1 - t0;
-        let mut idx = self.times.partition_point(|&x| x < t0);
+        let mut idx = self.data.times.partition_point(|&x| x < t0);
         for c in 0..columns {
             let a = t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
             let b = t0 + ((u128::from(span) * (c as u128 + 1)) / columns as u128) as u64;
-            let carried = if idx == 0 { 0 } else { self.values[idx - 1] };
-            let end = idx + self.times[idx..].partition_point(|&x| x < b);
+            let carried = if idx == 0 {
+                0
+            } else {
+                self.data.values[idx - 1]
+            };
+            let end = idx + self.data.times[idx..].partition_point(|&x| x < b);
             let (mut lo, mut hi) = (carried, carried);
             if let Some((l, h)) = self.range_min_max(idx, end) {
                 lo = lo.min(l);
                 hi = hi.max(h);
             }
-            let last = if end == 0 { 0 } else { self.values[end - 1] };
+            let last = if end == 0 {
+                0
+            } else {
+                self.data.values[end - 1]
+            };
             out.push(Bucket {
                 t_start: a,
                 t_end: b,
