@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::{cmd_report, cmd_synth};
+use crate::{cmd_demo, cmd_report, cmd_synth};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -20,6 +20,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// First run: write the bundled demo traces and print the report of one.
+    Demo(cmd_demo::DemoArgs),
     /// Summarize a trace: devices, peak with its call sites, live at end, failures, warnings.
     Report(cmd_report::ReportArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
@@ -27,7 +29,16 @@ pub enum Command {
 }
 
 /// Subcommand names; any other first argument is a program to trace.
-const SUBCOMMANDS: &[&str] = &["report", "synth", "help", "-h", "--help", "-V", "--version"];
+const SUBCOMMANDS: &[&str] = &[
+    "demo",
+    "report",
+    "synth",
+    "help",
+    "-h",
+    "--help",
+    "-V",
+    "--version",
+];
 
 pub fn dispatch() -> Result<u8> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -35,6 +46,7 @@ pub fn dispatch() -> Result<u8> {
     if args.len() < 2 || SUBCOMMANDS.contains(&first) {
         let cli = Cli::parse_from(&args);
         return match cli.command {
+            Command::Demo(a) => cmd_demo::run(a),
             Command::Report(a) => cmd_report::run(a),
             Command::Synth(a) => cmd_synth::run(a),
         };

@@ -40,7 +40,7 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         }
         _ => None,
     };
-    let mut loader = Loader::new();
+    let mut loader = len.map_or_else(Loader::new, Loader::with_size_hint);
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
         let n = match reader.read(&mut buf) {

@@ -2,6 +2,7 @@
 //! command lives in its own `cmd_*.rs` module.
 
 mod cli;
+mod cmd_demo;
 mod cmd_report;
 mod cmd_synth;
 mod input;

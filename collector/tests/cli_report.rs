@@ -1,0 +1,99 @@
+//! `gpucollect synth` then `gpucollect report --format json` gives the planted ground truth, and
+//! bad input gets one-line errors with a nonzero exit, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gpucollect(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .args(args)
+        .output()
+        .expect("gpucollect runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpucollect-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| {
+        panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes));
+    })
+}
+
+fn report_json(path: &Path) -> (serde_json::Value, i32) {
+    let out = gpucollect(&["report", path.to_str().expect("utf-8 path"), "--format", "json"]);
+    (json(&out.stdout), out.status.code().unwrap_or(-1))
+}
+
+#[test]
+fn report_json_gives_the_ground_truth_of_every_scenario() {
+    let list = gpucollect(&["synth", "list"]);
+    assert!(list.status.success());
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(names.len() >= 8, "{names:?}");
+    for name in names {
+        let path = tmp(&format!("{name}.msgpack"));
+        let synth = gpucollect(&[
+            "synth",
+            &name,
+            "--events",
+            "30000",
+            "--seed",
+            "5",
+            "--truth",
+            "-o",
+            path.to_str().expect("utf-8 path"),
+        ]);
+        assert!(synth.status.success(), "{name}: {:?}", synth);
+        let truth = json(&synth.stderr);
+        let (report, code) = report_json(&path);
+        assert_eq!(code, 0, "{name}");
+        for key in ["peak_bytes", "live_at_end_bytes"] {
+            assert_eq!(report[key], truth[key], "{name}: {key}");
+            assert!(truth[key].as_u64().is_some(), "{name}: {key} is a number");
+        }
+        assert_eq!(report["failed_allocations"].as_array().map(Vec::len), truth["failed_count"].as_u64().map(|n| n as usize), "{name}");
+        assert_eq!(report["clean_end"], true, "{name}");
+    }
+}
+
+#[test]
+fn a_truncated_trace_reports_what_it_kept_and_warns() {
+    let path = tmp("cut.msgpack");
+    let out = gpucollect(&["synth", "training-leak", "--events", "5000", "-o", path.to_str().expect("utf-8")]);
+    assert!(out.status.success());
+    let bytes = std::fs::read(&path).expect("trace");
+    std::fs::write(&path, &bytes[..bytes.len() * 2 / 3]).expect("write cut trace");
+    let (report, code) = report_json(&path);
+    assert_eq!(code, 0);
+    assert_eq!(report["clean_end"], false);
+    let warnings = report["warnings"].to_string();
+    assert!(warnings.contains("truncated"), "{warnings}");
+    assert!(report["peak_bytes"].as_u64().unwrap_or(0) > 0);
+}
+
+#[test]
+fn bad_input_gets_a_one_line_error_and_exit_code_2() {
+    let not_trace = tmp("not-a-trace.txt");
+    std::fs::write(&not_trace, "hello, this is text\n").expect("write");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["report".into(), "/nonexistent/run.msgpack".into()], "cannot open the trace"),
+        (vec!["report".into(), not_trace.display().to_string()], "not a gpucollect trace"),
+        (vec!["synth".into(), "no-such-scenario".into(), "-o".into(), tmp("x").display().to_string()], "unknown scenario"),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = gpucollect(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(err.starts_with("gpucollect: error:"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every test gpucollect has, in the order CI runs them. Needs the tools .ci/run installs.
+# GPUCOLLECT_FUZZ_SECS (default 30) bounds the decoder fuzzing; 0 skips it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n==> %s\n' "$*"; }
+
+step "format"
+cargo fmt --all --check
+
+step "clippy (native)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "clippy (wasm32: analysis-core without std, viewer)"
+cargo clippy -p analysis-core --no-default-features --target wasm32-unknown-unknown --locked -- -D warnings
+cargo clippy -p viewer --target wasm32-unknown-unknown --locked -- -D warnings
+
+step "no_std build of analysis-core for wasm32-unknown-unknown"
+cargo build -p analysis-core --no-default-features --target wasm32-unknown-unknown --locked
+
+step "unit, property, golden, compatibility and end-to-end tests"
+cargo test --workspace --locked
+
+step "decoder fuzzing (${GPUCOLLECT_FUZZ_SECS:-30} s)"
+if [ "${GPUCOLLECT_FUZZ_SECS:-30}" != 0 ]; then
+  scripts/fuzz.sh "${GPUCOLLECT_FUZZ_SECS:-30}"
+fi
+
+step "all tests passed"
