@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::{cmd_demo, cmd_report, cmd_synth};
+use crate::{cmd_demo, cmd_report, cmd_serve, cmd_synth, cmd_upload};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,6 +24,10 @@ pub enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Summarize a trace: devices, peak with its call sites, live at end, failures, warnings.
     Report(cmd_report::ReportArgs),
+    /// Host the viewer and shared traces: uploads, share links, wiki embeds.
+    Serve(cmd_serve::ServeArgs),
+    /// Share a trace: upload it to a `gpucollect serve` and print the link.
+    Upload(cmd_upload::UploadArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
     Synth(cmd_synth::SynthArgs),
 }
@@ -32,7 +36,9 @@ pub enum Command {
 const SUBCOMMANDS: &[&str] = &[
     "demo",
     "report",
+    "serve",
     "synth",
+    "upload",
     "help",
     "-h",
     "--help",
@@ -48,7 +54,9 @@ pub fn dispatch() -> Result<u8> {
         return match cli.command {
             Command::Demo(a) => cmd_demo::run(a),
             Command::Report(a) => cmd_report::run(a),
+            Command::Serve(a) => cmd_serve::run(a),
             Command::Synth(a) => cmd_synth::run(a),
+            Command::Upload(a) => cmd_upload::run(a),
         };
     }
     anyhow::bail!(

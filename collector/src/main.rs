@@ -4,10 +4,13 @@
 mod cli;
 mod cmd_demo;
 mod cmd_report;
+mod cmd_serve;
 mod cmd_synth;
+mod cmd_upload;
 mod input;
 mod output;
 mod render_text;
+mod serve;
 
 use std::process::ExitCode;
 

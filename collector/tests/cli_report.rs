@@ -24,7 +24,12 @@ fn json(bytes: &[u8]) -> serde_json::Value {
 }
 
 fn report_json(path: &Path) -> (serde_json::Value, i32) {
-    let out = gpucollect(&["report", path.to_str().expect("utf-8 path"), "--format", "json"]);
+    let out = gpucollect(&[
+        "report",
+        path.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+    ]);
     (json(&out.stdout), out.status.code().unwrap_or(-1))
 }
 
@@ -58,7 +63,11 @@ fn report_json_gives_the_ground_truth_of_every_scenario() {
             assert_eq!(report[key], truth[key], "{name}: {key}");
             assert!(truth[key].as_u64().is_some(), "{name}: {key} is a number");
         }
-        assert_eq!(report["failed_allocations"].as_array().map(Vec::len), truth["failed_count"].as_u64().map(|n| n as usize), "{name}");
+        assert_eq!(
+            report["failed_allocations"].as_array().map(Vec::len),
+            truth["failed_count"].as_u64().map(|n| n as usize),
+            "{name}"
+        );
         assert_eq!(report["clean_end"], true, "{name}");
     }
 }
@@ -66,7 +75,14 @@ fn report_json_gives_the_ground_truth_of_every_scenario() {
 #[test]
 fn a_truncated_trace_reports_what_it_kept_and_warns() {
     let path = tmp("cut.msgpack");
-    let out = gpucollect(&["synth", "training-leak", "--events", "5000", "-o", path.to_str().expect("utf-8")]);
+    let out = gpucollect(&[
+        "synth",
+        "training-leak",
+        "--events",
+        "5000",
+        "-o",
+        path.to_str().expect("utf-8"),
+    ]);
     assert!(out.status.success());
     let bytes = std::fs::read(&path).expect("trace");
     std::fs::write(&path, &bytes[..bytes.len() * 2 / 3]).expect("write cut trace");
@@ -83,9 +99,23 @@ fn bad_input_gets_a_one_line_error_and_exit_code_2() {
     let not_trace = tmp("not-a-trace.txt");
     std::fs::write(&not_trace, "hello, this is text\n").expect("write");
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["report".into(), "/nonexistent/run.msgpack".into()], "cannot open the trace"),
-        (vec!["report".into(), not_trace.display().to_string()], "not a gpucollect trace"),
-        (vec!["synth".into(), "no-such-scenario".into(), "-o".into(), tmp("x").display().to_string()], "unknown scenario"),
+        (
+            vec!["report".into(), "/nonexistent/run.msgpack".into()],
+            "cannot open the trace",
+        ),
+        (
+            vec!["report".into(), not_trace.display().to_string()],
+            "not a gpucollect trace",
+        ),
+        (
+            vec![
+                "synth".into(),
+                "no-such-scenario".into(),
+                "-o".into(),
+                tmp("x").display().to_string(),
+            ],
+            "unknown scenario",
+        ),
     ];
     for (args, needle) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
