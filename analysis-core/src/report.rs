@@ -1,13 +1,17 @@
 //! The one serializable `Report` that the CLI, the viewer and the server all render.
 //!
-//! `summarize` fills the trace-level facts (devices, duration, peak and its call sites, live at
-//! end, failed allocations, warnings). Detectors add findings on top of the same structure.
+//! `summary_facts` fills the trace-level facts (devices, duration, peak and its call sites, live
+//! at end, failed allocations, warnings); the detectors in `analysis` add findings, notes, the
+//! score and their sections on top of the same structure. `summarize` does both with the
+//! default thresholds.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+use crate::analysis::score::Recommendation;
+use crate::analysis::{Analysis, Config, Finding};
 use crate::format::*;
 use crate::model::{AllocRecord, LoadedTrace, TraceModel};
 
@@ -91,6 +95,18 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// The error that stopped decoding early, if any.
     pub fatal: Option<String>,
+    /// Problems (warning or critical), most severe first.
+    pub findings: Vec<Finding>,
+    /// Facts worth knowing that are not problems (bounded growth, teardown releases, churn).
+    pub notes: Vec<Finding>,
+    /// 0-100, reference weights.
+    pub score: u32,
+    /// A-F.
+    pub grade: String,
+    /// At most 10, most urgent first.
+    pub recommendations: Vec<Recommendation>,
+    /// Every detector's section.
+    pub analysis: Analysis,
 }
 
 /// How many call sites the summary lists per section.
@@ -135,8 +151,13 @@ pub fn group_by_stack<'a>(
         .collect()
 }
 
-/// Builds the trace-level summary.
+/// The full report with the default thresholds.
 pub fn summarize(trace: &LoadedTrace) -> Report {
+    crate::analysis::analyze(trace, &Config::default())
+}
+
+/// The trace-level facts only (no detectors).
+pub fn summary_facts(trace: &LoadedTrace) -> Report {
     let m = &trace.model;
     let h = &m.header;
     let peak_t = m.peak_ts_nanos;
@@ -277,5 +298,6 @@ pub fn summarize(trace: &LoadedTrace) -> Report {
         dropped_events: m.dropped_events,
         warnings: trace.warnings.iter().map(ToString::to_string).collect(),
         fatal: trace.fatal.as_ref().map(ToString::to_string),
+        ..Report::default()
     }
 }
