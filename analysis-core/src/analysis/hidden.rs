@@ -120,7 +120,15 @@ pub fn analyze(
                 .saturating_sub(live_bytes)
                 .saturating_sub(others_bytes)
         });
-        let gaps = address_gaps(m, r.device, r.ts_nanos);
+        // Address gaps mean something only when the live blocks share one region.
+        let device_total = sample.map(|s| s.total_bytes).or_else(|| {
+            m.devices
+                .iter()
+                .find(|d| d.device == r.device)
+                .map(|d| d.total_bytes)
+        });
+        let gaps = address_gaps(m, r.device, r.ts_nanos)
+            .filter(|g| device_total.is_some_and(|t| g.span_bytes <= t));
         let cause = match gaps {
             Some(g) if g.free_bytes >= r.size_bytes && g.largest_free_bytes < r.size_bytes => {
                 OomCause::Fragmentation
