@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::{cmd_report, cmd_synth};
+use crate::{cmd_check, cmd_diff, cmd_report, cmd_synth};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -20,14 +20,29 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Summarize a trace: devices, peak with its call sites, live at end, failures, warnings.
+    /// Analyze a trace: peak and live at end by call site, leaks, growth, trend, spikes,
+    /// fragmentation, hidden memory, OOM forensics, score and recommendations.
     Report(cmd_report::ReportArgs),
+    /// Check a trace against limits for CI: exit 1 with a one-line reason when one is exceeded.
+    Check(cmd_check::CheckArgs),
+    /// Compare two traces: peak, live at end and growth per call site and scope.
+    Diff(cmd_diff::DiffArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
     Synth(cmd_synth::SynthArgs),
 }
 
 /// Subcommand names; any other first argument is a program to trace.
-const SUBCOMMANDS: &[&str] = &["report", "synth", "help", "-h", "--help", "-V", "--version"];
+const SUBCOMMANDS: &[&str] = &[
+    "report",
+    "check",
+    "diff",
+    "synth",
+    "help",
+    "-h",
+    "--help",
+    "-V",
+    "--version",
+];
 
 pub fn dispatch() -> Result<u8> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -36,6 +51,8 @@ pub fn dispatch() -> Result<u8> {
         let cli = Cli::parse_from(&args);
         return match cli.command {
             Command::Report(a) => cmd_report::run(a),
+            Command::Check(a) => cmd_check::run(a),
+            Command::Diff(a) => cmd_diff::run(a),
             Command::Synth(a) => cmd_synth::run(a),
         };
     }

@@ -2,6 +2,8 @@
 //! command lives in its own `cmd_*.rs` module.
 
 mod cli;
+mod cmd_check;
+mod cmd_diff;
 mod cmd_report;
 mod cmd_synth;
 mod input;

@@ -82,7 +82,10 @@ pub fn analyze(
         };
         let at = match (&s.top_site, s.top_stack) {
             (Some(site), Some(stack)) => {
-                format!(" mostly kept by {site} ({})", site_location(m, stack))
+                format!(
+                    "; most of it is allocated at {} ({site})",
+                    site_location(m, stack)
+                )
             }
             _ => String::new(),
         };
@@ -95,7 +98,7 @@ pub fn analyze(
                     fmt_bytes(growth),
                     s.calls
                 ),
-                format!("nothing required; bound the cache{at} if its size matters"),
+                format!("nothing required; bound the cache if its size matters{at}"),
             )
         } else {
             (
@@ -109,7 +112,8 @@ pub fn analyze(
                     s.positive_ratio * 100.0
                 ),
                 format!(
-                    "release what each call keeps{at}: free it before the call returns, or bound the list or cache that holds it"
+                    "free what each `{}` call keeps before it returns, or bound the list or cache that holds it{at}",
+                    s.scope
                 ),
             )
         };

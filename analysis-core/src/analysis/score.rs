@@ -102,8 +102,16 @@ pub fn recommendations(findings: &[Finding], notes: &[Finding], c: &Config) -> V
             .then(b.bytes.cmp(&a.bytes))
             .then(a.site.cmp(&b.site))
     });
-    all.truncate(c.max_recommendations);
-    all.into_iter()
+    // One recommendation per call site among the notes (repeated and short-lived overlap).
+    let mut kept: Vec<&Finding> = Vec::with_capacity(all.len());
+    for f in all {
+        if f.severity == Severity::Info && kept.iter().any(|k| k.site == f.site) {
+            continue;
+        }
+        kept.push(f);
+    }
+    kept.truncate(c.max_recommendations);
+    kept.into_iter()
         .enumerate()
         .map(|(i, f)| Recommendation {
             priority: i as u32 + 1,
@@ -151,9 +159,24 @@ mod tests {
                 Some(Impact::Medium),
             ),
         ];
+        let at = |mut x: Finding, site: &str| {
+            x.site = site.into();
+            x
+        };
         let notes = [
-            f(FindingKind::RepeatedAllocations, Severity::Info, None),
-            f(FindingKind::RepeatedAllocations, Severity::Info, None),
+            at(
+                f(FindingKind::RepeatedAllocations, Severity::Info, None),
+                "a (a.py:1)",
+            ),
+            at(
+                f(FindingKind::RepeatedAllocations, Severity::Info, None),
+                "b (b.py:2)",
+            ),
+            // The same site as a listed note: not recommended twice.
+            at(
+                f(FindingKind::ShortLived, Severity::Info, None),
+                "a (a.py:1)",
+            ),
             f(FindingKind::BoundedGrowth, Severity::Info, None),
         ];
         // 100 - 20 - 10 - 15 - 8 - 5 = 42.
