@@ -5,6 +5,7 @@
 
 use analysis_core::analysis::hidden::OomCause;
 use analysis_core::analysis::leaks::LeakClass;
+use analysis_core::analysis::scopes::ScopeKind;
 use analysis_core::analysis::{Finding, FindingKind, Severity};
 use analysis_core::synth::{GroundTruth, Scenario, generate};
 use analysis_core::*;
@@ -277,6 +278,35 @@ fn oom_forensics_names_the_call_site_holding_memory_and_other_processes() {
     assert_eq!(function_of(&f.site), "allocate_output");
     assert_eq!(f.bytes, 8 * GIB);
     assert_eq!(f.severity, Severity::Critical);
+    // Without NVTX ranges, the scopes are call sites: each allocation is one call.
+    let s = &r.analysis.scopes[0];
+    assert_eq!(s.kind, ScopeKind::CallSite);
+    assert_eq!(function_of(&s.scope), "grow_buffers");
+    assert_eq!(s.total_growth_bytes, truth.leaks[0].bytes as i64);
+    assert!(s.reference_leak && !s.bounded);
+}
+
+#[test]
+fn call_site_scopes_net_out_frees_and_teardowns() {
+    // Every allocation of the loop is freed before the next one: no call grows.
+    let (r, _) = run(Scenario::ContextReset, 20_000);
+    assert!(
+        r.analysis
+            .scopes
+            .iter()
+            .all(|s| s.kind == ScopeKind::CallSite)
+    );
+    assert!(!r.analysis.scopes.iter().any(|s| s.reference_leak));
+    // The thread-exit leak grows 96 MiB, under the 100 MiB reference limit.
+    let (r, _) = run(Scenario::MultiDevice, 20_000);
+    let s = r
+        .analysis
+        .scopes
+        .iter()
+        .find(|s| function_of(&s.scope) == "stage_batch")
+        .expect("stage_batch scope");
+    assert_eq!(s.total_growth_bytes, 96 * MIB as i64);
+    assert!(!s.reference_leak);
 }
 
 #[test]
