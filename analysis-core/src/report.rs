@@ -123,7 +123,7 @@ pub fn group_by_stack<'a>(
     let mut by: HashMap<StackId, Group> = HashMap::new();
     for a in allocs {
         let e = by.entry(a.stack).or_default();
-        e.0 += a.size_bytes;
+        e.0 = e.0.saturating_add(a.size_bytes);
         e.1 += 1;
         if !e.2.contains(&a.thread) && e.2.len() < 16 {
             e.2.push(a.thread);
@@ -211,7 +211,7 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
                 points.push((*t, i128::from(*v) - i128::from(prev)));
                 prev = *v;
             }
-            d.live_at_end_bytes += s.live_bytes;
+            d.live_at_end_bytes = d.live_at_end_bytes.saturating_add(s.live_bytes);
         }
         points.sort_by_key(|p| p.0);
         let mut cur: i128 = 0;

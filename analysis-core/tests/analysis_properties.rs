@@ -205,3 +205,88 @@ proptest! {
         prop_assert_eq!(normalized(&a), normalized(&b));
     }
 }
+
+/// A trace of allocations with arbitrary sizes, times and addresses (hostile values included).
+fn wild_trace(allocs: &[(u64, u64, u64, bool)]) -> Vec<u8> {
+    let mut enc = Encoder::new(&Encoder::header_v1());
+    let mut t = 0u64;
+    let mut ids = Vec::new();
+    for &(dt, size, address, free) in allocs {
+        t = t.wrapping_add(dt);
+        let id = enc.alloc(&Alloc {
+            ts_nanos: t,
+            size_bytes: size,
+            address,
+            stack: StackId((size % 3) as u32),
+            ..Alloc::default()
+        });
+        ids.push((id, free));
+        if size % 5 == 0 {
+            enc.record(&Record::PoolSample(PoolSample {
+                ts_nanos: t,
+                reserved_bytes: address,
+                used_bytes: size,
+                ..PoolSample::default()
+            }));
+            enc.record(&Record::DeviceSample(DeviceSample {
+                ts_nanos: t,
+                total_bytes: dt,
+                used_bytes: size,
+                ..DeviceSample::default()
+            }));
+        }
+    }
+    for (id, free) in ids {
+        if free {
+            t = t.wrapping_add(7);
+            enc.record(&Record::Free(Free {
+                ts_nanos: t,
+                alloc: id,
+                ..Free::default()
+            }));
+        }
+    }
+    enc.record(&Record::AllocFailed(AllocFailed {
+        ts_nanos: t,
+        size_bytes: u64::MAX,
+        ..AllocFailed::default()
+    }));
+    enc.into_bytes()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn analysis_never_panics_on_mutated_traces(
+        which in 0usize..12,
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16),
+    ) {
+        let (mut bytes, _) = synth::generate(synth::Scenario::ALL[which], 400, 3);
+        for (i, b) in flips {
+            let at = i.index(bytes.len());
+            bytes[at] = b;
+        }
+        if let Ok(t) = load(&bytes) {
+            let r = summarize(&t);
+            prop_assert!(r.score <= 100);
+        }
+    }
+
+    #[test]
+    fn analysis_never_panics_on_extreme_values(
+        allocs in proptest::collection::vec(
+            (prop_oneof![Just(0u64), Just(u64::MAX / 2), 0u64..1_000_000],
+             // Sizes stay below 2^56 so that 40 of them do not overflow the model's own
+             // per-stack sums (model.rs adds without saturating; reported separately).
+             prop_oneof![Just(0u64), Just(1u64 << 56), Just((1u64 << 56) - 1), 1u64..1 << 40],
+             any::<u64>(),
+             any::<bool>()),
+            1..40),
+    ) {
+        let bytes = wild_trace(&allocs);
+        let t = load(&bytes).expect("loads");
+        let r = summarize(&t);
+        prop_assert!(r.score <= 100);
+    }
+}

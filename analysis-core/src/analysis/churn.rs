@@ -73,7 +73,7 @@ pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found)
             && let Some(i) = sites.get(a.stack)
         {
             short[i].0 += 1;
-            short[i].1 += a.size_bytes;
+            short[i].1 = short[i].1.saturating_add(a.size_bytes);
         }
     }
     let mut sl: Vec<(usize, u64, u64)> = short

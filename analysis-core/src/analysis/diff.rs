@@ -24,7 +24,7 @@ impl Change {
         Self {
             before,
             after,
-            delta: after as i64 - before as i64,
+            delta: super::signed_diff(after, before),
         }
     }
 }
@@ -115,7 +115,10 @@ pub fn diff(before: &Report, after: &Report) -> ReportDiff {
         })
         .collect();
     let weight = |c: &SiteChange| {
-        c.peak_bytes.delta.unsigned_abs() + c.live_at_end_bytes.delta.unsigned_abs()
+        c.peak_bytes
+            .delta
+            .unsigned_abs()
+            .saturating_add(c.live_at_end_bytes.delta.unsigned_abs())
     };
     site_changes.sort_by(|x, y| {
         weight(y)
@@ -145,7 +148,7 @@ pub fn diff(before: &Report, after: &Report) -> ReportDiff {
             growth_bytes: SignedChange {
                 before: gb,
                 after: ga,
-                delta: ga - gb,
+                delta: ga.saturating_sub(gb),
             },
             max_peak_bytes: Change::new(
                 x.map_or(0, |t| t.max_peak_bytes),

@@ -170,10 +170,10 @@ pub fn address_gaps(m: &TraceModel, device: DeviceIdx, t: u64) -> Option<Address
     for &(a, b) in &live {
         if a > end {
             let gap = a - end;
-            g.free_bytes += gap;
+            g.free_bytes = g.free_bytes.saturating_add(gap);
             g.largest_free_bytes = g.largest_free_bytes.max(gap);
         }
-        g.live_bytes += b - a;
+        g.live_bytes = g.live_bytes.saturating_add(b - a);
         end = end.max(b);
     }
     g.span_bytes = end - live[0].0;

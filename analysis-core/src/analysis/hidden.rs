@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use super::fragmentation::{AddressGaps, address_gaps};
-use super::{Config, Finding, FindingKind, Found, Impact, Severity, site_location};
+use super::{Config, Finding, FindingKind, Found, Impact, Severity, saturating_sum, site_location};
 use crate::format::{DeviceIdx, ProcessUsage};
 use crate::model::TraceModel;
 use crate::report::{SiteBytes, group_by_stack};
@@ -113,7 +113,7 @@ pub fn analyze(
             })
             .unwrap_or_default();
         others.sort_by_key(|p| core::cmp::Reverse(p.used_bytes));
-        let others_bytes: u64 = others.iter().map(|p| p.used_bytes).sum();
+        let others_bytes = saturating_sum(others.iter().map(|p| p.used_bytes));
         let live_bytes = traced_live(m, r.device, r.ts_nanos);
         let untraced = sample.map_or(0, |s| {
             s.used_bytes
@@ -172,7 +172,7 @@ fn traced_live(m: &TraceModel, device: DeviceIdx, t: u64) -> u64 {
         .iter()
         .filter(|s| !s.key.host && s.key.device == device)
         .map(|s| s.timeline.value_at(t))
-        .sum()
+        .fold(0u64, u64::saturating_add)
 }
 
 fn device_gap(
@@ -190,14 +190,14 @@ fn device_gap(
     for s in &samples {
         let live = traced_live(m, d, s.ts_nanos);
         ts.push(s.ts_nanos);
-        gaps.push(s.used_bytes as i64 - live as i64);
+        gaps.push(super::signed_diff(s.used_bytes, live));
         total = total.max(s.total_bytes);
-        let others: u64 = s
-            .processes
-            .iter()
-            .filter(|p| !pids.contains(&p.pid))
-            .map(|p| p.used_bytes)
-            .sum();
+        let others = saturating_sum(
+            s.processes
+                .iter()
+                .filter(|p| !pids.contains(&p.pid))
+                .map(|p| p.used_bytes),
+        );
         others_max = others_max.max(others);
     }
     let gf: Vec<f64> = gaps.iter().map(|&g| g as f64).collect();
@@ -324,7 +324,7 @@ pub fn gap_rules(
 }
 
 fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) -> Finding {
-    let others: u64 = o.other_processes.iter().map(|p| p.used_bytes).sum();
+    let others = saturating_sum(o.other_processes.iter().map(|p| p.used_bytes));
     let why = match o.cause {
         OomCause::Fragmentation => {
             let g = o.gaps.unwrap_or_default();

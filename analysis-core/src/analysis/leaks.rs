@@ -68,7 +68,7 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> (Vec<LeakGroup>
             process: a.process,
             ..Acc::default()
         });
-        e.bytes += a.size_bytes;
+        e.bytes = e.bytes.saturating_add(a.size_bytes);
         e.count += 1;
         e.first_ts = e.first_ts.min(a.ts_nanos);
         e.last_ts = e.last_ts.max(a.ts_nanos);
@@ -104,7 +104,7 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> (Vec<LeakGroup>
             .map(|&i| &m.allocs[i as usize])
             .filter(|a| a.ts_nanos >= tail_start)
             .map(|a| a.size_bytes)
-            .sum();
+            .fold(0u64, u64::saturating_add);
         let bounded = c.detect_bounded_growth
             && acc.count >= c.min_calls_for_analysis
             && window > 0

@@ -296,6 +296,16 @@ impl SiteIndex {
     }
 }
 
+/// `a - b` as a signed byte count, clamped to `i64`.
+pub(crate) fn signed_diff(a: u64, b: u64) -> i64 {
+    (i128::from(a) - i128::from(b)).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// Sum that stops at `u64::MAX` instead of overflowing on hostile input.
+pub(crate) fn saturating_sum(it: impl Iterator<Item = u64>) -> u64 {
+    it.fold(0, u64::saturating_add)
+}
+
 /// The call-site label and its frames, for findings and sections.
 pub(crate) fn site_label(m: &TraceModel, stack: StackId) -> (String, Vec<String>) {
     let frames = m.stack_frames(stack);

@@ -134,14 +134,20 @@ pub fn analyze(
     out
 }
 
+fn signed(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
 /// The reference rule plus the bounded-growth test over one scope's per-call growth.
 fn judge(c: &Config, diffs: &[i64]) -> (i64, f64, f64, i64, bool, bool) {
     let n = diffs.len() as u64;
-    let total: i64 = diffs.iter().sum();
+    let total = diffs.iter().fold(0i64, |a, &d| a.saturating_add(d));
     let avg = if n > 0 { total as f64 / n as f64 } else { 0.0 };
     let pos = diffs.iter().filter(|&&d| d > 0).count();
     let ratio = if n > 0 { pos as f64 / n as f64 } else { 0.0 };
-    let tail: i64 = diffs[diffs.len() - diffs.len() / 3..].iter().sum();
+    let tail = diffs[diffs.len() - diffs.len() / 3..]
+        .iter()
+        .fold(0i64, |a, &d| a.saturating_add(d));
     let reference = n >= c.min_calls_for_analysis
         && avg > 0.0
         && ratio > c.memory_leak_ratio
@@ -183,7 +189,7 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
     let mut peaks: Vec<u64> = alloc::vec![0; names.len()];
     for (r, &k) in m.ranges.iter().zip(&scope_of) {
         if r.end_ts_nanos.is_some() {
-            diffs[k as usize].push(r.growth_bytes());
+            diffs[k as usize].push(super::signed_diff(r.live_after_bytes, r.live_before_bytes));
             peaks[k as usize] = peaks[k as usize].max(r.peak_bytes);
         }
     }
@@ -201,9 +207,10 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
             };
             match r.end_ts_nanos {
                 Some(end) if a.free_ts_nanos == LIVE || a.free_ts_nanos > end => {
-                    *kept
+                    let e = kept
                         .entry((scope_of[slot as usize - 1], a.stack))
-                        .or_default() += a.size_bytes;
+                        .or_default();
+                    *e = e.saturating_add(a.size_bytes);
                 }
                 _ => {}
             }
@@ -254,7 +261,7 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
         }
         if let Some(i) = sites.get(a.stack) {
             times[i].push(a.ts_nanos);
-            diffs[i].push(a.size_bytes as i64);
+            diffs[i].push(signed(a.size_bytes));
         }
     }
     for a in &m.allocs {
@@ -265,7 +272,7 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
             // The call this free belongs to: the site's last allocation at or before it.
             let j = times[i].partition_point(|&t| t <= a.free_ts_nanos);
             if j > 0 {
-                diffs[i][j - 1] -= a.size_bytes as i64;
+                diffs[i][j - 1] = diffs[i][j - 1].saturating_sub(signed(a.size_bytes));
             }
         }
     }
@@ -293,7 +300,7 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
             max_peak_bytes: m.stack_stats.get(&stack).map_or(0, |s| s.peak_bytes),
             top_stack: Some(stack),
             top_site: Some(label),
-            top_site_bytes: total.max(0) as u64,
+            top_site_bytes: total.max(0).unsigned_abs(),
         });
     }
     out.sort_by_key(|s| core::cmp::Reverse(s.total_growth_bytes));
