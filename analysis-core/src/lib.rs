@@ -1,5 +1,5 @@
 //! analysis-core: the gpucollect trace format, push decoder, replay model, synthetic workloads
-//! and detectors.
+//! and detectors (`analysis`, built on `stats`).
 //!
 //! # Design constraints
 //! - `#![no_std]` + `alloc`: it runs natively (CLI, server) and in WebAssembly (viewer).
@@ -14,16 +14,19 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+pub mod analysis;
 pub mod decode;
 pub mod encode;
 pub mod format;
 pub mod model;
 pub mod msgpack;
 pub mod report;
+pub mod stats;
 pub mod synth;
 pub mod timeline;
 pub mod units;
 
+pub use analysis::{Config, analyze};
 pub use decode::{DecodeError, Decoder, Warning};
 pub use encode::Encoder;
 pub use format::*;

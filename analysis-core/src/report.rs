@@ -1,13 +1,17 @@
 //! The one serializable `Report` that the CLI, the viewer and the server all render.
 //!
-//! `summarize` fills the trace-level facts (devices, duration, peak and its call sites, live at
-//! end, failed allocations, warnings). Detectors add findings on top of the same structure.
+//! `summary_facts` fills the trace-level facts (devices, duration, peak and its call sites, live
+//! at end, failed allocations, warnings); the detectors in `analysis` add findings, notes, the
+//! score and their sections on top of the same structure. `summarize` does both with the
+//! default thresholds.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+use crate::analysis::score::Recommendation;
+use crate::analysis::{Analysis, Config, Finding};
 use crate::format::*;
 use crate::model::{AllocRecord, LoadedTrace, TraceModel};
 
@@ -91,6 +95,18 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// The error that stopped decoding early, if any.
     pub fatal: Option<String>,
+    /// Problems (warning or critical), most severe first.
+    pub findings: Vec<Finding>,
+    /// Facts worth knowing that are not problems (bounded growth, teardown releases, churn).
+    pub notes: Vec<Finding>,
+    /// 0-100, reference weights.
+    pub score: u32,
+    /// A-F.
+    pub grade: String,
+    /// At most 10, most urgent first.
+    pub recommendations: Vec<Recommendation>,
+    /// Every detector's section.
+    pub analysis: Analysis,
 }
 
 /// How many call sites the summary lists per section.
@@ -107,7 +123,7 @@ pub fn group_by_stack<'a>(
     let mut by: HashMap<StackId, Group> = HashMap::new();
     for a in allocs {
         let e = by.entry(a.stack).or_default();
-        e.0 += a.size_bytes;
+        e.0 = e.0.saturating_add(a.size_bytes);
         e.1 += 1;
         if !e.2.contains(&a.thread) && e.2.len() < 16 {
             e.2.push(a.thread);
@@ -135,8 +151,13 @@ pub fn group_by_stack<'a>(
         .collect()
 }
 
-/// Builds the trace-level summary.
+/// The full report with the default thresholds.
 pub fn summarize(trace: &LoadedTrace) -> Report {
+    crate::analysis::analyze(trace, &Config::default())
+}
+
+/// The trace-level facts only (no detectors).
+pub fn summary_facts(trace: &LoadedTrace) -> Report {
     let m = &trace.model;
     let h = &m.header;
     let peak_t = m.peak_ts_nanos;
@@ -190,7 +211,7 @@ pub fn summarize(trace: &LoadedTrace) -> Report {
                 points.push((*t, i128::from(*v) - i128::from(prev)));
                 prev = *v;
             }
-            d.live_at_end_bytes += s.live_bytes;
+            d.live_at_end_bytes = d.live_at_end_bytes.saturating_add(s.live_bytes);
         }
         points.sort_by_key(|p| p.0);
         let mut cur: i128 = 0;
@@ -277,5 +298,6 @@ pub fn summarize(trace: &LoadedTrace) -> Report {
         dropped_events: m.dropped_events,
         warnings: trace.warnings.iter().map(ToString::to_string).collect(),
         fatal: trace.fatal.as_ref().map(ToString::to_string),
+        ..Report::default()
     }
 }

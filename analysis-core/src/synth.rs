@@ -37,10 +37,17 @@ pub enum Scenario {
     Oom,
     /// A training loop that frees everything: no findings expected.
     Clean,
+    /// A training loop whose batch buffer is not freed when a step raises (exception path).
+    ExceptionLeak,
+    /// A pool with planted reserved vs allocated samples and an allocation that fails because
+    /// no free block is large enough (fragmentation).
+    Fragmented,
+    /// Flat traced memory while untraced device memory (library workspaces) keeps growing.
+    HiddenGrowth,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 12] = [
         Self::TrainingLeak,
         Self::CachePlateau,
         Self::Spikes,
@@ -50,6 +57,9 @@ impl Scenario {
         Self::ContextReset,
         Self::Oom,
         Self::Clean,
+        Self::ExceptionLeak,
+        Self::Fragmented,
+        Self::HiddenGrowth,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -63,6 +73,9 @@ impl Scenario {
             Self::ContextReset => "context-reset",
             Self::Oom => "oom",
             Self::Clean => "clean",
+            Self::ExceptionLeak => "exception-leak",
+            Self::Fragmented => "fragmented",
+            Self::HiddenGrowth => "hidden-growth",
         }
     }
 
@@ -81,6 +94,15 @@ impl Scenario {
             Self::ContextReset => "allocations released by a context reset",
             Self::Oom => "growth until cuMemAlloc fails with out-of-memory",
             Self::Clean => "training loop that frees everything",
+            Self::ExceptionLeak => {
+                "training loop leaking its 8 MiB batch on every 7th step (exception path)"
+            }
+            Self::Fragmented => {
+                "pool 50-75 % unallocated; a 128 MiB request fails with 192 MiB free in 64 MiB holes"
+            }
+            Self::HiddenGrowth => {
+                "flat traced memory; untraced device memory grows by 256 MiB per sample"
+            }
         }
     }
 }
@@ -103,6 +125,17 @@ pub struct PlantedSpike {
     pub function: String,
 }
 
+/// Fragmentation the generator planted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PlantedFragmentation {
+    /// (reserved, allocated) bytes of each pool sample, in order.
+    pub pool_samples: Vec<(u64, u64)>,
+    /// At the failed allocation: free bytes between live blocks, and the largest free block.
+    pub free_inside_span_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub failed_request_bytes: u64,
+}
+
 /// What the generator knows to be true about the trace it wrote.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GroundTruth {
@@ -117,6 +150,9 @@ pub struct GroundTruth {
     pub spikes: Vec<PlantedSpike>,
     /// Function names of call sites that grow but plateau (must not be reported as leaks).
     pub bounded: Vec<String>,
+    pub fragmentation: Option<PlantedFragmentation>,
+    /// Untraced device memory grows steadily (device samples).
+    pub hidden_drift: bool,
     /// Steps (NVTX `train_step` instances) written.
     pub steps: u64,
     /// Records written (header excluded).
@@ -411,9 +447,13 @@ pub fn generate(scenario: Scenario, events: u64, seed: u64) -> (Vec<u8>, GroundT
     let mut w = Writer::new(scenario, seed);
     let events = events.max(100);
     match scenario {
-        Scenario::TrainingLeak | Scenario::CachePlateau | Scenario::Clean | Scenario::Spikes => {
-            training(&mut w, scenario, events)
-        }
+        Scenario::TrainingLeak
+        | Scenario::CachePlateau
+        | Scenario::Clean
+        | Scenario::Spikes
+        | Scenario::ExceptionLeak => training(&mut w, scenario, events),
+        Scenario::Fragmented => fragmented(&mut w),
+        Scenario::HiddenGrowth => hidden_growth(&mut w, events),
         Scenario::ShortLived => short_lived(&mut w, events),
         Scenario::MultiDevice => multi_device(&mut w, events),
         Scenario::StreamOrdered => stream_ordered(&mut w, events),
@@ -459,6 +499,15 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
         ("train_step", TRAIN, 60),
         ("attention_scores", MODEL, 102),
     ]);
+    // Only the exception scenario defines its batch stack, so the other traces stay as they were.
+    let batch = (scenario == Scenario::ExceptionLeak).then(|| {
+        w.stack(&[
+            ("<module>", TRAIN, 131),
+            ("train_step", TRAIN, 56),
+            ("load_batch", "data.py", 40),
+        ])
+    });
+    let mut batch_leaked = 0u64;
     // Weights: live for the whole run, freed at the end.
     let mut weight_ids = Vec::new();
     for i in 0..8 {
@@ -473,6 +522,7 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
     let mut leaked = 0u64;
     for step in 0..steps {
         let r = w.range_begin(step_name);
+        let batch_id = batch.map(|b| w.alloc(8 * MIB, b));
         let mut acts = Vec::with_capacity(12);
         for i in 0..12 {
             acts.push(w.alloc((8 + (i % 4) * 8) * MIB, act));
@@ -499,6 +549,14 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
         }
         for id in grads {
             w.free(id);
+        }
+        if let Some(id) = batch_id {
+            if step % 7 == 3 {
+                // The step raises before `del batch`: the buffer stays referenced.
+                batch_leaked += 1;
+            } else {
+                w.free(id);
+            }
         }
         match scenario {
             Scenario::TrainingLeak => {
@@ -534,6 +592,14 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
     }
     if cache_len > 0 {
         w.truth.bounded.push("lookup_embedding_cache".into());
+    }
+    if batch_leaked > 0 {
+        w.truth.leaks.push(PlantedLeak {
+            function: "load_batch".into(),
+            bytes: batch_leaked * 8 * MIB,
+            count: batch_leaked,
+            thread: ThreadIdx(0),
+        });
     }
 }
 
@@ -748,6 +814,86 @@ fn oom(w: &mut Writer, events: u64) {
         count,
         thread: ThreadIdx(0),
     });
+}
+
+fn fragmented(w: &mut Writer) {
+    let block = w.stack(&[("main", "pool.py", 10), ("allocate_block", "pool.py", 20)]);
+    let big = w.stack(&[("main", "pool.py", 12), ("allocate_batch", "pool.py", 51)]);
+    // Eight contiguous 64 MiB blocks in a 1 GiB reservation (placed explicitly: the bump
+    // allocator's first address is outside its wrap range).
+    w.next_addr[0] = 0x7000_0000_0000 + GIB;
+    let ids: Vec<AllocId> = (0..8).map(|_| w.alloc(64 * MIB, block)).collect();
+    let mut planted = PlantedFragmentation::default();
+    w.samples(DeviceIdx(0), GIB);
+    planted.pool_samples.push((GIB, w.live_total));
+    // Free every other block: holes of 64 MiB.
+    for k in [1, 3] {
+        w.free(ids[k]);
+    }
+    w.samples(DeviceIdx(0), GIB);
+    planted.pool_samples.push((GIB, w.live_total));
+    for k in [5, 7] {
+        w.free(ids[k]);
+    }
+    w.samples(DeviceIdx(0), GIB);
+    planted.pool_samples.push((GIB, w.live_total));
+    // 128 MiB does not fit in any hole, though 192 MiB is free between the live blocks
+    // (block 7's hole is past the last live block).
+    w.tick(1000, 1000);
+    let now = w.now;
+    w.rec(Record::AllocFailed(AllocFailed {
+        ts_nanos: now,
+        size_bytes: 128 * MIB,
+        error_code: 2,
+        stack: big,
+        thread: ThreadIdx(0),
+        device: DeviceIdx(0),
+        kind: AllocKind::Device,
+        process: ProcessIdx(0),
+    }));
+    w.truth.failed_count = 1;
+    planted.free_inside_span_bytes = 3 * 64 * MIB;
+    planted.largest_free_bytes = 64 * MIB;
+    planted.failed_request_bytes = 128 * MIB;
+    for k in [0, 2, 4, 6] {
+        w.free(ids[k]);
+    }
+    w.truth.fragmentation = Some(planted);
+}
+
+fn hidden_growth(w: &mut Writer, events: u64) {
+    let st = w.stack(&[("main", "serve.py", 8), ("handle_request", "serve.py", 30)]);
+    let resident = w.stack(&[("main", "serve.py", 5), ("load_model", "serve.py", 12)]);
+    let model = w.alloc(4 * GIB, resident);
+    let mut k = 0u64;
+    let mut i = 0u64;
+    while w.events() + 2 < events {
+        let size = (2 + w.rng.below(6)) * MIB;
+        let id = w.alloc(size, st);
+        w.free(id);
+        i += 1;
+        if i.is_multiple_of(32) {
+            // Untraced memory (library workspaces) grows by 256 MiB per sample.
+            let untraced = GIB + k * 256 * MIB;
+            let used = w.live_total + untraced;
+            w.tick(100, 1_000);
+            let now = w.now;
+            w.rec(Record::DeviceSample(DeviceSample {
+                ts_nanos: now,
+                device: DeviceIdx(0),
+                total_bytes: 80 * GIB,
+                free_bytes: (80 * GIB).saturating_sub(used),
+                used_bytes: used,
+                processes: vec![ProcessUsage {
+                    pid: 4242,
+                    used_bytes: used,
+                }],
+            }));
+            k += 1;
+        }
+    }
+    w.free(model);
+    w.truth.hidden_drift = k >= 5;
 }
 
 #[cfg(test)]

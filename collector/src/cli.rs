@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::{cmd_demo, cmd_report, cmd_serve, cmd_synth, cmd_upload};
+use crate::{cmd_check, cmd_demo, cmd_diff, cmd_report, cmd_serve, cmd_synth, cmd_upload};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,8 +22,13 @@ pub struct Cli {
 pub enum Command {
     /// First run: write the bundled demo traces and print the report of one.
     Demo(cmd_demo::DemoArgs),
-    /// Summarize a trace: devices, peak with its call sites, live at end, failures, warnings.
+    /// Analyze a trace: peak and live at end by call site, leaks, growth, trend, spikes,
+    /// fragmentation, hidden memory, OOM forensics, score and recommendations.
     Report(cmd_report::ReportArgs),
+    /// Check a trace against limits for CI: exit 1 with a one-line reason when one is exceeded.
+    Check(cmd_check::CheckArgs),
+    /// Compare two traces: peak, live at end and growth per call site and scope.
+    Diff(cmd_diff::DiffArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
     Serve(cmd_serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
@@ -36,6 +41,8 @@ pub enum Command {
 const SUBCOMMANDS: &[&str] = &[
     "demo",
     "report",
+    "check",
+    "diff",
     "serve",
     "synth",
     "upload",
@@ -55,6 +62,8 @@ pub fn dispatch() -> Result<u8> {
             Command::Demo(a) => cmd_demo::run(a),
             Command::Report(a) => cmd_report::run(a),
             Command::Serve(a) => cmd_serve::run(a),
+            Command::Check(a) => cmd_check::run(a),
+            Command::Diff(a) => cmd_diff::run(a),
             Command::Synth(a) => cmd_synth::run(a),
             Command::Upload(a) => cmd_upload::run(a),
         };

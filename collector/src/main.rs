@@ -2,7 +2,9 @@
 //! command lives in its own `cmd_*.rs` module.
 
 mod cli;
+mod cmd_check;
 mod cmd_demo;
+mod cmd_diff;
 mod cmd_report;
 mod cmd_serve;
 mod cmd_synth;

@@ -1,9 +1,11 @@
-//! Renders a `Report` for a terminal.
+//! Renders a `Report` (and a report diff) for a terminal.
 
 use std::fmt::Write;
 
+use analysis_core::analysis::Finding;
+use analysis_core::analysis::diff::{Change, ReportDiff};
 use analysis_core::report::{Report, SiteBytes};
-use analysis_core::units::{fmt_bytes, fmt_duration};
+use analysis_core::units::{fmt_bytes, fmt_bytes_signed, fmt_duration};
 
 fn sites(out: &mut String, title: &str, sites: &[SiteBytes]) {
     if sites.is_empty() {
@@ -91,6 +93,7 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    analysis(&mut o, r);
     if let Some(e) = &r.fatal {
         let _ = writeln!(o, "\nerror: {e}");
     }
@@ -98,6 +101,256 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "\nWarnings:");
         for w in &r.warnings {
             let _ = writeln!(o, "  - {w}");
+        }
+    }
+    o
+}
+
+fn finding(o: &mut String, f: &Finding) {
+    let _ = writeln!(
+        o,
+        "  {:<8} {:<20} {:>10}  {}",
+        f.severity.name().to_uppercase(),
+        f.kind.name(),
+        fmt_bytes(f.bytes),
+        f.site
+    );
+    let _ = writeln!(o, "           {}", f.message);
+    let _ = writeln!(o, "           fix: {}", f.fix);
+}
+
+fn analysis(o: &mut String, r: &Report) {
+    let a = &r.analysis;
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Score: {}/100 (grade {})", r.score, r.grade);
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "Findings: none");
+    } else {
+        let _ = writeln!(o, "Findings: {}", r.findings.len());
+        for f in &r.findings {
+            finding(o, f);
+        }
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(o, "Notes (not problems):");
+        for n in &r.notes {
+            let _ = writeln!(o, "  {:<20} {}", n.kind.name(), n.message);
+        }
+    }
+    if !r.recommendations.is_empty() {
+        let _ = writeln!(o, "Recommendations:");
+        for x in &r.recommendations {
+            let _ = writeln!(
+                o,
+                "  {:>2}. [{}] {} ({}): {}",
+                x.priority,
+                x.severity.name(),
+                x.site,
+                fmt_bytes(x.bytes),
+                x.fix
+            );
+        }
+    }
+    if !a.scopes.is_empty() {
+        let _ = writeln!(o, "Growth per scope:");
+        for s in a.scopes.iter().take(10) {
+            let verdict = match (s.reference_leak, s.bounded) {
+                (true, true) => "bounded",
+                (true, false) => "LEAK",
+                (false, _) => "ok",
+            };
+            let _ = writeln!(
+                o,
+                "  {:<32} {:>7} calls  {:>11} total  {:>4.0} % grow  {}",
+                s.scope,
+                s.calls,
+                fmt_bytes_signed(s.total_growth_bytes),
+                s.positive_ratio * 100.0,
+                verdict
+            );
+        }
+    }
+    for t in &a.trends {
+        let full = t
+            .seconds_to_full
+            .map(|s| format!(", full in {}", fmt_duration((s * 1e9) as u64)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "Trend (process {}, device {}): {}/s, r = {:.3}, p = {:.3e}{full}{}",
+            t.process.0,
+            t.device.0,
+            fmt_bytes_signed(t.growth_bytes_per_sec as i64),
+            t.fit.r,
+            t.fit.p_value,
+            if t.bounded {
+                " (plateaued)"
+            } else if t.flagged {
+                " (growing)"
+            } else {
+                ""
+            }
+        );
+    }
+    for s in &a.scope_spikes {
+        let _ = writeln!(
+            o,
+            "Spikes in `{}`: {} above {} (Q1 {}, Q3 {})",
+            s.scope,
+            s.spike_count,
+            fmt_bytes(s.threshold_bytes as u64),
+            fmt_bytes(s.q1_bytes as u64),
+            fmt_bytes(s.q3_bytes as u64)
+        );
+    }
+    for e in a.timeline_spikes.iter().take(10) {
+        let _ = writeln!(
+            o,
+            "  rise of {} at {} to {} for {} from {}",
+            fmt_bytes(e.size_bytes),
+            fmt_duration(e.ts_nanos.saturating_sub(r.first_ts_nanos)),
+            fmt_bytes(e.live_bytes),
+            fmt_duration(e.duration_nanos),
+            e.site
+        );
+    }
+    for p in &a.fragmentation {
+        let _ = writeln!(
+            o,
+            "Fragmentation, pool {:#x} on device {}: mean {:.1} %, worst {:.1} % ({} wasted) over {} samples",
+            p.pool,
+            p.device.0,
+            p.mean_ratio * 100.0,
+            p.max_ratio * 100.0,
+            fmt_bytes(p.max_wasted_bytes),
+            p.samples
+        );
+        if let Some(g) = p.gaps_at_max {
+            let _ = writeln!(
+                o,
+                "  at the worst: largest free block {} of {} free between live blocks ({:.1} % external)",
+                fmt_bytes(g.largest_free_bytes),
+                fmt_bytes(g.free_bytes),
+                g.external_fragmentation * 100.0
+            );
+        }
+    }
+    for h in &a.hidden {
+        let _ = writeln!(
+            o,
+            "Untraced device memory, device {}: mean {}, max {}, other processes up to {}{}",
+            h.device.0,
+            fmt_bytes_signed(h.mean_gap_bytes as i64),
+            fmt_bytes_signed(h.max_gap_bytes),
+            fmt_bytes(h.other_processes_max_bytes),
+            h.skipped
+                .as_ref()
+                .map(|s| format!(" (rules skipped: {s})"))
+                .unwrap_or_default()
+        );
+    }
+    for x in &a.oom {
+        let _ = writeln!(
+            o,
+            "Out of memory at {}: {} requested at {} ({:?})",
+            fmt_duration(x.ts_nanos.saturating_sub(r.first_ts_nanos)),
+            fmt_bytes(x.requested_bytes),
+            x.site,
+            x.cause
+        );
+        if let (Some(free), Some(total)) = (x.free_bytes, x.total_bytes) {
+            let _ = writeln!(
+                o,
+                "  device: {} free of {}",
+                fmt_bytes(free),
+                fmt_bytes(total)
+            );
+        }
+        let _ = writeln!(o, "  ours: {} live", fmt_bytes(x.live_bytes));
+        for s in &x.live_sites {
+            let _ = writeln!(o, "    {:>10}  {}", fmt_bytes(s.bytes), s.site);
+        }
+        for p in &x.other_processes {
+            let _ = writeln!(
+                o,
+                "  other process pid {}: {}",
+                p.pid,
+                fmt_bytes(p.used_bytes)
+            );
+        }
+        if x.untraced_bytes > 0 {
+            let _ = writeln!(
+                o,
+                "  untraced (driver, context, libraries): {}",
+                fmt_bytes(x.untraced_bytes)
+            );
+        }
+    }
+}
+
+fn change(c: &Change) -> String {
+    format!(
+        "{} -> {} ({})",
+        fmt_bytes(c.before),
+        fmt_bytes(c.after),
+        fmt_bytes_signed(c.delta)
+    )
+}
+
+/// Renders a report diff.
+pub fn render_diff(d: &ReportDiff, before: &str, after: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "gpucollect diff {before} -> {after}");
+    let _ = writeln!(o, "  peak          {}", change(&d.peak_bytes));
+    let _ = writeln!(o, "  live at end   {}", change(&d.live_at_end_bytes));
+    let _ = writeln!(
+        o,
+        "  allocations   {} -> {}",
+        d.alloc_count.before, d.alloc_count.after
+    );
+    let _ = writeln!(
+        o,
+        "  score         {} ({}) -> {} ({})",
+        d.score.before, d.grade_before, d.score.after, d.grade_after
+    );
+    if !d.sites.is_empty() {
+        let _ = writeln!(o, "\nBy call site (peak / live at end / allocated):");
+        for s in &d.sites {
+            let _ = writeln!(
+                o,
+                "  {:>11} {:>11} {:>11}  {}",
+                fmt_bytes_signed(s.peak_bytes.delta),
+                fmt_bytes_signed(s.live_at_end_bytes.delta),
+                fmt_bytes_signed(s.alloc_bytes.delta),
+                s.site
+            );
+        }
+    }
+    if !d.scopes.is_empty() {
+        let _ = writeln!(o, "\nBy scope (growth before -> after):");
+        for s in &d.scopes {
+            let _ = writeln!(
+                o,
+                "  {:<32} {} -> {} ({}), calls {} -> {}",
+                s.scope,
+                fmt_bytes_signed(s.growth_bytes.before),
+                fmt_bytes_signed(s.growth_bytes.after),
+                fmt_bytes_signed(s.growth_bytes.delta),
+                s.calls.before,
+                s.calls.after
+            );
+        }
+    }
+    if !d.new_findings.is_empty() {
+        let _ = writeln!(o, "\nNew findings:");
+        for f in &d.new_findings {
+            finding(&mut o, f);
+        }
+    }
+    if !d.resolved_findings.is_empty() {
+        let _ = writeln!(o, "\nResolved findings:");
+        for f in &d.resolved_findings {
+            finding(&mut o, f);
         }
     }
     o

@@ -74,7 +74,7 @@ fn two_replicas_share_an_s3_store() {
         return;
     }
     let port = free_port();
-    let moto = Command::new("moto_server")
+    let _moto = Command::new("moto_server")
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -1,0 +1,401 @@
+//! Hidden memory: device memory in use (NVML samples) that the trace does not account for,
+//! i.e. used minus traced live bytes — driver and context overhead, allocator caches and other
+//! processes. Reference rules on that gap: skipped with fewer than 3 samples or when it never
+//! reaches 5 % of the device; transient spikes at z > 2 (critical > 4); drift when n ≥ 5,
+//! slope > 0 and R² ≥ 0.6 (critical > 0.85). Also the forensic summary of every failed
+//! allocation: free memory, our live bytes by call site, other processes, largest free block.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::Serialize;
+
+use super::fragmentation::{AddressGaps, address_gaps};
+use super::{Config, Finding, FindingKind, Found, Impact, Severity, saturating_sum, site_location};
+use crate::format::{DeviceIdx, ProcessUsage};
+use crate::model::TraceModel;
+use crate::report::{SiteBytes, group_by_stack};
+use crate::stats::{LinearFit, linear_fit, mean, z_scores};
+use crate::units::fmt_bytes;
+
+/// One sample of the untraced gap.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GapPoint {
+    pub ts_nanos: u64,
+    pub gap_bytes: i64,
+    pub z: f64,
+}
+
+/// Untraced device memory on one device.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HiddenMemory {
+    pub device: DeviceIdx,
+    pub samples: u64,
+    pub mean_gap_bytes: f64,
+    pub max_gap_bytes: i64,
+    /// Highest memory held by processes other than the traced ones, over the samples.
+    pub other_processes_max_bytes: u64,
+    /// Why the reference rules were not applied, if they were not.
+    pub skipped: Option<String>,
+    /// Samples with z above the spike threshold.
+    pub spikes: Vec<GapPoint>,
+    /// Fit of the gap over seconds (drift), when there are enough samples.
+    pub drift: Option<LinearFit>,
+}
+
+/// Why an allocation failed, as far as the trace can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomCause {
+    /// Enough bytes were free in the pool, but no block was large enough.
+    Fragmentation,
+    /// Other processes hold more than we do.
+    OtherProcesses,
+    /// Driver/context overhead or memory the trace did not see holds more than we do.
+    UntracedMemory,
+    /// Our own live allocations fill the device.
+    OwnAllocations,
+}
+
+/// The forensic summary of one failed allocation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OomForensics {
+    pub ts_nanos: u64,
+    pub device: DeviceIdx,
+    pub requested_bytes: u64,
+    pub site: String,
+    /// Device free and total memory from the last sample before the failure.
+    pub free_bytes: Option<u64>,
+    pub total_bytes: Option<u64>,
+    /// Our live bytes on that device.
+    pub live_bytes: u64,
+    /// Our live bytes by call site (top 5).
+    pub live_sites: Vec<SiteBytes>,
+    /// Other processes on the device (from the sample), largest first.
+    pub other_processes: Vec<ProcessUsage>,
+    /// Used memory neither traced by us nor attributed to another process.
+    pub untraced_bytes: u64,
+    pub gaps: Option<AddressGaps>,
+    pub cause: OomCause,
+}
+
+/// Failed allocations examined in detail.
+pub const MAX_OOM: usize = 32;
+
+pub fn analyze(
+    m: &TraceModel,
+    c: &Config,
+    found: &mut Found,
+) -> (Vec<HiddenMemory>, Vec<OomForensics>) {
+    let pids: Vec<u32> = m.processes.iter().map(|p| p.pid).collect();
+    let mut devices: Vec<DeviceIdx> = m.device_samples.iter().map(|s| s.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let mut hidden = Vec::new();
+    for d in devices {
+        hidden.push(device_gap(m, c, d, &pids, found));
+    }
+    let mut oom = Vec::new();
+    for f in m.failed.iter().take(MAX_OOM) {
+        let r = &f.record;
+        let sample = m
+            .device_samples
+            .iter()
+            .rev()
+            .find(|s| s.device == r.device && s.ts_nanos <= r.ts_nanos);
+        let mut others: Vec<ProcessUsage> = sample
+            .map(|s| {
+                s.processes
+                    .iter()
+                    .filter(|p| !pids.contains(&p.pid))
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        others.sort_by_key(|p| core::cmp::Reverse(p.used_bytes));
+        let others_bytes = saturating_sum(others.iter().map(|p| p.used_bytes));
+        let live_bytes = traced_live(m, r.device, r.ts_nanos);
+        let untraced = sample.map_or(0, |s| {
+            s.used_bytes
+                .saturating_sub(live_bytes)
+                .saturating_sub(others_bytes)
+        });
+        // Address gaps mean something only when the live blocks share one region.
+        let device_total = sample.map(|s| s.total_bytes).or_else(|| {
+            m.devices
+                .iter()
+                .find(|d| d.device == r.device)
+                .map(|d| d.total_bytes)
+        });
+        let gaps = address_gaps(m, r.device, r.ts_nanos)
+            .filter(|g| device_total.is_some_and(|t| g.span_bytes <= t));
+        let cause = match gaps {
+            Some(g) if g.free_bytes >= r.size_bytes && g.largest_free_bytes < r.size_bytes => {
+                OomCause::Fragmentation
+            }
+            _ if others_bytes >= r.size_bytes && others_bytes > live_bytes => {
+                OomCause::OtherProcesses
+            }
+            _ if untraced > live_bytes => OomCause::UntracedMemory,
+            _ => OomCause::OwnAllocations,
+        };
+        let live_sites = group_by_stack(
+            m,
+            m.allocs.iter().filter(|a| {
+                a.device == r.device && a.kind.is_device_memory() && a.live_at(r.ts_nanos)
+            }),
+            5,
+        );
+        let o = OomForensics {
+            ts_nanos: r.ts_nanos,
+            device: r.device,
+            requested_bytes: r.size_bytes,
+            site: m.stack_label(r.stack),
+            free_bytes: sample.map(|s| s.free_bytes),
+            total_bytes: sample.map(|s| s.total_bytes),
+            live_bytes,
+            live_sites,
+            other_processes: others,
+            untraced_bytes: untraced,
+            gaps,
+            cause,
+        };
+        found.push(oom_finding(m, &o, r.stack));
+        oom.push(o);
+    }
+    (hidden, oom)
+}
+
+/// Traced device live bytes on `device` (all processes) at `t`.
+fn traced_live(m: &TraceModel, device: DeviceIdx, t: u64) -> u64 {
+    m.series
+        .iter()
+        .filter(|s| !s.key.host && s.key.device == device)
+        .map(|s| s.timeline.value_at(t))
+        .fold(0u64, u64::saturating_add)
+}
+
+fn device_gap(
+    m: &TraceModel,
+    c: &Config,
+    d: DeviceIdx,
+    pids: &[u32],
+    found: &mut Found,
+) -> HiddenMemory {
+    let samples: Vec<_> = m.device_samples.iter().filter(|s| s.device == d).collect();
+    let mut ts = Vec::with_capacity(samples.len());
+    let mut gaps = Vec::with_capacity(samples.len());
+    let mut others_max = 0u64;
+    let mut total = 0u64;
+    for s in &samples {
+        let live = traced_live(m, d, s.ts_nanos);
+        ts.push(s.ts_nanos);
+        gaps.push(super::signed_diff(s.used_bytes, live));
+        total = total.max(s.total_bytes);
+        let others = saturating_sum(
+            s.processes
+                .iter()
+                .filter(|p| !pids.contains(&p.pid))
+                .map(|p| p.used_bytes),
+        );
+        others_max = others_max.max(others);
+    }
+    let gf: Vec<f64> = gaps.iter().map(|&g| g as f64).collect();
+    let mut h = HiddenMemory {
+        device: d,
+        samples: samples.len() as u64,
+        mean_gap_bytes: mean(&gf).unwrap_or(0.0),
+        max_gap_bytes: gaps.iter().copied().max().unwrap_or(0),
+        other_processes_max_bytes: others_max,
+        skipped: None,
+        spikes: Vec::new(),
+        drift: None,
+    };
+    let (spikes, drift, skipped) = gap_rules(c, &ts, &gf, total, m.first_ts_nanos);
+    h.spikes = spikes;
+    h.drift = drift;
+    h.skipped = skipped;
+    if h.skipped.is_some() {
+        return h;
+    }
+    if let Some(max_z) = h.spikes.iter().map(|p| p.z).reduce(f64::max) {
+        let critical = max_z > c.hidden_spike_critical_z;
+        let worst = h.spikes.iter().max_by(|a, b| a.z.total_cmp(&b.z)).copied();
+        found.push(Finding {
+            kind: FindingKind::HiddenSpike,
+            severity: if critical { Severity::Critical } else { Severity::Warning },
+            site: format!("device {}", d.0),
+            stack: None,
+            scope: None,
+            bytes: worst.map_or(0, |w| w.gap_bytes.max(0) as u64),
+            count: h.spikes.len() as u64,
+            ts_nanos: worst.map(|w| w.ts_nanos),
+            impact: Some(if critical { Impact::High } else { Impact::Medium }),
+            message: format!(
+                "device {} used {} more than the trace accounts for at its worst (z = {max_z:.1}; mean gap {}; other processes up to {})",
+                d.0,
+                fmt_bytes(h.max_gap_bytes.max(0) as u64),
+                fmt_bytes(h.mean_gap_bytes.max(0.0) as u64),
+                fmt_bytes(others_max)
+            ),
+            fix: "check other processes and libraries that allocate outside the traced API (cuBLAS/cuDNN workspaces, NCCL buffers) at those times".into(),
+        });
+    }
+    if let Some(fit) = h.drift
+        && fit.slope > 0.0
+        && fit.r_squared >= c.hidden_drift_r_squared
+    {
+        let critical = fit.r_squared > c.hidden_drift_critical_r_squared;
+        found.push(Finding {
+            kind: FindingKind::HiddenDrift,
+            severity: if critical { Severity::Critical } else { Severity::Warning },
+            site: format!("device {}", d.0),
+            stack: None,
+            scope: None,
+            bytes: h.max_gap_bytes.max(0) as u64,
+            count: h.samples,
+            ts_nanos: None,
+            impact: Some(if critical { Impact::High } else { Impact::Medium }),
+            message: format!(
+                "untraced memory on device {} grows {}/s (R² = {:.2})",
+                d.0,
+                fmt_bytes(fit.slope as u64),
+                fit.r_squared
+            ),
+            fix: "memory grows outside the traced allocations: look for growing library workspaces, another process, or a driver-side leak (e.g. many contexts or streams)".into(),
+        });
+    }
+    h
+}
+
+/// The reference rules on a gap series: (spikes, drift fit, why skipped).
+pub fn gap_rules(
+    c: &Config,
+    ts: &[u64],
+    gaps: &[f64],
+    device_total_bytes: u64,
+    t0: u64,
+) -> (Vec<GapPoint>, Option<LinearFit>, Option<String>) {
+    if (gaps.len() as u64) < c.hidden_min_samples {
+        return (
+            Vec::new(),
+            None,
+            Some(format!("fewer than {} samples", c.hidden_min_samples)),
+        );
+    }
+    let max_frac = if device_total_bytes > 0 {
+        gaps.iter()
+            .map(|g| (g / device_total_bytes as f64).abs())
+            .fold(0.0, f64::max)
+    } else {
+        0.0
+    };
+    if max_frac < c.hidden_min_gap_fraction {
+        return (
+            Vec::new(),
+            None,
+            Some(format!(
+                "the gap never reaches {:.0} % of the device",
+                c.hidden_min_gap_fraction * 100.0
+            )),
+        );
+    }
+    let z = z_scores(gaps);
+    let spikes = z
+        .iter()
+        .enumerate()
+        .filter(|&(_, &z)| z > c.hidden_spike_z)
+        .map(|(i, &z)| GapPoint {
+            ts_nanos: ts[i],
+            gap_bytes: gaps[i] as i64,
+            z,
+        })
+        .collect();
+    let drift = if gaps.len() as u64 >= c.hidden_drift_min_samples {
+        linear_fit(
+            ts.iter()
+                .zip(gaps)
+                .map(move |(&t, &g)| (t.saturating_sub(t0) as f64 / 1e9, g)),
+        )
+    } else {
+        None
+    };
+    (spikes, drift, None)
+}
+
+fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) -> Finding {
+    let others = saturating_sum(o.other_processes.iter().map(|p| p.used_bytes));
+    let why = match o.cause {
+        OomCause::Fragmentation => {
+            let g = o.gaps.unwrap_or_default();
+            format!(
+                "fragmentation: {} free between live blocks but the largest free block is {}",
+                fmt_bytes(g.free_bytes),
+                fmt_bytes(g.largest_free_bytes)
+            )
+        }
+        OomCause::OtherProcesses => {
+            let list: Vec<String> = o
+                .other_processes
+                .iter()
+                .map(|p| format!("pid {} ({})", p.pid, fmt_bytes(p.used_bytes)))
+                .collect();
+            format!(
+                "other processes hold {}: {}",
+                fmt_bytes(others),
+                list.join(", ")
+            )
+        }
+        OomCause::UntracedMemory => format!(
+            "{} of used memory is neither ours nor another process's (driver, context, libraries)",
+            fmt_bytes(o.untraced_bytes)
+        ),
+        OomCause::OwnAllocations => {
+            let top = o
+                .live_sites
+                .first()
+                .map(|s| format!(", mostly {} from {}", fmt_bytes(s.bytes), s.site))
+                .unwrap_or_default();
+            format!(
+                "our own live allocations fill the device ({} live{top})",
+                fmt_bytes(o.live_bytes)
+            )
+        }
+    };
+    let free = o
+        .free_bytes
+        .map(|f| format!(", {} free", fmt_bytes(f)))
+        .unwrap_or_default();
+    let fix = match o.cause {
+        OomCause::Fragmentation => "allocate the large buffer early, or enable expandable segments / trim the pool before it".into(),
+        OomCause::OtherProcesses => "stop or move the other processes, or limit their memory (CUDA_VISIBLE_DEVICES, MPS limits)".into(),
+        OomCause::UntracedMemory => "reduce library workspaces or contexts, or reserve headroom for them".into(),
+        OomCause::OwnAllocations => match o.live_sites.first() {
+            Some(s) => format!(
+                "free or shrink the {} held by {} (allocated at {}) before the failing allocation at {}; check the leak findings",
+                fmt_bytes(s.bytes),
+                s.site,
+                site_location(m, s.stack),
+                site_location(m, stack)
+            ),
+            None => "reduce the batch or model size".into(),
+        },
+    };
+    Finding {
+        kind: FindingKind::OutOfMemory,
+        severity: Severity::Critical,
+        site: o.site.clone(),
+        stack: Some(stack),
+        scope: None,
+        bytes: o.requested_bytes,
+        count: 1,
+        ts_nanos: Some(o.ts_nanos),
+        impact: None,
+        message: format!(
+            "allocating {} on device {} failed{free}; cause: {why}",
+            fmt_bytes(o.requested_bytes),
+            o.device.0
+        ),
+        fix,
+    }
+}

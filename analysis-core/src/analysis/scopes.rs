@@ -1,0 +1,309 @@
+//! Growth per scope: the reference `memory_leak` rule, per NVTX range name (each instance is one
+//! call) or, in a trace without NVTX ranges, per call site (each allocation is one call, and its
+//! growth is its size minus what the site freed before its next call). Then bounded growth
+//! (the last third of the calls adds almost nothing) is told from unbounded growth.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+use serde::Serialize;
+
+use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex, site_label, site_location};
+use crate::format::{StackId, StringId};
+use crate::model::{LIVE, TraceModel};
+use crate::units::fmt_bytes;
+
+/// What a scope is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeKind {
+    NvtxRange,
+    CallSite,
+}
+
+/// Growth statistics of one scope.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScopeGrowth {
+    pub scope: String,
+    pub kind: ScopeKind,
+    pub calls: u64,
+    pub total_growth_bytes: i64,
+    pub avg_growth_bytes: f64,
+    /// Fraction of calls that grew.
+    pub positive_ratio: f64,
+    /// Growth of the last third of the calls.
+    pub tail_growth_bytes: i64,
+    /// The reference rule holds.
+    pub reference_leak: bool,
+    /// Growth that plateaued (not a leak).
+    pub bounded: bool,
+    pub max_peak_bytes: u64,
+    /// The call site that kept the most bytes beyond the calls, when known.
+    pub top_stack: Option<StackId>,
+    pub top_site: Option<String>,
+    pub top_site_bytes: u64,
+}
+
+/// How many call-site scopes are kept in the report (NVTX scopes are all kept).
+const MAX_CALL_SITE_SCOPES: usize = 50;
+
+pub fn analyze(
+    m: &TraceModel,
+    c: &Config,
+    sites: &SiteIndex,
+    found: &mut Found,
+) -> Vec<ScopeGrowth> {
+    let mut out = if m.ranges.is_empty() {
+        call_site_scopes(m, c, sites)
+    } else {
+        nvtx_scopes(m, c)
+    };
+    out.sort_by(|a, b| {
+        b.total_growth_bytes
+            .cmp(&a.total_growth_bytes)
+            .then(a.scope.cmp(&b.scope))
+    });
+    for s in &out {
+        if !s.reference_leak {
+            continue;
+        }
+        let growth = s.total_growth_bytes.max(0) as u64;
+        let severity = if s.bounded {
+            Severity::Info
+        } else if growth > c.leak_critical_growth_bytes {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        let kind_word = match s.kind {
+            ScopeKind::NvtxRange => "range",
+            ScopeKind::CallSite => "call site",
+        };
+        let at = match (&s.top_site, s.top_stack) {
+            (Some(site), Some(stack)) => {
+                format!(
+                    "; most of it is allocated at {} ({site})",
+                    site_location(m, stack)
+                )
+            }
+            _ => String::new(),
+        };
+        let (kind, message, fix) = if s.bounded {
+            (
+                FindingKind::BoundedGrowth,
+                format!(
+                    "{kind_word} `{}` grew {} over {} calls, then stopped growing: bounded (warm-up, cache or pool), not a leak",
+                    s.scope,
+                    fmt_bytes(growth),
+                    s.calls
+                ),
+                format!("nothing required; bound the cache if its size matters{at}"),
+            )
+        } else {
+            (
+                FindingKind::ScopeGrowth,
+                format!(
+                    "{kind_word} `{}` grows {} per call on average ({} over {} calls, {:.0} % of calls grow) and has not stopped",
+                    s.scope,
+                    fmt_bytes(s.avg_growth_bytes.max(0.0) as u64),
+                    fmt_bytes(growth),
+                    s.calls,
+                    s.positive_ratio * 100.0
+                ),
+                format!(
+                    "free what each `{}` call keeps before it returns, or bound the list or cache that holds it{at}",
+                    s.scope
+                ),
+            )
+        };
+        found.push(Finding {
+            kind,
+            severity,
+            site: s.top_site.clone().unwrap_or_else(|| s.scope.clone()),
+            stack: s.top_stack,
+            scope: Some(s.scope.clone()),
+            bytes: growth,
+            count: s.calls,
+            ts_nanos: None,
+            impact: None,
+            message,
+            fix,
+        });
+    }
+    out
+}
+
+fn signed(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// The reference rule plus the bounded-growth test over one scope's per-call growth.
+fn judge(c: &Config, diffs: &[i64]) -> (i64, f64, f64, i64, bool, bool) {
+    let n = diffs.len() as u64;
+    let total = diffs.iter().fold(0i64, |a, &d| a.saturating_add(d));
+    let avg = if n > 0 { total as f64 / n as f64 } else { 0.0 };
+    let pos = diffs.iter().filter(|&&d| d > 0).count();
+    let ratio = if n > 0 { pos as f64 / n as f64 } else { 0.0 };
+    let tail = diffs[diffs.len() - diffs.len() / 3..]
+        .iter()
+        .fold(0i64, |a, &d| a.saturating_add(d));
+    let reference = n >= c.min_calls_for_analysis
+        && avg > 0.0
+        && ratio > c.memory_leak_ratio
+        && total > c.leak_total_growth_bytes as i64;
+    let bounded = c.detect_bounded_growth
+        && total > 0
+        && (tail as f64) <= c.bounded_tail_fraction * total as f64;
+    (total, avg, ratio, tail, reference, bounded)
+}
+
+/// NVTX scopes: the scope index of every range instance, and the scope names.
+pub(crate) struct NvtxScopes {
+    pub scope_of: Vec<u32>,
+    pub names: Vec<String>,
+}
+
+pub(crate) fn nvtx_scope_index(m: &TraceModel) -> NvtxScopes {
+    let mut index: HashMap<(StringId, StringId), u32> = HashMap::new();
+    let mut scope_of = Vec::with_capacity(m.ranges.len());
+    let mut names = Vec::new();
+    for r in &m.ranges {
+        let next = index.len() as u32;
+        let k = *index.entry((r.name, r.domain)).or_insert(next);
+        if k as usize == names.len() {
+            names.push(if m.string(r.domain).is_empty() {
+                String::from(m.string(r.name))
+            } else {
+                format!("{}::{}", m.string(r.domain), m.string(r.name))
+            });
+        }
+        scope_of.push(k);
+    }
+    NvtxScopes { scope_of, names }
+}
+
+fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
+    let NvtxScopes { scope_of, names } = nvtx_scope_index(m);
+    let mut diffs: Vec<Vec<i64>> = alloc::vec![Vec::new(); names.len()];
+    let mut peaks: Vec<u64> = alloc::vec![0; names.len()];
+    for (r, &k) in m.ranges.iter().zip(&scope_of) {
+        if r.end_ts_nanos.is_some() {
+            diffs[k as usize].push(super::signed_diff(r.live_after_bytes, r.live_before_bytes));
+            peaks[k as usize] = peaks[k as usize].max(r.peak_bytes);
+        }
+    }
+    // Which call sites kept bytes beyond the end of an instance of each scope.
+    let mut kept: HashMap<(u32, StackId), u64> = HashMap::new();
+    for a in &m.allocs {
+        if a.range_slot == 0 || !a.kind.is_device_memory() {
+            continue;
+        }
+        let mut slot = a.range_slot;
+        let mut depth = 0;
+        while slot != 0 && depth < 64 {
+            let Some(r) = m.ranges.get(slot as usize - 1) else {
+                break;
+            };
+            match r.end_ts_nanos {
+                Some(end) if a.free_ts_nanos == LIVE || a.free_ts_nanos > end => {
+                    let e = kept
+                        .entry((scope_of[slot as usize - 1], a.stack))
+                        .or_default();
+                    *e = e.saturating_add(a.size_bytes);
+                }
+                _ => {}
+            }
+            slot = r.parent_slot;
+            depth += 1;
+        }
+    }
+    let mut top: Vec<Option<(StackId, u64)>> = alloc::vec![None; diffs.len()];
+    for ((k, stack), bytes) in kept {
+        let t = &mut top[k as usize];
+        if t.is_none_or(|(s, b)| bytes > b || (bytes == b && stack < s)) {
+            *t = Some((stack, bytes));
+        }
+    }
+    let mut out = Vec::new();
+    for (k, d) in diffs.iter().enumerate() {
+        if d.is_empty() {
+            continue;
+        }
+        let (total, avg, ratio, tail, reference, bounded) = judge(c, d);
+        out.push(ScopeGrowth {
+            scope: names[k].clone(),
+            kind: ScopeKind::NvtxRange,
+            calls: d.len() as u64,
+            total_growth_bytes: total,
+            avg_growth_bytes: avg,
+            positive_ratio: ratio,
+            tail_growth_bytes: tail,
+            reference_leak: reference,
+            bounded,
+            max_peak_bytes: peaks[k],
+            top_stack: top[k].map(|t| t.0),
+            top_site: top[k].map(|t| m.stack_label(t.0)),
+            top_site_bytes: top[k].map_or(0, |t| t.1),
+        });
+    }
+    out
+}
+
+fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
+    let n = sites.len();
+    // Per site: allocation times (time-ordered, as allocation ids are) and per-call growth.
+    let mut times: Vec<Vec<u64>> = alloc::vec![Vec::new(); n];
+    let mut diffs: Vec<Vec<i64>> = alloc::vec![Vec::new(); n];
+    for a in &m.allocs {
+        if !a.kind.is_device_memory() {
+            continue;
+        }
+        if let Some(i) = sites.get(a.stack) {
+            times[i].push(a.ts_nanos);
+            diffs[i].push(signed(a.size_bytes));
+        }
+    }
+    for a in &m.allocs {
+        if a.is_live() || !a.kind.is_device_memory() {
+            continue;
+        }
+        if let Some(i) = sites.get(a.stack) {
+            // The call this free belongs to: the site's last allocation at or before it.
+            let j = times[i].partition_point(|&t| t <= a.free_ts_nanos);
+            if j > 0 {
+                diffs[i][j - 1] = diffs[i][j - 1].saturating_sub(signed(a.size_bytes));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, d) in diffs.iter().enumerate() {
+        if (d.len() as u64) < c.min_calls_for_analysis {
+            continue;
+        }
+        let (total, avg, ratio, tail, reference, bounded) = judge(c, d);
+        if total <= 0 && !reference {
+            continue;
+        }
+        let stack = sites.stacks[i];
+        let (label, _) = site_label(m, stack);
+        out.push(ScopeGrowth {
+            scope: label.clone(),
+            kind: ScopeKind::CallSite,
+            calls: d.len() as u64,
+            total_growth_bytes: total,
+            avg_growth_bytes: avg,
+            positive_ratio: ratio,
+            tail_growth_bytes: tail,
+            reference_leak: reference,
+            bounded,
+            max_peak_bytes: m.stack_stats.get(&stack).map_or(0, |s| s.peak_bytes),
+            top_stack: Some(stack),
+            top_site: Some(label),
+            top_site_bytes: total.max(0).unsigned_abs(),
+        });
+    }
+    out.sort_by_key(|s| core::cmp::Reverse(s.total_growth_bytes));
+    out.truncate(MAX_CALL_SITE_SCOPES);
+    out
+}

@@ -1,0 +1,397 @@
+//! Golden tests of the detectors on synthetic traces with planted ground truth: every planted
+//! leak is found at its call site with the right severity, the plateauing cache and the context
+//! teardown are not leaks, planted spikes are found, fragmentation ratios are exact, and the
+//! clean workload has no findings.
+
+use analysis_core::analysis::hidden::OomCause;
+use analysis_core::analysis::leaks::LeakClass;
+use analysis_core::analysis::scopes::ScopeKind;
+use analysis_core::analysis::{Finding, FindingKind, Severity};
+use analysis_core::synth::{GroundTruth, Scenario, generate};
+use analysis_core::*;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn run(s: Scenario, events: u64) -> (Report, GroundTruth) {
+    let (bytes, truth) = generate(s, events, 7);
+    let t = load(&bytes).expect("synthetic trace loads");
+    (summarize(&t), truth)
+}
+
+fn function_of(site: &str) -> &str {
+    site.split(" (").next().unwrap_or(site)
+}
+
+fn leak_findings(r: &Report) -> Vec<&Finding> {
+    r.findings.iter().filter(|f| f.kind.is_leak()).collect()
+}
+
+#[test]
+fn every_planted_leak_is_found_at_its_call_site_with_its_severity() {
+    for s in Scenario::ALL {
+        for events in [5_000, 20_000] {
+            let (r, truth) = run(s, events);
+            for leak in &truth.leaks {
+                let f = leak_findings(&r)
+                    .into_iter()
+                    .find(|f| function_of(&f.site) == leak.function)
+                    .unwrap_or_else(|| panic!("{s:?}/{events}: leak {} not found", leak.function));
+                assert_eq!(f.bytes, leak.bytes, "{s:?}/{events} {}", leak.function);
+                assert_eq!(f.count, leak.count, "{s:?}/{events} {}", leak.function);
+                let want = if leak.bytes > GIB {
+                    Severity::Critical
+                } else {
+                    Severity::Warning
+                };
+                assert_eq!(f.severity, want, "{s:?}/{events} {}", leak.function);
+                let g = r
+                    .analysis
+                    .leaks_at_exit
+                    .iter()
+                    .find(|g| g.site.stack == f.stack.expect("leaks name a stack"))
+                    .expect("the leak has a group");
+                assert!(g.site.threads.contains(&leak.thread));
+            }
+            // Nothing else is reported as a leak.
+            assert_eq!(
+                leak_findings(&r).len(),
+                truth.leaks.len(),
+                "{s:?}/{events}: {:#?}",
+                leak_findings(&r)
+            );
+        }
+    }
+}
+
+#[test]
+fn training_leak_is_found_per_scope_with_the_reference_rule() {
+    let (r, truth) = run(Scenario::TrainingLeak, 20_000);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::ScopeGrowth)
+        .expect("scope growth");
+    assert_eq!(f.scope.as_deref(), Some("train_step"));
+    assert_eq!(function_of(&f.site), "record_loss");
+    assert_eq!(f.bytes, truth.leaks[0].bytes);
+    assert_eq!(f.severity, Severity::Critical);
+    let scope = &r.analysis.scopes[0];
+    assert_eq!(scope.calls, truth.steps);
+    assert_eq!(scope.positive_ratio, 1.0);
+    assert!(scope.reference_leak && !scope.bounded);
+    let trend = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Trend)
+        .expect("trend");
+    assert_eq!(trend.severity, Severity::Critical);
+    assert!(r.analysis.trends[0].fit.r > 0.5 && r.analysis.trends[0].seconds_to_full.is_some());
+    // Under 1 GiB the same leak is a warning.
+    let (r, truth) = run(Scenario::TrainingLeak, 5_000);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::ScopeGrowth)
+        .expect("scope growth");
+    assert_eq!(f.bytes, truth.leaks[0].bytes);
+    assert_eq!(f.severity, Severity::Warning);
+}
+
+#[test]
+fn the_plateauing_cache_is_bounded_not_a_leak() {
+    for events in [5_000, 20_000] {
+        let (r, truth) = run(Scenario::CachePlateau, events);
+        assert!(r.findings.is_empty(), "{events}: {:#?}", r.findings);
+        for name in &truth.bounded {
+            assert!(
+                r.notes
+                    .iter()
+                    .any(|n| n.kind == FindingKind::BoundedGrowth && function_of(&n.site) == name),
+                "{events}: {name} not noted as bounded"
+            );
+            let g = r
+                .analysis
+                .leaks_at_exit
+                .iter()
+                .find(|g| function_of(&g.site.site) == name)
+                .expect("cache is live at the end");
+            assert_eq!(g.class, LeakClass::Bounded);
+        }
+    }
+    // At 5,000 events the reference rule alone would call the cache a leak (25 % of the steps
+    // grow, 512 MiB in total); bounded-growth detection is what clears it.
+    let (r, _) = run(Scenario::CachePlateau, 5_000);
+    let s = &r.analysis.scopes[0];
+    assert!(s.reference_leak && s.bounded);
+    let (bytes, _) = generate(Scenario::CachePlateau, 5_000, 7);
+    let strict = Config {
+        detect_bounded_growth: false,
+        ..Config::default()
+    };
+    let r = analyze(&load(&bytes).expect("loads"), &strict);
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.kind == FindingKind::ScopeGrowth)
+    );
+}
+
+#[test]
+fn the_exception_path_leak_is_a_missed_free_with_an_error_path_fix() {
+    let (r, truth) = run(Scenario::ExceptionLeak, 20_000);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::MissedFree)
+        .expect("missed free");
+    assert_eq!(function_of(&f.site), "load_batch");
+    assert_eq!(f.bytes, truth.leaks[0].bytes);
+    assert!(
+        f.fix.contains("error path") && f.fix.contains("data.py:40"),
+        "{}",
+        f.fix
+    );
+    assert!(r.recommendations.iter().any(|x| x.fix == f.fix));
+}
+
+#[test]
+fn thread_exit_leak_names_the_thread() {
+    let (r, _) = run(Scenario::MultiDevice, 20_000);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::ThreadExitLeak)
+        .expect("thread exit leak");
+    assert_eq!(function_of(&f.site), "stage_batch");
+    assert_eq!(f.bytes, 96 * MIB);
+    let g = &r.analysis.leaks_at_exit[0];
+    assert_eq!(g.class, LeakClass::ThreadExited);
+    assert!(g.thread_last_ts_nanos.is_some());
+}
+
+#[test]
+fn context_teardown_is_reported_separately_and_is_not_a_leak() {
+    let (r, truth) = run(Scenario::ContextReset, 20_000);
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert!(r.analysis.leaks_at_exit.is_empty());
+    let released: u64 = r.analysis.teardown_released.iter().map(|s| s.bytes).sum();
+    assert_eq!(released, truth.teardown_freed_bytes);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.kind == FindingKind::TeardownRelease
+                && function_of(&n.site) == "setup_buffers")
+    );
+}
+
+#[test]
+fn planted_spikes_are_found_with_time_size_and_site() {
+    for events in [5_000, 20_000] {
+        let (r, truth) = run(Scenario::Spikes, events);
+        assert!(!truth.spikes.is_empty());
+        let scope = r
+            .analysis
+            .scope_spikes
+            .iter()
+            .find(|s| s.scope == "train_step")
+            .expect("train_step spikes");
+        assert_eq!(scope.spike_count, truth.spikes.len() as u64);
+        for p in &truth.spikes {
+            assert!(
+                scope.events.iter().any(|e| e.ts_nanos == p.ts_nanos
+                    && e.size_bytes == p.bytes
+                    && function_of(&e.site) == p.function),
+                "{events}: scope spike at {} missing",
+                p.ts_nanos
+            );
+            assert!(
+                r.analysis
+                    .timeline_spikes
+                    .iter()
+                    .any(|e| e.ts_nanos == p.ts_nanos
+                        && e.size_bytes == p.bytes
+                        && function_of(&e.site) == p.function),
+                "{events}: timeline spike at {} missing",
+                p.ts_nanos
+            );
+        }
+        assert_eq!(r.analysis.timeline_spikes.len(), truth.spikes.len());
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::ScopeSpikes)
+            .expect("spike finding");
+        // Reference: critical from 5 spikes on.
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(function_of(&f.site), "attention_scores");
+    }
+}
+
+#[test]
+fn fragmentation_ratios_are_exact() {
+    let (r, truth) = run(Scenario::Fragmented, 1_000);
+    let planted = truth.fragmentation.expect("planted fragmentation");
+    let pool = &r.analysis.fragmentation[0];
+    let ratios: Vec<f64> = planted
+        .pool_samples
+        .iter()
+        .map(|&(reserved, used)| (reserved - used) as f64 / reserved as f64)
+        .collect();
+    assert_eq!(ratios, [0.5, 0.625, 0.75]);
+    let got: Vec<f64> = pool.series.iter().map(|p| p.ratio).collect();
+    assert_eq!(got, ratios);
+    assert_eq!(pool.mean_ratio, 0.625);
+    assert_eq!(pool.max_ratio, 0.75);
+    assert_eq!(pool.max_wasted_bytes, 768 * MIB);
+    let gaps = pool.gaps_at_max.expect("address gaps at the worst sample");
+    assert_eq!(gaps.free_bytes, planted.free_inside_span_bytes);
+    assert_eq!(gaps.largest_free_bytes, planted.largest_free_bytes);
+    assert_eq!(gaps.external_fragmentation, 1.0 - 64.0 / 192.0);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Fragmentation)
+        .expect("fragmentation finding");
+    assert_eq!(f.severity, Severity::Critical); // mean 0.625 > 0.5
+    let oom = &r.analysis.oom[0];
+    assert_eq!(oom.requested_bytes, planted.failed_request_bytes);
+    assert_eq!(oom.cause, OomCause::Fragmentation);
+    assert_eq!(oom.gaps.expect("gaps").largest_free_bytes, 64 * MIB);
+}
+
+#[test]
+fn oom_forensics_names_the_call_site_holding_memory_and_other_processes() {
+    let (r, truth) = run(Scenario::Oom, 20_000);
+    let o = &r.analysis.oom[0];
+    assert_eq!(o.cause, OomCause::OwnAllocations);
+    assert_eq!(function_of(&o.live_sites[0].site), "grow_buffers");
+    assert_eq!(o.live_sites[0].bytes, truth.leaks[0].bytes);
+    assert_eq!(o.other_processes.len(), 1);
+    assert_eq!(o.other_processes[0].pid, 9999);
+    assert_eq!(o.other_processes[0].used_bytes, 20 * GIB);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::OutOfMemory)
+        .expect("oom finding");
+    assert_eq!(function_of(&f.site), "allocate_output");
+    assert_eq!(f.bytes, 8 * GIB);
+    assert_eq!(f.severity, Severity::Critical);
+    // Without NVTX ranges, the scopes are call sites: each allocation is one call.
+    let s = &r.analysis.scopes[0];
+    assert_eq!(s.kind, ScopeKind::CallSite);
+    assert_eq!(function_of(&s.scope), "grow_buffers");
+    assert_eq!(s.total_growth_bytes, truth.leaks[0].bytes as i64);
+    assert!(s.reference_leak && !s.bounded);
+}
+
+#[test]
+fn call_site_scopes_net_out_frees_and_teardowns() {
+    // Every allocation of the loop is freed before the next one: no call grows.
+    let (r, _) = run(Scenario::ContextReset, 20_000);
+    assert!(
+        r.analysis
+            .scopes
+            .iter()
+            .all(|s| s.kind == ScopeKind::CallSite)
+    );
+    assert!(!r.analysis.scopes.iter().any(|s| s.reference_leak));
+    // The thread-exit leak grows 96 MiB, under the 100 MiB reference limit.
+    let (r, _) = run(Scenario::MultiDevice, 20_000);
+    let s = r
+        .analysis
+        .scopes
+        .iter()
+        .find(|s| function_of(&s.scope) == "stage_batch")
+        .expect("stage_batch scope");
+    assert_eq!(s.total_growth_bytes, 96 * MIB as i64);
+    assert!(!s.reference_leak);
+}
+
+#[test]
+fn hidden_memory_drift_is_found() {
+    let (r, truth) = run(Scenario::HiddenGrowth, 5_000);
+    assert!(truth.hidden_drift);
+    let h = &r.analysis.hidden[0];
+    assert_eq!(h.skipped, None);
+    assert!(h.drift.expect("drift fit").r_squared > 0.85);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::HiddenDrift)
+        .expect("drift finding");
+    assert_eq!(f.severity, Severity::Critical);
+    assert!(!r.findings.iter().any(|f| f.kind.is_leak()));
+}
+
+#[test]
+fn the_clean_workload_has_no_findings() {
+    for events in [5_000, 20_000, 100_000] {
+        let (r, _) = run(Scenario::Clean, events);
+        assert!(r.findings.is_empty(), "{events}: {:#?}", r.findings);
+        assert_eq!(r.grade, "A");
+        assert!(r.score >= 90);
+        assert!(r.analysis.leaks_at_exit.is_empty());
+    }
+}
+
+#[test]
+fn recommendations_are_at_most_ten_critical_first_and_name_a_place() {
+    for s in Scenario::ALL {
+        let (r, _) = run(s, 20_000);
+        assert!(r.recommendations.len() <= 10);
+        for w in r.recommendations.windows(2) {
+            assert!(w[0].priority < w[1].priority);
+        }
+        if let Some(first_warning) = r
+            .recommendations
+            .iter()
+            .position(|x| x.severity != Severity::Critical)
+        {
+            assert!(
+                r.recommendations[first_warning..]
+                    .iter()
+                    .all(|x| x.severity != Severity::Critical || x.kind.is_insight()),
+                "{s:?}"
+            );
+        }
+        for x in &r.recommendations {
+            assert!(!x.site.is_empty() && !x.fix.is_empty(), "{s:?}: {x:?}");
+        }
+    }
+}
+
+#[test]
+fn diff_of_before_and_after_shows_the_leak_going_away() {
+    let (before, _) = run(Scenario::TrainingLeak, 20_000);
+    let (after, _) = run(Scenario::Clean, 20_000);
+    let d = analysis_core::analysis::diff::diff(&before, &after);
+    assert!(d.live_at_end_bytes.delta < 0);
+    let leak = d
+        .sites
+        .iter()
+        .find(|s| function_of(&s.site) == "record_loss")
+        .expect("record_loss changed");
+    assert_eq!(leak.live_at_end_bytes.after, 0);
+    assert_eq!(leak.live_at_end_bytes.before, 2 * GIB);
+    let scope = d
+        .scopes
+        .iter()
+        .find(|s| s.scope == "train_step")
+        .expect("scope");
+    assert_eq!(scope.growth_bytes.after, 0);
+    assert_eq!(scope.growth_bytes.before, 2 * GIB as i64);
+    assert!(
+        d.resolved_findings
+            .iter()
+            .any(|f| f.kind == FindingKind::LeakAtExit)
+    );
+    assert!(d.new_findings.is_empty());
+    assert!(d.score.after > d.score.before);
+    // A report diffed with itself has no changes.
+    let same = analysis_core::analysis::diff::diff(&before, &before);
+    assert!(
+        same.sites.is_empty() && same.new_findings.is_empty() && same.resolved_findings.is_empty()
+    );
+}
