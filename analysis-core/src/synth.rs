@@ -44,10 +44,13 @@ pub enum Scenario {
     Fragmented,
     /// Flat traced memory while untraced device memory (library workspaces) keeps growing.
     HiddenGrowth,
+    /// Nested NVTX ranges: each `epoch` runs clean `train_step`s, then a `validate` that keeps
+    /// its predictions (8 MiB per call).
+    NvtxLeak,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Self::TrainingLeak,
         Self::CachePlateau,
         Self::Spikes,
@@ -60,6 +63,7 @@ impl Scenario {
         Self::ExceptionLeak,
         Self::Fragmented,
         Self::HiddenGrowth,
+        Self::NvtxLeak,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -76,6 +80,7 @@ impl Scenario {
             Self::ExceptionLeak => "exception-leak",
             Self::Fragmented => "fragmented",
             Self::HiddenGrowth => "hidden-growth",
+            Self::NvtxLeak => "nvtx-leak",
         }
     }
 
@@ -103,6 +108,7 @@ impl Scenario {
             Self::HiddenGrowth => {
                 "flat traced memory; untraced device memory grows by 256 MiB per sample"
             }
+            Self::NvtxLeak => "nested NVTX ranges; `validate` keeps 8 MiB of predictions per call",
         }
     }
 }
@@ -153,6 +159,8 @@ pub struct GroundTruth {
     pub fragmentation: Option<PlantedFragmentation>,
     /// Untraced device memory grows steadily (device samples).
     pub hidden_drift: bool,
+    /// NVTX range names whose calls leak (enclosing ranges grow only because of them).
+    pub leaky_scopes: Vec<String>,
     /// Steps (NVTX `train_step` instances) written.
     pub steps: u64,
     /// Records written (header excluded).
@@ -454,6 +462,7 @@ pub fn generate(scenario: Scenario, events: u64, seed: u64) -> (Vec<u8>, GroundT
         | Scenario::ExceptionLeak => training(&mut w, scenario, events),
         Scenario::Fragmented => fragmented(&mut w),
         Scenario::HiddenGrowth => hidden_growth(&mut w, events),
+        Scenario::NvtxLeak => nvtx_leak(&mut w, events),
         Scenario::ShortLived => short_lived(&mut w, events),
         Scenario::MultiDevice => multi_device(&mut w, events),
         Scenario::StreamOrdered => stream_ordered(&mut w, events),
@@ -894,6 +903,55 @@ fn hidden_growth(w: &mut Writer, events: u64) {
     }
     w.free(model);
     w.truth.hidden_drift = k >= 5;
+}
+
+fn nvtx_leak(w: &mut Writer, events: u64) {
+    let epoch = w.string("epoch");
+    let train = w.string("train_step");
+    let validate = w.string("validate");
+    let fwd = w.stack(&[
+        ("<module>", TRAIN, 140),
+        ("train_step", TRAIN, 58),
+        ("forward", MODEL, 33),
+    ]);
+    let val_fwd = w.stack(&[
+        ("<module>", TRAIN, 150),
+        ("validate", "eval.py", 19),
+        ("forward", MODEL, 33),
+    ]);
+    let keep = w.stack(&[
+        ("<module>", TRAIN, 150),
+        ("validate", "eval.py", 21),
+        ("keep_predictions", "eval.py", 37),
+    ]);
+    let mut leaked = 0u64;
+    while w.events() + 72 < events || leaked < 3 {
+        let e = w.range_begin(epoch);
+        for _ in 0..8 {
+            let r = w.range_begin(train);
+            let ids: Vec<AllocId> = (0..4).map(|i| w.alloc((8 + i * 8) * MIB, fwd)).collect();
+            for id in ids {
+                w.free(id);
+            }
+            w.range_end(r);
+            w.truth.steps += 1;
+        }
+        let v = w.range_begin(validate);
+        let act = w.alloc(32 * MIB, val_fwd);
+        // The predictions are appended to a list that lives for the whole run.
+        w.alloc(8 * MIB, keep);
+        w.free(act);
+        w.range_end(v);
+        w.range_end(e);
+        leaked += 1;
+    }
+    w.truth.leaks.push(PlantedLeak {
+        function: "keep_predictions".into(),
+        bytes: leaked * 8 * MIB,
+        count: leaked,
+        thread: ThreadIdx(0),
+    });
+    w.truth.leaky_scopes.push("validate".into());
 }
 
 #[cfg(test)]

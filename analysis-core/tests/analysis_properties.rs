@@ -259,7 +259,7 @@ proptest! {
 
     #[test]
     fn analysis_never_panics_on_mutated_traces(
-        which in 0usize..12,
+        which in 0usize..synth::Scenario::ALL.len(),
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..16),
     ) {
         let (mut bytes, _) = synth::generate(synth::Scenario::ALL[which], 400, 3);

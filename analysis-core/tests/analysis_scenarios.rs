@@ -395,3 +395,40 @@ fn diff_of_before_and_after_shows_the_leak_going_away() {
         same.sites.is_empty() && same.new_findings.is_empty() && same.resolved_findings.is_empty()
     );
 }
+
+#[test]
+fn nvtx_scoped_leak_is_reported_on_the_inner_range_with_its_call_site() {
+    for events in [5_000, 20_000] {
+        let (r, truth) = run(Scenario::NvtxLeak, events);
+        let growth: Vec<&Finding> = r
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::ScopeGrowth)
+            .collect();
+        // `epoch` grows too, but only because `validate` does: one finding, on `validate`.
+        assert_eq!(growth.len(), 1, "{events}: {growth:#?}");
+        assert_eq!(
+            growth[0].scope.as_deref(),
+            Some(truth.leaky_scopes[0].as_str())
+        );
+        assert_eq!(function_of(&growth[0].site), "keep_predictions");
+        assert_eq!(growth[0].bytes, truth.leaks[0].bytes);
+        assert!(growth[0].fix.contains("eval.py:37"), "{}", growth[0].fix);
+        let epoch = r
+            .analysis
+            .scopes
+            .iter()
+            .find(|s| s.scope == "epoch")
+            .expect("epoch scope");
+        assert!(epoch.reference_leak);
+        assert_eq!(epoch.explained_by.as_deref(), Some("validate"));
+        let train = r
+            .analysis
+            .scopes
+            .iter()
+            .find(|s| s.scope == "train_step")
+            .expect("train_step scope");
+        assert_eq!(train.total_growth_bytes, 0);
+        assert_eq!(train.calls, truth.steps);
+    }
+}

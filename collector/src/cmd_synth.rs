@@ -10,8 +10,8 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct SynthArgs {
     /// Scenario: training-leak, cache-plateau, spikes, short-lived, multi-device,
-    /// stream-ordered, context-reset, oom, clean, exception-leak, fragmented, hidden-growth
-    /// (or `list`).
+    /// stream-ordered, context-reset, oom, clean, exception-leak, fragmented, hidden-growth,
+    /// nvtx-leak (or `list`).
     pub scenario: String,
     /// Approximate number of allocation and free events.
     #[arg(long, default_value_t = 20_000)]

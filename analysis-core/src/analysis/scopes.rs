@@ -39,6 +39,9 @@ pub struct ScopeGrowth {
     /// Growth that plateaued (not a leak).
     pub bounded: bool,
     pub max_peak_bytes: u64,
+    /// An enclosed scope that accounts for (almost) all of this scope's growth: the finding is
+    /// reported there, not here.
+    pub explained_by: Option<String>,
     /// The call site that kept the most bytes beyond the calls, when known.
     pub top_stack: Option<StackId>,
     pub top_site: Option<String>,
@@ -65,7 +68,7 @@ pub fn analyze(
             .then(a.scope.cmp(&b.scope))
     });
     for s in &out {
-        if !s.reference_leak {
+        if !s.reference_leak || s.explained_by.is_some() {
             continue;
         }
         let growth = s.total_growth_bytes.max(0) as u64;
@@ -225,6 +228,17 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
             *t = Some((stack, bytes));
         }
     }
+    // Which scopes run inside which (parent scope, child scope), from the instance tree.
+    let mut nesting: Vec<(u32, u32)> = Vec::new();
+    for (r, &k) in m.ranges.iter().zip(&scope_of) {
+        if r.parent_slot != 0
+            && let Some(&p) = scope_of.get(r.parent_slot as usize - 1)
+            && p != k
+            && !nesting.contains(&(p, k))
+        {
+            nesting.push((p, k));
+        }
+    }
     let mut out = Vec::new();
     for (k, d) in diffs.iter().enumerate() {
         if d.is_empty() {
@@ -232,6 +246,7 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
         }
         let (total, avg, ratio, tail, reference, bounded) = judge(c, d);
         out.push(ScopeGrowth {
+            explained_by: None,
             scope: names[k].clone(),
             kind: ScopeKind::NvtxRange,
             calls: d.len() as u64,
@@ -246,6 +261,34 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
             top_site: top[k].map(|t| m.stack_label(t.0)),
             top_site_bytes: top[k].map_or(0, |t| t.1),
         });
+    }
+    // A growing scope whose growth an enclosed growing scope explains is not a second leak.
+    let leaking: Vec<bool> = out.iter().map(|s| s.reference_leak && !s.bounded).collect();
+    let index_of = |name: &str| out.iter().position(|s| s.scope == name);
+    let mut explained: Vec<(usize, String)> = Vec::new();
+    for (i, s) in out.iter().enumerate() {
+        if !leaking[i] || s.total_growth_bytes <= 0 {
+            continue;
+        }
+        let Some(k) = names.iter().position(|n| *n == s.scope) else {
+            continue;
+        };
+        for &(p, ch) in &nesting {
+            if p as usize != k {
+                continue;
+            }
+            let child = &names[ch as usize];
+            if let Some(j) = index_of(child)
+                && leaking[j]
+                && out[j].total_growth_bytes as f64 >= 0.9 * s.total_growth_bytes as f64
+            {
+                explained.push((i, child.clone()));
+                break;
+            }
+        }
+    }
+    for (i, child) in explained {
+        out[i].explained_by = Some(child);
     }
     out
 }
@@ -298,6 +341,7 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
             reference_leak: reference,
             bounded,
             max_peak_bytes: m.stack_stats.get(&stack).map_or(0, |s| s.peak_bytes),
+            explained_by: None,
             top_stack: Some(stack),
             top_site: Some(label),
             top_site_bytes: total.max(0).unsigned_abs(),
