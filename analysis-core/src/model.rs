@@ -106,7 +106,15 @@ pub struct RangeInstance {
 
 impl RangeInstance {
     pub const fn growth_bytes(&self) -> i64 {
-        self.live_after_bytes as i64 - self.live_before_bytes as i64
+        // Saturates for hostile values instead of overflowing.
+        let d = self.live_after_bytes as i128 - self.live_before_bytes as i128;
+        if d > i64::MAX as i128 {
+            i64::MAX
+        } else if d < i64::MIN as i128 {
+            i64::MIN
+        } else {
+            d as i64
+        }
     }
 }
 
@@ -434,7 +442,7 @@ impl TraceModel {
         let a = *a;
         let st = self.stack_entry(a.stack);
         st.free_count += 1;
-        st.freed_bytes += a.size_bytes;
+        st.freed_bytes = st.freed_bytes.saturating_add(a.size_bytes);
         st.live_count = st.live_count.saturating_sub(1);
         st.live_bytes = st.live_bytes.saturating_sub(a.size_bytes);
         let key = SeriesKey {
@@ -466,7 +474,7 @@ impl TraceModel {
                         for &s in stack {
                             if let Some(r) = self.ranges.get_mut(s as usize - 1) {
                                 r.alloc_count += 1;
-                                r.alloc_bytes += a.size_bytes;
+                                r.alloc_bytes = r.alloc_bytes.saturating_add(a.size_bytes);
                             }
                             top = s;
                         }
@@ -507,9 +515,9 @@ impl TraceModel {
                 });
                 let st = self.stack_entry(a.stack);
                 st.alloc_count += 1;
-                st.alloc_bytes += a.size_bytes;
+                st.alloc_bytes = st.alloc_bytes.saturating_add(a.size_bytes);
                 st.live_count += 1;
-                st.live_bytes += a.size_bytes;
+                st.live_bytes = st.live_bytes.saturating_add(a.size_bytes);
                 st.max_size_bytes = st.max_size_bytes.max(a.size_bytes);
                 self.apply(key, a.ts_nanos, true, a.size_bytes);
             }
@@ -530,7 +538,7 @@ impl TraceModel {
             }
             Record::ContextReset(c) => {
                 let mut freed_count = 0;
-                let mut freed_bytes = 0;
+                let mut freed_bytes: u64 = 0;
                 let any = self.series.iter().any(|s| {
                     s.key.process == c.process && s.key.device == c.device && s.live_count > 0
                 });
@@ -539,7 +547,7 @@ impl TraceModel {
                         let a = self.allocs[i];
                         if a.is_live() && a.process == c.process && a.device == c.device {
                             freed_count += 1;
-                            freed_bytes += a.size_bytes;
+                            freed_bytes = freed_bytes.saturating_add(a.size_bytes);
                             self.release(i, c.ts_nanos, FreeKind::ContextTeardown);
                         }
                     }
@@ -695,7 +703,8 @@ impl TraceModel {
         if self.peak_bytes > 0 {
             for a in &self.allocs {
                 if a.kind.is_device_memory() && a.live_at(t) {
-                    self.stack_stats.entry(a.stack).or_default().peak_bytes += a.size_bytes;
+                    let e = self.stack_stats.entry(a.stack).or_default();
+                    e.peak_bytes = e.peak_bytes.saturating_add(a.size_bytes);
                 }
             }
         }
@@ -805,8 +814,8 @@ impl TraceModel {
             if let Some(end) = r.end_ts_nanos {
                 e.total_duration_nanos += end.saturating_sub(r.begin_ts_nanos);
             }
-            e.total_growth_bytes += r.growth_bytes();
-            e.alloc_bytes += r.alloc_bytes;
+            e.total_growth_bytes = e.total_growth_bytes.saturating_add(r.growth_bytes());
+            e.alloc_bytes = e.alloc_bytes.saturating_add(r.alloc_bytes);
             e.max_peak_bytes = e.max_peak_bytes.max(r.peak_bytes);
         }
         let mut v: Vec<RangeStats> = by.into_values().collect();

@@ -162,3 +162,36 @@ proptest! {
         let _ = load_bounded(&bytes);
     }
 }
+
+/// Sizes near 2^64 saturate every running total instead of overflowing (which would panic in
+/// debug builds), through replay, NVTX ranges, the summary and the full analysis.
+#[test]
+fn huge_sizes_saturate_instead_of_overflowing() {
+    let mut b = header();
+    // range_begin(range 1), then allocs of u64::MAX bytes on stack 1 inside it, one freed.
+    write_array_len(&mut b, 3);
+    write_uint(&mut b, 19);
+    write_uint(&mut b, 0);
+    write_uint(&mut b, 1);
+    for _ in 0..4 {
+        write_array_len(&mut b, 5);
+        write_uint(&mut b, 16);
+        write_uint(&mut b, 1);
+        write_uint(&mut b, u64::MAX);
+        write_uint(&mut b, 4096);
+        write_uint(&mut b, 1);
+    }
+    write_array_len(&mut b, 3);
+    write_uint(&mut b, 17);
+    write_uint(&mut b, 1);
+    write_uint(&mut b, 1);
+    write_array_len(&mut b, 3);
+    write_uint(&mut b, 20);
+    write_uint(&mut b, 1);
+    write_uint(&mut b, 1);
+    let t = load_bounded(&b).expect("header decodes");
+    assert_eq!(t.model.allocs.len(), 4);
+    assert_eq!(t.model.peak_bytes, u64::MAX);
+    let report = summarize(&t);
+    assert_eq!(report.peak_bytes, u64::MAX);
+}
