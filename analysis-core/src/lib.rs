@@ -20,10 +20,12 @@ pub mod encode;
 pub mod format;
 pub mod model;
 pub mod msgpack;
+pub mod pickle;
 pub mod report;
 pub mod stats;
 pub mod synth;
 pub mod timeline;
+pub mod torch_snapshot;
 pub mod units;
 
 pub use analysis::{Config, analyze};

@@ -4,7 +4,9 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::{cmd_check, cmd_demo, cmd_diff, cmd_report, cmd_serve, cmd_synth, cmd_upload};
+use crate::{
+    cmd_check, cmd_demo, cmd_diff, cmd_import, cmd_report, cmd_serve, cmd_synth, cmd_upload,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +31,8 @@ pub enum Command {
     Check(cmd_check::CheckArgs),
     /// Compare two traces: peak, live at end and growth per call site and scope.
     Diff(cmd_diff::DiffArgs),
+    /// Convert a PyTorch memory snapshot (pickle or JSON) into a trace.
+    Import(cmd_import::ImportArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
     Serve(cmd_serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
@@ -43,6 +47,7 @@ const SUBCOMMANDS: &[&str] = &[
     "report",
     "check",
     "diff",
+    "import",
     "serve",
     "synth",
     "upload",
@@ -61,6 +66,7 @@ pub fn dispatch() -> Result<u8> {
         return match cli.command {
             Command::Demo(a) => cmd_demo::run(a),
             Command::Report(a) => cmd_report::run(a),
+            Command::Import(a) => cmd_import::run(a),
             Command::Serve(a) => cmd_serve::run(a),
             Command::Check(a) => cmd_check::run(a),
             Command::Diff(a) => cmd_diff::run(a),

@@ -42,6 +42,7 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
     };
     let mut loader = len.map_or_else(Loader::new, Loader::with_size_hint);
     let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut first = true;
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -51,6 +52,20 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
                 return Err(e).with_context(|| format!("cannot read the trace {}", path.display()));
             }
         };
+        if first && analysis_core::torch_snapshot::looks_like_snapshot(&buf[..n]) {
+            // A PyTorch memory snapshot (pickle or JSON): read it whole and convert it.
+            let mut all = buf[..n].to_vec();
+            reader
+                .read_to_end(&mut all)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            if let Some(b) = &bar {
+                b.finish_and_clear();
+            }
+            let (trace, _) = convert_snapshot(&all, path)?;
+            return analysis_core::load(&trace)
+                .with_context(|| format!("cannot decode the converted {}", path.display()));
+        }
+        first = false;
         if loader.push(&buf[..n]).is_err() {
             // The decoder keeps the error; finish() reports it with everything decoded before it.
             break;
@@ -66,4 +81,17 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
     loader
         .finish()
         .with_context(|| format!("cannot decode {}", path.display()))
+}
+
+/// Converts a PyTorch memory snapshot to trace bytes, with an error naming the file.
+pub fn convert_snapshot(
+    bytes: &[u8],
+    path: &Path,
+) -> Result<(Vec<u8>, analysis_core::torch_snapshot::ImportSummary)> {
+    analysis_core::torch_snapshot::convert(bytes).with_context(|| {
+        format!(
+            "cannot read {} as a PyTorch memory snapshot",
+            path.display()
+        )
+    })
 }

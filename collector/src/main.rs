@@ -5,6 +5,7 @@ mod cli;
 mod cmd_check;
 mod cmd_demo;
 mod cmd_diff;
+mod cmd_import;
 mod cmd_report;
 mod cmd_serve;
 mod cmd_synth;

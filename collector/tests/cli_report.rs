@@ -127,3 +127,38 @@ fn bad_input_gets_a_one_line_error_and_exit_code_2() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn pytorch_snapshots_import_and_report_directly() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../analysis-core/tests/assets/torch"
+    );
+    let expect: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(format!("{dir}/two-devices.expected.json")).expect("expected"),
+    )
+    .expect("json");
+    let out_path = tmp("imported.msgpack");
+    let snapshot = format!("{dir}/two-devices.pickle");
+    let imp = gpucollect(&["import", &snapshot, "-o", out_path.to_str().expect("utf-8")]);
+    assert!(imp.status.success(), "{imp:?}");
+    assert!(String::from_utf8_lossy(&imp.stderr).contains("imported 2016 trace entries"));
+    for input in [
+        out_path.clone(),
+        PathBuf::from(&snapshot),
+        PathBuf::from(format!("{dir}/two-devices.json")),
+    ] {
+        let (report, code) = report_json(&input);
+        assert_eq!(code, 0, "{input:?}");
+        assert_eq!(
+            report["live_at_end_bytes"], expect["live_at_end_bytes"],
+            "{input:?}"
+        );
+        assert_eq!(report["peak_bytes"], expect["peak_bytes"], "{input:?}");
+    }
+    let text = tmp("text.txt");
+    std::fs::write(&text, "plain text").expect("write");
+    let bad = gpucollect(&["import", text.to_str().expect("utf-8"), "-o", "/dev/null"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a pickle nor JSON"));
+}

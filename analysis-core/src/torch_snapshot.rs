@@ -1,0 +1,567 @@
+//! Converts a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`, a pickle, or the same
+//! data as JSON) into a gpucollect trace, so every front end (report, check, diff, viewer)
+//! reads it like a captured trace.
+//!
+//! Mapping:
+//! - `device_traces` entries, in `time_us` order across devices: `alloc` → allocation;
+//!   `free_completed` (or the older `free`) → free (stream-ordered when it completed after its
+//!   `free_requested`); `segment_alloc`/`segment_map` and `segment_free`/`segment_unmap` change
+//!   the reserved bytes, written as pool samples next to the allocated bytes, so fragmentation
+//!   gets exact numbers; `oom` → failed allocation; `snapshot`/`annotate` → marks.
+//! - `frames` (innermost first) → interned Python frames and stacks.
+//! - `external_annotations` (record_function START/END) → NVTX-like ranges, i.e. scopes.
+//! - `allocator_settings` → a mark at time 0.
+//! - The history is a ring buffer: blocks alive before it started are reconstructed from the
+//!   final `segments` state, and frees of never-seen blocks ("ghost blocks") get an allocation at
+//!   the start of the history. Both are allocated from a stack whose innermost frame says so, and
+//!   counted in the [`ImportSummary`], never dropped or counted twice.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+
+use crate::encode::Encoder;
+use crate::format::*;
+use crate::pickle::{Pickle, PickleError, Value};
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    #[error(transparent)]
+    Pickle(#[from] PickleError),
+    #[error("the JSON is invalid: {0}")]
+    Json(String),
+    #[error(
+        "this is not a PyTorch memory snapshot: it has no `segments` or `device_traces` \
+         (make one with torch.cuda.memory._dump_snapshot)"
+    )]
+    NotASnapshot,
+}
+
+/// What the conversion found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ImportSummary {
+    pub devices: u32,
+    pub trace_entries: u64,
+    pub allocations: u64,
+    /// Blocks alive in the final state that the history never saw allocated.
+    pub reconstructed_blocks: u64,
+    /// Frees of blocks the history never saw allocated.
+    pub ghost_frees: u64,
+    pub failed_allocations: u64,
+    pub ranges: u64,
+    /// Entries that could not be used (missing fields, unknown actions), by kind.
+    pub skipped: Vec<(String, u64)>,
+}
+
+/// Label of the stack given to reconstructed and ghost blocks.
+pub const BEFORE_HISTORY: &str = "<allocated before the snapshot's history began>";
+
+/// Whether the bytes look like a snapshot this module reads (a pickle or a JSON object).
+pub fn looks_like_snapshot(bytes: &[u8]) -> bool {
+    match bytes.first() {
+        Some(0x80) => true,
+        Some(_) => bytes
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b'{'),
+        None => false,
+    }
+}
+
+/// Converts a snapshot (pickle or JSON) to trace bytes.
+pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+    let p = if bytes.first() == Some(&0x80) {
+        Pickle::parse(bytes)?
+    } else {
+        let v: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| ImportError::Json(e.to_string()))?;
+        Pickle::from_json(&v)
+    };
+    Converter::new(&p).run()
+}
+
+/// One event to replay, from a trace entry or an annotation.
+struct Event {
+    time_us: i64,
+    device: u32,
+    order: usize,
+    value: Value,
+    annotation: bool,
+}
+
+struct Converter<'p> {
+    p: &'p Pickle,
+    root: Value,
+    enc: Encoder,
+    summary: ImportSummary,
+    strings: HashMap<String, StringId>,
+    frames: HashMap<(StringId, StringId, u32), FrameId>,
+    stacks: HashMap<(StackId, FrameId), StackId>,
+    /// Live blocks: (device, address) → (id, size).
+    live: HashMap<(u32, i64), (AllocId, u64)>,
+    requested: HashMap<(u32, i64), u64>,
+    reserved: HashMap<u32, u64>,
+    allocated: HashMap<u32, u64>,
+    skipped: HashMap<String, u64>,
+    t0_us: i64,
+    last_ns: u64,
+}
+
+impl<'p> Converter<'p> {
+    fn new(p: &'p Pickle) -> Self {
+        let mut header = Encoder::header_v1();
+        header.collector = String::from("torch.cuda.memory._dump_snapshot, imported by gpucollect");
+        Self {
+            p,
+            root: p.root.unwrap_or(Value::None),
+            enc: Encoder::new(&header),
+            summary: ImportSummary::default(),
+            strings: HashMap::new(),
+            frames: HashMap::new(),
+            stacks: HashMap::new(),
+            live: HashMap::new(),
+            requested: HashMap::new(),
+            reserved: HashMap::new(),
+            allocated: HashMap::new(),
+            skipped: HashMap::new(),
+            t0_us: 0,
+            last_ns: 0,
+        }
+    }
+
+    fn skip(&mut self, what: &str) {
+        *self.skipped.entry(what.to_string()).or_default() += 1;
+    }
+
+    fn string(&mut self, s: &str) -> StringId {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = StringId(self.strings.len() as u32 + 1);
+        self.strings.insert(s.to_string(), id);
+        self.enc.record(&Record::String {
+            id,
+            value: s.to_string(),
+        });
+        id
+    }
+
+    fn frame(&mut self, file: &str, name: &str, line: u32) -> FrameId {
+        let (f, n) = (self.string(file), self.string(name));
+        if let Some(&id) = self.frames.get(&(f, n, line)) {
+            return id;
+        }
+        let id = FrameId(self.frames.len() as u32 + 1);
+        self.frames.insert((f, n, line), id);
+        self.enc.record(&Record::Frame(FrameDef::Python {
+            id,
+            function: n,
+            file: f,
+            line,
+        }));
+        id
+    }
+
+    fn push_frame(&mut self, parent: StackId, frame: FrameId) -> StackId {
+        if let Some(&s) = self.stacks.get(&(parent, frame)) {
+            return s;
+        }
+        let stack = StackId(self.stacks.len() as u32 + 1);
+        self.stacks.insert((parent, frame), stack);
+        self.enc.record(&Record::Stack(StackDef {
+            stack,
+            parent,
+            frame,
+        }));
+        stack
+    }
+
+    /// The stack of a `frames` list (innermost first), optionally under a marker frame.
+    fn stack(&mut self, frames: Option<Value>, marker: Option<&str>) -> StackId {
+        let p = self.p;
+        let mut s = StackId(0);
+        let list = frames.map_or(&[][..], |f| p.items(f));
+        for &fr in list.iter().rev().take(crate::model::MAX_STACK_DEPTH) {
+            let file = p.get(fr, "filename").and_then(|v| p.str(v)).unwrap_or("??");
+            let name = p.get(fr, "name").and_then(|v| p.str(v)).unwrap_or("??");
+            let line = p
+                .int(p.get(fr, "line"))
+                .unwrap_or(0)
+                .clamp(0, i64::from(u32::MAX)) as u32;
+            let f = self.frame(file, name, line);
+            s = self.push_frame(s, f);
+        }
+        if let Some(m) = marker {
+            let f = self.frame("", m, 0);
+            s = self.push_frame(s, f);
+        }
+        s
+    }
+
+    fn ts(&mut self, time_us: i64) -> u64 {
+        let ns = u64::try_from(time_us.saturating_sub(self.t0_us))
+            .unwrap_or(0)
+            .saturating_mul(1000);
+        self.last_ns = self.last_ns.max(ns);
+        ns
+    }
+
+    fn size(&self, e: Value, key: &str) -> Option<u64> {
+        self.p
+            .int(self.p.get(e, key))
+            .and_then(|v| u64::try_from(v).ok())
+    }
+
+    fn pool_sample(&mut self, ts_nanos: u64, device: u32) {
+        let reserved_bytes = self.reserved.get(&device).copied().unwrap_or(0);
+        let used_bytes = self.allocated.get(&device).copied().unwrap_or(0);
+        self.enc.record(&Record::PoolSample(PoolSample {
+            ts_nanos,
+            device: DeviceIdx(device),
+            pool: 0,
+            reserved_bytes,
+            used_bytes,
+            process: ProcessIdx(0),
+        }));
+    }
+
+    fn alloc(
+        &mut self,
+        ts_nanos: u64,
+        device: u32,
+        addr: i64,
+        size: u64,
+        stack: StackId,
+        stream: u64,
+    ) {
+        let id = self.enc.alloc(&Alloc {
+            ts_nanos,
+            size_bytes: size,
+            address: addr as u64,
+            stack,
+            device: DeviceIdx(device),
+            kind: AllocKind::Device,
+            stream,
+            ..Alloc::default()
+        });
+        self.live.insert((device, addr), (id, size));
+        let a = self.allocated.entry(device).or_default();
+        *a = a.saturating_add(size);
+        self.summary.allocations += 1;
+    }
+
+    fn free(&mut self, ts_nanos: u64, device: u32, addr: i64, kind: FreeKind, stream: u64) {
+        if let Some((id, size)) = self.live.remove(&(device, addr)) {
+            self.enc.record(&Record::Free(Free {
+                ts_nanos,
+                alloc: id,
+                kind,
+                stream,
+                ..Free::default()
+            }));
+            let a = self.allocated.entry(device).or_default();
+            *a = a.saturating_sub(size);
+        }
+    }
+
+    fn run(mut self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+        let p = self.p;
+        let segments = p.get(self.root, "segments");
+        let traces = p.get(self.root, "device_traces");
+        if segments.is_none() && traces.is_none() {
+            return Err(ImportError::NotASnapshot);
+        }
+        // Every event, merged across devices in time order (stable for equal times).
+        let mut events: Vec<Event> = Vec::new();
+        for (device, list) in traces.map_or(&[][..], |t| p.items(t)).iter().enumerate() {
+            for &e in p.items(*list) {
+                events.push(Event {
+                    time_us: p.int(p.get(e, "time_us")).unwrap_or(0),
+                    device: device as u32,
+                    order: events.len(),
+                    value: e,
+                    annotation: false,
+                });
+            }
+        }
+        self.summary.trace_entries = events.len() as u64;
+        if let Some(ann) = p.get(self.root, "external_annotations") {
+            for &a in p.items(ann) {
+                events.push(Event {
+                    time_us: p.int(p.get(a, "time_us")).unwrap_or(0),
+                    device: p.int(p.get(a, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32,
+                    order: events.len(),
+                    value: a,
+                    annotation: true,
+                });
+            }
+        }
+        events.sort_by_key(|e| (e.time_us, e.order));
+        self.t0_us = events.first().map_or(0, |e| e.time_us);
+
+        // Devices: from the traces and the segments.
+        let mut devices = traces.map_or(0, |t| p.items(t).len() as u32);
+        for &s in segments.map_or(&[][..], |s| p.items(s)) {
+            let d = p.int(p.get(s, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32;
+            devices = devices.max(d + 1);
+        }
+        self.summary.devices = devices;
+        self.enc.record(&Record::Process(ProcessInfo {
+            process: ProcessIdx(0),
+            pid: 0,
+            parent: None,
+            exe: String::from("python"),
+            argv: Vec::new(),
+        }));
+        for d in 0..devices {
+            self.enc.record(&Record::Device(DeviceInfo {
+                device: DeviceIdx(d),
+                uuid: String::new(),
+                name: format!("cuda:{d}"),
+                total_bytes: 0,
+            }));
+        }
+        if let Some(settings) = p.get(self.root, "allocator_settings") {
+            let text: Vec<String> = p
+                .entries(settings)
+                .iter()
+                .filter_map(|(k, v)| {
+                    let k = p.str(*k)?;
+                    let v = match *v {
+                        Value::Str(_) => String::from(p.str(*v).unwrap_or("")),
+                        Value::Int(i) => format!("{i}"),
+                        Value::Float(f) => format!("{f}"),
+                        Value::Bool(b) => format!("{b}"),
+                        Value::None => String::from("None"),
+                        _ => String::from("…"),
+                    };
+                    Some(format!("{k}={v}"))
+                })
+                .collect();
+            let name = self.string(&format!("allocator_settings: {}", text.join(", ")));
+            self.enc.record(&Record::Mark(Mark {
+                ts_nanos: 0,
+                name,
+                ..Mark::default()
+            }));
+        }
+
+        // Pass 1: which blocks are freed before the history allocates them (ghosts), and how
+        // much reserved memory changes during the history.
+        let mut seen: HashMap<(u32, i64), bool> = HashMap::new();
+        let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
+        let mut reserved_delta: HashMap<u32, i128> = HashMap::new();
+        for e in events.iter().filter(|e| !e.annotation) {
+            let action = p
+                .get(e.value, "action")
+                .and_then(|v| p.str(v))
+                .unwrap_or("");
+            let addr = p.int(p.get(e.value, "addr")).unwrap_or(0);
+            let size = self.size(e.value, "size").unwrap_or(0);
+            match action {
+                "alloc" => {
+                    seen.insert((e.device, addr), true);
+                }
+                "free" | "free_requested" | "free_completed" => {
+                    if !seen.contains_key(&(e.device, addr)) {
+                        ghosts.push((e.device, addr, size, p.get(e.value, "frames")));
+                        seen.insert((e.device, addr), false);
+                    } else if action != "free_requested" {
+                        seen.remove(&(e.device, addr));
+                    }
+                }
+                "segment_alloc" | "segment_map" => {
+                    *reserved_delta.entry(e.device).or_default() += i128::from(size);
+                }
+                "segment_free" | "segment_unmap" => {
+                    *reserved_delta.entry(e.device).or_default() -= i128::from(size);
+                }
+                _ => {}
+            }
+        }
+        // The final state, from the segments.
+        let mut final_reserved: HashMap<u32, u64> = HashMap::new();
+        let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
+        for &s in segments.map_or(&[][..], |s| p.items(s)) {
+            let d = p.int(p.get(s, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32;
+            let r = final_reserved.entry(d).or_default();
+            *r = r.saturating_add(self.size(s, "total_size").unwrap_or(0));
+            for &b in p.items(p.get(s, "blocks").unwrap_or(Value::None)) {
+                let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
+                if state.starts_with("active") {
+                    let addr = p.int(p.get(b, "address")).unwrap_or(0);
+                    let size = self.size(b, "size").unwrap_or(0);
+                    final_blocks.push((d, addr, size, p.get(b, "frames")));
+                }
+            }
+        }
+        // Blocks alive at the end of the replayed history (allocated, not freed), to tell which
+        // final blocks predate the history.
+        let alive_in_history: hashbrown::HashSet<(u32, i64)> = seen
+            .iter()
+            .filter(|(_, allocated)| **allocated)
+            .map(|(k, _)| *k)
+            .collect();
+
+        // Time 0: reserved memory and blocks from before the history.
+        for d in 0..devices {
+            let delta = reserved_delta.get(&d).copied().unwrap_or(0);
+            let end = i128::from(final_reserved.get(&d).copied().unwrap_or(0));
+            let start = if segments.is_some() {
+                (end - delta).max(0)
+            } else {
+                (-delta).max(0)
+            };
+            self.reserved
+                .insert(d, u64::try_from(start).unwrap_or(u64::MAX));
+        }
+        for (d, addr, size, frames) in ghosts {
+            let stack = self.stack(frames, Some(BEFORE_HISTORY));
+            self.alloc(0, d, addr, size, stack, 0);
+            self.summary.ghost_frees += 1;
+        }
+        for (d, addr, size, frames) in final_blocks {
+            if alive_in_history.contains(&(d, addr)) || self.live.contains_key(&(d, addr)) {
+                continue;
+            }
+            let stack = self.stack(frames, Some(BEFORE_HISTORY));
+            self.alloc(0, d, addr, size, stack, 0);
+            self.summary.reconstructed_blocks += 1;
+        }
+        for d in 0..devices {
+            self.pool_sample(0, d);
+        }
+
+        // Pass 2: replay.
+        let mut open: HashMap<(u32, String), Vec<RangeId>> = HashMap::new();
+        let mut next_range = 1u64;
+        let mut since_sample: HashMap<u32, u32> = HashMap::new();
+        for e in &events {
+            let ts = self.ts(e.time_us);
+            let v = e.value;
+            if e.annotation {
+                let name = p.get(v, "name").and_then(|x| p.str(x)).unwrap_or("?");
+                let stage = p.get(v, "stage").and_then(|x| p.str(x)).unwrap_or("");
+                let key = (e.device, name.to_string());
+                if stage.eq_ignore_ascii_case("START") {
+                    let range = RangeId(next_range);
+                    next_range += 1;
+                    let (n, domain) = (self.string(name), self.string("record_function"));
+                    self.enc.record(&Record::RangeBegin(RangeBegin {
+                        ts_nanos: ts,
+                        range,
+                        name: n,
+                        domain,
+                        ..RangeBegin::default()
+                    }));
+                    open.entry(key).or_default().push(range);
+                    self.summary.ranges += 1;
+                } else if let Some(range) = open.get_mut(&key).and_then(Vec::pop) {
+                    self.enc.record(&Record::RangeEnd(RangeEnd {
+                        ts_nanos: ts,
+                        range,
+                    }));
+                } else {
+                    self.skip("annotation end without start");
+                }
+                continue;
+            }
+            let action = p.get(v, "action").and_then(|x| p.str(x)).unwrap_or("");
+            let addr = p.int(p.get(v, "addr")).unwrap_or(0);
+            let size = self.size(v, "size");
+            let stream = p
+                .int(p.get(v, "stream"))
+                .and_then(|s| u64::try_from(s).ok())
+                .unwrap_or(0);
+            let d = e.device;
+            match (action, size) {
+                ("alloc", Some(size)) => {
+                    // A block allocated twice without a free: close the old one first.
+                    self.free(ts, d, addr, FreeKind::Other, stream);
+                    let stack = self.stack(p.get(v, "frames"), None);
+                    self.alloc(ts, d, addr, size, stack, stream);
+                }
+                ("free_requested", _) => {
+                    self.requested.insert((d, addr), ts);
+                }
+                ("free_completed" | "free", _) => {
+                    let kind = match self.requested.remove(&(d, addr)) {
+                        Some(req) if req < ts => FreeKind::StreamOrdered,
+                        _ => FreeKind::Immediate,
+                    };
+                    self.free(ts, d, addr, kind, stream);
+                }
+                ("segment_alloc" | "segment_map", Some(size)) => {
+                    let r = self.reserved.entry(d).or_default();
+                    *r = r.saturating_add(size);
+                    self.pool_sample(ts, d);
+                    continue;
+                }
+                ("segment_free" | "segment_unmap", Some(size)) => {
+                    let r = self.reserved.entry(d).or_default();
+                    *r = r.saturating_sub(size);
+                    self.pool_sample(ts, d);
+                    continue;
+                }
+                ("oom", _) => {
+                    let stack = self.stack(p.get(v, "frames"), None);
+                    self.enc.record(&Record::AllocFailed(AllocFailed {
+                        ts_nanos: ts,
+                        size_bytes: size.unwrap_or(0),
+                        error_code: 2,
+                        stack,
+                        device: DeviceIdx(d),
+                        kind: AllocKind::Device,
+                        ..AllocFailed::default()
+                    }));
+                    self.summary.failed_allocations += 1;
+                    continue;
+                }
+                ("snapshot" | "annotate", _) => {
+                    let name = self.string(action);
+                    self.enc.record(&Record::Mark(Mark {
+                        ts_nanos: ts,
+                        name,
+                        ..Mark::default()
+                    }));
+                    continue;
+                }
+                (other, _) => {
+                    let what = if other.is_empty() {
+                        String::from("entry without an action")
+                    } else {
+                        format!("action `{other}` without a size or unknown")
+                    };
+                    self.skip(&what);
+                    continue;
+                }
+            }
+            // Allocated bytes changed: sample now and then so the ratio has a time course.
+            let n = since_sample.entry(d).or_default();
+            *n += 1;
+            if *n >= 64 {
+                *n = 0;
+                self.pool_sample(ts, d);
+            }
+        }
+        // Ranges still open end with the trace; a final sample for every device.
+        let end = self.last_ns;
+        for (_, ranges) in open {
+            for range in ranges {
+                self.enc.record(&Record::RangeEnd(RangeEnd {
+                    ts_nanos: end,
+                    range,
+                }));
+            }
+        }
+        for d in 0..devices {
+            self.pool_sample(end, d);
+        }
+        self.enc.record(&Record::End { ts_nanos: end });
+        let mut skipped: Vec<(String, u64)> = self.skipped.into_iter().collect();
+        skipped.sort();
+        self.summary.skipped = skipped;
+        Ok((self.enc.into_bytes(), self.summary))
+    }
+}

@@ -1,0 +1,59 @@
+//! `gpucollect import SNAPSHOT -o run.msgpack`: converts a PyTorch memory snapshot
+//! (`torch.cuda.memory._dump_snapshot` pickle, or the same data as JSON) into a trace.
+//! `report`, `check` and `diff` also accept snapshots directly.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The snapshot (.pickle or .json).
+    pub snapshot: PathBuf,
+    /// Output trace file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+pub fn run(a: ImportArgs) -> Result<u8> {
+    let bytes = std::fs::read(&a.snapshot)
+        .with_context(|| format!("cannot open the snapshot {}", a.snapshot.display()))?;
+    if !analysis_core::torch_snapshot::looks_like_snapshot(&bytes) {
+        bail!(
+            "{} is neither a pickle nor JSON: give a file written by torch.cuda.memory._dump_snapshot",
+            a.snapshot.display()
+        );
+    }
+    let (trace, summary) = crate::input::convert_snapshot(&bytes, &a.snapshot)?;
+    match &a.output {
+        Some(path) => std::fs::write(path, &trace)
+            .with_context(|| format!("cannot write the trace to {}", path.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            if out.is_terminal() {
+                bail!(
+                    "refusing to write a binary trace to the terminal: redirect it (`> run.msgpack`) or use -o FILE"
+                );
+            }
+            out.write_all(&trace)
+                .context("cannot write the trace to stdout")?;
+        }
+    }
+    eprintln!(
+        "imported {} trace entries on {} device(s): {} allocations, {} blocks from before the \
+         history, {} frees of never-seen blocks, {} failed allocations, {} annotated ranges",
+        summary.trace_entries,
+        summary.devices,
+        summary.allocations,
+        summary.reconstructed_blocks,
+        summary.ghost_frees,
+        summary.failed_allocations,
+        summary.ranges
+    );
+    for (what, n) in &summary.skipped {
+        eprintln!("gpucollect: warning: skipped {n} entries: {what}");
+    }
+    Ok(0)
+}
