@@ -54,6 +54,9 @@ pub struct ImportSummary {
     pub skipped: Vec<(String, u64)>,
 }
 
+/// PyTorch's smallest block and rounding unit (kMinBlockSize).
+pub const MIN_BLOCK_BYTES: u64 = 512;
+
 /// Label of the stack given to reconstructed and ghost blocks.
 pub const BEFORE_HISTORY: &str = "<allocated before the snapshot's history began>";
 
@@ -207,6 +210,19 @@ impl<'p> Converter<'p> {
         ns
     }
 
+    /// The block size the caching allocator reserves for a request: trace entries carry the
+    /// requested size, while `memory_allocated()` and the segments count blocks, which are at
+    /// least 512 bytes and multiples of 512 (`round_size` in CUDACachingAllocator.cpp).
+    fn block_size(&self, e: Value) -> Option<u64> {
+        self.size(e, "size").map(|n| {
+            if n == 0 {
+                0
+            } else {
+                n.div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
+            }
+        })
+    }
+
     fn size(&self, e: Value, key: &str) -> Option<u64> {
         self.p
             .int(self.p.get(e, key))
@@ -358,7 +374,11 @@ impl<'p> Converter<'p> {
                 .and_then(|v| p.str(v))
                 .unwrap_or("");
             let addr = p.int(p.get(e.value, "addr")).unwrap_or(0);
-            let size = self.size(e.value, "size").unwrap_or(0);
+            let size = if action.starts_with("segment") {
+                self.size(e.value, "size").unwrap_or(0)
+            } else {
+                self.block_size(e.value).unwrap_or(0)
+            };
             match action {
                 "alloc" => {
                     seen.insert((e.device, addr), true);
@@ -469,7 +489,11 @@ impl<'p> Converter<'p> {
             }
             let action = p.get(v, "action").and_then(|x| p.str(x)).unwrap_or("");
             let addr = p.int(p.get(v, "addr")).unwrap_or(0);
-            let size = self.size(v, "size");
+            let size = if action.starts_with("segment") || action == "oom" {
+                self.size(v, "size")
+            } else {
+                self.block_size(v)
+            };
             let stream = p
                 .int(p.get(v, "stream"))
                 .and_then(|s| u64::try_from(s).ok())

@@ -127,3 +127,35 @@ fn bad_input_is_a_clear_error() {
     let e = convert(code).expect_err("refused");
     assert!(e.to_string().contains("never executes"), "{e}");
 }
+
+/// A real snapshot from PyTorch 2.11 on an H100 (scripts/torch-snapshot.py; see the fixtures'
+/// README): live at end, peak and reserved equal what PyTorch itself reported.
+#[test]
+fn a_real_pytorch_snapshot_matches_torch_cuda_memory_counters() {
+    let expect = expected("real-torch");
+    let (trace, summary) = convert(&asset("real-torch.pickle")).expect("converts");
+    assert_eq!(summary.skipped, Vec::new());
+    let m = load(&trace).expect("loads").model;
+    assert_eq!(
+        m.live_at_end_bytes(),
+        expect["memory_allocated"].as_u64().expect("n")
+    );
+    assert_eq!(
+        m.peak_bytes,
+        expect["max_memory_allocated"].as_u64().expect("n")
+    );
+    let last = m.pool_samples.last().expect("pool samples");
+    assert_eq!(
+        last.reserved_bytes,
+        expect["memory_reserved"].as_u64().expect("n")
+    );
+    assert_eq!(
+        last.used_bytes,
+        expect["memory_allocated"].as_u64().expect("n")
+    );
+    assert!(
+        summary.ranges >= 30,
+        "record_function scopes: {}",
+        summary.ranges
+    );
+}
