@@ -5,7 +5,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    cmd_check, cmd_demo, cmd_diff, cmd_import, cmd_report, cmd_serve, cmd_synth, cmd_upload,
+    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_serve, cmd_synth,
+    cmd_upload,
 };
 
 #[derive(Debug, Parser)]
@@ -31,6 +32,8 @@ pub enum Command {
     Check(cmd_check::CheckArgs),
     /// Compare two traces: peak, live at end and growth per call site and scope.
     Diff(cmd_diff::DiffArgs),
+    /// Write a single self-contained HTML report (viewer and trace inlined, works offline).
+    Html(cmd_html::HtmlArgs),
     /// Convert a PyTorch memory snapshot (pickle or JSON) into a trace.
     Import(cmd_import::ImportArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
@@ -47,6 +50,7 @@ const SUBCOMMANDS: &[&str] = &[
     "report",
     "check",
     "diff",
+    "html",
     "import",
     "serve",
     "synth",
@@ -66,6 +70,7 @@ pub fn dispatch() -> Result<u8> {
         return match cli.command {
             Command::Demo(a) => cmd_demo::run(a),
             Command::Report(a) => cmd_report::run(a),
+            Command::Html(a) => cmd_html::run(a),
             Command::Import(a) => cmd_import::run(a),
             Command::Serve(a) => cmd_serve::run(a),
             Command::Check(a) => cmd_check::run(a),

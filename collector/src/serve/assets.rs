@@ -96,6 +96,14 @@ impl Assets {
             .map(|b| (content_type(path), b.as_slice()))
     }
 
+    /// Every file as (path, bytes).
+    pub fn files(&self) -> Vec<(&str, &[u8])> {
+        self.files
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect()
+    }
+
     /// The viewer's entry page, or an explanation when there is no viewer.
     pub fn index(&self) -> &[u8] {
         self.files

@@ -1,0 +1,57 @@
+//! `gpucollect html TRACE -o report.html`: a single self-contained HTML report (viewer and
+//! trace inlined, no network access) for wikis that only take attachments.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use crate::export_html::{ViewerFiles, build};
+use crate::serve::assets::Assets;
+
+#[derive(Debug, Args)]
+pub struct HtmlArgs {
+    /// The trace (or PyTorch snapshot) to embed.
+    pub trace: PathBuf,
+    /// Output HTML file.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Use the viewer in this folder instead of the one built into the binary.
+    #[arg(long)]
+    pub assets: Option<PathBuf>,
+}
+
+pub fn run(a: HtmlArgs) -> Result<u8> {
+    let assets = match &a.assets {
+        Some(d) => Assets::from_dir(d)?,
+        None => Assets::embedded(),
+    };
+    if !assets.has_viewer() {
+        bail!(
+            "this gpucollect was built without the viewer: run `trunk build --release` at the repository root and rebuild, or pass --assets DIR"
+        );
+    }
+    let mut trace = std::fs::read(&a.trace)
+        .with_context(|| format!("cannot open the trace {}", a.trace.display()))?;
+    if analysis_core::torch_snapshot::looks_like_snapshot(&trace) {
+        trace = crate::input::convert_snapshot(&trace, &a.trace)?.0;
+    }
+    // Refuse anything that is not a trace before building a page around it.
+    analysis_core::load(&trace).with_context(|| format!("{} is not a trace", a.trace.display()))?;
+    let index = String::from_utf8_lossy(assets.index()).into_owned();
+    let files = assets.files();
+    let viewer = ViewerFiles {
+        index_html: &index,
+        files,
+    };
+    let title = a
+        .trace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let html = build(&viewer, &trace, &title)?;
+    std::fs::write(&a.output, html)
+        .with_context(|| format!("cannot write {}", a.output.display()))?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(0)
+}
