@@ -326,7 +326,8 @@ pub fn draw<DB: DrawingBackend>(
     let rows = spec.ranges.iter().map(|r| r.depth + 1).max().unwrap_or(0) as i32;
     let font = ("sans-serif", 12).into_font().color(&th.foreground);
     let origin = spec.origin_nanos;
-    let x_fmt = |t: &u64| fmt_duration(t.saturating_sub(origin));
+    // Axis in time since the trace start, so its ticks fall on round durations.
+    let x_fmt = |t: &u64| fmt_duration(*t);
     let y_fmt = |v: &u64| match spec.y_unit {
         YUnit::Bytes => fmt_bytes(*v),
         YUnit::Permyriad => format!("{} %", v / 100),
@@ -338,7 +339,10 @@ pub fn draw<DB: DrawingBackend>(
         .margin_bottom(4)
         .x_label_area_size(24)
         .y_label_area_size(y_label_px)
-        .build_cartesian_2d(t0..t1, 0u64..y_max)?;
+        .build_cartesian_2d(
+            t0.saturating_sub(origin)..t1.saturating_sub(origin),
+            0u64..y_max,
+        )?;
     chart
         .configure_mesh()
         .x_labels(7)

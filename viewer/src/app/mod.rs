@@ -307,6 +307,7 @@ fn ShareButton(ctx: Ctx) -> impl IntoView {
 fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let fatal = a.report.fatal.clone();
+    let warnings = a.report.warnings.clone();
     let records = a.report.records;
     let tabs = View::ALL
         .into_iter()
@@ -324,12 +325,15 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         })
         .collect_view();
     let a2 = a.clone();
+    // Only a change of view re-renders the view (zooming must not rebuild the timeline).
+    let current = Memo::new(move |_| vs.with(|s| s.view));
     view! {
-        {fatal.map(|msg| view! {
+        {(fatal.is_some() || !warnings.is_empty()).then(|| view! {
             <section class="error-panel" role="alert" data-testid="error-panel">
-                <h2>"The trace is damaged"</h2>
-                <p data-testid="error-message">{msg}</p>
-                <p>{format!("Everything before the damage was kept: {records} records are shown below.")}</p>
+                <h2>{if fatal.is_some() { "The trace is damaged" } else { "The trace is incomplete" }}</h2>
+                {fatal.map(|msg| view! { <p data-testid="error-message">{msg}</p> })}
+                <ul data-testid="error-warnings">{warnings.into_iter().map(|w| view! { <li>{w}</li> }).collect_view()}</ul>
+                <p>{format!("Everything that decoded was kept: {records} records are shown below.")}</p>
             </section>
         })}
         <nav class="tabs" role="tablist" data-testid="tabs">
@@ -337,10 +341,10 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             <span class="source muted" data-testid="source">{a.source.clone()}</span>
         </nav>
         <Filters a=a.clone() ctx=ctx />
-        <main data-testid="view" data-view=move || vs.with(|s| s.view.slug())>
+        <main data-testid="view" data-view=move || current.get().slug()>
             {move || {
                 let a = a2.clone();
-                match vs.with(|s| s.view) {
+                match current.get() {
                     View::Overview => view! { <views::Overview a=a ctx=ctx /> }.into_any(),
                     View::Timeline => view! { <timeline::TimelineView a=a ctx=ctx /> }.into_any(),
                     View::Leaks => view! { <views::Leaks a=a ctx=ctx /> }.into_any(),

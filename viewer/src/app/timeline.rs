@@ -61,7 +61,9 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         if let Some(m) = dom::draw_canvas(&el, &spec, width, HEIGHT_PX) {
             mapper.set_value(m);
         }
-        let _ = el.set_attribute("data-draw-ms", &format!("{:.3}", dom::now_ms() - started));
+        let done = dom::now_ms();
+        let _ = el.set_attribute("data-draw-ms", &format!("{:.3}", done - started));
+        let _ = el.set_attribute("data-drawn-at", &format!("{done:.3}"));
         let _ = el.set_attribute("data-draws", &{
             let n: u64 = el
                 .get_attribute("data-draws")
@@ -219,7 +221,7 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     view! {
         <section class="timeline" data-testid="timeline-view">
             <div class="toolbar">
-                <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"＋"</button>
+                <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"+"</button>
                 <button data-testid="zoom-out" title="Zoom out (−)" on:click=move |_| ctx.zoom(2.0, None)>"−"</button>
                 <button data-testid="pan-left" title="Pan left (←)" on:click=move |_| ctx.pan(-0.25)>"←"</button>
                 <button data-testid="pan-right" title="Pan right (→)" on:click=move |_| ctx.pan(0.25)>"→"</button>
@@ -264,9 +266,23 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 /// The pinned moment: live allocations then, grouped by stack.
 #[component]
 fn Pinned(a: Arc<Analysis>, vs: RwSignal<ViewState>, origin: u64) -> impl IntoView {
+    // Recomputed when the pin or the filters change, not on zoom.
+    let key = Memo::new(move |_| {
+        vs.with(|s| {
+            (
+                s.pin_nanos,
+                ViewState {
+                    process: s.process,
+                    device: s.device,
+                    thread: s.thread,
+                    ..ViewState::default()
+                },
+            )
+        })
+    });
     move || {
-        let st = vs.get();
-        let t = st.pin_nanos?;
+        let (pin, st) = key.get();
+        let t = pin?;
         let f = filter_of(&st);
         let sites = a.live_sites_at(t, &f, 50);
         let total = a.live_bytes_at(t, &f);
