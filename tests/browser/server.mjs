@@ -4,8 +4,10 @@ import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 
-const [root, port = '0', traces] = process.argv.slice(2);
-if (!root) {
+const [rootArg, port = '0', tracesArg] = process.argv.slice(2);
+const root = rootArg && path.resolve(rootArg);
+const traces = tracesArg && path.resolve(tracesArg);
+if (!rootArg) {
   console.error('usage: node server.mjs ROOT [PORT] [TRACES_DIR]');
   process.exit(2);
 }
@@ -24,7 +26,7 @@ const server = http.createServer((req, res) => {
   }
   if (p.endsWith('/')) p += 'index.html';
   const file = path.join(base, path.normalize(p));
-  if (!file.startsWith(path.resolve(base))) {
+  if (!file.startsWith(base)) {
     res.writeHead(403).end();
     return;
   }
