@@ -228,6 +228,17 @@ test('leaks: live-at-end sites add up and rows expand to a growth chart and stac
   await page.locator(testid('leaks-table')).waitFor({ timeout: LOAD_TIMEOUT });
   const live = await page.locator(testid('leak-live')).evaluateAll((els) => els.reduce((s, e) => s + Number(e.dataset.value), 0));
   assert.equal(live, r.live_at_end_bytes);
+  // The device selector narrows the table to that device's live memory.
+  const sumLive = () => page.locator(testid('leak-live')).evaluateAll((els) => els.reduce((s, e) => s + Number(e.dataset.value), 0));
+  for (const d of r.devices) {
+    await page.selectOption(testid('filter-device'), String(d.device));
+    await page.waitForFunction(([n]) => document.querySelectorAll('[data-testid="leak-row"]').length === n || n < 0,
+      [d.live_at_end_bytes === 0 ? 0 : -1]);
+    await page.waitForTimeout(100);
+    assert.equal(await sumLive(), d.live_at_end_bytes, `live at end on GPU ${d.device}`);
+  }
+  await page.selectOption(testid('filter-device'), 'all');
+  await page.waitForFunction((n) => document.querySelectorAll('[data-testid="leak-row"]').length >= n, 1);
   await page.locator(testid('leak-row')).first().click();
   await page.locator(testid('leak-detail')).waitFor();
   assert.ok(await page.locator(`${testid('leak-detail')} ${testid('stack')} li`).count() > 0);

@@ -6,6 +6,7 @@
 //! answer; drawing code only downsamples (`Timeline::downsample`), so a zoom step costs
 //! O(pixels) whatever the trace size.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -262,10 +263,66 @@ impl Analysis {
         t
     }
 
+    /// Call-site rows for the allocations that pass the filter: the precomputed table for the
+    /// whole trace, or one built from the allocations (O(allocations)) for a process, device or
+    /// thread.
+    pub fn site_rows(&self, f: &Filter) -> Cow<'_, [SiteRow]> {
+        if f.is_all() {
+            return Cow::Borrowed(&self.sites);
+        }
+        let m = &self.trace.model;
+        let peak_t = m.peak_ts_nanos;
+        let mut by: BTreeMap<StackId, SiteRow> = BTreeMap::new();
+        for a in m.allocs.iter().filter(|a| f.admits(a) && a.size_bytes > 0) {
+            let row = by.entry(a.stack).or_insert_with(|| SiteRow {
+                stack: a.stack,
+                label: String::new(),
+                frames: Vec::new(),
+                alloc_bytes: 0,
+                alloc_count: 0,
+                peak_bytes: 0,
+                live_bytes: 0,
+                live_count: 0,
+                max_size_bytes: 0,
+            });
+            row.alloc_bytes += a.size_bytes;
+            row.alloc_count += 1;
+            row.max_size_bytes = row.max_size_bytes.max(a.size_bytes);
+            if a.is_live() {
+                row.live_bytes += a.size_bytes;
+                row.live_count += 1;
+            }
+            if m.peak_bytes > 0 && a.kind.is_device_memory() && a.live_at(peak_t) {
+                row.peak_bytes += a.size_bytes;
+            }
+        }
+        let labels: BTreeMap<StackId, (&str, &[String])> = self
+            .sites
+            .iter()
+            .map(|s| (s.stack, (s.label.as_str(), s.frames.as_slice())))
+            .collect();
+        Cow::Owned(
+            by.into_values()
+                .map(|mut r| {
+                    if let Some((label, frames)) = labels.get(&r.stack) {
+                        r.label = (*label).to_string();
+                        r.frames = frames.to_vec();
+                    }
+                    r
+                })
+                .collect(),
+        )
+    }
+
     /// Call sites with bytes still live at the end of the trace: the leak candidates, largest
     /// first. (The detectors will classify them as growing or bounded.)
-    pub fn leak_candidates(&self) -> Vec<&SiteRow> {
-        let mut v: Vec<&SiteRow> = self.sites.iter().filter(|s| s.live_bytes > 0).collect();
+    pub fn leak_candidates(&self, f: &Filter) -> Vec<SiteRow> {
+        let mut v: Vec<SiteRow> = self
+            .site_rows(f)
+            .iter()
+            .filter(|s| s.live_bytes > 0)
+            .cloned()
+            .collect();
         v.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(a.stack.cmp(&b.stack)));
         v
     }
@@ -416,7 +473,7 @@ mod tests {
         assert_eq!(a.report.live_at_end_bytes, truth.live_at_end_bytes);
         let at_peak: u64 = a.sites.iter().map(|s| s.peak_bytes).sum();
         assert_eq!(at_peak, a.report.peak_bytes);
-        let top = a.leak_candidates();
+        let top = a.leak_candidates(&Filter::default());
         assert!(
             top.iter().any(|s| s.label.contains("record_loss")),
             "{:?}",
@@ -438,9 +495,50 @@ mod tests {
     #[test]
     fn site_growth_ends_at_live_bytes() {
         let (a, _) = analysis(Scenario::TrainingLeak);
-        let top = a.leak_candidates()[0].clone();
+        let top = a.leak_candidates(&Filter::default())[0].clone();
         let g = a.site_growth(top.stack);
         assert_eq!(g.values().last().copied(), Some(top.live_bytes));
+    }
+
+    #[test]
+    fn filtered_site_rows_partition_the_whole_table() {
+        let (a, _) = analysis(Scenario::MultiDevice);
+        let whole: u64 = a.sites.iter().map(|s| s.alloc_bytes).sum();
+        let by_device: u64 = a
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let f = Filter {
+                    device: Some(d),
+                    ..Filter::default()
+                };
+                a.site_rows(&f).iter().map(|s| s.alloc_bytes).sum::<u64>()
+            })
+            .sum();
+        assert_eq!(by_device, whole);
+        let live: u64 = a
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let f = Filter {
+                    device: Some(d),
+                    ..Filter::default()
+                };
+                a.leak_candidates(&f)
+                    .iter()
+                    .map(|s| s.live_bytes)
+                    .sum::<u64>()
+            })
+            .sum();
+        assert_eq!(live, a.report.live_at_end_bytes);
+        assert!(
+            a.site_rows(&Filter {
+                device: Some(a.devices()[0]),
+                ..Filter::default()
+            })
+            .iter()
+            .all(|s| !s.label.is_empty())
+        );
     }
 
     #[test]

@@ -325,8 +325,9 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         })
         .collect_view();
     let a2 = a.clone();
-    // Only a change of view re-renders the view (zooming must not rebuild the timeline).
-    let current = Memo::new(move |_| vs.with(|s| s.view));
+    // Only a change of view or filter re-renders the view (zooming must not rebuild it).
+    let shown = Memo::new(move |_| vs.with(|s| (s.view, s.process, s.device, s.thread)));
+    let current = Memo::new(move |_| shown.get().0);
     view! {
         {(fatal.is_some() || !warnings.is_empty()).then(|| view! {
             <section class="error-panel" role="alert" data-testid="error-panel">
@@ -344,7 +345,7 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         <main data-testid="view" data-view=move || current.get().slug()>
             {move || {
                 let a = a2.clone();
-                match current.get() {
+                match shown.get().0 {
                     View::Overview => view! { <views::Overview a=a ctx=ctx /> }.into_any(),
                     View::Timeline => view! { <timeline::TimelineView a=a ctx=ctx /> }.into_any(),
                     View::Leaks => view! { <views::Leaks a=a ctx=ctx /> }.into_any(),

@@ -211,11 +211,8 @@ pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let table = move || {
         let st = vs.get();
         let needle = st.search.to_lowercase();
-        let mut rows: Vec<&SiteRow> = a
-            .sites
-            .iter()
-            .filter(|s| site_matches(s, &needle))
-            .collect();
+        let all = a.site_rows(&filter_of(&st));
+        let mut rows: Vec<&SiteRow> = all.iter().filter(|s| site_matches(s, &needle)).collect();
         sort_sites(&mut rows, st.sort, st.sort_ascending);
         let shown = rows.len().min(MAX_ROWS);
         let csv: Vec<Vec<String>> = rows
@@ -283,7 +280,7 @@ pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 #[component]
 pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let rows: Vec<SiteRow> = a.leak_candidates().into_iter().cloned().collect();
+    let rows: Vec<SiteRow> = a.leak_candidates(&filter_of(&vs.get_untracked()));
     let total_live = a.report.live_at_end_bytes;
     let csv = rows
         .iter()
