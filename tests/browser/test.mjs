@@ -109,6 +109,11 @@ test('call sites: sums match the report, search and sort work', async (ctx) => {
   await page.click(testid('sort-peak'));
   const firstRow = page.locator(testid('site-row')).first();
   assert.equal(await firstRow.getAttribute('data-stack'), String(top.stack), 'largest contribution to the peak first');
+  // CSV export of the table: a header and one line per call site.
+  const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-csv'))]);
+  const csv = fs.readFileSync(await csvDownload.path(), 'utf8').trim().split('\r\n');
+  assert.equal(csv[0], 'site,allocated_bytes,allocations,at_peak_bytes,live_at_end_bytes,max_size_bytes,stack');
+  assert.equal(csv.length - 1, all, 'one CSV line per call site');
   await page.fill(testid('site-search'), 'attention_scores');
   await page.waitForFunction((n) => Number(document.querySelector('[data-testid="sites-count"]').dataset.value) < n, all);
   assert.match(await page.locator(testid('site-row')).first().textContent(), /attention_scores/);
@@ -155,6 +160,18 @@ test('timeline: zoom (button, wheel, keys, brush) changes the visible range; hov
   const pinnedTs = await page.locator(testid('pinned')).getAttribute('data-ts');
   assert.ok(Number(pinnedTs) >= Number(r5[0]) && Number(pinnedTs) <= Number(r5[1]), 'pin inside the window');
   await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-zoomed.png'), fullPage: true });
+  // Chart exports: SVG from the plotters SVG backend, PNG from the canvas.
+  const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-svg'))]);
+  const svg = fs.readFileSync(await svgDownload.path(), 'utf8');
+  assert.match(svg, /^<svg/);
+  assert.match(svg, /process 0 · GPU 0/);
+  const [pngDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-png'))]);
+  assert.deepEqual([...fs.readFileSync(await pngDownload.path()).subarray(1, 4)], [0x50, 0x4e, 0x47]);
+  // Dark theme follows the system.
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.keyboard.press('-');
+  await page.waitForTimeout(200);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-dark.png'), fullPage: true });
   assert.deepEqual(page.errors, []);
 });
 
