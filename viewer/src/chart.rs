@@ -264,6 +264,8 @@ pub fn filter_of(vs: &ViewState) -> Filter {
 }
 
 /// NVTX range instances overlapping `[t0, t1)`, with nesting depth (at most 3 rows).
+/// Instances closer than 1/2000 of the window to the previous one on their row merge into it,
+/// so the result stays small (O(pixels)) however many steps the trace has.
 pub fn range_bands<'s>(
     ranges: &[RangeInstance],
     name: impl Fn(&RangeInstance) -> &'s str,
@@ -271,7 +273,9 @@ pub fn range_bands<'s>(
     t0: u64,
     t1: u64,
 ) -> Vec<RangeBand> {
-    let mut out = Vec::new();
+    let mut out: Vec<RangeBand> = Vec::new();
+    let merge_nanos = (t1.saturating_sub(t0) / 2000).max(1);
+    let mut last_on_row: [Option<usize>; 3] = [None; 3];
     for r in ranges {
         let end = r.end_ts_nanos.unwrap_or(u64::MAX);
         if end < t0 || r.begin_ts_nanos >= t1 || f.process.is_some_and(|p| p != r.process) {
@@ -284,6 +288,14 @@ pub fn range_bands<'s>(
             parent = ranges.get(parent as usize - 1).map_or(0, |p| p.parent_slot);
         }
         if depth < 3 {
+            if let Some(i) = last_on_row[depth as usize]
+                && r.begin_ts_nanos <= out[i].end_nanos.saturating_add(merge_nanos)
+                && end.saturating_sub(out[i].begin_nanos) <= merge_nanos * 4
+            {
+                out[i].end_nanos = out[i].end_nanos.max(end);
+                continue;
+            }
+            last_on_row[depth as usize] = Some(out.len());
             out.push(RangeBand {
                 begin_nanos: r.begin_ts_nanos,
                 end_nanos: end,
@@ -578,6 +590,7 @@ mod tests {
         );
         assert!(!all.is_empty());
         assert!(all.iter().any(|r| r.name == "train_step"));
+        assert!(all.len() <= 3 * 2000, "merged to O(pixels): {}", all.len());
         let few = range_bands(
             &m.ranges,
             |r| m.string(r.name),
