@@ -221,6 +221,10 @@ test('bad files show the error panel and keep what decoded', async (ctx) => {
   assert.equal(await value(page, 'ov-records'), String(r.records), 'the decoded part is kept');
   assert.equal(await value(page, 'ov-peak'), String(r.peak_bytes));
   await page.screenshot({ path: path.join(ARTIFACTS, 'error-truncated.png'), fullPage: true });
+
+  const missing = await newPage(ctx, `${BASE}?trace=traces/missing.msgpack`);
+  await missing.locator(testid('error-panel')).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.match(await text(missing, 'error-message'), /404.*traces\/missing\.msgpack/);
 });
 
 test('demos load without a trace; embed mode hides the chrome', async (ctx) => {
