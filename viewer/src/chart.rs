@@ -380,17 +380,29 @@ pub fn draw<DB: DrawingBackend>(
     let y_of = |v: u64| yr.end - ((v.min(y_max) as f64 / y_max as f64) * plot_h).round() as i32;
     let x_of = |c: usize| xr.start + (c as i32 * (xr.end - xr.start)) / columns as i32;
 
-    // The hidden gap: fill between the upper (device used) and lower layer.
+    // The hidden gap: one polygon between the upper (device used) and lower layer.
     if let Some((up, down)) = spec.gap
         && let (Some(u), Some(d)) = (buckets.get(up), buckets.get(down))
     {
-        for (c, (bu, bd)) in u.iter().zip(d.iter()).enumerate() {
-            if bu.last > bd.last && bu.t_start >= first_time(spec.layers[up].timeline) {
-                root.draw(&Rectangle::new(
-                    [(x_of(c), y_of(bu.last)), (x_of(c + 1), y_of(bd.last))],
-                    DEVICE_USED.mix(0.18).filled(),
-                ))?;
+        let start = first_time(spec.layers[up].timeline);
+        let cols: Vec<(usize, u64, u64)> = u
+            .iter()
+            .zip(d.iter())
+            .enumerate()
+            .filter(|(_, (bu, _))| bu.t_end > start)
+            .map(|(c, (bu, bd))| (c, bu.last, bd.last.min(bu.last)))
+            .collect();
+        if !cols.is_empty() {
+            let mut poly: Vec<(i32, i32)> = Vec::with_capacity(cols.len() * 4);
+            for &(c, hi, _) in &cols {
+                poly.push((x_of(c), y_of(hi)));
+                poly.push((x_of(c + 1), y_of(hi)));
             }
+            for &(c, _, lo) in cols.iter().rev() {
+                poly.push((x_of(c + 1), y_of(lo)));
+                poly.push((x_of(c), y_of(lo)));
+            }
+            root.draw(&Polygon::new(poly, DEVICE_USED.mix(0.18).filled()))?;
         }
     }
     for (layer, b) in spec.layers.iter().zip(&buckets) {
@@ -408,16 +420,15 @@ pub fn draw<DB: DrawingBackend>(
                 cols.iter().map(|(c, x)| (x_of(*c), y_of(x.max))).collect();
             poly.extend(cols.iter().rev().map(|(c, _)| (x_of(*c), y_of(0))));
             root.draw(&Polygon::new(poly, layer.color.mix(0.18).filled()))?;
-            let band: Vec<(i32, i32)> = cols
-                .iter()
-                .map(|(c, x)| (x_of(*c), y_of(x.max)))
-                .chain(cols.iter().rev().map(|(c, x)| (x_of(*c), y_of(x.min))))
-                .collect();
-            root.draw(&Polygon::new(band, layer.color.mix(0.45).filled()))?;
         }
-        let mut line = Vec::with_capacity(cols.len() * 2);
+        // One path per layer: each column's min..max extent, then on to the next column at the
+        // value the column ended with (a step function that keeps every spike visible).
+        let mut line = Vec::with_capacity(cols.len() * 3);
         for (c, x) in &cols {
             line.push((x_of(*c), y_of(x.max)));
+            if layer.style == LayerStyle::Band && x.min < x.max {
+                line.push((x_of(*c), y_of(x.min)));
+            }
             line.push((x_of(*c + 1), y_of(x.last)));
         }
         root.draw(&PathElement::new(line, layer.color.stroke_width(2)))?;
@@ -445,10 +456,6 @@ pub fn draw<DB: DrawingBackend>(
         root.draw(&Rectangle::new(
             [(a, top), (b, top + RANGE_ROW_PX - 2)],
             color.mix(0.35).filled(),
-        ))?;
-        root.draw(&Rectangle::new(
-            [(a, top), (b, top + RANGE_ROW_PX - 2)],
-            color.mix(0.8),
         ))?;
         let chars = ((b - a) / 7) as usize;
         if chars >= 3 {

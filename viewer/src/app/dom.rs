@@ -133,8 +133,14 @@ pub fn draw_canvas(
     width: u32,
     height: u32,
 ) -> Option<Mapper> {
-    canvas.set_width(width);
-    canvas.set_height(height);
+    // Resizing clears and reallocates the canvas: only when the size changes (plotters fills
+    // the background anyway).
+    if canvas.width() != width {
+        canvas.set_width(width);
+    }
+    if canvas.height() != height {
+        canvas.set_height(height);
+    }
     let backend = plotters_canvas::CanvasBackend::with_canvas_object(canvas.clone())?;
     let root = plotters::prelude::IntoDrawingArea::into_drawing_area(backend);
     crate::chart::draw(&root, spec).ok()
