@@ -22,6 +22,7 @@ echo "== writing synthetic traces and reports"
 cargo build -q -p gpucollect
 GC=$ROOT/target/debug/gpucollect
 mkdir -p "$TRACES" "$ARTIFACTS"
+rm -f "$ARTIFACTS"/*.png
 for s in spikes multi-device; do
   "$GC" synth "$s" --events 20000 --seed 5 -o "$TRACES/$s.msgpack"
   "$GC" report "$TRACES/$s.msgpack" --format json > "$TRACES/$s.json"
