@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Real-browser tests of the viewer: builds the app with trunk, writes synthetic traces and their
+# `gpucollect report --format json`, serves both on localhost, runs tests/browser/test.mjs in
+# headless Chromium (playwright-core), then stops the server.
+#
+# Needs: trunk 0.21.14, wasm-bindgen-cli (= the version in Cargo.lock), node >= 18, Chromium at
+# /usr/bin/chromium (or CHROMIUM=...). Screenshots go to test-artifacts/.
+# Env: RELEASE=1 builds with --release; SKIP_BUILD=1 reuses dist/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+ARTIFACTS=${ARTIFACTS:-$ROOT/test-artifacts}
+TRACES=$ROOT/target/browser-traces
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  echo "== building the viewer (trunk)"
+  trunk build --offline ${RELEASE:+--release}
+fi
+
+echo "== writing synthetic traces and reports"
+cargo build -q -p gpucollect
+GC=$ROOT/target/debug/gpucollect
+mkdir -p "$TRACES" "$ARTIFACTS"
+rm -f "$ARTIFACTS"/*.png
+for s in spikes multi-device; do
+  "$GC" synth "$s" --events 20000 --seed 5 -o "$TRACES/$s.msgpack"
+  "$GC" report "$TRACES/$s.msgpack" --format json > "$TRACES/$s.json"
+done
+# A trace cut at 60 %: decodes up to the cut, with a warning.
+size=$(stat -c %s "$TRACES/spikes.msgpack")
+head -c $((size * 6 / 10)) "$TRACES/spikes.msgpack" > "$TRACES/truncated.msgpack"
+"$GC" report "$TRACES/truncated.msgpack" --format json > "$TRACES/truncated.json" || true
+# Format major version 2: byte 18 is the major version right after the magic string.
+python3 - "$TRACES/spikes.msgpack" "$TRACES/newer.msgpack" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+assert b[1:18] == b"\xb0gpucollect-trace" and b[18] == 1, "unexpected header layout"
+b[18] = 2
+open(sys.argv[2], "wb").write(b)
+PY
+
+echo "== installing the test driver"
+(cd tests/browser && npm ci --no-audit --no-fund --silent)
+
+echo "== serving dist/ on localhost"
+node tests/browser/server.mjs "$ROOT/dist" 0 "$TRACES" > "$TRACES/server.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+for _ in $(seq 50); do
+  grep -q '^http' "$TRACES/server.log" && break
+  sleep 0.1
+done
+BASE_URL=$(head -n 1 "$TRACES/server.log")
+echo "   $BASE_URL"
+
+echo "== running the browser tests"
+BASE_URL=$BASE_URL TRACES=$TRACES ARTIFACTS=$ARTIFACTS node tests/browser/test.mjs

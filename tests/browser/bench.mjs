@@ -1,0 +1,75 @@
+// Viewer benchmark in headless Chromium (not a test: it prints numbers).
+// Env: BASE_URL (served app), TRACES (dir with bench-<N>.msgpack files), SIZES (e.g. "1000000 10000000").
+// For each trace: time from choosing the file (input change event) to the first drawn timeline,
+// the frame time of zoom steps, and memory (wasm linear memory, JS heap) relative to trace size.
+import fs from 'node:fs';
+import path from 'node:path';
+import { launch } from './lib.mjs';
+
+const BASE = process.env.BASE_URL;
+const TRACES = process.env.TRACES;
+const SIZES = (process.env.SIZES || '1000000 10000000').split(/\s+/).filter(Boolean);
+const ZOOM_STEPS = 12;
+const MiB = 1024 * 1024;
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+
+for (const n of SIZES) {
+  const file = path.join(TRACES, `bench-${n}.msgpack`);
+  const bytes = fs.statSync(file).size;
+  const { ctx, close } = await launch();
+  const page = await ctx.newPage();
+  await page.addInitScript(() => {
+    addEventListener('TrunkApplicationStarted', (e) => { window.__wasm = e.detail.wasm; });
+    document.addEventListener('change', () => { window.__chosen = performance.now(); }, true);
+  });
+  const cdp = await ctx.newCDPSession(page);
+  await cdp.send('Performance.enable');
+  await page.goto(`${BASE}#view=timeline`);
+  await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
+  let heapMax = 0;
+  const sampler = setInterval(async () => {
+    try {
+      const m = await cdp.send('Performance.getMetrics');
+      const h = m.metrics.find((x) => x.name === 'JSHeapUsedSize');
+      if (h) heapMax = Math.max(heapMax, h.value);
+    } catch { /* page busy or closing */ }
+  }, 100);
+  await page.setInputFiles('[data-testid="file-picker"]', file);
+  await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]', { timeout: 600_000 });
+  const first = await page.evaluate(() => {
+    const c = document.querySelector('[data-testid="timeline-canvas"]');
+    return { chosen: window.__chosen, drawn: Number(c.dataset.drawnAt), drawMs: Number(c.dataset.drawMs) };
+  });
+  // Zoom steps: key '+' (zoom around the middle), measured from the key event to the next frame.
+  const steps = [];
+  const draws = [];
+  for (let i = 0; i < ZOOM_STEPS; i++) {
+    const r = await page.evaluate(async (key) => {
+      const c = document.querySelector('[data-testid="timeline-canvas"]');
+      const before = c.dataset.drawnAt;
+      const t0 = performance.now();
+      window.dispatchEvent(new KeyboardEvent('keydown', { key, bubbles: true }));
+      await new Promise((res) => requestAnimationFrame(() => setTimeout(res, 0)));
+      return { frame: performance.now() - t0, draw: Number(c.dataset.drawMs), redrawn: c.dataset.drawnAt !== before };
+    }, i < ZOOM_STEPS / 2 ? '+' : '-');
+    if (r.redrawn) { steps.push(r.frame); draws.push(r.draw); }
+  }
+  const wasmBytes = await page.evaluate(() => window.__wasm?.memory?.buffer?.byteLength ?? 0);
+  clearInterval(sampler);
+  const out = {
+    events: Number(n),
+    trace_mib: +(bytes / MiB).toFixed(1),
+    first_timeline_ms: Math.round(first.drawn - first.chosen),
+    first_draw_ms: +first.drawMs.toFixed(1),
+    zoom_steps: steps.length,
+    zoom_frame_ms_median: +median(steps).toFixed(1),
+    zoom_frame_ms_max: +Math.max(...steps).toFixed(1),
+    zoom_draw_ms_median: +median(draws).toFixed(1),
+    wasm_memory_mib: +(wasmBytes / MiB).toFixed(0),
+    js_heap_max_mib: +(heapMax / MiB).toFixed(1),
+    memory_per_trace_byte: +((wasmBytes + heapMax) / bytes).toFixed(2),
+  };
+  console.log(JSON.stringify(out));
+  await close();
+}

@@ -1,0 +1,58 @@
+// Shared helpers for the browser tests and the benchmark: launching headless Chromium and
+// the viewer's unit formatting (a port of analysis_core::units, to check what the page shows).
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+
+/** A fresh headless Chromium with its own profile directory. */
+export async function launch() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpucollect-chromium-'));
+  const ctx = await chromium.launchPersistentContext(dir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run', '--disable-quic', '--enable-precise-memory-info'],
+  });
+  return { ctx, close: async () => { await ctx.close(); fs.rmSync(dir, { recursive: true, force: true }); } };
+}
+
+/** analysis_core::units::fmt_bytes */
+export function fmtBytes(b) {
+  const U = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'];
+  if (b < 1024) return `${b} B`;
+  let v = b / 1024, u = 0;
+  while (v >= 1024 && u < U.length - 1) { v /= 1024; u++; }
+  if (v >= 100) return `${v.toFixed(0)} ${U[u]}`;
+  if (v >= 10) return `${v.toFixed(1)} ${U[u]}`;
+  return `${v.toFixed(2)} ${U[u]}`;
+}
+
+/** analysis_core::units::fmt_duration */
+export function fmtDuration(n) {
+  if (n < 1e3) return `${n} ns`;
+  if (n < 1e6) return `${(n / 1e3).toFixed(3)} µs`.replace('.000', '');
+  if (n < 1e9) return `${(n / 1e6).toFixed(2)} ms`;
+  if (n < 120e9) return `${(n / 1e9).toFixed(2)} s`;
+  const s = Math.floor(n / 1e9);
+  if (s < 7200) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+/** Drops `bytes` as a file named `name` onto the page, like a user dragging it in. */
+export async function dropFile(page, name, bytes) {
+  const b64 = Buffer.from(bytes).toString('base64');
+  await page.evaluate(([name, b64]) => {
+    const bin = atob(b64);
+    const arr = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) arr[i] = bin.charCodeAt(i);
+    const dt = new DataTransfer();
+    dt.items.add(new File([arr], name, { type: 'application/octet-stream' }));
+    const target = document.querySelector('main') || document.body;
+    target.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    target.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, [name, b64]);
+}

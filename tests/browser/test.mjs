@@ -1,0 +1,287 @@
+// Browser tests of the built viewer in headless Chromium.
+// Run through scripts/test-browser.sh, which builds the app, writes the traces and their
+// `gpucollect report --format json`, and serves them. Env: BASE_URL (the served app, with the
+// traces under /traces/), TRACES (the same traces on disk), ARTIFACTS (screenshots).
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { launch, fmtBytes, fmtDuration, dropFile } from './lib.mjs';
+
+const BASE = process.env.BASE_URL;
+const TRACES = process.env.TRACES;
+const ARTIFACTS = process.env.ARTIFACTS || 'test-artifacts';
+if (!BASE || !TRACES) {
+  console.error('set BASE_URL and TRACES (scripts/test-browser.sh does)');
+  process.exit(2);
+}
+fs.mkdirSync(ARTIFACTS, { recursive: true });
+const report = (name) => JSON.parse(fs.readFileSync(path.join(TRACES, `${name}.json`), 'utf8'));
+const traceBytes = (file) => fs.readFileSync(path.join(TRACES, file));
+const LOAD_TIMEOUT = 60_000;
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+async function newPage(ctx, url) {
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.errors = errors;
+  if (url) await page.goto(url);
+  return page;
+}
+
+const testid = (id) => `[data-testid="${id}"]`;
+async function value(page, id) {
+  return page.locator(testid(id)).first().getAttribute('data-value');
+}
+async function text(page, id) {
+  return (await page.locator(testid(id)).first().textContent()).trim();
+}
+
+/** The overview numbers equal `gpucollect report --format json`, raw and formatted. */
+async function checkOverview(page, r) {
+  await page.locator(testid('ov-peak')).waitFor({ timeout: LOAD_TIMEOUT });
+  const checks = [
+    ['ov-peak', r.peak_bytes, fmtBytes],
+    ['ov-live-end', r.live_at_end_bytes, fmtBytes],
+    ['ov-duration', r.duration_nanos, fmtDuration],
+    ['ov-peak-time', r.peak_ts_nanos - r.first_ts_nanos, fmtDuration],
+    ['ov-allocs', r.alloc_count, String],
+    ['ov-records', r.records, String],
+    ['ov-live-end-count', r.live_at_end_count, String],
+    ['ov-failed', r.failed_allocations.length, String],
+  ];
+  for (const [id, want, fmt] of checks) {
+    assert.equal(await value(page, id), String(want), `${id} data-value`);
+    assert.equal(await text(page, id), fmt(want), `${id} text`);
+  }
+  const devPeaks = await page.locator(testid('device-peak')).evaluateAll((els) => els.map((e) => e.dataset.value));
+  assert.deepEqual(devPeaks, r.devices.map((d) => String(d.peak_bytes)), 'per-device peaks');
+}
+
+async function visibleRange(page) {
+  const el = page.locator(testid('visible-range'));
+  return [BigInt(await el.getAttribute('data-t0')), BigInt(await el.getAttribute('data-t1'))];
+}
+
+async function waitForRangeChange(page, before) {
+  await page.waitForFunction(([t0, t1]) => {
+    const el = document.querySelector('[data-testid="visible-range"]');
+    return el && (el.dataset.t0 !== t0 || el.dataset.t1 !== t1);
+  }, [String(before[0]), String(before[1])]);
+  return visibleRange(page);
+}
+
+test('drag and drop a trace: overview equals gpucollect report', async (ctx) => {
+  const page = await newPage(ctx, BASE);
+  await page.locator(testid('welcome')).waitFor();
+  await dropFile(page, 'spikes.msgpack', traceBytes('spikes.msgpack'));
+  await checkOverview(page, report('spikes'));
+  assert.equal(await text(page, 'source'), 'spikes.msgpack');
+  assert.equal(await page.locator(testid('error-panel')).count(), 0, 'no error panel for a good trace');
+  await page.screenshot({ path: path.join(ARTIFACTS, 'overview.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
+test('?trace=URL loads, every view renders, screenshots', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/multi-device.msgpack`);
+  await checkOverview(page, report('multi-device'));
+  for (const view of ['timeline', 'leaks', 'spikes', 'fragmentation', 'sites', 'overview']) {
+    await page.click(testid(`tab-${view}`));
+    await page.locator(`main[data-view="${view}"]`).waitFor();
+    await page.waitForTimeout(200);
+    await page.screenshot({ path: path.join(ARTIFACTS, `view-${view}.png`), fullPage: true });
+  }
+  // Several devices: the device selector exists and narrows the timeline.
+  assert.ok(await page.locator(testid('filter-device')).count(), 'device selector');
+  assert.deepEqual(page.errors, []);
+});
+
+test('call sites: sums match the report, search and sort work', async (ctx) => {
+  const r = report('spikes');
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=sites`);
+  await page.locator(testid('sites-table')).waitFor({ timeout: LOAD_TIMEOUT });
+  const all = Number(await value(page, 'sites-count'));
+  assert.ok(all >= 3, `call sites: ${all}`);
+  const top = r.peak_sites[0];
+  await page.click(testid('sort-peak'));
+  const firstRow = page.locator(testid('site-row')).first();
+  assert.equal(await firstRow.getAttribute('data-stack'), String(top.stack), 'largest contribution to the peak first');
+  // CSV export of the table: a header and one line per call site.
+  const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-csv'))]);
+  const csv = fs.readFileSync(await csvDownload.path(), 'utf8').trim().split('\r\n');
+  assert.equal(csv[0], 'site,allocated_bytes,allocations,at_peak_bytes,live_at_end_bytes,max_size_bytes,stack');
+  assert.equal(csv.length - 1, all, 'one CSV line per call site');
+  await page.fill(testid('site-search'), 'attention_scores');
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid="sites-count"]').dataset.value) < n, all);
+  assert.match(await page.locator(testid('site-row')).first().textContent(), /attention_scores/);
+});
+
+test('timeline: zoom (button, wheel, keys, brush) changes the visible range; hover and pin', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const canvas = page.locator(testid('timeline-canvas'));
+  await canvas.waitFor({ timeout: LOAD_TIMEOUT });
+  const r0 = await visibleRange(page);
+  await page.click(testid('zoom-in'));
+  const r1 = await waitForRangeChange(page, r0);
+  assert.ok(r1[1] - r1[0] < r0[1] - r0[0], `zoom-in narrows ${r0} -> ${r1}`);
+  const box = await canvas.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5);
+  await page.mouse.wheel(0, -300);
+  const r2 = await waitForRangeChange(page, r1);
+  assert.ok(r2[1] - r2[0] < r1[1] - r1[0], 'wheel up zooms in');
+  await page.keyboard.press('ArrowRight');
+  const r3 = await waitForRangeChange(page, r2);
+  assert.equal(r3[1] - r3[0], r2[1] - r2[0], 'pan keeps the width');
+  assert.ok(r3[0] > r2[0], 'ArrowRight pans right');
+  await page.keyboard.press('0');
+  const r4 = await waitForRangeChange(page, r3);
+  assert.deepEqual(r4, r0, 'reset shows the whole trace');
+  // Brush: drag across the middle fifth.
+  const y = box.y + box.height * 0.6;
+  await page.mouse.move(box.x + box.width * 0.4, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.5, y, { steps: 5 });
+  await page.mouse.move(box.x + box.width * 0.6, y, { steps: 5 });
+  await page.mouse.up();
+  const r5 = await waitForRangeChange(page, r4);
+  assert.ok(r5[1] - r5[0] < (r4[1] - r4[0]) / 3n, 'brush selects a narrower window');
+  // Hover shows time, bytes and the call sites live then.
+  await page.mouse.move(box.x + box.width * 0.5, y);
+  const tip = page.locator(testid('hover-tip'));
+  await tip.waitFor();
+  assert.match(await tip.textContent(), /(B|KiB|MiB|GiB) live/);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="hover-tip"] li').length > 0);
+  // Click pins the moment and lists live allocations by stack.
+  await page.mouse.click(box.x + box.width * 0.5, y);
+  await page.locator(testid('pinned')).waitFor();
+  const pinnedTs = await page.locator(testid('pinned')).getAttribute('data-ts');
+  assert.ok(Number(pinnedTs) >= Number(r5[0]) && Number(pinnedTs) <= Number(r5[1]), 'pin inside the window');
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-zoomed.png'), fullPage: true });
+  // Chart exports: SVG from the plotters SVG backend, PNG from the canvas.
+  const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-svg'))]);
+  const svg = fs.readFileSync(await svgDownload.path(), 'utf8');
+  assert.match(svg, /^<svg/);
+  assert.match(svg, /process 0 · GPU 0/);
+  const [pngDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-png'))]);
+  assert.deepEqual([...fs.readFileSync(await pngDownload.path()).subarray(1, 4)], [0x50, 0x4e, 0x47]);
+  // Dark theme follows the system.
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.keyboard.press('-');
+  await page.waitForTimeout(200);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-dark.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
+test('a copied link reopens the same view', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/multi-device.msgpack`);
+  await page.locator(testid('ov-peak')).waitFor({ timeout: LOAD_TIMEOUT });
+  await page.click(testid('tab-timeline'));
+  await page.click(testid('zoom-in'));
+  await page.click(testid('zoom-in'));
+  await page.click(testid('pan-right'));
+  await page.selectOption(testid('filter-device'), { index: 2 });
+  const canvas = page.locator(testid('timeline-canvas'));
+  const box = await canvas.boundingBox();
+  await page.mouse.click(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  await page.locator(testid('pinned')).waitFor();
+  const range = await visibleRange(page);
+  const pin = await page.locator(testid('pinned')).getAttribute('data-ts');
+  const device = await page.locator(testid('filter-device')).inputValue();
+  await page.click(testid('copy-link'));
+  const link = await page.locator(testid('share-link')).inputValue();
+  assert.match(link, /\?trace=.*#view=timeline&t0=\d+&t1=\d+&pin=\d+&device=\d+/);
+  const again = await newPage(ctx, link);
+  await again.locator(testid('timeline-canvas')).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.equal(await again.locator('main').getAttribute('data-view'), 'timeline');
+  assert.deepEqual(await visibleRange(again), range);
+  assert.equal(await again.locator(testid('pinned')).getAttribute('data-ts'), pin);
+  assert.equal(await again.locator(testid('filter-device')).inputValue(), device);
+  await again.close();
+});
+
+test('bad files show the error panel and keep what decoded', async (ctx) => {
+  const page = await newPage(ctx, BASE);
+  await page.locator(testid('welcome')).waitFor();
+  await dropFile(page, 'notes.txt', Buffer.from('these are not the bytes you are looking for\n'.repeat(50)));
+  await page.locator(testid('error-panel')).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.match(await text(page, 'error-message'), /not a gpucollect trace/);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'error-not-a-trace.png') });
+
+  await dropFile(page, 'newer.msgpack', traceBytes('newer.msgpack'));
+  await page.waitForFunction(() => /format version 2\./.test(document.querySelector('[data-testid="error-message"]')?.textContent || ''));
+
+  await dropFile(page, 'truncated.msgpack', traceBytes('truncated.msgpack'));
+  await page.locator(testid('ov-peak')).waitFor({ timeout: LOAD_TIMEOUT });
+  await page.locator(testid('error-panel')).waitFor();
+  assert.match(await page.locator(testid('error-panel')).textContent(), /truncated|no end record/);
+  const r = report('truncated');
+  assert.equal(await value(page, 'ov-records'), String(r.records), 'the decoded part is kept');
+  assert.equal(await value(page, 'ov-peak'), String(r.peak_bytes));
+  await page.screenshot({ path: path.join(ARTIFACTS, 'error-truncated.png'), fullPage: true });
+
+  const missing = await newPage(ctx, `${BASE}?trace=traces/missing.msgpack`);
+  await missing.locator(testid('error-panel')).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.match(await text(missing, 'error-message'), /404.*traces\/missing\.msgpack/);
+});
+
+test('demos load without a trace; embed mode hides the chrome', async (ctx) => {
+  const page = await newPage(ctx, BASE);
+  await page.click(testid('demo-oom'));
+  await page.locator(testid('ov-peak')).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.ok(Number(await value(page, 'ov-failed')) > 0, 'the OOM demo has failed allocations');
+  assert.match(page.url(), /\?demo=oom/);
+  await page.click(testid('tab-fragmentation'));
+  assert.ok(await page.locator(testid('oom-row')).count() > 0);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'demo-oom-fragmentation.png'), fullPage: true });
+  const embed = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack&embed=1#view=timeline`);
+  await embed.locator(testid('timeline-canvas')).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.equal(await embed.locator(testid('file-picker-label')).count(), 0, 'no header in embed mode');
+  await embed.screenshot({ path: path.join(ARTIFACTS, 'embed-timeline.png') });
+});
+
+test('leaks: live-at-end sites add up and rows expand to a growth chart and stack', async (ctx) => {
+  const r = report('multi-device');
+  assert.ok(r.live_at_end_bytes > 0, 'the multi-device trace leaves memory live');
+  const page = await newPage(ctx, `${BASE}?trace=traces/multi-device.msgpack#view=leaks`);
+  await page.locator(testid('leaks-table')).waitFor({ timeout: LOAD_TIMEOUT });
+  const live = await page.locator(testid('leak-live')).evaluateAll((els) => els.reduce((s, e) => s + Number(e.dataset.value), 0));
+  assert.equal(live, r.live_at_end_bytes);
+  // The device selector narrows the table to that device's live memory.
+  const sumLive = () => page.locator(testid('leak-live')).evaluateAll((els) => els.reduce((s, e) => s + Number(e.dataset.value), 0));
+  for (const d of r.devices) {
+    await page.selectOption(testid('filter-device'), String(d.device));
+    await page.waitForFunction(([n]) => document.querySelectorAll('[data-testid="leak-row"]').length === n || n < 0,
+      [d.live_at_end_bytes === 0 ? 0 : -1]);
+    await page.waitForTimeout(100);
+    assert.equal(await sumLive(), d.live_at_end_bytes, `live at end on GPU ${d.device}`);
+  }
+  await page.selectOption(testid('filter-device'), 'all');
+  await page.waitForFunction((n) => document.querySelectorAll('[data-testid="leak-row"]').length >= n, 1);
+  await page.locator(testid('leak-row')).first().click();
+  await page.locator(testid('leak-detail')).waitFor();
+  assert.ok(await page.locator(`${testid('leak-detail')} ${testid('stack')} li`).count() > 0);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-expanded.png'), fullPage: true });
+});
+
+const { ctx, close } = await launch();
+let failed = 0;
+for (const t of tests) {
+  const started = Date.now();
+  try {
+    await t.fn(ctx);
+    console.log(`ok   ${t.name} (${Date.now() - started} ms)`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${t.name}\n     ${String(e.stack || e).split('\n').slice(0, 6).join('\n     ')}`);
+    for (const p of ctx.pages()) {
+      await p.screenshot({ path: path.join(ARTIFACTS, `failure-${tests.indexOf(t)}.png`), fullPage: true }).catch(() => {});
+    }
+  }
+  for (const p of ctx.pages()) await p.close().catch(() => {});
+}
+await close();
+console.log(`${tests.length - failed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,161 @@
+//! Browser glue: theme, URL, downloads, clipboard, timers. Small wrappers so the components
+//! read as what they do; every failure here is non-fatal and reported to the caller as `None`
+//! or `Err(String)`.
+
+use leptos::prelude::window;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+use crate::chart::{ChartSpec, Mapper, Theme};
+use crate::state::parse_pairs;
+
+/// Whether the system asks for a dark page.
+pub fn prefers_dark() -> bool {
+    window()
+        .match_media("(prefers-color-scheme: dark)")
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.matches())
+}
+
+/// Chart colors for the current system theme.
+pub fn theme() -> Theme {
+    if prefers_dark() {
+        Theme::DARK
+    } else {
+        Theme::LIGHT
+    }
+}
+
+/// A query-string parameter of the page URL (`?trace=...`, `?demo=...`, `?embed=1`).
+pub fn query_param(name: &str) -> Option<String> {
+    let search = window().location().search().ok()?;
+    parse_pairs(&search)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// The page URL fragment (without `#`).
+pub fn fragment() -> String {
+    window()
+        .location()
+        .hash()
+        .unwrap_or_default()
+        .trim_start_matches('#')
+        .to_string()
+}
+
+/// Replaces the fragment without adding a history entry or firing `hashchange`.
+pub fn replace_fragment(fragment: &str) {
+    if let Ok(h) = window().history() {
+        let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&format!("#{fragment}")));
+    }
+}
+
+/// Replaces the query string (keeps the fragment), e.g. after opening a demo.
+pub fn replace_query(query: &str, fragment: &str) {
+    if let Ok(h) = window().history() {
+        let path = window().location().pathname().unwrap_or_default();
+        let q = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        let _ =
+            h.replace_state_with_url(&JsValue::NULL, "", Some(&format!("{path}{q}#{fragment}")));
+    }
+}
+
+/// The link that reopens the current view: page URL (with its `?trace=`) plus `fragment`.
+pub fn share_url(fragment: &str) -> String {
+    let loc = window().location();
+    format!(
+        "{}{}{}#{fragment}",
+        loc.origin().unwrap_or_default(),
+        loc.pathname().unwrap_or_default(),
+        loc.search().unwrap_or_default()
+    )
+}
+
+/// Copies text to the clipboard (best effort: fails without permission or focus).
+pub async fn copy_text(text: &str) -> Result<(), String> {
+    let p = window().navigator().clipboard().write_text(text);
+    JsFuture::from(p)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Milliseconds since page load (high resolution).
+pub fn now_ms() -> f64 {
+    window().performance().map_or(0.0, |p| p.now())
+}
+
+/// Lets the browser run (paint, handle input) before continuing.
+pub async fn yield_now() {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+    });
+    let _ = JsFuture::from(p).await;
+}
+
+/// Saves `text` as a file named `name`.
+pub fn download_text(name: &str, mime: &str, text: &str) -> Result<(), String> {
+    let parts = js_sys::Array::of1(&JsValue::from_str(text));
+    let opts = web_sys::BlobPropertyBag::new();
+    opts.set_type(mime);
+    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)
+        .map_err(|e| format!("{e:?}"))?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| format!("{e:?}"))?;
+    let r = download_url(name, &url);
+    let _ = web_sys::Url::revoke_object_url(&url);
+    r
+}
+
+/// Saves what `url` points to (an object or data URL) as a file named `name`.
+pub fn download_url(name: &str, url: &str) -> Result<(), String> {
+    let doc = window().document().ok_or("no document")?;
+    let a: web_sys::HtmlAnchorElement = doc
+        .create_element("a")
+        .map_err(|e| format!("{e:?}"))?
+        .unchecked_into();
+    a.set_href(url);
+    a.set_download(name);
+    a.click();
+    Ok(())
+}
+
+/// Draws a chart on a canvas, sized to `width` x `height` CSS pixels.
+pub fn draw_canvas(
+    canvas: &web_sys::HtmlCanvasElement,
+    spec: &ChartSpec<'_>,
+    width: u32,
+    height: u32,
+) -> Option<Mapper> {
+    // Resizing clears and reallocates the canvas: only when the size changes (plotters fills
+    // the background anyway).
+    if canvas.width() != width {
+        canvas.set_width(width);
+    }
+    if canvas.height() != height {
+        canvas.set_height(height);
+    }
+    let backend = plotters_canvas::CanvasBackend::with_canvas_object(canvas.clone())?;
+    let root = plotters::prelude::IntoDrawingArea::into_drawing_area(backend);
+    crate::chart::draw(&root, spec).ok()
+}
+
+/// Saves a canvas as PNG.
+pub fn export_png(canvas: &web_sys::HtmlCanvasElement, name: &str) -> Result<(), String> {
+    let url = canvas.to_data_url().map_err(|e| format!("{e:?}"))?;
+    download_url(name, &url)
+}
+
+/// Width available to a canvas (its parent's width), with a floor.
+pub fn available_width(canvas: &web_sys::HtmlCanvasElement) -> u32 {
+    canvas
+        .parent_element()
+        .map_or(900, |p| p.client_width())
+        .max(320) as u32
+}

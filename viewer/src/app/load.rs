@@ -1,0 +1,169 @@
+//! Loading a trace in the browser: from a dropped or picked file, a URL, or a bundled demo.
+//! Bytes go to `analysis_core::Loader::push` as they arrive; between pieces the loop yields to
+//! the event loop (at most every ~30 ms of work) so the page repaints the progress bar and stays
+//! responsive. Nothing leaves the browser.
+
+use std::sync::Arc;
+
+use analysis_core::Loader;
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+use super::dom;
+use crate::data::Analysis;
+
+/// Bytes handed to the decoder between checks of the time budget.
+const PIECE_BYTES: usize = 256 * 1024;
+/// Bytes read from a file at a time.
+const READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+/// Work between yields to the event loop.
+const BUDGET_MS: f64 = 30.0;
+
+/// Where the loading stands.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum LoadState {
+    #[default]
+    Idle,
+    Loading(Progress),
+    /// Decoded; `Analysis::trace.fatal` says whether decoding stopped early.
+    Done {
+        elapsed_ms: f64,
+    },
+    /// Nothing could be shown (not even a header): the message says why.
+    Failed(String),
+}
+
+/// Loading progress.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Progress {
+    pub source: String,
+    pub bytes_read: u64,
+    pub total_bytes: Option<u64>,
+    pub records: u64,
+    /// "reading", "analysing".
+    pub phase: &'static str,
+}
+
+/// Where bytes come from.
+pub enum Source {
+    Blob { blob: web_sys::Blob, offset: f64 },
+    Stream(web_sys::ReadableStreamDefaultReader),
+    Bytes(Option<Vec<u8>>),
+}
+
+impl Source {
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            Self::Blob { blob, offset } => {
+                let size = blob.size();
+                if *offset >= size {
+                    return Ok(None);
+                }
+                let end = (*offset + READ_BYTES).min(size);
+                let part = blob
+                    .slice_with_f64_and_f64(*offset, end)
+                    .map_err(|e| format!("cannot read the file: {e:?}"))?;
+                let buf = JsFuture::from(part.array_buffer())
+                    .await
+                    .map_err(|e| format!("cannot read the file: {e:?}"))?;
+                *offset = end;
+                Ok(Some(js_sys::Uint8Array::new(&buf).to_vec()))
+            }
+            Self::Stream(reader) => {
+                let res = JsFuture::from(reader.read())
+                    .await
+                    .map_err(|e| format!("the download failed: {e:?}"))?;
+                let done = js_sys::Reflect::get(&res, &"done".into())
+                    .ok()
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(true);
+                if done {
+                    return Ok(None);
+                }
+                let value = js_sys::Reflect::get(&res, &"value".into())
+                    .map_err(|e| format!("the download failed: {e:?}"))?;
+                Ok(Some(js_sys::Uint8Array::new(&value).to_vec()))
+            }
+            Self::Bytes(b) => Ok(b.take()),
+        }
+    }
+}
+
+/// Opens a URL as a byte stream; returns it with its length when the server says it.
+pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
+    let resp = JsFuture::from(window().fetch_with_str(url))
+        .await
+        .map_err(|e| format!("cannot download the trace ({e:?}): {url}"))?;
+    let resp: web_sys::Response = resp.unchecked_into();
+    if !resp.ok() {
+        return Err(format!(
+            "the server answered {} {}: {url}",
+            resp.status(),
+            resp.status_text()
+        ));
+    }
+    let total = resp
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse().ok());
+    let body = resp
+        .body()
+        .ok_or_else(|| format!("the response has no body: {url}"))?;
+    let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
+    Ok((Source::Stream(reader), total))
+}
+
+/// Decodes everything `src` yields, reporting progress, and analyses the result. `current`
+/// returns false once a newer load has started (this one then stops quietly).
+pub async fn decode(
+    mut src: Source,
+    source: String,
+    total_bytes: Option<u64>,
+    state: RwSignal<LoadState>,
+    current: impl Fn() -> bool,
+) -> Result<Option<Arc<Analysis>>, String> {
+    let started = dom::now_ms();
+    let mut loader = Loader::new();
+    let mut progress = Progress {
+        source: source.clone(),
+        total_bytes,
+        phase: "reading",
+        ..Progress::default()
+    };
+    state.set(LoadState::Loading(progress.clone()));
+    let mut last_yield = dom::now_ms();
+    'read: while let Some(chunk) = src.next().await? {
+        for piece in chunk.chunks(PIECE_BYTES) {
+            let stopped = loader.push(piece).is_err();
+            progress.bytes_read += piece.len() as u64;
+            if stopped {
+                break 'read;
+            }
+            if dom::now_ms() - last_yield > BUDGET_MS {
+                progress.records = loader.records_decoded();
+                state.set(LoadState::Loading(progress.clone()));
+                dom::yield_now().await;
+                if !current() {
+                    return Ok(None);
+                }
+                last_yield = dom::now_ms();
+            }
+        }
+    }
+    progress.records = loader.records_decoded();
+    progress.phase = "analysing";
+    state.set(LoadState::Loading(progress));
+    dom::yield_now().await;
+    if !current() {
+        return Ok(None);
+    }
+    let trace = loader.finish().map_err(|e| e.to_string())?;
+    let analysis = Analysis::new(trace, source);
+    state.set(LoadState::Done {
+        elapsed_ms: dom::now_ms() - started,
+    });
+    Ok(Some(Arc::new(analysis)))
+}

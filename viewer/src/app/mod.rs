@@ -1,0 +1,447 @@
+//! The Leptos app (wasm32 only): page chrome, loading (drop, picker, `?trace=`, demos), the
+//! progress bar and error panel, view tabs, filters, keyboard shortcuts and the URL state.
+//!
+//! Every interactive element has a `data-testid`; numbers carry their raw value in
+//! `data-value` so browser tests compare them with `gpucollect report --format json`.
+
+mod dom;
+mod load;
+mod timeline;
+mod views;
+
+use std::sync::Arc;
+
+use analysis_core::synth::{Scenario, generate};
+use analysis_core::units::{fmt_bytes, fmt_duration};
+use leptos::ev;
+use leptos::prelude::*;
+
+use crate::data::Analysis;
+use crate::state::{View, ViewState, pan_range, zoom_range};
+use load::{LoadState, Source};
+
+/// Events per bundled demo trace (generated in the page).
+const DEMO_EVENTS: u64 = 200_000;
+/// Smallest zoom window, in nanoseconds.
+pub const MIN_SPAN_NANOS: u64 = 1_000;
+
+/// App-wide handles, given to every view.
+#[derive(Clone, Copy)]
+pub struct Ctx {
+    pub vs: RwSignal<ViewState>,
+    pub analysis: RwSignal<Option<Arc<Analysis>>>,
+}
+
+impl Ctx {
+    /// Zooms by `factor` (< 1 zooms in) around `center` (default: the window's middle).
+    pub fn zoom(&self, factor: f64, center: Option<u64>) {
+        let Some(a) = self.analysis.get_untracked() else {
+            return;
+        };
+        let full = a.time_extent();
+        self.vs.update(|v| {
+            let cur = v.range_nanos.unwrap_or(full);
+            let c = center.unwrap_or(cur.0 + (cur.1 - cur.0) / 2);
+            let r = zoom_range(cur, c, factor, full, MIN_SPAN_NANOS);
+            v.range_nanos = (r != full).then_some(r);
+        });
+    }
+
+    /// Moves the window by `fraction` of its width.
+    pub fn pan(&self, fraction: f64) {
+        let Some(a) = self.analysis.get_untracked() else {
+            return;
+        };
+        let full = a.time_extent();
+        self.vs.update(|v| {
+            let cur = v.range_nanos.unwrap_or(full);
+            let r = pan_range(cur, fraction, full);
+            v.range_nanos = (r != full).then_some(r);
+        });
+    }
+
+    pub fn reset_zoom(&self) {
+        self.vs.update(|v| v.range_nanos = None);
+    }
+}
+
+/// The whole page.
+#[component]
+pub fn App() -> impl IntoView {
+    let mut initial = ViewState::from_fragment(&dom::fragment());
+    initial.embed |= dom::query_param("embed").is_some_and(|v| v == "1" || v == "true");
+    let vs = RwSignal::new(initial);
+    let analysis: RwSignal<Option<Arc<Analysis>>> = RwSignal::new(None);
+    let load_state = RwSignal::new(LoadState::Idle);
+    let generation = StoredValue::new(0u64);
+    let ctx = Ctx { vs, analysis };
+
+    // The URL fragment follows the view state.
+    Effect::new(move |_| {
+        let f = vs.with(ViewState::to_fragment);
+        dom::replace_fragment(&f);
+    });
+
+    let start = move |src: Source, name: String, total: Option<u64>, keep_view: bool| {
+        generation.update_value(|g| *g += 1);
+        let my = generation.get_value();
+        if !keep_view {
+            vs.update(|v| {
+                v.range_nanos = None;
+                v.pin_nanos = None;
+                v.open_stack = None;
+                v.process = None;
+                v.device = None;
+                v.thread = None;
+            });
+        }
+        analysis.set(None);
+        leptos::task::spawn_local(async move {
+            let current = move || generation.get_value() == my;
+            match load::decode(src, name, total, load_state, current).await {
+                Ok(Some(a)) => analysis.set(Some(a)),
+                Ok(None) => {}
+                Err(msg) => load_state.set(LoadState::Failed(msg)),
+            }
+        });
+    };
+    let open_file = move |file: web_sys::File| {
+        let name = file.name();
+        let total = file.size() as u64;
+        dom::replace_query("", &vs.with_untracked(ViewState::to_fragment));
+        let blob: web_sys::Blob = file.into();
+        start(Source::Blob { blob, offset: 0.0 }, name, Some(total), false);
+    };
+    let open_demo = move |scenario: Scenario, keep_view: bool| {
+        let (bytes, _) = generate(scenario, DEMO_EVENTS, 1);
+        let total = bytes.len() as u64;
+        if !keep_view {
+            dom::replace_query(
+                &format!("demo={}", scenario.name()),
+                &vs.with_untracked(ViewState::to_fragment),
+            );
+        }
+        start(
+            Source::Bytes(Some(bytes)),
+            format!("demo: {}", scenario.name()),
+            Some(total),
+            keep_view,
+        );
+    };
+
+    // Startup: `?trace=URL` or `?demo=NAME` open with the view state of the fragment.
+    if let Some(url) = dom::query_param("trace") {
+        leptos::task::spawn_local(async move {
+            match load::open_url(&url).await {
+                Ok((src, total)) => start(src, url, total, true),
+                Err(msg) => load_state.set(LoadState::Failed(msg)),
+            }
+        });
+    } else if let Some(s) = dom::query_param("demo").and_then(|d| Scenario::from_name(&d)) {
+        open_demo(s, true);
+    }
+
+    // Drag and drop anywhere on the page.
+    let dragging = RwSignal::new(false);
+    let _ = window_event_listener(ev::dragover, move |e| {
+        e.prevent_default();
+        dragging.set(true);
+    });
+    let _ = window_event_listener(ev::dragleave, move |_| dragging.set(false));
+    let _ = window_event_listener(ev::drop, move |e| {
+        e.prevent_default();
+        dragging.set(false);
+        if let Some(f) = e
+            .data_transfer()
+            .and_then(|d| d.files())
+            .and_then(|l| l.get(0))
+        {
+            open_file(f);
+        }
+    });
+
+    // Keyboard: 1-6 views, +/- zoom, arrows pan, 0 reset, Escape unpins.
+    let _ = window_event_listener(ev::keydown, move |e| {
+        let typing = e
+            .target()
+            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlInputElement>(t).ok())
+            .is_some();
+        if typing || e.ctrl_key() || e.meta_key() || e.alt_key() {
+            return;
+        }
+        match e.key().as_str() {
+            "+" | "=" => ctx.zoom(0.5, None),
+            "-" | "_" => ctx.zoom(2.0, None),
+            "ArrowLeft" => ctx.pan(-0.25),
+            "ArrowRight" => ctx.pan(0.25),
+            "0" => ctx.reset_zoom(),
+            "Escape" => vs.update(|v| v.pin_nanos = None),
+            k => {
+                if let Some(view) = k
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|n| View::ALL.get(n.wrapping_sub(1)))
+                {
+                    vs.update(|v| v.view = *view);
+                }
+            }
+        }
+    });
+
+    let picker = move |e: ev::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&e);
+        if let Some(f) = input.files().and_then(|l| l.get(0)) {
+            open_file(f);
+        }
+        input.set_value("");
+    };
+
+    let embed = move || vs.with(|v| v.embed);
+    view! {
+        <div class="app" class:embed=embed class:dragging=move || dragging.get()>
+            <Show when=move || !embed()>
+                <header class="top">
+                    <h1>"gpucollect"</h1>
+                    <span class="tagline">"GPU memory, in your browser. Nothing is uploaded."</span>
+                    <label class="button" data-testid="file-picker-label">
+                        "Open trace…"
+                        <input type="file" data-testid="file-picker" on:change=picker />
+                    </label>
+                    <ShareButton ctx=ctx />
+                </header>
+            </Show>
+            <LoadPanel state=load_state />
+            {move || match analysis.get() {
+                Some(a) => view! { <Loaded a=a ctx=ctx /> }.into_any(),
+                None => {
+                    let busy = matches!(load_state.get(), LoadState::Loading(_));
+                    view! { <Welcome busy=busy on_demo=move |s| open_demo(s, false) /> }.into_any()
+                }
+            }}
+            <div class="drop-hint" aria-hidden="true">"Drop the trace to open it"</div>
+        </div>
+    }
+}
+
+/// Progress bar while loading, the error panel when loading failed or stopped early.
+#[component]
+fn LoadPanel(state: RwSignal<LoadState>) -> impl IntoView {
+    move || match state.get() {
+        LoadState::Idle | LoadState::Done { .. } => ().into_any(),
+        LoadState::Loading(p) => {
+            let max = p.total_bytes.unwrap_or(0).max(p.bytes_read).max(1);
+            let total = p
+                .total_bytes
+                .map(|t| format!(" of {}", fmt_bytes(t)))
+                .unwrap_or_default();
+            view! {
+                <section class="progress" data-testid="progress" aria-live="polite">
+                    <div>{format!("Opening {} — {}", p.source, p.phase)}</div>
+                    <progress max=max.to_string() value=p.bytes_read.to_string()></progress>
+                    <div class="muted" data-testid="progress-text" data-bytes=p.bytes_read.to_string() data-records=p.records.to_string()>
+                        {format!("{}{total} read · {} records decoded", fmt_bytes(p.bytes_read), p.records)}
+                    </div>
+                </section>
+            }
+            .into_any()
+        }
+        LoadState::Failed(msg) => view! {
+            <section class="error-panel" role="alert" data-testid="error-panel">
+                <h2>"This trace could not be opened"</h2>
+                <p data-testid="error-message">{msg}</p>
+            </section>
+        }
+        .into_any(),
+    }
+}
+
+/// First screen: how to open a trace, and the demos.
+#[component]
+fn Welcome(busy: bool, on_demo: impl Fn(Scenario) + Copy + 'static) -> impl IntoView {
+    view! {
+        <section class="welcome" data-testid="welcome" class:hidden=busy>
+            <h2>"Drop a gpucollect trace anywhere on this page"</h2>
+            <p>"…or use “Open trace…”, or add "<code>"?trace=URL"</code>" to the address. "
+               "The trace is decoded and analysed here, in WebAssembly; it never leaves your computer."</p>
+            <h3>"No trace at hand? Open a demo"</h3>
+            <ul class="demos" data-testid="demos">
+                {Scenario::ALL
+                    .into_iter()
+                    .map(|s| view! {
+                        <li>
+                            <button data-testid=format!("demo-{}", s.name()) on:click=move |_| on_demo(s)>
+                                {s.name()}
+                            </button>
+                            <span class="muted">{s.description()}</span>
+                        </li>
+                    })
+                    .collect_view()}
+            </ul>
+        </section>
+    }
+}
+
+/// "Copy link": puts the URL that reopens this exact view on the clipboard and shows it.
+#[component]
+fn ShareButton(ctx: Ctx) -> impl IntoView {
+    let link = RwSignal::new(String::new());
+    let copy = move |_| {
+        let url = dom::share_url(&ctx.vs.with_untracked(ViewState::to_fragment));
+        link.set(url.clone());
+        leptos::task::spawn_local(async move {
+            // Without clipboard permission the link stays visible to copy by hand.
+            let _ = dom::copy_text(&url).await;
+        });
+    };
+    view! {
+        <button data-testid="copy-link" on:click=copy title="Copy a link to this view">"Copy link"</button>
+        <Show when=move || !link.get().is_empty()>
+            <input class="share-link" readonly data-testid="share-link" prop:value=move || link.get()
+                aria-label="Link to this view" />
+        </Show>
+    }
+}
+
+/// Everything shown once a trace is loaded.
+#[component]
+fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let fatal = a.report.fatal.clone();
+    let warnings = a.report.warnings.clone();
+    let records = a.report.records;
+    let tabs = View::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            view! {
+                <button role="tab" data-testid=format!("tab-{}", v.slug())
+                    class:active=move || vs.with(|s| s.view == v)
+                    aria-selected=move || vs.with(|s| s.view == v).to_string()
+                    title=format!("{} (key {})", v.title(), i + 1)
+                    on:click=move |_| vs.update(|s| s.view = v)>
+                    {v.title()}
+                </button>
+            }
+        })
+        .collect_view();
+    let a2 = a.clone();
+    // Only a change of view or filter re-renders the view (zooming must not rebuild it).
+    let shown = Memo::new(move |_| vs.with(|s| (s.view, s.process, s.device, s.thread)));
+    let current = Memo::new(move |_| shown.get().0);
+    view! {
+        {(fatal.is_some() || !warnings.is_empty()).then(|| view! {
+            <section class="error-panel" role="alert" data-testid="error-panel">
+                <h2>{if fatal.is_some() { "The trace is damaged" } else { "The trace is incomplete" }}</h2>
+                {fatal.map(|msg| view! { <p data-testid="error-message">{msg}</p> })}
+                <ul data-testid="error-warnings">{warnings.into_iter().map(|w| view! { <li>{w}</li> }).collect_view()}</ul>
+                <p>{format!("Everything that decoded was kept: {records} records are shown below.")}</p>
+            </section>
+        })}
+        <nav class="tabs" role="tablist" data-testid="tabs">
+            {tabs}
+            <span class="source muted" data-testid="source">{a.source.clone()}</span>
+        </nav>
+        <Filters a=a.clone() ctx=ctx />
+        <main data-testid="view" data-view=move || current.get().slug()>
+            {move || {
+                let a = a2.clone();
+                match shown.get().0 {
+                    View::Overview => view! { <views::Overview a=a ctx=ctx /> }.into_any(),
+                    View::Timeline => view! { <timeline::TimelineView a=a ctx=ctx /> }.into_any(),
+                    View::Leaks => view! { <views::Leaks a=a ctx=ctx /> }.into_any(),
+                    View::Spikes => view! { <views::Spikes a=a ctx=ctx /> }.into_any(),
+                    View::Fragmentation => view! { <views::Fragmentation a=a ctx=ctx /> }.into_any(),
+                    View::Sites => view! { <views::Sites a=a ctx=ctx /> }.into_any(),
+                }
+            }}
+        </main>
+    }
+}
+
+/// Process, device and thread selectors, shown when the trace has several.
+#[component]
+fn Filters(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let select = |label: &'static str,
+                  testid: &'static str,
+                  options: Vec<(u32, String)>,
+                  get: fn(&ViewState) -> Option<u32>,
+                  set: fn(&mut ViewState, Option<u32>)| {
+        (options.len() > 1).then(|| {
+            let opts = options
+                .into_iter()
+                .map(|(v, name)| {
+                    view! { <option value=v.to_string() selected=move || vs.with(|s| get(s) == Some(v))>{name}</option> }
+                })
+                .collect_view();
+            view! {
+                <label>
+                    {label}
+                    <select data-testid=testid on:change=move |e| {
+                        let v = event_target_value(&e).parse().ok();
+                        vs.update(|s| set(s, v));
+                    }>
+                        <option value="all" selected=move || vs.with(|s| get(s).is_none())>"all"</option>
+                        {opts}
+                    </select>
+                </label>
+            }
+        })
+    };
+    let m = &a.trace.model;
+    let processes = a
+        .processes()
+        .into_iter()
+        .map(|p| {
+            let name = m.processes.iter().find(|x| x.process == p).map_or_else(
+                || format!("process {}", p.0),
+                |x| format!("{} (pid {})", x.exe, x.pid),
+            );
+            (p.0, name)
+        })
+        .collect();
+    let devices = a
+        .devices()
+        .into_iter()
+        .map(|d| {
+            let name = m.devices.iter().find(|x| x.device == d).map_or_else(
+                || format!("GPU {}", d.0),
+                |x| format!("GPU {} · {}", d.0, x.name),
+            );
+            (d.0, name)
+        })
+        .collect();
+    let threads = a
+        .threads()
+        .into_iter()
+        .map(|(t, name)| {
+            (
+                t.0,
+                if name.is_empty() {
+                    format!("thread {}", t.0)
+                } else {
+                    name
+                },
+            )
+        })
+        .collect();
+    view! {
+        <div class="filters" data-testid="filters">
+            {select("Process ", "filter-process", processes, |s| s.process, |s, v| s.process = v)}
+            {select("Device ", "filter-device", devices, |s| s.device, |s, v| s.device = v)}
+            {select("Thread ", "filter-thread", threads, |s| s.thread, |s, v| s.thread = v)}
+        </div>
+    }
+}
+
+/// A byte count for people, with the raw number for scripts.
+#[component]
+pub fn Bytes(bytes: u64, #[prop(optional)] testid: &'static str) -> impl IntoView {
+    view! { <span class="num" data-testid=testid data-value=bytes.to_string()>{fmt_bytes(bytes)}</span> }
+}
+
+/// A duration for people, with the raw nanoseconds for scripts.
+#[component]
+pub fn Duration(nanos: u64, #[prop(optional)] testid: &'static str) -> impl IntoView {
+    view! { <span class="num" data-testid=testid data-value=nanos.to_string()>{fmt_duration(nanos)}</span> }
+}

@@ -1,0 +1,328 @@
+//! The interactive timeline: live bytes over real time per (process, device), pool reserved vs
+//! allocated, NVML device used with the hidden gap, NVTX ranges, failed allocations and
+//! teardowns. Wheel zooms around the cursor, drag brushes a window, shift-drag pans, click pins
+//! a moment (its live allocations are listed by stack), double-click resets.
+
+use std::sync::Arc;
+
+use analysis_core::units::{fmt_bytes, fmt_duration};
+use leptos::ev;
+use leptos::html;
+use leptos::prelude::*;
+
+use super::{Ctx, dom};
+use crate::chart::{self, Mapper, filter_of, timeline_spec};
+use crate::data::{Analysis, to_csv};
+use crate::state::ViewState;
+
+/// Canvas height of the main timeline, CSS pixels.
+pub const HEIGHT_PX: u32 = 380;
+/// A press that moves less than this is a click (pin), not a brush.
+const CLICK_SLOP_PX: f64 = 4.0;
+/// Delay before the call sites under the cursor are computed.
+const HOVER_SITES_DELAY_MS: u64 = 120;
+
+#[derive(Clone, Debug, PartialEq)]
+struct Hover {
+    x_px: f64,
+    ts_nanos: u64,
+    bytes: u64,
+    sites: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Drag {
+    x0_px: f64,
+    pan: bool,
+    range0: (u64, u64),
+    x_px: f64,
+}
+
+/// The timeline view: toolbar, chart, hover tooltip and the pinned moment's allocations.
+#[component]
+pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let canvas = NodeRef::<html::Canvas>::new();
+    let mapper = StoredValue::new(Mapper::default());
+    let resize = RwSignal::new(0u32);
+    let handle = window_event_listener(ev::resize, move |_| resize.update(|n| *n += 1));
+    on_cleanup(move || handle.remove());
+
+    let a_draw = a.clone();
+    Effect::new(move |_| {
+        let state = vs.get();
+        resize.track();
+        let Some(el) = canvas.get() else {
+            return;
+        };
+        let started = dom::now_ms();
+        let spec = timeline_spec(&a_draw, &state, dom::theme());
+        let width = dom::available_width(&el);
+        if let Some(m) = dom::draw_canvas(&el, &spec, width, HEIGHT_PX) {
+            mapper.set_value(m);
+        }
+        let done = dom::now_ms();
+        let _ = el.set_attribute("data-draw-ms", &format!("{:.3}", done - started));
+        let _ = el.set_attribute("data-drawn-at", &format!("{done:.3}"));
+        let _ = el.set_attribute("data-draws", &{
+            let n: u64 = el
+                .get_attribute("data-draws")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            (n + 1).to_string()
+        });
+    });
+
+    let hover = RwSignal::new(None::<Hover>);
+    let hover_gen = StoredValue::new(0u64);
+    let drag = StoredValue::new(None::<Drag>);
+    let brush = RwSignal::new(None::<(f64, f64)>);
+
+    let full = a.time_extent();
+    let a_hover = a.clone();
+    let on_move = move |e: ev::MouseEvent| {
+        let x = f64::from(e.offset_x());
+        let m = mapper.get_value();
+        if let Some(mut d) = drag.get_value() {
+            d.x_px = x;
+            drag.set_value(Some(d));
+            if d.pan {
+                let span = (d.range0.1 - d.range0.0) as f64;
+                let w = f64::from((m.right_px - m.left_px).max(1));
+                let frac = -(x - d.x0_px) / w;
+                let r = crate::state::pan_range(d.range0, frac, full);
+                vs.update(|v| v.range_nanos = (r != full).then_some(r));
+                let _ = span;
+            } else if (x - d.x0_px).abs() > CLICK_SLOP_PX {
+                brush.set(Some((d.x0_px.min(x), d.x0_px.max(x))));
+            }
+            return;
+        }
+        if !m.contains_x(x) {
+            hover.set(None);
+            return;
+        }
+        let t = m.time_at(x);
+        let f = filter_of(&vs.get_untracked());
+        let bytes = a_hover.live_bytes_at(t, &f);
+        hover.set(Some(Hover {
+            x_px: x,
+            ts_nanos: t,
+            bytes,
+            sites: Vec::new(),
+        }));
+        hover_gen.update_value(|g| *g += 1);
+        let my = hover_gen.get_value();
+        let a = a_hover.clone();
+        set_timeout(
+            move || {
+                if hover_gen.get_value() != my {
+                    return;
+                }
+                let sites = a
+                    .live_sites_at(t, &f, 3)
+                    .into_iter()
+                    .map(|s| (s.site, s.bytes))
+                    .collect();
+                hover.update(|h| {
+                    if let Some(h) = h.as_mut().filter(|h| h.ts_nanos == t) {
+                        h.sites = sites;
+                    }
+                });
+            },
+            std::time::Duration::from_millis(HOVER_SITES_DELAY_MS),
+        );
+    };
+    let on_down = move |e: ev::MouseEvent| {
+        if e.button() != 0 {
+            return;
+        }
+        e.prevent_default();
+        let x = f64::from(e.offset_x());
+        let range0 = vs.with_untracked(|v| v.range_nanos).unwrap_or(full);
+        drag.set_value(Some(Drag {
+            x0_px: x,
+            pan: e.shift_key(),
+            range0,
+            x_px: x,
+        }));
+    };
+    let on_up = move |e: ev::MouseEvent| {
+        let Some(d) = drag.get_value() else {
+            return;
+        };
+        drag.set_value(None);
+        brush.set(None);
+        let x = f64::from(e.offset_x());
+        let m = mapper.get_value();
+        if d.pan {
+            return;
+        }
+        if (x - d.x0_px).abs() <= CLICK_SLOP_PX {
+            if m.contains_x(x) {
+                let t = m.time_at(x);
+                vs.update(|v| v.pin_nanos = Some(t));
+            }
+        } else {
+            let (t0, t1) = (m.time_at(d.x0_px.min(x)), m.time_at(d.x0_px.max(x)));
+            if t1 > t0 {
+                let r = (t0, t1.max(t0 + super::MIN_SPAN_NANOS));
+                vs.update(|v| v.range_nanos = Some(r));
+            }
+        }
+    };
+    let on_leave = move |_| {
+        drag.set_value(None);
+        brush.set(None);
+        hover.set(None);
+    };
+    let on_wheel = move |e: ev::WheelEvent| {
+        e.prevent_default();
+        let m = mapper.get_value();
+        let x = f64::from(e.offset_x());
+        if e.shift_key() || e.delta_x().abs() > e.delta_y().abs() {
+            let d = if e.shift_key() {
+                e.delta_y()
+            } else {
+                e.delta_x()
+            };
+            ctx.pan(d.signum() * 0.1);
+        } else if e.delta_y() != 0.0 {
+            let factor = if e.delta_y() < 0.0 { 0.8 } else { 1.25 };
+            ctx.zoom(factor, m.contains_x(x).then(|| m.time_at(x)));
+        }
+    };
+
+    let origin = full.0;
+    let range_text = move || {
+        let (t0, t1) = vs.with(|v| v.range_nanos).unwrap_or(full);
+        format!(
+            "{} – {} (window {})",
+            fmt_duration(t0 - origin),
+            fmt_duration(t1 - origin),
+            fmt_duration(t1 - t0)
+        )
+    };
+    let a_svg = a.clone();
+    let export_svg = move |_| {
+        let state = vs.get_untracked();
+        let spec = timeline_spec(&a_svg, &state, chart::Theme::LIGHT);
+        let width = canvas.get_untracked().map_or(1000, |c| c.width());
+        if let Ok(svg) = chart::to_svg(&spec, width, HEIGHT_PX) {
+            let _ = dom::download_text("gpucollect-timeline.svg", "image/svg+xml", &svg);
+        }
+    };
+    let export_png = move |_| {
+        if let Some(c) = canvas.get_untracked() {
+            let _ = dom::export_png(&c, "gpucollect-timeline.png");
+        }
+    };
+
+    view! {
+        <section class="timeline" data-testid="timeline-view">
+            <div class="toolbar">
+                <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"+"</button>
+                <button data-testid="zoom-out" title="Zoom out (−)" on:click=move |_| ctx.zoom(2.0, None)>"−"</button>
+                <button data-testid="pan-left" title="Pan left (←)" on:click=move |_| ctx.pan(-0.25)>"←"</button>
+                <button data-testid="pan-right" title="Pan right (→)" on:click=move |_| ctx.pan(0.25)>"→"</button>
+                <button data-testid="zoom-reset" title="Whole trace (0)" on:click=move |_| ctx.reset_zoom()>"Reset"</button>
+                <span class="range muted" data-testid="visible-range"
+                    data-t0=move || vs.with(|v| v.range_nanos).unwrap_or(full).0.to_string()
+                    data-t1=move || vs.with(|v| v.range_nanos).unwrap_or(full).1.to_string()>
+                    {range_text}
+                </span>
+                <span class="spacer"></span>
+                <button data-testid="export-png" on:click=export_png>"PNG"</button>
+                <button data-testid="export-svg" on:click=export_svg>"SVG"</button>
+            </div>
+            <p class="hint muted">"Wheel: zoom · drag: select a window · shift-drag: pan · click: pin a moment · double-click or 0: reset · keys + − ← →"</p>
+            <div class="chart-wrap">
+                <canvas node_ref=canvas data-testid="timeline-canvas" tabindex="0"
+                    aria-label="Live device memory over time"
+                    on:mousemove=on_move on:mousedown=on_down on:mouseup=on_up
+                    on:mouseleave=on_leave on:wheel=on_wheel
+                    on:dblclick=move |_| ctx.reset_zoom()></canvas>
+                {move || brush.get().map(|(x0, x1)| view! {
+                    <div class="brush" data-testid="brush"
+                        style=format!("left:{x0}px;width:{}px;height:{HEIGHT_PX}px", x1 - x0)></div>
+                })}
+                {move || hover.get().map(|h| view! {
+                    <div class="crosshair" style=format!("left:{}px;height:{HEIGHT_PX}px", h.x_px)></div>
+                    <div class="tooltip" data-testid="hover-tip" data-ts=h.ts_nanos.to_string()
+                        style=format!("left:{}px", h.x_px + 12.0)>
+                        <div><b>{fmt_duration(h.ts_nanos - origin)}</b></div>
+                        <div data-testid="hover-bytes" data-value=h.bytes.to_string()>{format!("{} live", fmt_bytes(h.bytes))}</div>
+                        <ul>
+                            {h.sites.into_iter().map(|(s, b)| view! { <li>{format!("{} · {s}", fmt_bytes(b))}</li> }).collect_view()}
+                        </ul>
+                    </div>
+                })}
+            </div>
+            <Pinned a=a.clone() vs=vs origin=origin />
+        </section>
+    }
+}
+
+/// The pinned moment: live allocations then, grouped by stack.
+#[component]
+fn Pinned(a: Arc<Analysis>, vs: RwSignal<ViewState>, origin: u64) -> impl IntoView {
+    // Recomputed when the pin or the filters change, not on zoom.
+    let key = Memo::new(move |_| {
+        vs.with(|s| {
+            (
+                s.pin_nanos,
+                ViewState {
+                    process: s.process,
+                    device: s.device,
+                    thread: s.thread,
+                    ..ViewState::default()
+                },
+            )
+        })
+    });
+    move || {
+        let (pin, st) = key.get();
+        let t = pin?;
+        let f = filter_of(&st);
+        let sites = a.live_sites_at(t, &f, 50);
+        let total = a.live_bytes_at(t, &f);
+        let csv_rows: Vec<Vec<String>> = sites
+            .iter()
+            .map(|s| {
+                vec![
+                    s.site.clone(),
+                    s.bytes.to_string(),
+                    s.count.to_string(),
+                    s.frames.join(" <- "),
+                ]
+            })
+            .collect();
+        let export = move |_| {
+            let csv = to_csv(&["site", "bytes", "count", "stack"], &csv_rows);
+            let _ = dom::download_text("gpucollect-pinned.csv", "text/csv", &csv);
+        };
+        Some(view! {
+            <section class="pinned" data-testid="pinned" data-ts=t.to_string()>
+                <h3>
+                    {format!("Live at {}: ", fmt_duration(t.saturating_sub(origin)))}
+                    <span data-testid="pinned-bytes" data-value=total.to_string()>{fmt_bytes(total)}</span>
+                    <button on:click=move |_| vs.update(|v| v.pin_nanos = None)>"Unpin"</button>
+                    <button data-testid="export-csv" on:click=export>"CSV"</button>
+                </h3>
+                <table>
+                    <caption>"Allocations live at the pinned moment, grouped by call stack"</caption>
+                    <thead><tr><th scope="col">"Call site"</th><th scope="col" class="num">"Bytes"</th><th scope="col" class="num">"Count"</th></tr></thead>
+                    <tbody>
+                        {sites.into_iter().map(|s| view! {
+                            <tr>
+                                <td><details><summary>{s.site}</summary><ol class="stack">{s.frames.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol></details></td>
+                                <td class="num">{fmt_bytes(s.bytes)}</td>
+                                <td class="num">{s.count}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </section>
+        })
+    }
+}

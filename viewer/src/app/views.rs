@@ -1,0 +1,584 @@
+//! Overview, call sites, leaks, spikes and fragmentation. Each renders from the `Report` and
+//! the model as they are today; when the detectors land in `Report` (findings with severity,
+//! bounded/unbounded, spikes, fragmentation scores), the tables below read those fields instead
+//! of the raw aggregates they use now.
+
+use std::sync::Arc;
+
+use analysis_core::timeline::Timeline;
+use analysis_core::units::{fmt_bytes, fmt_duration};
+use leptos::html;
+use leptos::prelude::*;
+
+use super::{Bytes, Ctx, Duration, dom};
+use crate::chart::{
+    self, ChartSpec, Layer, LayerStyle, Marker, MarkerKind, PALETTE, Theme, YUnit, filter_of,
+    timeline_spec,
+};
+use crate::data::{Analysis, SiteRow, fmt_percent, site_matches, sort_sites, to_csv};
+use crate::state::{SortKey, View, ViewState};
+
+/// Rows shown at most in a table (the CSV export has them all).
+const MAX_ROWS: usize = 500;
+const SMALL_CHART_PX: u32 = 240;
+
+/// Builds a chart spec and hands it to the callback (the spec borrows from the captures).
+pub type SpecFn = Arc<dyn Fn(Theme, &mut dyn FnMut(&ChartSpec<'_>)) + Send + Sync>;
+
+/// A non-interactive chart with PNG and SVG export.
+#[component]
+pub fn ChartBox(
+    spec: SpecFn,
+    name: &'static str,
+    #[prop(default = SMALL_CHART_PX)] height: u32,
+) -> impl IntoView {
+    let canvas = NodeRef::<html::Canvas>::new();
+    let s1 = spec.clone();
+    Effect::new(move |_| {
+        let Some(el) = canvas.get() else {
+            return;
+        };
+        let w = dom::available_width(&el);
+        s1(dom::theme(), &mut |spec| {
+            let _ = dom::draw_canvas(&el, spec, w, height);
+        });
+    });
+    let export_svg = move |_| {
+        let w = canvas.get_untracked().map_or(900, |c| c.width());
+        spec(Theme::LIGHT, &mut |s| {
+            if let Ok(svg) = chart::to_svg(s, w, height) {
+                let _ =
+                    dom::download_text(&format!("gpucollect-{name}.svg"), "image/svg+xml", &svg);
+            }
+        });
+    };
+    let export_png = move |_| {
+        if let Some(c) = canvas.get_untracked() {
+            let _ = dom::export_png(&c, &format!("gpucollect-{name}.png"));
+        }
+    };
+    view! {
+        <div class="chart-box">
+            <div class="chart-wrap"><canvas node_ref=canvas data-testid=format!("chart-{name}")></canvas></div>
+            <div class="toolbar small">
+                <button data-testid="export-png" on:click=export_png>"PNG"</button>
+                <button data-testid="export-svg" on:click=export_svg>"SVG"</button>
+            </div>
+        </div>
+    }
+}
+
+/// A "CSV" button exporting a table.
+#[component]
+fn CsvButton(
+    name: &'static str,
+    headers: &'static [&'static str],
+    rows: Vec<Vec<String>>,
+) -> impl IntoView {
+    let export = move |_| {
+        let _ = dom::download_text(
+            &format!("gpucollect-{name}.csv"),
+            "text/csv",
+            &to_csv(headers, &rows),
+        );
+    };
+    view! { <button data-testid="export-csv" on:click=export>"CSV"</button> }
+}
+
+/// A stack, innermost frame first.
+#[component]
+fn Stack(frames: Vec<String>) -> impl IntoView {
+    view! { <ol class="stack" data-testid="stack">{frames.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol> }
+}
+
+/// Trace facts and the top call sites, each linked to its details.
+#[component]
+pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let r = &a.report;
+    let origin = r.first_ts_nanos;
+    let peak_rel = r.peak_ts_nanos.saturating_sub(origin);
+    let peak_ts = r.peak_ts_nanos;
+    let go_peak = move |_| {
+        vs.update(|v| {
+            v.view = View::Timeline;
+            v.pin_nanos = Some(peak_ts);
+        });
+    };
+    let devices = r
+        .devices
+        .iter()
+        .map(|d| {
+            view! {
+                <li data-testid="device">
+                    {format!("GPU {} {} ", d.device.0, d.name)}
+                    {(d.total_bytes > 0).then(|| format!("({}) ", fmt_bytes(d.total_bytes)))}
+                    "· peak " <Bytes bytes=d.peak_bytes testid="device-peak" />
+                    " · live at end " <Bytes bytes=d.live_at_end_bytes />
+                </li>
+            }
+        })
+        .collect_view();
+    let processes = r
+        .processes
+        .iter()
+        .map(|p| {
+            let exit = match (p.exit_code, p.exit_signal) {
+                (Some(c), _) => format!(" · exit {c}"),
+                (_, Some(s)) => format!(" · killed by signal {s}"),
+                _ => String::new(),
+            };
+            view! { <li>{format!("{} (pid {}) · peak {} · live at end {}{exit}", p.exe, p.pid, fmt_bytes(p.peak_bytes), fmt_bytes(p.live_at_end_bytes))}</li> }
+        })
+        .collect_view();
+    let site_link = |s: &analysis_core::report::SiteBytes, view: View| {
+        let label = s.site.clone();
+        let stack = s.stack.0;
+        let go = move |_| {
+            let label = label.clone();
+            vs.update(move |v| {
+                v.view = view;
+                v.open_stack = Some(stack);
+                if view == View::Sites {
+                    v.search = label;
+                }
+            });
+        };
+        view! {
+            <li>
+                <a href="#" on:click=move |e| { e.prevent_default(); go(e) } data-testid="site-link">{s.site.clone()}</a>
+                " · " <Bytes bytes=s.bytes /> {format!(" · {} allocation(s)", s.count)}
+            </li>
+        }
+    };
+    let peak_sites = r
+        .peak_sites
+        .iter()
+        .take(5)
+        .map(|s| site_link(s, View::Sites))
+        .collect_view();
+    let end_sites = r
+        .live_at_end_sites
+        .iter()
+        .take(5)
+        .map(|s| site_link(s, View::Leaks))
+        .collect_view();
+    let failed = r.failed_allocations.len();
+    let warnings = r.warnings.clone();
+    view! {
+        <section class="overview" data-testid="overview">
+            <div class="cards">
+                <div class="card"><h3>"Duration"</h3><Duration nanos=r.duration_nanos testid="ov-duration" /></div>
+                <div class="card"><h3>"Peak"</h3><Bytes bytes=r.peak_bytes testid="ov-peak" />
+                    <div class="muted">"at " <a href="#" data-testid="ov-peak-link" on:click=move |e| { e.prevent_default(); go_peak(e) }>
+                        <Duration nanos=peak_rel testid="ov-peak-time" /></a></div></div>
+                <div class="card"><h3>"Live at end"</h3><Bytes bytes=r.live_at_end_bytes testid="ov-live-end" />
+                    <div class="muted"><span data-testid="ov-live-end-count" data-value=r.live_at_end_count.to_string()>{r.live_at_end_count}</span>" allocation(s)"</div></div>
+                <div class="card"><h3>"Allocations"</h3><span class="num" data-testid="ov-allocs" data-value=r.alloc_count.to_string()>{r.alloc_count}</span>
+                    <div class="muted"><span data-testid="ov-records" data-value=r.records.to_string()>{r.records}</span>" records"</div></div>
+                <div class="card"><h3>"Failed allocations"</h3>
+                    <a href="#" on:click=move |e| { e.prevent_default(); vs.update(|v| v.view = View::Fragmentation) }>
+                        <span class="num" data-testid="ov-failed" data-value=failed.to_string()>{failed}</span></a></div>
+            </div>
+            <h3>"Devices"</h3><ul data-testid="ov-devices">{devices}</ul>
+            <h3>"Processes"</h3><ul data-testid="ov-processes">{processes}</ul>
+            <h3>"Live at the peak, by call site"</h3><ul data-testid="ov-peak-sites">{peak_sites}</ul>
+            <h3>"Still live at the end, by call site"</h3><ul data-testid="ov-end-sites">{end_sites}</ul>
+            {(!warnings.is_empty()).then(|| view! {
+                <h3>"Warnings"</h3>
+                <ul class="warnings" data-testid="ov-warnings">{warnings.into_iter().map(|w| view! { <li>{w}</li> }).collect_view()}</ul>
+            })}
+        </section>
+    }
+}
+
+/// Sortable, searchable table of every call site.
+#[component]
+pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let peak = a.report.peak_bytes;
+    let header = move |key: SortKey, label: &'static str| {
+        let sort = move || vs.with(|v| (v.sort == key).then_some(v.sort_ascending));
+        view! {
+            <th scope="col" class:num=key != SortKey::Site
+                aria-sort=move || match sort() { Some(true) => "ascending", Some(false) => "descending", None => "none" }>
+                <button class="sort" data-testid=format!("sort-{}", key.slug()) on:click=move |_| vs.update(|v| {
+                    if v.sort == key { v.sort_ascending = !v.sort_ascending } else { v.sort = key; v.sort_ascending = key == SortKey::Site }
+                })>{label}{move || match sort() { Some(true) => " ▲", Some(false) => " ▼", None => "" }}</button>
+            </th>
+        }
+    };
+    let table = move || {
+        let st = vs.get();
+        let needle = st.search.to_lowercase();
+        let all = a.site_rows(&filter_of(&st));
+        let mut rows: Vec<&SiteRow> = all.iter().filter(|s| site_matches(s, &needle)).collect();
+        sort_sites(&mut rows, st.sort, st.sort_ascending);
+        let shown = rows.len().min(MAX_ROWS);
+        let csv: Vec<Vec<String>> = rows
+            .iter()
+            .map(|s| {
+                vec![
+                    s.label.clone(),
+                    s.alloc_bytes.to_string(),
+                    s.alloc_count.to_string(),
+                    s.peak_bytes.to_string(),
+                    s.live_bytes.to_string(),
+                    s.max_size_bytes.to_string(),
+                    s.frames.join(" <- "),
+                ]
+            })
+            .collect();
+        let total = rows.len();
+        let body = rows
+            .into_iter()
+            .take(MAX_ROWS)
+            .map(|s| {
+                let open = st.open_stack == Some(s.stack.0);
+                view! {
+                    <tr data-testid="site-row" data-stack=s.stack.0.to_string()>
+                        <td><details open=open><summary>{s.label.clone()}</summary><Stack frames=s.frames.clone() /></details></td>
+                        <td class="num"><Bytes bytes=s.alloc_bytes /></td>
+                        <td class="num">{s.alloc_count}</td>
+                        <td class="num"><Bytes bytes=s.peak_bytes />" "<span class="muted">{fmt_percent(s.peak_bytes, peak)}</span></td>
+                        <td class="num"><Bytes bytes=s.live_bytes /></td>
+                        <td class="num"><Bytes bytes=s.max_size_bytes /></td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <p class="muted" data-testid="sites-count" data-value=total.to_string()>{format!("{shown} of {total} call sites shown")}</p>
+            <CsvButton name="call-sites" headers=&["site", "allocated_bytes", "allocations", "at_peak_bytes", "live_at_end_bytes", "max_size_bytes", "stack"] rows=csv />
+            <table data-testid="sites-table">
+                <caption>"Call sites: bytes allocated, count, contribution to the peak and live at end"</caption>
+                <thead><tr>
+                    {header(SortKey::Site, "Call site")}
+                    {header(SortKey::Bytes, "Allocated")}
+                    {header(SortKey::Count, "Count")}
+                    {header(SortKey::Peak, "At peak")}
+                    {header(SortKey::Live, "Live at end")}
+                    {header(SortKey::MaxSize, "Largest")}
+                </tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+        }
+    };
+    view! {
+        <section class="sites" data-testid="sites-view">
+            <label>"Search "
+                <input type="search" data-testid="site-search" placeholder="function, file or module"
+                    prop:value=move || vs.with(|v| v.search.clone())
+                    on:input=move |e| { let q = event_target_value(&e); vs.update(|v| v.search = q) } />
+            </label>
+            {table}
+        </section>
+    }
+}
+
+/// Call sites with memory still live at the end: the leak candidates, with growth charts.
+#[component]
+pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let rows: Vec<SiteRow> = a.leak_candidates(&filter_of(&vs.get_untracked()));
+    let total_live = a.report.live_at_end_bytes;
+    let csv = rows
+        .iter()
+        .map(|s| {
+            vec![
+                s.label.clone(),
+                s.live_bytes.to_string(),
+                (s.live_bytes / s.live_count.max(1)).to_string(),
+                s.alloc_count.to_string(),
+                s.live_count.to_string(),
+                s.frames.join(" <- "),
+            ]
+        })
+        .collect();
+    let count = rows.len();
+    let body = rows
+        .into_iter()
+        .take(MAX_ROWS)
+        .map(|s| {
+            let stack = s.stack.0;
+            let is_open = move || vs.with(|v| v.open_stack == Some(stack));
+            let a = a.clone();
+            let toggle = move |_| vs.update(|v| v.open_stack = if v.open_stack == Some(stack) { None } else { Some(stack) });
+            let frames = s.frames.clone();
+            view! {
+                <tr data-testid="leak-row" data-stack=stack.to_string() class="clickable" on:click=toggle
+                    aria-expanded=move || is_open().to_string()>
+                    <td>{if s.label.is_empty() { "<no stack>".to_string() } else { s.label.clone() }}</td>
+                    <td class="num"><Bytes bytes=s.live_bytes testid="leak-live" /></td>
+                    <td class="num">{fmt_percent(s.live_bytes, total_live)}</td>
+                    <td class="num">{fmt_bytes(s.live_bytes / s.live_count.max(1))}</td>
+                    <td class="num">{s.alloc_count}</td>
+                    <td class="num">{format!("{} of {}", s.live_count, s.alloc_count)}</td>
+                </tr>
+                {move || is_open().then(|| {
+                    let growth = Arc::new(a.site_growth(s.stack));
+                    let (lo, hi) = a.time_extent();
+                    let g = growth.clone();
+                    let spec: SpecFn = Arc::new(move |theme, f| {
+                        f(&ChartSpec {
+                            t0: lo, t1: hi + 1, origin_nanos: lo,
+                            layers: vec![Layer { label: "live bytes of this call site".into(), timeline: &g, color: PALETTE[4], style: LayerStyle::Band }],
+                            gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme,
+                        })
+                    });
+                    let frames = frames.clone();
+                    view! {
+                        <tr class="detail" data-testid="leak-detail"><td colspan="6">
+                            <ChartBox spec=spec name="leak-growth" />
+                            <Stack frames=frames />
+                        </td></tr>
+                    }
+                })}
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="leaks" data-testid="leaks-view">
+            <p class="muted">"Call sites whose allocations are still live when the trace ends, largest first. "
+                "Click a row for its live bytes over time and its full stack."</p>
+            <CsvButton name="leaks" headers=&["site", "live_at_end_bytes", "per_call_bytes", "calls", "still_live", "stack"] rows=csv />
+            <table data-testid="leaks-table">
+                <caption>{format!("{count} call site(s) with memory live at the end")}</caption>
+                <thead><tr>
+                    <th scope="col">"Call site"</th><th scope="col" class="num">"Live at end"</th><th scope="col" class="num">"Share"</th>
+                    <th scope="col" class="num">"Per call"</th><th scope="col" class="num">"Calls"</th><th scope="col" class="num">"Still live"</th>
+                </tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+        </section>
+    }
+}
+
+/// The largest transient allocations, marked on the timeline.
+#[component]
+pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let f = filter_of(&vs.get_untracked());
+    let origin = a.time_extent().0;
+    let top: Vec<(u64, u64, u64, String)> = a
+        .largest_transients(20, &f)
+        .into_iter()
+        .map(|x| {
+            (
+                x.ts_nanos,
+                x.free_ts_nanos,
+                x.size_bytes,
+                a.trace.model.stack_label(x.stack),
+            )
+        })
+        .collect();
+    let markers: Vec<Marker> = top
+        .iter()
+        .take(10)
+        .map(|(t, _, b, _)| Marker {
+            ts_nanos: *t,
+            label: fmt_bytes(*b),
+            kind: MarkerKind::Spike,
+        })
+        .collect();
+    let a2 = a.clone();
+    let spec: SpecFn = Arc::new(move |theme, cb| {
+        let st = ViewState {
+            range_nanos: None,
+            pin_nanos: None,
+            ..vs.get_untracked()
+        };
+        let mut s = timeline_spec(&a2, &st, theme);
+        s.markers.extend(markers.iter().cloned());
+        cb(&s);
+    });
+    let csv = top
+        .iter()
+        .map(|(t, e, b, s)| {
+            vec![
+                t.saturating_sub(origin).to_string(),
+                e.saturating_sub(*t).to_string(),
+                b.to_string(),
+                s.clone(),
+            ]
+        })
+        .collect();
+    let body = top
+        .into_iter()
+        .map(|(t, e, b, s)| {
+            let go = move |_| {
+                let pad = (e - t).max(1_000_000);
+                vs.update(|v| {
+                    v.view = View::Timeline;
+                    v.range_nanos = Some((t.saturating_sub(pad), e + pad));
+                    v.pin_nanos = Some(t);
+                });
+            };
+            view! {
+                <tr data-testid="spike-row" class="clickable" on:click=go>
+                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><Bytes bytes=b /></td>
+                    <td class="num">{fmt_duration(e.saturating_sub(t))}</td>
+                    <td>{s}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="spikes" data-testid="spikes-view">
+            <p class="muted">"The largest allocations that were freed again: transient memory that sets the peak. Click a row to zoom the timeline on it."</p>
+            <ChartBox spec=spec name="spikes" height=300 />
+            <CsvButton name="spikes" headers=&["time_nanos", "lifetime_nanos", "bytes", "site"] rows=csv />
+            <table data-testid="spikes-table">
+                <caption>"Largest transient allocations"</caption>
+                <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Lived"</th><th scope="col">"Call site"</th></tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+        </section>
+    }
+}
+
+/// Reserved vs allocated over time, the unused share, and each out-of-memory moment.
+#[component]
+pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let _ = ctx;
+    let origin = a.time_extent().0;
+    let (lo, hi) = a.time_extent();
+    let has_pools = !a.pools.is_empty();
+    // Unused share of the reserved pool memory, per pool series, in ten-thousandths.
+    let ratios: Vec<(String, Arc<Timeline>)> = a
+        .pools
+        .iter()
+        .map(|((p, d), s)| {
+            let mut t = Timeline::new();
+            for (ts, r) in s.reserved.times().iter().zip(s.reserved.values()) {
+                let used = s.used.value_at(*ts);
+                let ratio = if *r == 0 {
+                    0
+                } else {
+                    (r.saturating_sub(used) as u128 * 10_000 / u128::from(*r)) as u64
+                };
+                t.push(*ts, ratio);
+            }
+            t.build_index();
+            (
+                format!("unused share · process {} · GPU {}", p.0, d.0),
+                Arc::new(t),
+            )
+        })
+        .collect();
+    let a2 = a.clone();
+    let pools_spec: SpecFn = Arc::new(move |theme, cb| {
+        let mut layers = Vec::new();
+        for (i, ((p, d), s)) in a2.pools.iter().enumerate() {
+            layers.push(Layer {
+                label: format!("reserved · process {} · GPU {}", p.0, d.0),
+                timeline: &s.reserved,
+                color: PALETTE[(2 * i + 4) % 8],
+                style: LayerStyle::Line,
+            });
+            layers.push(Layer {
+                label: format!("allocated · process {} · GPU {}", p.0, d.0),
+                timeline: &s.used,
+                color: PALETTE[(2 * i) % 8],
+                style: LayerStyle::Band,
+            });
+        }
+        cb(&ChartSpec {
+            t0: lo,
+            t1: hi + 1,
+            origin_nanos: lo,
+            layers,
+            gap: None,
+            ranges: Vec::new(),
+            markers: Vec::new(),
+            pin_nanos: None,
+            y_unit: YUnit::Bytes,
+            theme,
+        });
+    });
+    let ratio_spec: SpecFn = Arc::new(move |theme, cb| {
+        let layers = ratios
+            .iter()
+            .enumerate()
+            .map(|(i, (l, t))| Layer {
+                label: l.clone(),
+                timeline: t,
+                color: PALETTE[(i + 2) % 8],
+                style: LayerStyle::Line,
+            })
+            .collect();
+        cb(&ChartSpec {
+            t0: lo,
+            t1: hi + 1,
+            origin_nanos: lo,
+            layers,
+            gap: None,
+            ranges: Vec::new(),
+            markers: Vec::new(),
+            pin_nanos: None,
+            y_unit: YUnit::Permyriad,
+            theme,
+        });
+    });
+    let ooms = a.oom_moments();
+    let csv = ooms
+        .iter()
+        .map(|o| {
+            vec![
+                o.ts_nanos.saturating_sub(origin).to_string(),
+                o.device.0.to_string(),
+                o.requested_bytes.to_string(),
+                o.live_bytes.to_string(),
+                o.device_free_bytes
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+                o.pool_slack_bytes
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+                o.site.clone(),
+            ]
+        })
+        .collect();
+    let opt = |v: Option<u64>| v.map_or_else(|| "not recorded".to_string(), fmt_bytes);
+    let oom_rows = ooms
+        .iter()
+        .map(|o| {
+            view! {
+                <tr data-testid="oom-row">
+                    <td class="num"><Duration nanos=o.ts_nanos.saturating_sub(origin) /></td>
+                    <td class="num">{o.device.0}</td>
+                    <td class="num"><Bytes bytes=o.requested_bytes testid="oom-requested" /></td>
+                    <td class="num">{fmt_bytes(o.live_bytes)}</td>
+                    <td class="num">{opt(o.device_free_bytes)}</td>
+                    <td class="num">{opt(o.pool_slack_bytes)}</td>
+                    <td>{o.site.clone()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let n_ooms = ooms.len();
+    view! {
+        <section class="fragmentation" data-testid="fragmentation-view">
+            {if has_pools {
+                view! {
+                    <h3>"Pool memory: reserved vs allocated"</h3>
+                    <ChartBox spec=pools_spec name="pools" />
+                    <h3>"Reserved but unused (share of reserved)"</h3>
+                    <ChartBox spec=ratio_spec name="unused-share" height=180 />
+                }.into_any()
+            } else {
+                view! { <p class="muted" data-testid="no-pools">"This trace has no pool samples: reserved vs allocated is not known."</p> }.into_any()
+            }}
+            <h3>"Out-of-memory moments"</h3>
+            <p class="muted">"The largest free block is not recorded by trace format v1; the device free memory (NVML) and the pool's reserved-but-unused bytes bound it."</p>
+            <CsvButton name="oom" headers=&["time_nanos", "device", "requested_bytes", "live_bytes", "device_free_bytes", "pool_unused_bytes", "site"] rows=csv />
+            <table data-testid="oom-table">
+                <caption>{format!("{n_ooms} failed allocation(s)")}</caption>
+                <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"GPU"</th><th scope="col" class="num">"Requested"</th>
+                    <th scope="col" class="num">"Live then"</th><th scope="col" class="num">"Device free"</th><th scope="col" class="num">"Pool unused"</th><th scope="col">"Call site"</th></tr></thead>
+                <tbody>{oom_rows}</tbody>
+            </table>
+        </section>
+    }
+}

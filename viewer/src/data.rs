@@ -1,0 +1,577 @@
+//! The viewer's data model: a loaded trace, its `Report`, and the derived tables and series the
+//! views draw (call sites, leak candidates, largest allocations, pool and NVML series, OOM
+//! moments). Plain Rust on top of `analysis-core`'s public API, tested natively.
+//!
+//! Everything here is computed once per trace, or per request in time proportional to the
+//! answer; drawing code only downsamples (`Timeline::downsample`), so a zoom step costs
+//! O(pixels) whatever the trace size.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
+use analysis_core::model::{AllocRecord, LoadedTrace, Series};
+use analysis_core::report::{SiteBytes, group_by_stack};
+use analysis_core::timeline::Timeline;
+use analysis_core::{Report, summarize};
+
+/// Which part of the trace the views show.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub process: Option<ProcessIdx>,
+    pub device: Option<DeviceIdx>,
+    pub thread: Option<ThreadIdx>,
+}
+
+impl Filter {
+    /// Whether an allocation passes the filter.
+    pub fn admits(&self, a: &AllocRecord) -> bool {
+        self.process.is_none_or(|p| p == a.process)
+            && self.device.is_none_or(|d| d == a.device)
+            && self.thread.is_none_or(|t| t == a.thread)
+    }
+
+    /// Whether a (process, device) series passes the filter (threads are not split out).
+    pub fn admits_series(&self, process: ProcessIdx, device: DeviceIdx) -> bool {
+        self.process.is_none_or(|p| p == process) && self.device.is_none_or(|d| d == device)
+    }
+
+    pub const fn is_all(&self) -> bool {
+        self.process.is_none() && self.device.is_none() && self.thread.is_none()
+    }
+}
+
+/// One row of the call-site table (from `TraceModel::stack_stats`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteRow {
+    pub stack: StackId,
+    /// Innermost frame, one line.
+    pub label: String,
+    /// Full stack, innermost first.
+    pub frames: Vec<String>,
+    pub alloc_bytes: u64,
+    pub alloc_count: u64,
+    /// Bytes of this site live at the global peak.
+    pub peak_bytes: u64,
+    pub live_bytes: u64,
+    pub live_count: u64,
+    pub max_size_bytes: u64,
+}
+
+/// A memory pool's reserved and used bytes over time, for one (process, device).
+#[derive(Clone, Debug, Default)]
+pub struct PoolSeries {
+    pub reserved: Timeline,
+    pub used: Timeline,
+}
+
+/// A failed allocation with what the trace says about free memory at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomMoment {
+    pub ts_nanos: u64,
+    pub device: DeviceIdx,
+    pub process: ProcessIdx,
+    pub requested_bytes: u64,
+    pub live_bytes: u64,
+    /// Device free memory from the last NVML sample at or before the failure.
+    pub device_free_bytes: Option<u64>,
+    /// Reserved but unused pool memory (reserved - used) then, when the trace has pool samples.
+    pub pool_slack_bytes: Option<u64>,
+    pub site: String,
+}
+
+/// A loaded trace and everything derived from it.
+#[derive(Debug)]
+pub struct Analysis {
+    /// The file name or URL it came from.
+    pub source: String,
+    pub trace: LoadedTrace,
+    pub report: Report,
+    /// Every call site, unsorted.
+    pub sites: Vec<SiteRow>,
+    /// Pool samples as step series per (process, device).
+    pub pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries>,
+    /// NVML device used bytes per device.
+    pub device_used: BTreeMap<DeviceIdx, Timeline>,
+}
+
+impl Analysis {
+    /// Summarizes a loaded trace and builds the derived tables.
+    pub fn new(trace: LoadedTrace, source: impl Into<String>) -> Self {
+        let report = summarize(&trace);
+        let m = &trace.model;
+        let sites = m
+            .stack_stats
+            .values()
+            .map(|s| SiteRow {
+                stack: s.stack,
+                label: m.stack_label(s.stack),
+                frames: m
+                    .stack_frames(s.stack)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                alloc_bytes: s.alloc_bytes,
+                alloc_count: s.alloc_count,
+                peak_bytes: s.peak_bytes,
+                live_bytes: s.live_bytes,
+                live_count: s.live_count,
+                max_size_bytes: s.max_size_bytes,
+            })
+            .collect();
+        // Pool samples: each (process, device, pool) reports its current value; the series is the
+        // sum over pools of the latest value of each.
+        let mut pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries> = BTreeMap::new();
+        let mut latest: BTreeMap<(ProcessIdx, DeviceIdx, u64), (u64, u64)> = BTreeMap::new();
+        let mut samples: Vec<_> = m.pool_samples.iter().collect();
+        samples.sort_by_key(|s| s.ts_nanos);
+        for s in samples {
+            latest.insert(
+                (s.process, s.device, s.pool),
+                (s.reserved_bytes, s.used_bytes),
+            );
+            let (r, u) = latest
+                .range((s.process, s.device, 0)..=(s.process, s.device, u64::MAX))
+                .fold((0u64, 0u64), |(r, u), (_, v)| {
+                    (r.saturating_add(v.0), u.saturating_add(v.1))
+                });
+            let e = pools.entry((s.process, s.device)).or_default();
+            e.reserved.push(s.ts_nanos, r);
+            e.used.push(s.ts_nanos, u);
+        }
+        for p in pools.values_mut() {
+            p.reserved.build_index();
+            p.used.build_index();
+        }
+        let mut device_used: BTreeMap<DeviceIdx, Timeline> = BTreeMap::new();
+        let mut dsamples: Vec<_> = m.device_samples.iter().collect();
+        dsamples.sort_by_key(|s| s.ts_nanos);
+        for s in dsamples {
+            device_used
+                .entry(s.device)
+                .or_default()
+                .push(s.ts_nanos, s.used_bytes);
+        }
+        for t in device_used.values_mut() {
+            t.build_index();
+        }
+        Self {
+            source: source.into(),
+            trace,
+            report,
+            sites,
+            pools,
+            device_used,
+        }
+    }
+
+    /// The trace's time extent `[first, last]`, at least 1 ns wide.
+    pub fn time_extent(&self) -> (u64, u64) {
+        let m = &self.trace.model;
+        let a = m.first_ts_nanos;
+        (a, m.last_ts_nanos.max(a + 1))
+    }
+
+    /// Device-memory series that pass the filter.
+    pub fn series(&self, f: &Filter) -> Vec<&Series> {
+        self.trace
+            .model
+            .series
+            .iter()
+            .filter(|s| !s.key.host && f.admits_series(s.key.process, s.key.device))
+            .collect()
+    }
+
+    /// Devices that appear in the trace (declared or allocated on).
+    pub fn devices(&self) -> Vec<DeviceIdx> {
+        let mut v: Vec<DeviceIdx> = self.report.devices.iter().map(|d| d.device).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Processes that appear in the trace.
+    pub fn processes(&self) -> Vec<ProcessIdx> {
+        let mut v: Vec<ProcessIdx> = self
+            .trace
+            .model
+            .processes
+            .iter()
+            .map(|p| p.process)
+            .collect();
+        for s in &self.trace.model.series {
+            v.push(s.key.process);
+        }
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Threads that appear in the trace, with their names.
+    pub fn threads(&self) -> Vec<(ThreadIdx, String)> {
+        let m = &self.trace.model;
+        let mut v: Vec<(ThreadIdx, String)> = m
+            .threads
+            .iter()
+            .map(|t| (t.thread, m.string(t.name).to_string()))
+            .collect();
+        v.sort();
+        v.dedup_by_key(|t| t.0);
+        v
+    }
+
+    /// Device live bytes at `t` over the series that pass the filter.
+    pub fn live_bytes_at(&self, t: u64, f: &Filter) -> u64 {
+        self.series(f).iter().map(|s| s.timeline.value_at(t)).sum()
+    }
+
+    /// Device allocations live at `t`, grouped by stack, largest first.
+    pub fn live_sites_at(&self, t: u64, f: &Filter, limit: usize) -> Vec<SiteBytes> {
+        let m = &self.trace.model;
+        // Allocations are in time order: only those made by `t` can be live at `t`.
+        let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
+        group_by_stack(
+            m,
+            m.allocs[..made]
+                .iter()
+                .filter(|a| a.kind.is_device_memory() && a.live_at(t) && f.admits(a)),
+            limit,
+        )
+    }
+
+    /// Live bytes of one call site over time (a step series), built from its allocations.
+    pub fn site_growth(&self, stack: StackId) -> Timeline {
+        let mut deltas: Vec<(u64, i128)> = Vec::new();
+        for a in self.trace.model.allocs.iter().filter(|a| a.stack == stack) {
+            if !a.kind.is_device_memory() {
+                continue;
+            }
+            deltas.push((a.ts_nanos, i128::from(a.size_bytes)));
+            if !a.is_live() {
+                deltas.push((a.free_ts_nanos, -i128::from(a.size_bytes)));
+            }
+        }
+        deltas.sort_by_key(|d| d.0);
+        let mut t = Timeline::new();
+        let mut cur: i128 = 0;
+        for (ts, d) in deltas {
+            cur += d;
+            t.push(ts, cur.max(0) as u64);
+        }
+        t.build_index();
+        t
+    }
+
+    /// Call-site rows for the allocations that pass the filter: the precomputed table for the
+    /// whole trace, or one built from the allocations (O(allocations)) for a process, device or
+    /// thread.
+    pub fn site_rows(&self, f: &Filter) -> Cow<'_, [SiteRow]> {
+        if f.is_all() {
+            return Cow::Borrowed(&self.sites);
+        }
+        let m = &self.trace.model;
+        let peak_t = m.peak_ts_nanos;
+        let mut by: BTreeMap<StackId, SiteRow> = BTreeMap::new();
+        for a in m.allocs.iter().filter(|a| f.admits(a) && a.size_bytes > 0) {
+            let row = by.entry(a.stack).or_insert_with(|| SiteRow {
+                stack: a.stack,
+                label: String::new(),
+                frames: Vec::new(),
+                alloc_bytes: 0,
+                alloc_count: 0,
+                peak_bytes: 0,
+                live_bytes: 0,
+                live_count: 0,
+                max_size_bytes: 0,
+            });
+            row.alloc_bytes += a.size_bytes;
+            row.alloc_count += 1;
+            row.max_size_bytes = row.max_size_bytes.max(a.size_bytes);
+            if a.is_live() {
+                row.live_bytes += a.size_bytes;
+                row.live_count += 1;
+            }
+            if m.peak_bytes > 0 && a.kind.is_device_memory() && a.live_at(peak_t) {
+                row.peak_bytes += a.size_bytes;
+            }
+        }
+        let labels: BTreeMap<StackId, (&str, &[String])> = self
+            .sites
+            .iter()
+            .map(|s| (s.stack, (s.label.as_str(), s.frames.as_slice())))
+            .collect();
+        Cow::Owned(
+            by.into_values()
+                .map(|mut r| {
+                    if let Some((label, frames)) = labels.get(&r.stack) {
+                        r.label = (*label).to_string();
+                        r.frames = frames.to_vec();
+                    }
+                    r
+                })
+                .collect(),
+        )
+    }
+
+    /// Call sites with bytes still live at the end of the trace: the leak candidates, largest
+    /// first. (The detectors will classify them as growing or bounded.)
+    pub fn leak_candidates(&self, f: &Filter) -> Vec<SiteRow> {
+        let mut v: Vec<SiteRow> = self
+            .site_rows(f)
+            .iter()
+            .filter(|s| s.live_bytes > 0)
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(a.stack.cmp(&b.stack)));
+        v
+    }
+
+    /// The `n` largest device allocations that were freed during the trace (transient memory),
+    /// largest first.
+    pub fn largest_transients(&self, n: usize, f: &Filter) -> Vec<&AllocRecord> {
+        let mut v: Vec<&AllocRecord> = self
+            .trace
+            .model
+            .allocs
+            .iter()
+            .filter(|a| {
+                a.kind.is_device_memory() && !a.is_live() && a.size_bytes > 0 && f.admits(a)
+            })
+            .collect();
+        let n = n.min(v.len());
+        if n == 0 {
+            return Vec::new();
+        }
+        v.select_nth_unstable_by(n - 1, |a, b| b.size_bytes.cmp(&a.size_bytes));
+        v.truncate(n);
+        v.sort_by(|a, b| {
+            b.size_bytes
+                .cmp(&a.size_bytes)
+                .then(a.ts_nanos.cmp(&b.ts_nanos))
+        });
+        v
+    }
+
+    /// Each failed allocation with the free memory the trace recorded around it.
+    pub fn oom_moments(&self) -> Vec<OomMoment> {
+        let m = &self.trace.model;
+        m.failed
+            .iter()
+            .map(|f| {
+                let r = &f.record;
+                let device_free_bytes = m
+                    .device_samples
+                    .iter()
+                    .filter(|s| s.device == r.device && s.ts_nanos <= r.ts_nanos)
+                    .max_by_key(|s| s.ts_nanos)
+                    .map(|s| s.free_bytes);
+                let pool_slack_bytes = self.pools.get(&(r.process, r.device)).map(|p| {
+                    p.reserved
+                        .value_at(r.ts_nanos)
+                        .saturating_sub(p.used.value_at(r.ts_nanos))
+                });
+                OomMoment {
+                    ts_nanos: r.ts_nanos,
+                    device: r.device,
+                    process: r.process,
+                    requested_bytes: r.size_bytes,
+                    live_bytes: f.live_bytes,
+                    device_free_bytes,
+                    pool_slack_bytes,
+                    site: m.stack_label(r.stack),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Sorts call-site rows by a column.
+pub fn sort_sites(rows: &mut [&SiteRow], key: crate::state::SortKey, ascending: bool) {
+    use crate::state::SortKey as K;
+    rows.sort_by(|a, b| {
+        let o = match key {
+            K::Bytes => a.alloc_bytes.cmp(&b.alloc_bytes),
+            K::Count => a.alloc_count.cmp(&b.alloc_count),
+            K::Peak => a.peak_bytes.cmp(&b.peak_bytes),
+            K::Live => a.live_bytes.cmp(&b.live_bytes),
+            K::MaxSize => a.max_size_bytes.cmp(&b.max_size_bytes),
+            K::Site => b.label.cmp(&a.label),
+        };
+        let o = o.then(b.stack.cmp(&a.stack));
+        if ascending { o } else { o.reverse() }
+    });
+}
+
+/// Whether a call site matches a search text (case-insensitive, any frame).
+pub fn site_matches(row: &SiteRow, needle_lower: &str) -> bool {
+    needle_lower.is_empty()
+        || row.label.to_lowercase().contains(needle_lower)
+        || row
+            .frames
+            .iter()
+            .any(|f| f.to_lowercase().contains(needle_lower))
+}
+
+/// A table as CSV (RFC 4180 quoting).
+pub fn to_csv(headers: &[&str], rows: &[Vec<String>]) -> String {
+    fn cell(out: &mut String, s: &str) {
+        if s.contains([',', '"', '\n', '\r']) {
+            out.push('"');
+            out.push_str(&s.replace('"', "\"\""));
+            out.push('"');
+        } else {
+            out.push_str(s);
+        }
+    }
+    let mut out = String::new();
+    for (i, h) in headers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        cell(&mut out, h);
+    }
+    out.push_str("\r\n");
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            cell(&mut out, c);
+        }
+        out.push_str("\r\n");
+    }
+    out
+}
+
+/// A percentage with one decimal: `12.5 %`.
+pub fn fmt_percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "–".into();
+    }
+    let mut s = String::new();
+    let _ = write!(s, "{:.1} %", part as f64 * 100.0 / whole as f64);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use analysis_core::synth::{Scenario, generate};
+
+    fn analysis(s: Scenario) -> (Analysis, analysis_core::synth::GroundTruth) {
+        let (bytes, truth) = generate(s, 5_000, 7);
+        let trace = analysis_core::load(&bytes).expect("synthetic trace loads");
+        (Analysis::new(trace, s.name()), truth)
+    }
+
+    #[test]
+    fn sites_add_up_to_the_report() {
+        let (a, truth) = analysis(Scenario::TrainingLeak);
+        let live: u64 = a.sites.iter().map(|s| s.live_bytes).sum();
+        assert_eq!(live, a.report.live_at_end_bytes);
+        assert_eq!(a.report.live_at_end_bytes, truth.live_at_end_bytes);
+        let at_peak: u64 = a.sites.iter().map(|s| s.peak_bytes).sum();
+        assert_eq!(at_peak, a.report.peak_bytes);
+        let top = a.leak_candidates(&Filter::default());
+        assert!(
+            top.iter().any(|s| s.label.contains("record_loss")),
+            "{:?}",
+            top.iter().map(|s| &s.label).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn live_sites_at_the_peak_match_the_report() {
+        let (a, _) = analysis(Scenario::Spikes);
+        let sites = a.live_sites_at(a.report.peak_ts_nanos, &Filter::default(), 10);
+        assert_eq!(sites, a.report.peak_sites);
+        assert_eq!(
+            a.live_bytes_at(a.report.peak_ts_nanos, &Filter::default()),
+            a.report.peak_bytes
+        );
+    }
+
+    #[test]
+    fn site_growth_ends_at_live_bytes() {
+        let (a, _) = analysis(Scenario::TrainingLeak);
+        let top = a.leak_candidates(&Filter::default())[0].clone();
+        let g = a.site_growth(top.stack);
+        assert_eq!(g.values().last().copied(), Some(top.live_bytes));
+    }
+
+    #[test]
+    fn filtered_site_rows_partition_the_whole_table() {
+        let (a, _) = analysis(Scenario::MultiDevice);
+        let whole: u64 = a.sites.iter().map(|s| s.alloc_bytes).sum();
+        let by_device: u64 = a
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let f = Filter {
+                    device: Some(d),
+                    ..Filter::default()
+                };
+                a.site_rows(&f).iter().map(|s| s.alloc_bytes).sum::<u64>()
+            })
+            .sum();
+        assert_eq!(by_device, whole);
+        let live: u64 = a
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let f = Filter {
+                    device: Some(d),
+                    ..Filter::default()
+                };
+                a.leak_candidates(&f)
+                    .iter()
+                    .map(|s| s.live_bytes)
+                    .sum::<u64>()
+            })
+            .sum();
+        assert_eq!(live, a.report.live_at_end_bytes);
+        assert!(
+            a.site_rows(&Filter {
+                device: Some(a.devices()[0]),
+                ..Filter::default()
+            })
+            .iter()
+            .all(|s| !s.label.is_empty())
+        );
+    }
+
+    #[test]
+    fn filters_split_multi_device_traces() {
+        let (a, _) = analysis(Scenario::MultiDevice);
+        assert!(a.devices().len() >= 2);
+        let all = a.series(&Filter::default()).len();
+        let one = a
+            .series(&Filter {
+                device: Some(a.devices()[0]),
+                ..Filter::default()
+            })
+            .len();
+        assert!(one < all, "{one} < {all}");
+    }
+
+    #[test]
+    fn oom_trace_lists_failures_and_transients_are_sorted() {
+        let (a, truth) = analysis(Scenario::Oom);
+        let ooms = a.oom_moments();
+        assert_eq!(ooms.len() as u64, truth.failed_count);
+        assert!(ooms.iter().all(|o| o.requested_bytes > 0));
+        let (s, _) = analysis(Scenario::Spikes);
+        let t = s.largest_transients(5, &Filter::default());
+        assert!(t.windows(2).all(|w| w[0].size_bytes >= w[1].size_bytes));
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_quoting() {
+        let csv = to_csv(
+            &["site", "bytes"],
+            &[vec!["f (a.py:1), \"x\"".into(), "12".into()]],
+        );
+        assert_eq!(csv, "site,bytes\r\n\"f (a.py:1), \"\"x\"\"\",12\r\n");
+    }
+}

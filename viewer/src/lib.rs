@@ -1,0 +1,20 @@
+//! gpucollect viewer: drag a trace into the page and see its GPU memory. Nothing is uploaded:
+//! the trace is decoded and analysed in WebAssembly by the same `analysis-core` the CLI uses.
+//!
+//! # Layout
+//! - [`state`]: the view state that the URL fragment carries (shareable links).
+//! - [`data`]: the loaded trace, its `Report`, and the tables and series the views show.
+//! - [`chart`]: time charts drawn with plotters (canvas in the app, SVG for export and tests).
+//! - `app` (wasm32 only): the Leptos components, loading, and browser glue.
+//!
+//! # Design constraints
+//! - Everything but `app` is plain Rust and tested natively (`cargo test -p viewer`).
+//! - Drawing is O(pixels): charts downsample with `Timeline::downsample`.
+//! - Decoding yields to the event loop between chunks so the page stays responsive.
+
+pub mod chart;
+pub mod data;
+pub mod state;
+
+#[cfg(target_arch = "wasm32")]
+pub mod app;
