@@ -2,9 +2,11 @@
 //! to trace (`gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 
-use crate::{cmd_report, cmd_synth};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
+
+use crate::{cmd_report, cmd_run, cmd_synth};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,12 +24,23 @@ pub struct Cli {
 pub enum Command {
     /// Summarize a trace: devices, peak with its call sites, live at end, failures, warnings.
     Report(cmd_report::ReportArgs),
+    /// Trace a program (the same as `gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
+    Run(cmd_run::RunArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
     Synth(cmd_synth::SynthArgs),
 }
 
 /// Subcommand names; any other first argument is a program to trace.
-const SUBCOMMANDS: &[&str] = &["report", "synth", "help", "-h", "--help", "-V", "--version"];
+const SUBCOMMANDS: &[&str] = &[
+    "report",
+    "run",
+    "synth",
+    "help",
+    "-h",
+    "--help",
+    "-V",
+    "--version",
+];
 
 pub fn dispatch() -> Result<u8> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -36,12 +49,18 @@ pub fn dispatch() -> Result<u8> {
         let cli = Cli::parse_from(&args);
         return match cli.command {
             Command::Report(a) => cmd_report::run(a),
+            Command::Run(a) => cmd_run::run(a),
             Command::Synth(a) => cmd_synth::run(a),
         };
     }
-    anyhow::bail!(
-        "unknown command `{}`: tracing programs is not available in this build; \
-         run `gpucollect --help` for the commands",
-        first
-    )
+    // Anything else is a program to trace: parse it as `gpucollect run ...`.
+    let run_args =
+        std::iter::once(OsString::from("gpucollect run")).chain(args.into_iter().skip(1));
+    let cmd = cmd_run::RunArgs::augment_args(clap::Command::new("gpucollect"))
+        .override_usage("gpucollect [OPTIONS] [--] PROGRAM [ARGS...]");
+    let matches = cmd
+        .try_get_matches_from(run_args)
+        .unwrap_or_else(|e| e.exit());
+    let a = cmd_run::RunArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cmd_run::run(a)
 }

@@ -3,10 +3,13 @@
 
 mod cli;
 mod cmd_report;
+mod cmd_run;
 mod cmd_synth;
 mod input;
 mod output;
 mod render_text;
+mod symbolize;
+mod trace_writer;
 
 use std::process::ExitCode;
 

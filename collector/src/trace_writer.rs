@@ -1,0 +1,575 @@
+//! Turns ring events into trace records: interns processes, threads, strings, modules, frames
+//! and stacks; pairs frees with allocations by address; models VMM handles (physical memory
+//! lives until released AND unmapped) and context teardown; symbolizes each new frame once.
+//! Encoded bytes go to the output after every batch, so a killed collector leaves a readable
+//! prefix.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+
+use analysis_core::Encoder;
+use analysis_core::format::*;
+use anyhow::{Context, Result};
+use gpucollect_inject::event::{Event, kind};
+
+use crate::symbolize::Symbolizer;
+
+/// Modules whose frames are never the interesting call site (the CUDA stack and ourselves).
+const HIDDEN_MODULES: &[&str] = &[
+    "libcuda.so",
+    "libcupti.so",
+    "libcudart.so",
+    "libgpucollect_inject",
+];
+/// Function-name prefixes of CUDA runtime entry points (statically linked cudart).
+const HIDDEN_FUNCTION_PREFIXES: &[&str] = &[
+    "cudart::",
+    "__cudart",
+    "cudaMalloc",
+    "cudaFree",
+    "cudaHostAlloc",
+    "cudaMallocHost",
+    "cudaFreeHost",
+    "cudaArray",
+    "cudaMemPool",
+    "cudaDeviceReset",
+    "cudaMalloc3D",
+    "cudaMallocPitch",
+    "cudaMallocManaged",
+    "cudaMallocAsync",
+    "cudaFreeAsync",
+    "cudaIpc",
+];
+
+#[derive(Clone, Debug)]
+struct ModuleEntry {
+    id: ModuleId,
+    path: String,
+    bias: u64,
+    end: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct VmmHandle {
+    alloc: AllocId,
+    device: DeviceIdx,
+    maps: u32,
+    released: bool,
+}
+
+/// Options that change what is recorded.
+#[derive(Clone, Debug, Default)]
+pub struct WriterOptions {
+    /// Function-name substrings of allocator wrappers: leading frames matching one are skipped,
+    /// so allocations are attributed to the wrapper's caller.
+    pub hide_frames: Vec<String>,
+}
+
+pub struct TraceWriter<W: Write> {
+    enc: Encoder,
+    out: W,
+    start_mono_nanos: u64,
+    opts: WriterOptions,
+    pids: HashMap<u32, ProcessIdx>,
+    next_process: u32,
+    threads: HashMap<(ProcessIdx, u64), ThreadIdx>,
+    next_thread: u32,
+    strings: HashMap<String, StringId>,
+    next_string: u32,
+    modules: HashMap<ProcessIdx, Vec<ModuleEntry>>,
+    module_ids: HashMap<(String, u64), ModuleId>,
+    next_module: u32,
+    frames: HashMap<(ModuleId, u64), (FrameId, bool)>,
+    next_frame: u32,
+    stacks: HashMap<(StackId, FrameId), StackId>,
+    next_stack: u32,
+    symbolizer: Symbolizer,
+    allocs: HashMap<(ProcessIdx, u64), (AllocId, DeviceIdx)>,
+    vmm: HashMap<(ProcessIdx, u64), VmmHandle>,
+    vmm_maps: BTreeMap<(ProcessIdx, u64), (u64, u64)>,
+    range_stacks: HashMap<(ProcessIdx, u64), Vec<RangeId>>,
+    started_ranges: HashMap<(ProcessIdx, u64), RangeId>,
+    next_range: u64,
+    last_ts_nanos: u64,
+    pub events: u64,
+}
+
+impl<W: Write> std::fmt::Debug for TraceWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("events", &self.events)
+            .finish()
+    }
+}
+
+fn module_hidden(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    HIDDEN_MODULES.iter().any(|m| name.starts_with(m))
+}
+
+impl<W: Write> TraceWriter<W> {
+    pub fn new(header: &Header, out: W, opts: WriterOptions) -> Self {
+        Self {
+            enc: Encoder::new(header),
+            out,
+            start_mono_nanos: header.start_mono_nanos,
+            opts,
+            pids: HashMap::new(),
+            next_process: 0,
+            threads: HashMap::new(),
+            next_thread: 0,
+            strings: HashMap::new(),
+            next_string: 1,
+            modules: HashMap::new(),
+            module_ids: HashMap::new(),
+            next_module: 1,
+            frames: HashMap::new(),
+            next_frame: 1,
+            stacks: HashMap::new(),
+            next_stack: 1,
+            symbolizer: Symbolizer::default(),
+            allocs: HashMap::new(),
+            vmm: HashMap::new(),
+            vmm_maps: BTreeMap::new(),
+            range_stacks: HashMap::new(),
+            started_ranges: HashMap::new(),
+            next_range: 1,
+            last_ts_nanos: 0,
+            events: 0,
+        }
+    }
+
+    fn ts(&mut self, mono_nanos: u64) -> u64 {
+        let t = mono_nanos.saturating_sub(self.start_mono_nanos);
+        self.last_ts_nanos = self.last_ts_nanos.max(t);
+        t
+    }
+
+    /// Time now, relative to the trace origin.
+    pub fn now_nanos(&mut self) -> u64 {
+        let now = gpucollect_inject::host::monotonic_nanos();
+        self.ts(now)
+    }
+
+    fn string(&mut self, s: &str) -> StringId {
+        if s.is_empty() {
+            return StringId(0);
+        }
+        if let Some(id) = self.strings.get(s) {
+            return *id;
+        }
+        let id = StringId(self.next_string);
+        self.next_string += 1;
+        self.strings.insert(s.to_string(), id);
+        self.enc.record(&Record::String {
+            id,
+            value: s.to_string(),
+        });
+        id
+    }
+
+    /// Declares a traced process (idempotent per pid). A child starts with its parent's module
+    /// table (it is a copy after fork; exec replaces it with its own).
+    pub fn add_process(
+        &mut self,
+        pid: u32,
+        ppid: u32,
+        exe: String,
+        argv: Vec<String>,
+    ) -> ProcessIdx {
+        if let Some(p) = self.pids.get(&pid) {
+            return *p;
+        }
+        let process = ProcessIdx(self.next_process);
+        self.next_process += 1;
+        self.pids.insert(pid, process);
+        let parent = self.pids.get(&ppid).copied();
+        if let Some(pp) = parent
+            && let Some(m) = self.modules.get(&pp).cloned()
+        {
+            self.modules.insert(process, m);
+        }
+        self.enc.record(&Record::Process(ProcessInfo {
+            process,
+            pid,
+            parent,
+            exe,
+            argv,
+        }));
+        process
+    }
+
+    fn thread(&mut self, process: ProcessIdx, tid: u64, name: Option<&str>) -> ThreadIdx {
+        if name.is_none()
+            && let Some(t) = self.threads.get(&(process, tid))
+        {
+            return *t;
+        }
+        let thread = match self.threads.get(&(process, tid)) {
+            Some(t) => *t,
+            None => {
+                let t = ThreadIdx(self.next_thread);
+                self.next_thread += 1;
+                self.threads.insert((process, tid), t);
+                t
+            }
+        };
+        let name = self.string(name.unwrap_or(""));
+        self.enc.record(&Record::Thread(ThreadInfo {
+            thread,
+            process,
+            os_tid: tid,
+            name,
+        }));
+        thread
+    }
+
+    fn module(&mut self, process: ProcessIdx, e: &Event) {
+        let path = e.text();
+        let bias = e.stream;
+        let end = e.pool;
+        let key = (path.clone(), bias);
+        let id = match self.module_ids.get(&key) {
+            Some(id) => *id,
+            None => {
+                let id = ModuleId(self.next_module);
+                self.next_module += 1;
+                self.module_ids.insert(key, id);
+                self.enc.record(&Record::Module(ModuleInfo {
+                    module: id,
+                    process,
+                    path: path.clone(),
+                    build_id: e.build_id(),
+                    load_address: bias,
+                    size_bytes: end,
+                }));
+                id
+            }
+        };
+        let table = self.modules.entry(process).or_default();
+        // A process re-sending its table (after exec) replaces stale entries at the same bias.
+        table.retain(|m| m.bias != bias);
+        table.push(ModuleEntry {
+            id,
+            path,
+            bias,
+            end,
+        });
+        table.sort_by_key(|m| m.bias);
+    }
+
+    fn find_module(&self, process: ProcessIdx, ip: u64) -> Option<ModuleEntry> {
+        let table = self.modules.get(&process)?;
+        table
+            .iter()
+            .rev()
+            .find(|m| m.bias <= ip && ip < m.bias.saturating_add(m.end))
+            .cloned()
+    }
+
+    /// Interns a frame; returns its id and whether it is hidden at the top of a stack.
+    fn frame(&mut self, process: ProcessIdx, ip: u64) -> (FrameId, bool) {
+        let (module, offset, path) = match self.find_module(process, ip) {
+            Some(m) => (m.id, ip - m.bias, m.path),
+            None => (ModuleId(0), ip, String::new()),
+        };
+        if let Some(f) = self.frames.get(&(module, offset)) {
+            return *f;
+        }
+        let id = FrameId(self.next_frame);
+        self.next_frame += 1;
+        self.enc
+            .record(&Record::Frame(FrameDef::Native { id, module, offset }));
+        let mut hidden = module_hidden(&path);
+        if !path.is_empty() {
+            // Return addresses point after the call: look up the call instruction.
+            let sym = self.symbolizer.resolve(&path, offset.saturating_sub(1));
+            if !sym.function.is_empty() {
+                hidden |= HIDDEN_FUNCTION_PREFIXES
+                    .iter()
+                    .any(|p| sym.function.starts_with(p))
+                    || self
+                        .opts
+                        .hide_frames
+                        .iter()
+                        .any(|h| sym.function.contains(h.as_str()));
+                let function = self.string(&sym.function);
+                let file = self.string(&sym.file);
+                self.enc.record(&Record::FrameSymbol(FrameSymbol {
+                    frame: id,
+                    function,
+                    file,
+                    line: sym.line,
+                }));
+            }
+        }
+        self.frames.insert((module, offset), (id, hidden));
+        (id, hidden)
+    }
+
+    fn stack(&mut self, process: ProcessIdx, ips: &[u64]) -> StackId {
+        let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len());
+        let mut leading = true;
+        for &ip in ips {
+            let (f, hidden) = self.frame(process, ip);
+            if leading && hidden {
+                continue;
+            }
+            leading = false;
+            frames.push(f);
+        }
+        let mut parent = StackId(0);
+        for &frame in frames.iter().rev() {
+            parent = match self.stacks.get(&(parent, frame)) {
+                Some(s) => *s,
+                None => {
+                    let stack = StackId(self.next_stack);
+                    self.next_stack += 1;
+                    self.stacks.insert((parent, frame), stack);
+                    self.enc.record(&Record::Stack(StackDef {
+                        stack,
+                        parent,
+                        frame,
+                    }));
+                    stack
+                }
+            };
+        }
+        parent
+    }
+
+    /// A FREE event: pairs it with the live allocation at that address.
+    fn free_alloc(&mut self, process: ProcessIdx, thread: ThreadIdx, ts: u64, e: &Event) {
+        let (addr, kind, stream, device) = (
+            e.addr,
+            FreeKind::from_code(u64::from(e.code)),
+            e.stream,
+            DeviceIdx(e.device),
+        );
+        match self.allocs.remove(&(process, addr)) {
+            Some((alloc, _)) => {
+                self.enc.record(&Record::Free(Free {
+                    ts_nanos: ts,
+                    alloc,
+                    thread,
+                    kind,
+                    stream,
+                }));
+            }
+            None => {
+                self.enc.record(&Record::FreeUnknown(FreeUnknown {
+                    ts_nanos: ts,
+                    address: addr,
+                    size_bytes: 0,
+                    thread,
+                    device,
+                    kind,
+                    process,
+                }));
+            }
+        }
+    }
+
+    /// Records one event of `process`.
+    pub fn event(&mut self, process: ProcessIdx, e: &Event) {
+        self.events += 1;
+        let ts = self.ts(e.ts_nanos);
+        if e.kind == kind::THREAD {
+            let name = e.text();
+            self.thread(process, e.tid, Some(&name));
+            return;
+        }
+        if e.kind == kind::MODULE {
+            self.module(process, e);
+            return;
+        }
+        let thread = self.thread(process, e.tid, None);
+        let device = DeviceIdx(e.device);
+        match e.kind {
+            kind::ALLOC | kind::VMM_CREATE => {
+                let stack = self.stack(process, e.frames());
+                let alloc_kind = AllocKind::from_code(u64::from(e.code));
+                let id = self.enc.alloc(&Alloc {
+                    ts_nanos: ts,
+                    size_bytes: e.size,
+                    address: e.addr,
+                    stack,
+                    thread,
+                    device,
+                    kind: alloc_kind,
+                    stream: e.stream,
+                    pool: e.pool,
+                    process,
+                    ..Alloc::default()
+                });
+                if e.kind == kind::VMM_CREATE {
+                    self.vmm.insert(
+                        (process, e.addr),
+                        VmmHandle {
+                            alloc: id,
+                            device,
+                            maps: 0,
+                            released: false,
+                        },
+                    );
+                } else {
+                    self.allocs.insert((process, e.addr), (id, device));
+                }
+            }
+            kind::FREE => {
+                self.free_alloc(process, thread, ts, e);
+            }
+            kind::ALLOC_FAILED => {
+                let stack = self.stack(process, e.frames());
+                self.enc.record(&Record::AllocFailed(AllocFailed {
+                    ts_nanos: ts,
+                    size_bytes: e.size,
+                    error_code: e.code,
+                    stack,
+                    thread,
+                    device,
+                    kind: AllocKind::from_code(e.pool),
+                    process,
+                }));
+            }
+            kind::CONTEXT_RESET => {
+                self.enc.record(&Record::ContextReset(ContextReset {
+                    ts_nanos: ts,
+                    process,
+                    device,
+                    thread,
+                }));
+                self.allocs
+                    .retain(|(p, _), (_, d)| !(*p == process && *d == device));
+                self.vmm
+                    .retain(|(p, _), h| !(*p == process && h.device == device));
+            }
+            kind::VMM_RELEASE => {
+                if let Some(h) = self.vmm.get_mut(&(process, e.addr)) {
+                    h.released = true;
+                    if h.maps == 0 {
+                        let alloc = h.alloc;
+                        self.vmm.remove(&(process, e.addr));
+                        self.enc.record(&Record::Free(Free {
+                            ts_nanos: ts,
+                            alloc,
+                            thread,
+                            kind: FreeKind::Immediate,
+                            stream: 0,
+                        }));
+                    }
+                }
+            }
+            kind::VMM_MAP => {
+                if let Some(h) = self.vmm.get_mut(&(process, e.pool)) {
+                    h.maps += 1;
+                }
+                self.vmm_maps.insert((process, e.addr), (e.pool, e.size));
+            }
+            kind::VMM_UNMAP => {
+                let end = e.addr.saturating_add(e.size.max(1));
+                let hit: Vec<(ProcessIdx, u64)> = self
+                    .vmm_maps
+                    .range((process, e.addr)..(process, end))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in hit {
+                    let Some((handle, _)) = self.vmm_maps.remove(&k) else {
+                        continue;
+                    };
+                    if let Some(h) = self.vmm.get_mut(&(process, handle)) {
+                        h.maps = h.maps.saturating_sub(1);
+                        if h.maps == 0 && h.released {
+                            let alloc = h.alloc;
+                            self.vmm.remove(&(process, handle));
+                            self.enc.record(&Record::Free(Free {
+                                ts_nanos: ts,
+                                alloc,
+                                thread,
+                                kind: FreeKind::Immediate,
+                                stream: 0,
+                            }));
+                        }
+                    }
+                }
+            }
+            kind::RANGE_PUSH | kind::RANGE_START => {
+                let range = RangeId(self.next_range);
+                self.next_range += 1;
+                let name = self.string(&e.text());
+                let domain = if e.stream == 0 {
+                    StringId(0)
+                } else {
+                    self.string(&format!("domain {:#x}", e.stream))
+                };
+                if e.kind == kind::RANGE_PUSH {
+                    self.range_stacks
+                        .entry((process, e.tid))
+                        .or_default()
+                        .push(range);
+                } else {
+                    self.started_ranges.insert((process, e.addr), range);
+                }
+                self.enc.record(&Record::RangeBegin(RangeBegin {
+                    ts_nanos: ts,
+                    range,
+                    name,
+                    domain,
+                    thread,
+                    process,
+                }));
+            }
+            kind::RANGE_POP | kind::RANGE_END => {
+                let range = if e.kind == kind::RANGE_POP {
+                    self.range_stacks
+                        .get_mut(&(process, e.tid))
+                        .and_then(Vec::pop)
+                } else {
+                    self.started_ranges.remove(&(process, e.addr))
+                };
+                if let Some(range) = range {
+                    self.enc.record(&Record::RangeEnd(RangeEnd {
+                        ts_nanos: ts,
+                        range,
+                    }));
+                }
+            }
+            kind::MARK => {
+                let name = self.string(&e.text());
+                self.enc.record(&Record::Mark(Mark {
+                    ts_nanos: ts,
+                    name,
+                    domain: StringId(0),
+                    thread,
+                    process,
+                }));
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes any record (devices, samples, exits, drops) as-is.
+    pub fn record(&mut self, r: &Record) {
+        self.enc.record(r);
+    }
+
+    /// Writes the bytes encoded so far to the output.
+    pub fn flush(&mut self) -> Result<()> {
+        let bytes = self.enc.take_bytes();
+        if !bytes.is_empty() {
+            self.out
+                .write_all(&bytes)
+                .context("cannot write the trace")?;
+            self.out.flush().context("cannot write the trace")?;
+        }
+        Ok(())
+    }
+
+    /// Ends the trace with an `End` record and flushes.
+    pub fn finish(mut self) -> Result<W> {
+        let ts = self.now_nanos();
+        self.enc.record(&Record::End { ts_nanos: ts });
+        self.flush()?;
+        Ok(self.out)
+    }
+}
