@@ -22,6 +22,7 @@ use gpucollect_inject::event::Event;
 use gpucollect_inject::host;
 use gpucollect_inject::ring::{RingOwner, SLOTS};
 
+use crate::nvml_sampler;
 use crate::trace_writer::{TraceWriter, WriterOptions};
 
 #[derive(Debug, Args)]
@@ -46,6 +47,15 @@ pub struct RunArgs {
     /// The injection library (default: libgpucollect_inject.so next to gpucollect).
     #[arg(long, value_name = "PATH", env = "GPUCOLLECT_INJECT_PATH")]
     pub inject: Option<PathBuf>,
+    /// libnvidia-ml to sample device memory with (default: libnvidia-ml.so.1 on the library path).
+    #[arg(long, value_name = "PATH", env = "GPUCOLLECT_NVML_PATH")]
+    pub nvml: Option<PathBuf>,
+    /// Do not sample device memory through NVML.
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// NVML sampling interval in milliseconds.
+    #[arg(long, default_value_t = 50, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_interval_ms: u64,
     /// The program to trace and its arguments.
     #[arg(
         required = true,
@@ -301,6 +311,25 @@ pub fn run(a: RunArgs) -> Result<u8> {
     );
     writer.flush()?;
 
+    // NVML sampling on its own thread; records come back through a channel.
+    let (tx, rx) = std::sync::mpsc::channel::<Record>();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = (!a.no_nvml).then(|| {
+        let stop = stop.clone();
+        let path = a.nvml.clone();
+        let interval = Duration::from_millis(a.sample_interval_ms);
+        std::thread::Builder::new()
+            .name("gpucollect-nvml".into())
+            .spawn(
+                move || match nvml_sampler::open(path.as_deref().map(|p| p.as_os_str())) {
+                    Ok(nvml) => nvml_sampler::run(nvml, interval, stop, tx, move || {
+                        host::monotonic_nanos().saturating_sub(start_mono_nanos)
+                    }),
+                    Err(msg) => eprintln!("gpucollect: {msg}"),
+                },
+            )
+    });
+
     let mut d = Drainer {
         ring,
         writer,
@@ -310,6 +339,9 @@ pub fn run(a: RunArgs) -> Result<u8> {
     };
     let status = loop {
         let n = d.drain(4096);
+        while let Ok(r) = rx.try_recv() {
+            d.writer.record(&r);
+        }
         d.writer.flush()?;
         if let Some(status) = child.try_wait().context("cannot wait for the program")? {
             break status;
@@ -340,6 +372,13 @@ pub fn run(a: RunArgs) -> Result<u8> {
         }
     }
     d.drain(usize::MAX);
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(Ok(t)) = sampler {
+        let _ = t.join();
+    }
+    while let Ok(r) = rx.try_recv() {
+        d.writer.record(&r);
+    }
     let ts = d.writer.now_nanos();
     d.writer.record(&Record::ProcessExit(ProcessExit {
         ts_nanos: ts,

@@ -6,6 +6,7 @@ mod cmd_report;
 mod cmd_run;
 mod cmd_synth;
 mod input;
+mod nvml_sampler;
 mod output;
 mod render_text;
 mod symbolize;

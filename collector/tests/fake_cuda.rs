@@ -39,6 +39,13 @@ fn fake_dir() -> &'static Path {
         gcc(&[
             "-shared",
             "-fPIC",
+            "-o",
+            &o("libnvidia-ml.so.1"),
+            "fake_nvml.c",
+        ]);
+        gcc(&[
+            "-shared",
+            "-fPIC",
             "-g",
             "-O1",
             "-Wl,-soname,libcuda.so.1",
@@ -104,6 +111,7 @@ fn gpucollect() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpucollect"));
     c.env("GPUCOLLECT_CUPTI_PATH", fake_dir().join("libcupti.so"));
     c.env_remove("FAKE_CUPTI_BUSY");
+    c.env_remove("GPUCOLLECT_NVML_PATH");
     c
 }
 
@@ -455,6 +463,7 @@ fn bad_option_is_a_clear_error() {
 fn sigterm_is_forwarded_to_the_program() {
     let path = fake_dir().join("sigterm.msgpack");
     let mut child = gpucollect()
+        .arg("--no-nvml")
         .arg("-o")
         .arg(&path)
         .args(["sleep", "30"])
@@ -471,4 +480,67 @@ fn sigterm_is_forwarded_to_the_program() {
     let trace = load(&std::fs::read(&path).expect("trace")).expect("decodes");
     assert_eq!(trace.model.process_exits[0].signal, Some(15));
     assert!(trace.model.clean_end);
+}
+
+#[test]
+fn nvml_samples_describe_the_devices() {
+    let nvml = fake_dir().join("libnvidia-ml.so.1");
+    let nvml = nvml.to_str().expect("utf-8 path");
+    let r = run_with(
+        "threads",
+        &["--nvml", nvml, "--sample-interval-ms", "5"],
+        &[],
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    let m = &r.trace.model;
+    let names: Vec<&str> = m.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["Fake GPU 0", "Fake GPU 1"]);
+    assert_eq!(m.devices[1].uuid, "GPU-fake-1");
+    assert!(
+        m.device_samples.len() >= 2,
+        "at least the final sample per device"
+    );
+    let last1 = m
+        .device_samples
+        .iter()
+        .rev()
+        .find(|s| s.device == DeviceIdx(1))
+        .expect("device 1 sample");
+    assert_eq!(last1.used_bytes, (1 << 30) + (1 << 20));
+    assert_eq!(last1.total_bytes, 16 << 30);
+    assert_eq!(last1.processes[0].pid, 4242);
+    assert_eq!(last1.processes[0].used_bytes, 300 << 20);
+}
+
+#[test]
+fn cuda_visible_devices_maps_ordinals_to_nvml_devices() {
+    let nvml = fake_dir().join("libnvidia-ml.so.1");
+    let nvml = nvml.to_str().expect("utf-8 path");
+    let r = run_with(
+        "async_free",
+        &["--nvml", nvml],
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    let m = &r.trace.model;
+    assert_eq!(m.devices.len(), 1);
+    assert_eq!(m.devices[0].device, DeviceIdx(0));
+    assert_eq!(m.devices[0].name, "Fake GPU 1");
+}
+
+#[test]
+fn missing_nvml_is_reported_and_the_program_runs() {
+    let r = run_with(
+        "async_free",
+        &["--nvml", "/nonexistent/libnvidia-ml.so.1"],
+        &[],
+    );
+    assert_eq!(r.code(), Some(0));
+    assert!(r.stderr().contains("NVML was not found"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("/nonexistent/libnvidia-ml.so.1"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(r.trace.model.allocs.len(), 1, "tracing still works");
+    assert!(r.trace.model.device_samples.is_empty());
 }
