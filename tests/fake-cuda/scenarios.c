@@ -249,9 +249,20 @@ static int fork_child(void) {
     return 0;
 }
 
-/* --- overhead: N alloc/free pairs, prints ns per pair ---------------------- */
-static int bench(int n) {
+/* --- overhead: N alloc/free pairs at call depth D, prints ns per pair -------- */
+static int bench_loop(int n);
+
+__attribute__((noinline)) static int bench_at(int depth, int n) {
+    if (depth > 0) return bench_at(depth - 1, n) + 0 * depth;
+    return bench_loop(n);
+}
+
+static int bench(int n, int depth) {
     setup();
+    return bench_at(depth, n);
+}
+
+__attribute__((noinline)) static int bench_loop(int n) {
     CUdeviceptr p;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -284,7 +295,8 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "kinds")) return kinds();
     if (!strcmp(s, "output")) return output();
     if (!strcmp(s, "fork")) return fork_child();
-    if (!strcmp(s, "bench")) return bench(argc > 2 ? atoi(argv[2]) : 1000000);
+    if (!strcmp(s, "bench"))
+        return bench(argc > 2 ? atoi(argv[2]) : 1000000, argc > 3 ? atoi(argv[3]) : 0);
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }
