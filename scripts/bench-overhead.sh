@@ -23,12 +23,11 @@ dropped() { "$BIN/gpucollect" report --format json "$1" | python3 -c 'import jso
 
 base_out=$("$W/scenarios" bench "$N" 26)
 base=$(echo "$base_out" | pair_ns)
-echo "bare:               $base ns/pair"
-for mode in "--no-stacks" "--stack-depth 32"; do
+printf "%-30s %s ns/pair\n" "bare:" "$base"
+for mode in "--no-stacks" "--stack-depth 32" "--stack-depth 32 --unwind fp"; do
     out=$("$BIN/gpucollect" --no-nvml $mode -o "$W/t.msgpack" "$W/scenarios" bench "$N" 26)
     ns=$(echo "$out" | pair_ns)
     read -r drop allocs < <(dropped "$W/t.msgpack")
-    frames=$("$BIN/gpucollect" report --format json "$W/t.msgpack" | python3 -c 'import json,sys; r=json.load(sys.stdin); s=r["peak_sites"] or r["live_at_end_sites"]; print(len(s[0]["frames"]) if s else 0)')
-    printf '%-19s %s ns/pair, +%s ns/pair, %s events/s, %s allocs traced, %s dropped\n' \
+    printf '%-30s %s ns/pair, +%s ns/pair, %s events/s, %s allocs traced, %s dropped\n' \
         "$mode:" "$ns" "$(python3 -c "print(round($ns - $base, 1))")" "$(echo "$out" | eps)" "$allocs" "$drop"
 done

@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// Native frames recorded per allocation (1..=64).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub stack_depth: u32,
+    /// How to walk native stacks: `dwarf` (robust, works without frame pointers) or `fp`
+    /// (DWARF through the CUDA libraries, then frame pointers: several times faster; needs a
+    /// program built with frame pointers, otherwise stacks are short).
+    #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
+    pub unwind: Unwind,
     /// Skip leading frames whose function contains NAME (allocator wrappers), so allocations
     /// are attributed to the wrapper's caller. Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -63,6 +68,12 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unwind {
+    Dwarf,
+    Fp,
 }
 
 /// Finds the injection library: explicit path, then next to this executable (and in `deps/`,
@@ -281,6 +292,9 @@ pub fn run(a: RunArgs) -> Result<u8> {
             gpucollect_inject::env::STACK_DEPTH,
             if a.no_stacks { 0 } else { a.stack_depth }.to_string(),
         );
+    if a.unwind == Unwind::Fp {
+        cmd.env(gpucollect_inject::env::UNWIND, "fp");
+    }
     if let Some(c) = &a.cupti {
         cmd.env(gpucollect_inject::env::CUPTI_PATH, c);
     }

@@ -5,6 +5,7 @@ mod cli;
 mod cmd_report;
 mod cmd_run;
 mod cmd_synth;
+mod fast_hash;
 mod input;
 mod nvml_sampler;
 mod output;

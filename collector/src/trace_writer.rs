@@ -4,7 +4,7 @@
 //! Encoded bytes go to the output after every batch, so a killed collector leaves a readable
 //! prefix.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use analysis_core::Encoder;
@@ -12,6 +12,7 @@ use analysis_core::format::*;
 use anyhow::{Context, Result};
 use gpucollect_inject::event::{Event, kind};
 
+use crate::fast_hash::FxMap as HashMap;
 use crate::symbolize::Symbolizer;
 
 /// Modules whose frames are never the interesting call site (the CUDA stack and ourselves).
@@ -90,6 +91,10 @@ pub struct TraceWriter<W: Write> {
     range_stacks: HashMap<(ProcessIdx, u64), Vec<RangeId>>,
     started_ranges: HashMap<(ProcessIdx, u64), RangeId>,
     next_range: u64,
+    /// Last (process, tid) -> thread, the common case of one busy thread.
+    last_thread: Option<(ProcessIdx, u64, ThreadIdx)>,
+    /// Raw return addresses of a process -> interned stack (skips per-frame lookups).
+    stack_cache: HashMap<(ProcessIdx, Box<[u64]>), StackId>,
     last_ts_nanos: u64,
     pub events: u64,
 }
@@ -114,26 +119,28 @@ impl<W: Write> TraceWriter<W> {
             out,
             start_mono_nanos: header.start_mono_nanos,
             opts,
-            pids: HashMap::new(),
+            pids: HashMap::default(),
             next_process: 0,
-            threads: HashMap::new(),
+            threads: HashMap::default(),
             next_thread: 0,
-            strings: HashMap::new(),
+            strings: HashMap::default(),
             next_string: 1,
-            modules: HashMap::new(),
-            module_ids: HashMap::new(),
+            modules: HashMap::default(),
+            module_ids: HashMap::default(),
             next_module: 1,
-            frames: HashMap::new(),
+            frames: HashMap::default(),
             next_frame: 1,
-            stacks: HashMap::new(),
+            stacks: HashMap::default(),
             next_stack: 1,
             symbolizer: Symbolizer::default(),
-            allocs: HashMap::new(),
-            vmm: HashMap::new(),
+            allocs: HashMap::default(),
+            vmm: HashMap::default(),
             vmm_maps: BTreeMap::new(),
-            range_stacks: HashMap::new(),
-            started_ranges: HashMap::new(),
+            range_stacks: HashMap::default(),
+            started_ranges: HashMap::default(),
             next_range: 1,
+            last_thread: None,
+            stack_cache: HashMap::default(),
             last_ts_nanos: 0,
             events: 0,
         }
@@ -200,10 +207,17 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn thread(&mut self, process: ProcessIdx, tid: u64, name: Option<&str>) -> ThreadIdx {
-        if name.is_none()
-            && let Some(t) = self.threads.get(&(process, tid))
-        {
-            return *t;
+        if name.is_none() {
+            if let Some((p, t, idx)) = self.last_thread
+                && p == process
+                && t == tid
+            {
+                return idx;
+            }
+            if let Some(t) = self.threads.get(&(process, tid)) {
+                self.last_thread = Some((process, tid, *t));
+                return *t;
+            }
         }
         let thread = match self.threads.get(&(process, tid)) {
             Some(t) => *t,
@@ -246,6 +260,7 @@ impl<W: Write> TraceWriter<W> {
                 id
             }
         };
+        self.stack_cache.retain(|(p, _), _| *p != process);
         let table = self.modules.entry(process).or_default();
         // A process re-sending its table (after exec) replaces stale entries at the same bias.
         table.retain(|m| m.bias != bias);
@@ -308,6 +323,20 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn stack(&mut self, process: ProcessIdx, ips: &[u64]) -> StackId {
+        if ips.is_empty() {
+            return StackId(0);
+        }
+        // Lookup by borrowed key: build the key without allocating when it is already known.
+        let key = (process, Box::<[u64]>::from(ips));
+        if let Some(s) = self.stack_cache.get(&key) {
+            return *s;
+        }
+        let s = self.intern_stack(process, ips);
+        self.stack_cache.insert(key, s);
+        s
+    }
+
+    fn intern_stack(&mut self, process: ProcessIdx, ips: &[u64]) -> StackId {
         let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len());
         let mut leading = true;
         for &ip in ips {

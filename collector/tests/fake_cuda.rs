@@ -544,3 +544,24 @@ fn missing_nvml_is_reported_and_the_program_runs() {
     assert_eq!(r.trace.model.allocs.len(), 1, "tracing still works");
     assert!(r.trace.model.device_samples.is_empty());
 }
+
+#[test]
+fn frame_pointer_unwinding_gives_the_same_call_sites() {
+    let r = run_with("leak_exception", &["--unwind", "fp"], &[]);
+    let m = &r.trace.model;
+    let live: Vec<_> = m.allocs.iter().filter(|a| a.is_live()).collect();
+    assert_eq!(live.len(), 1);
+    let frames = m.stack_frames(live[0].stack);
+    assert_eq!(frames[0].function, "load_batch");
+    assert_eq!(frames[0].line, line_of("LEAK_LINE"));
+    assert_eq!(frames[1].function, "leak_exception");
+    assert_eq!(frames[2].function, "main");
+
+    // Worker threads: the walk is bounded by each thread's own stack.
+    let r = run_with("threads", &["--unwind", "fp"], &[]);
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 4);
+    for a in &m.allocs {
+        assert_eq!(m.stack_frames(a.stack)[0].function, "thread_body");
+    }
+}

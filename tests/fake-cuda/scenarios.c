@@ -252,9 +252,12 @@ static int fork_child(void) {
 /* --- overhead: N alloc/free pairs at call depth D, prints ns per pair -------- */
 static int bench_loop(int n);
 
+static volatile int bench_sink;
+
 __attribute__((noinline)) static int bench_at(int depth, int n) {
-    if (depth > 0) return bench_at(depth - 1, n) + 0 * depth;
-    return bench_loop(n);
+    int r = depth > 0 ? bench_at(depth - 1, n) : bench_loop(n);
+    bench_sink = depth; /* not a tail call: every level keeps its frame */
+    return r;
 }
 
 static int bench(int n, int depth) {

@@ -47,6 +47,7 @@ fn inject() -> Result<(), String> {
     };
     send_modules(st);
     let lib = load_cupti()?;
+    st.set_skip(&skipped_code_ranges());
     let sym = |name: &CStr| {
         // SAFETY: lib is a live handle from dlopen; name is NUL-terminated.
         let p = unsafe { libc::dlsym(lib.0, name.as_ptr()) };
@@ -158,22 +159,29 @@ fn dlerror() -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// The address range of this library's code (skipped at the top of captured stacks).
-pub fn own_code_range() -> (usize, usize) {
+/// Code ranges skipped at the top of captured stacks: this library, and the CUDA driver and
+/// CUPTI libraries if they are loaded.
+pub fn skipped_code_ranges() -> crate::unwind::Ranges {
     let mut info: libc::Dl_info = unsafe_zeroed_dl_info();
-    let probe = own_code_range as *const () as *const c_void;
+    let probe = skipped_code_ranges as *const () as *const c_void;
     // SAFETY: dladdr with a code address of this library and a valid out struct.
-    if unsafe { libc::dladdr(probe, &mut info) } == 0 {
-        return (0, 0);
-    }
-    let base = info.dli_fbase as usize;
-    let mut found = (0usize, 0usize);
+    let own_base = if unsafe { libc::dladdr(probe, &mut info) } != 0 {
+        info.dli_fbase as u64
+    } else {
+        u64::MAX
+    };
+    let mut out = [(0usize, 0usize); 8];
+    let mut n = 0;
     for m in modules() {
-        if m.bias as usize == base || (m.bias as usize) < base && base < (m.bias + m.end) as usize {
-            found = (m.bias as usize, (m.bias + m.end) as usize);
+        let name = m.path.rsplit(|c| *c == b'/').next().unwrap_or(&m.path);
+        let cuda = name.starts_with(b"libcuda.so") || name.starts_with(b"libcupti");
+        let own = m.bias == own_base || (m.bias < own_base && own_base < m.bias + m.end);
+        if (cuda || own) && n < out.len() {
+            out[n] = (m.bias as usize, (m.bias + m.end) as usize);
+            n += 1;
         }
     }
-    found
+    out
 }
 
 fn unsafe_zeroed_dl_info() -> libc::Dl_info {

@@ -39,6 +39,8 @@ pub mod env {
     pub const STACK_DEPTH: &str = "GPUCOLLECT_STACK_DEPTH";
     /// Explicit libcupti path, tried before the usual locations.
     pub const CUPTI_PATH: &str = "GPUCOLLECT_CUPTI_PATH";
+    /// `fp`: frame-pointer walk after the CUDA stack (fast; needs frame pointers); default DWARF.
+    pub const UNWIND: &str = "GPUCOLLECT_UNWIND";
     /// How long a producer waits on a full ring before dropping (default 10000 ms).
     pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";
 }

@@ -16,9 +16,10 @@ pub struct State {
     pub max_wait_nanos: u64,
     pub collector_pid: u32,
     pub get_device_id: AtomicPtr<c_void>,
-    /// This library's code range, skipped at the top of every stack.
-    pub self_lo: usize,
-    pub self_hi: usize,
+    /// Code ranges skipped at the top of every stack: this library, libcupti, libcuda.
+    skip: [AtomicUsize; 16],
+    /// Frame-pointer walk after the CUDA stack (GPUCOLLECT_UNWIND=fp).
+    pub frame_pointers: bool,
 }
 
 static STATE: AtomicPtr<State> = AtomicPtr::new(core::ptr::null_mut());
@@ -31,11 +32,25 @@ static GENERATION: AtomicU32 = AtomicU32::new(1);
 /// Bumped when a context is destroyed: cached context -> device answers are stale.
 pub static CTX_GENERATION: AtomicU32 = AtomicU32::new(1);
 
+/// Per-thread state, in one thread-local so a callback pays for one TLS lookup.
+struct ThreadState {
+    tid: Cell<u64>,
+    generation: Cell<u32>,
+    in_callback: Cell<bool>,
+    stack_top: Cell<usize>,
+    ctx_cache: Cell<(usize, u32, u32)>,
+}
+
 thread_local! {
-    static TID: Cell<u64> = const { Cell::new(0) };
-    static THREAD_GEN: Cell<u32> = const { Cell::new(0) };
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
-    static CTX_CACHE: Cell<(usize, u32, u32)> = const { Cell::new((0, 0, 0)) };
+    static THREAD: ThreadState = const {
+        ThreadState {
+            tid: Cell::new(0),
+            generation: Cell::new(0),
+            in_callback: Cell::new(false),
+            stack_top: Cell::new(0),
+            ctx_cache: Cell::new((0, 0, 0)),
+        }
+    };
 }
 
 pub fn get() -> Option<&'static State> {
@@ -94,16 +109,18 @@ fn init_locked() -> Init {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(10_000);
-    let (self_lo, self_hi) = crate::entry::own_code_range();
+    let skip = crate::entry::skipped_code_ranges();
+    let frame_pointers = std::env::var(env::UNWIND).is_ok_and(|v| v == "fp");
     let state = Box::new(State {
         collector_pid: ring.collector_pid(),
         ring,
         stack_depth,
         max_wait_nanos: max_wait_ms * 1_000_000,
         get_device_id: AtomicPtr::new(core::ptr::null_mut()),
-        self_lo,
-        self_hi,
+        skip: Default::default(),
+        frame_pointers,
     });
+    state.set_skip(&skip);
     // SAFETY: registering a plain extern "C" handler that only touches atomics.
     unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
     let s: &'static State = Box::leak(state);
@@ -112,6 +129,25 @@ fn init_locked() -> Init {
 }
 
 impl State {
+    /// Replaces the code ranges skipped at the top of stacks (after libcupti is loaded).
+    pub fn set_skip(&self, ranges: &unwind::Ranges) {
+        for (i, &(lo, hi)) in ranges.iter().enumerate() {
+            self.skip[2 * i].store(lo, Ordering::Relaxed);
+            self.skip[2 * i + 1].store(hi, Ordering::Relaxed);
+        }
+    }
+
+    fn skip_ranges(&self) -> unwind::Ranges {
+        let mut r = [(0, 0); 8];
+        for (i, x) in r.iter_mut().enumerate() {
+            *x = (
+                self.skip[2 * i].load(Ordering::Relaxed),
+                self.skip[2 * i + 1].load(Ordering::Relaxed),
+            );
+        }
+        r
+    }
+
     pub fn get_device_id(&self) -> Option<GetDeviceIdFn> {
         let p = self.get_device_id.load(Ordering::Acquire);
         // SAFETY: only ever set from a dlsym result of the matching signature.
@@ -124,7 +160,7 @@ impl State {
             return 0;
         }
         let gen_now = CTX_GENERATION.load(Ordering::Acquire);
-        let (c, g, d) = CTX_CACHE.get();
+        let (c, g, d) = THREAD.with(|t| t.ctx_cache.get());
         if c == ctx as usize && g == gen_now {
             return d;
         }
@@ -135,7 +171,7 @@ impl State {
                 dev = 0;
             }
         }
-        CTX_CACHE.set((ctx as usize, gen_now, dev));
+        THREAD.with(|t| t.ctx_cache.set((ctx as usize, gen_now, dev)));
         dev
     }
 
@@ -191,12 +227,20 @@ impl State {
             return false;
         };
         let generation = GENERATION.load(Ordering::Acquire);
-        let mut tid = TID.get();
-        if tid == 0 || THREAD_GEN.get() != generation {
+        let (mut tid, thread_gen) = THREAD.with(|t| (t.tid.get(), t.generation.get()));
+        if tid == 0 || thread_gen != generation {
             // SAFETY: gettid has no preconditions.
             tid = unsafe { libc::gettid() } as u64;
-            TID.set(tid);
-            THREAD_GEN.set(generation);
+            let top = if self.frame_pointers {
+                unwind::stack_top()
+            } else {
+                0
+            };
+            THREAD.with(|t| {
+                t.tid.set(tid);
+                t.generation.set(generation);
+                t.stack_top.set(top);
+            });
             let mut name = [0u8; 17];
             // SAFETY: PR_GET_NAME writes at most 16 bytes into the 17-byte buffer.
             unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
@@ -230,7 +274,12 @@ impl State {
     /// Captures the caller's stack into the event (up to the configured depth).
     #[inline]
     pub fn capture_stack(&self, e: &mut Event) {
-        let n = unwind::capture(&mut e.data[..self.stack_depth], self.self_lo, self.self_hi);
+        let n = unwind::capture(
+            &mut e.data[..self.stack_depth],
+            &self.skip_ranges(),
+            self.frame_pointers,
+            THREAD.with(|t| t.stack_top.get()),
+        );
         e.nframes = n as u32;
     }
 }
@@ -238,10 +287,10 @@ impl State {
 /// Runs `f` unless this thread is already inside a callback (re-entry through the driver).
 #[inline]
 pub fn guarded(f: impl FnOnce()) {
-    if IN_CALLBACK.get() {
+    let entered = THREAD.with(|t| !t.in_callback.replace(true));
+    if !entered {
         return;
     }
-    IN_CALLBACK.set(true);
     f();
-    IN_CALLBACK.set(false);
+    THREAD.with(|t| t.in_callback.set(false));
 }
