@@ -15,7 +15,7 @@ trap 'rm -rf "$W"' EXIT
 S=tests/fake-cuda
 gcc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -o "$W/libcuda.so.1" $S/libcuda.c -ldl -lpthread
 gcc -shared -fPIC -O2 -o "$W/libcupti.so" $S/libcupti.c -L"$W" -l:libcuda.so.1 -Wl,-rpath,"$W"
-gcc -O2 -g -fno-omit-frame-pointer -o "$W/scenarios" $S/scenarios.c -L"$W" -l:libcuda.so.1 -Wl,-rpath,"$W" -lpthread
+gcc -O2 -g -fno-omit-frame-pointer -o "$W/scenarios" $S/scenarios.c $S/fake_nvtx.c -L"$W" -l:libcuda.so.1 -Wl,-rpath,"$W" -lpthread
 export GPUCOLLECT_CUPTI_PATH="$W/libcupti.so"
 pair_ns() { sed -n 's/.*ns_per_pair=\([0-9.]*\).*/\1/p'; }
 eps() { sed -n 's/.*events_per_sec=\([0-9]*\).*/\1/p'; }

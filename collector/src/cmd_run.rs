@@ -93,10 +93,14 @@ fn find_inject(explicit: Option<&Path>) -> Result<PathBuf> {
         dir.join("deps/libgpucollect_inject.so"),
         dir.join("../deps/libgpucollect_inject.so"),
     ];
-    for c in &candidates {
-        if c.is_file() {
-            return Ok(std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()));
-        }
+    // In a development tree several copies may exist (cargo uplifts one, dependents use the
+    // one in deps/): take the newest.
+    let newest = candidates
+        .iter()
+        .filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c)))
+        .max_by_key(|(t, _)| *t);
+    if let Some((_, c)) = newest {
+        return Ok(std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()));
     }
     bail!(
         "cannot find libgpucollect_inject.so: build it (`cargo build -p gpucollect-inject`) or \

@@ -72,6 +72,7 @@ pub struct TraceWriter<W: Write> {
     start_mono_nanos: u64,
     opts: WriterOptions,
     pids: HashMap<u32, ProcessIdx>,
+    process_info: HashMap<ProcessIdx, ProcessInfo>,
     next_process: u32,
     threads: HashMap<(ProcessIdx, u64), ThreadIdx>,
     next_thread: u32,
@@ -120,6 +121,7 @@ impl<W: Write> TraceWriter<W> {
             start_mono_nanos: header.start_mono_nanos,
             opts,
             pids: HashMap::default(),
+            process_info: HashMap::default(),
             next_process: 0,
             threads: HashMap::default(),
             next_thread: 0,
@@ -181,8 +183,8 @@ impl<W: Write> TraceWriter<W> {
         &mut self,
         pid: u32,
         ppid: u32,
-        exe: String,
-        argv: Vec<String>,
+        mut exe: String,
+        mut argv: Vec<String>,
     ) -> ProcessIdx {
         if let Some(p) = self.pids.get(&pid) {
             return *p;
@@ -196,13 +198,22 @@ impl<W: Write> TraceWriter<W> {
         {
             self.modules.insert(process, m);
         }
-        self.enc.record(&Record::Process(ProcessInfo {
+        if exe.is_empty()
+            && let Some(info) = parent.and_then(|pp| self.process_info.get(&pp))
+        {
+            // Gone before we could look: a forked child runs its parent's program.
+            exe.clone_from(&info.exe);
+            argv.clone_from(&info.argv);
+        }
+        let info = ProcessInfo {
             process,
             pid,
             parent,
             exe,
             argv,
-        }));
+        };
+        self.enc.record(&Record::Process(info.clone()));
+        self.process_info.insert(process, info);
         process
     }
 
@@ -410,6 +421,23 @@ impl<W: Write> TraceWriter<W> {
         }
         if e.kind == kind::MODULE {
             self.module(process, e);
+            return;
+        }
+        if e.kind == kind::CMDLINE || e.kind == kind::EXE {
+            let text = e.text();
+            if let Some(info) = self.process_info.get_mut(&process) {
+                if e.kind == kind::EXE {
+                    info.exe = text;
+                } else {
+                    info.argv = text
+                        .split('\0')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                }
+                let info = info.clone();
+                self.enc.record(&Record::Process(info));
+            }
             return;
         }
         let thread = self.thread(process, e.tid, None);

@@ -74,6 +74,7 @@ fn fake_dir() -> &'static Path {
             "-o",
             &o("scenarios"),
             &src.join("scenarios.c").display().to_string(),
+            &src.join("fake_nvtx.c").display().to_string(),
             &lib_dir,
             "-l:libcuda.so.1",
             &rpath,
@@ -564,4 +565,42 @@ fn frame_pointer_unwinding_gives_the_same_call_sites() {
     for a in &m.allocs {
         assert_eq!(m.stack_frames(a.stack)[0].function, "thread_body");
     }
+}
+
+#[test]
+fn nvtx_ranges_and_marks_are_recorded() {
+    let r = run("nvtx");
+    let m = &r.trace.model;
+    let names: Vec<&str> = m.ranges.iter().map(|x| m.string(x.name)).collect();
+    assert_eq!(names, ["epoch", "step", "load"]);
+    assert_eq!(
+        m.ranges[0].alloc_bytes, 600,
+        "epoch encloses every allocation"
+    );
+    assert_eq!(m.ranges[1].alloc_bytes, 200);
+    assert_eq!(m.ranges[1].parent_slot, 1, "step is nested in epoch");
+    assert_eq!(m.ranges[2].alloc_bytes, 300);
+    assert!(m.ranges.iter().all(|x| x.end_ts_nanos.is_some()));
+    assert_eq!(m.marks.len(), 1);
+    assert_eq!(m.string(m.marks[0].name), "checkpoint");
+}
+
+#[test]
+fn exec_child_is_traced_as_its_own_process() {
+    let r = run("fork_exec");
+    let m = &r.trace.model;
+    assert_eq!(m.processes.len(), 2, "{:?}", m.processes);
+    assert_eq!(m.processes[1].parent, Some(m.processes[0].process));
+    assert!(
+        m.processes[1].argv.iter().any(|a| a == "exec_child"),
+        "{:?}",
+        m.processes[1]
+    );
+    let a = m
+        .allocs
+        .iter()
+        .find(|a| a.size_bytes == 4444)
+        .expect("child allocation");
+    assert_eq!(a.process, m.processes[1].process);
+    assert_eq!(m.stack_frames(a.stack)[0].function, "exec_child");
 }

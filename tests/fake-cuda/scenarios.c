@@ -249,6 +249,54 @@ static int fork_child(void) {
     return 0;
 }
 
+/* --- NVTX ranges and marks ------------------------------------------------ */
+void nvtxMarkA(const char *m);
+int nvtxRangePushA(const char *m);
+int nvtxRangePop(void);
+uint64_t nvtxRangeStartA(const char *m);
+void nvtxRangeEnd(uint64_t id);
+
+static int nvtx(void) {
+    setup();
+    CUdeviceptr a, b, c;
+    nvtxRangePushA("epoch");
+    CHECK(cuMemAlloc_v2(&a, 100));
+    nvtxRangePushA("step");
+    CHECK(cuMemAlloc_v2(&b, 200));
+    nvtxRangePop();
+    nvtxMarkA("checkpoint");
+    uint64_t id = nvtxRangeStartA("load");
+    CHECK(cuMemAlloc_v2(&c, 300));
+    nvtxRangeEnd(id);
+    nvtxRangePop();
+    CHECK(cuMemFree_v2(a));
+    CHECK(cuMemFree_v2(b));
+    CHECK(cuMemFree_v2(c));
+    return 0;
+}
+
+/* --- fork + exec: the child is a new program that initialises CUDA itself --- */
+static int fork_exec(const char *self) {
+    setup();
+    CUdeviceptr a;
+    CHECK(cuMemAlloc_v2(&a, 1111));
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, self, "exec_child", (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+static int exec_child(void) {
+    setup();
+    CUdeviceptr b;
+    CHECK(cuMemAlloc_v2(&b, 4444));
+    return 0;
+}
+
 /* --- overhead: N alloc/free pairs at call depth D, prints ns per pair -------- */
 static int bench_loop(int n);
 
@@ -298,6 +346,9 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "kinds")) return kinds();
     if (!strcmp(s, "output")) return output();
     if (!strcmp(s, "fork")) return fork_child();
+    if (!strcmp(s, "nvtx")) return nvtx();
+    if (!strcmp(s, "fork_exec")) return fork_exec(argv[0]);
+    if (!strcmp(s, "exec_child")) return exec_child();
     if (!strcmp(s, "bench"))
         return bench(argc > 2 ? atoi(argv[2]) : 1000000, argc > 3 ? atoi(argv[3]) : 0);
     fprintf(stderr, "unknown scenario %s\n", s);

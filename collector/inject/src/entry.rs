@@ -45,6 +45,7 @@ fn inject() -> Result<(), String> {
         }
         Init::Failed(e) => return Err(e),
     };
+    send_identity(st);
     send_modules(st);
     let lib = load_cupti()?;
     st.set_skip(&skipped_code_ranges());
@@ -271,6 +272,22 @@ fn parse_build_id(mut notes: &[u8]) -> Vec<u8> {
         notes = &notes[desc_end..];
     }
     Vec::new()
+}
+
+/// Sends the command line and executable, so a short-lived process is still named in the trace.
+fn send_identity(st: &State) {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    st.emit(|e| {
+        e.kind = kind::CMDLINE;
+        e.set_text(&cmdline);
+    });
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default();
+    st.emit(|e| {
+        e.kind = kind::EXE;
+        e.set_text(&exe);
+    });
 }
 
 fn send_modules(st: &State) {

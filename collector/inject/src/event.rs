@@ -59,6 +59,24 @@ pub mod kind {
     pub const RANGE_END: u32 = 14;
     /// NVTX mark: name in `data` (length `size`).
     pub const MARK: u32 = 15;
+    /// The process's command line, NUL-separated, in `data` (length `size`, truncated).
+    pub const CMDLINE: u32 = 16;
+    /// The process's executable path in `data` (length `size`).
+    pub const EXE: u32 = 17;
+
+    /// Kinds whose `data` holds text (copied out whole).
+    pub const TEXT: &[u32] = &[THREAD, MODULE, RANGE_PUSH, RANGE_START, MARK, CMDLINE, EXE];
+
+    pub const fn carries_text(k: u32) -> bool {
+        let mut i = 0;
+        while i < TEXT.len() {
+            if TEXT[i] == k {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
 }
 
 /// One event. 64 bytes of header plus `data`; only the used part of `data` is copied out.
@@ -174,9 +192,7 @@ impl Event {
                 };
                 header + n * 8
             }
-            kind::THREAD | kind::MODULE | kind::RANGE_PUSH | kind::RANGE_START | kind::MARK => {
-                core::mem::size_of::<Self>()
-            }
+            k if kind::carries_text(k) => core::mem::size_of::<Self>(),
             _ => header,
         }
     }
@@ -189,6 +205,17 @@ mod tests {
     #[test]
     fn header_is_64_bytes() {
         assert_eq!(core::mem::size_of::<Event>(), 64 + MAX_FRAMES * 8);
+    }
+
+    #[test]
+    fn text_kinds_are_copied_whole() {
+        let mut e = Event::zeroed();
+        for &k in kind::TEXT {
+            e.kind = k;
+            assert_eq!(e.used_bytes(), core::mem::size_of::<Event>(), "kind {k}");
+        }
+        e.kind = kind::FREE;
+        assert_eq!(e.used_bytes(), 64);
     }
 
     #[test]
