@@ -604,3 +604,47 @@ fn exec_child_is_traced_as_its_own_process() {
     assert_eq!(a.process, m.processes[1].process);
     assert_eq!(m.stack_frames(a.stack)[0].function, "exec_child");
 }
+
+#[test]
+fn killing_the_collector_leaves_a_readable_trace_and_the_program_finishes() {
+    let path = fake_dir().join("killed-collector.msgpack");
+    let mut child = gpucollect()
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&path)
+        .arg(fake_dir().join("scenarios"))
+        .args(["bench", "3000000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    child.kill().expect("SIGKILL gpucollect");
+    child.wait().expect("wait");
+    let trace = load(&std::fs::read(&path).expect("trace")).expect("the prefix decodes");
+    assert!(
+        !trace.model.allocs.is_empty(),
+        "events written before the kill"
+    );
+    assert!(!trace.model.clean_end);
+    // The orphaned program must not hang on the full ring: it notices the collector is gone.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let running = Command::new("pgrep")
+            .args([
+                "-f",
+                &format!("{} bench 3000000", fake_dir().join("scenarios").display()),
+            ])
+            .output()
+            .expect("pgrep")
+            .status
+            .success();
+        if !running {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "traced program hangs after the collector died"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -16,7 +16,13 @@ pub fn monotonic_nanos() -> u64 {
 
 static FORWARD_PID: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn forward(sig: libc::c_int) {
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // A signal the terminal generated (Ctrl-C: si_code SI_KERNEL) already went to the whole
+    // foreground process group, the program included: do not deliver it twice.
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    if !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL {
+        return;
+    }
     let pid = FORWARD_PID.load(Ordering::Relaxed);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe; pid is the child we started.
@@ -26,6 +32,7 @@ extern "C" fn forward(sig: libc::c_int) {
 
 /// From now on, SIGINT, SIGTERM, SIGHUP and SIGQUIT received by this process are sent to `pid`
 /// instead of terminating it (so the collector can finish the trace after the child exits).
+/// Terminal-generated signals are not re-sent: the program, in the same process group, got them.
 pub fn forward_signals_to(pid: u32) -> std::io::Result<()> {
     FORWARD_PID.store(pid as i32, Ordering::Relaxed);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
@@ -34,7 +41,7 @@ pub fn forward_signals_to(pid: u32) -> std::io::Result<()> {
         let rc = unsafe {
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = forward as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
+            sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, core::ptr::null_mut())
         };

@@ -20,6 +20,10 @@ pub struct State {
     skip: [AtomicUsize; 16],
     /// Frame-pointer walk after the CUDA stack (GPUCOLLECT_UNWIND=fp).
     pub frame_pointers: bool,
+    /// The collector has exited: nothing will drain the ring again, stop producing.
+    collector_gone: AtomicBool,
+    /// A producer gave up waiting on a full ring: drop without waiting until a push succeeds.
+    stalled: AtomicBool,
 }
 
 static STATE: AtomicPtr<State> = AtomicPtr::new(core::ptr::null_mut());
@@ -119,6 +123,8 @@ fn init_locked() -> Init {
         get_device_id: AtomicPtr::new(core::ptr::null_mut()),
         skip: Default::default(),
         frame_pointers,
+        collector_gone: AtomicBool::new(false),
+        stalled: AtomicBool::new(false),
     });
     state.set_skip(&skip);
     // SAFETY: registering a plain extern "C" handler that only touches atomics.
@@ -200,6 +206,9 @@ impl State {
         if spins < 64 {
             return true;
         }
+        if self.stalled.load(Ordering::Relaxed) {
+            return false;
+        }
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
         if spins.is_multiple_of(256) {
@@ -208,10 +217,12 @@ impl State {
                 started.set(now);
             }
             if now - started.get() > self.max_wait_nanos {
+                self.stalled.store(true, Ordering::Relaxed);
                 return false;
             }
             // SAFETY: kill(pid, 0) only checks that the collector still exists.
             if unsafe { libc::kill(self.collector_pid as i32, 0) } != 0 {
+                self.collector_gone.store(true, Ordering::Relaxed);
                 return false;
             }
         }
@@ -222,6 +233,9 @@ impl State {
     /// id are filled here. The first event of a thread is preceded by its name.
     #[inline]
     pub fn emit(&self, fill: impl FnOnce(&mut Event)) -> bool {
+        if self.collector_gone.load(Ordering::Relaxed) {
+            return false;
+        }
         let Some(slot) = self.slot() else {
             self.ring.count_unslotted();
             return false;
@@ -261,14 +275,18 @@ impl State {
             );
         }
         let started = Cell::new(0);
-        self.ring.push(
+        let pushed = self.ring.push(
             slot,
             |n| self.wait_ok(n, &started),
             |e| {
                 e.reset_header(host::monotonic_nanos(), tid);
                 fill(e);
             },
-        )
+        );
+        if pushed && self.stalled.load(Ordering::Relaxed) {
+            self.stalled.store(false, Ordering::Relaxed);
+        }
+        pushed
     }
 
     /// Captures the caller's stack into the event (up to the configured depth).
