@@ -9,6 +9,7 @@ mod fast_hash;
 mod input;
 mod nvml_sampler;
 mod output;
+mod proc_maps;
 mod render_text;
 mod symbolize;
 mod trace_writer;

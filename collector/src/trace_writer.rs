@@ -73,6 +73,7 @@ pub struct TraceWriter<W: Write> {
     opts: WriterOptions,
     pids: HashMap<u32, ProcessIdx>,
     process_info: HashMap<ProcessIdx, ProcessInfo>,
+    maps_read: HashMap<ProcessIdx, std::time::Instant>,
     next_process: u32,
     threads: HashMap<(ProcessIdx, u64), ThreadIdx>,
     next_thread: u32,
@@ -122,6 +123,7 @@ impl<W: Write> TraceWriter<W> {
             opts,
             pids: HashMap::default(),
             process_info: HashMap::default(),
+            maps_read: HashMap::default(),
             next_process: 0,
             threads: HashMap::default(),
             next_thread: 0,
@@ -284,6 +286,40 @@ impl<W: Write> TraceWriter<W> {
         table.sort_by_key(|m| m.bias);
     }
 
+    /// Adds the modules a process loaded after it sent its table (dlopen), from
+    /// `/proc/<pid>/maps`, at most every 100 ms per process. Without build ids.
+    fn refresh_modules(&mut self, process: ProcessIdx) {
+        let now = std::time::Instant::now();
+        if let Some(t) = self.maps_read.get(&process)
+            && now.duration_since(*t) < std::time::Duration::from_millis(100)
+        {
+            return;
+        }
+        self.maps_read.insert(process, now);
+        let Some(pid) = self.process_info.get(&process).map(|p| p.pid) else {
+            return;
+        };
+        let known: Vec<String> = self
+            .modules
+            .get(&process)
+            .map(|t| t.iter().map(|m| m.path.clone()).collect())
+            .unwrap_or_default();
+        for (path, start) in crate::proc_maps::file_mappings(pid) {
+            if known.contains(&path) {
+                continue;
+            }
+            let Some((bias, end)) = crate::proc_maps::load_bias(&path, start) else {
+                continue;
+            };
+            let mut e = Event::zeroed();
+            e.kind = kind::MODULE;
+            e.set_text(path.as_bytes());
+            e.stream = bias;
+            e.pool = end;
+            self.module(process, &e);
+        }
+    }
+
     fn find_module(&self, process: ProcessIdx, ip: u64) -> Option<ModuleEntry> {
         let table = self.modules.get(&process)?;
         table
@@ -295,7 +331,12 @@ impl<W: Write> TraceWriter<W> {
 
     /// Interns a frame; returns its id and whether it is hidden at the top of a stack.
     fn frame(&mut self, process: ProcessIdx, ip: u64) -> (FrameId, bool) {
-        let (module, offset, path) = match self.find_module(process, ip) {
+        let mut found = self.find_module(process, ip);
+        if found.is_none() {
+            self.refresh_modules(process);
+            found = self.find_module(process, ip);
+        }
+        let (module, offset, path) = match found {
             Some(m) => (m.id, ip - m.bias, m.path),
             None => (ModuleId(0), ip, String::new()),
         };

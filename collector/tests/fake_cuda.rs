@@ -39,6 +39,18 @@ fn fake_dir() -> &'static Path {
         gcc(&[
             "-shared",
             "-fPIC",
+            "-g",
+            "-O0",
+            "-o",
+            &o("libplugin.so"),
+            "plugin.c",
+            &lib_dir,
+            "-l:libcuda.so.1",
+            &rpath,
+        ]);
+        gcc(&[
+            "-shared",
+            "-fPIC",
             "-o",
             &o("libnvidia-ml.so.1"),
             "fake_nvml.c",
@@ -647,4 +659,15 @@ fn killing_the_collector_leaves_a_readable_trace_and_the_program_finishes() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+#[test]
+fn module_loaded_after_cuinit_is_symbolized() {
+    let r = run("dlopen");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 1);
+    let frames = m.stack_frames(m.allocs[0].stack);
+    assert_eq!(frames[0].function, "plugin_alloc", "{frames:?}");
+    assert!(frames[0].file.ends_with("plugin.c"));
+    assert_eq!(frames[1].function, "late_dlopen");
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "fake_cuda.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -297,6 +298,24 @@ static int exec_child(void) {
     return 0;
 }
 
+/* --- a module loaded after cuInit ----------------------------------------- */
+static int late_dlopen(void) {
+    setup();
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n <= 0) return 1;
+    path[n] = 0;
+    strcpy(strrchr(path, '/') + 1, "libplugin.so");
+    void *h = dlopen(path, RTLD_NOW);
+    if (!h) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 1;
+    }
+    void (*f)(void) = (void (*)(void))dlsym(h, "plugin_alloc");
+    f();
+    return 0;
+}
+
 /* --- overhead: N alloc/free pairs at call depth D, prints ns per pair -------- */
 static int bench_loop(int n);
 
@@ -347,6 +366,7 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "output")) return output();
     if (!strcmp(s, "fork")) return fork_child();
     if (!strcmp(s, "nvtx")) return nvtx();
+    if (!strcmp(s, "dlopen")) return late_dlopen();
     if (!strcmp(s, "fork_exec")) return fork_exec(argv[0]);
     if (!strcmp(s, "exec_child")) return exec_child();
     if (!strcmp(s, "bench"))

@@ -291,7 +291,10 @@ fn send_identity(st: &State) {
 }
 
 fn send_modules(st: &State) {
-    for m in modules() {
+    let all = modules();
+    let biases: Vec<u64> = all.iter().map(|m| m.bias).collect();
+    crate::modules::init(&biases);
+    for m in all {
         st.emit(|e| {
             e.kind = kind::MODULE;
             e.set_text(&m.path);
@@ -442,6 +445,11 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     alloc_kind::PINNED_HOST
                 };
                 let handle = if ok { *p.handle } else { 0 };
+                if !st.active() {
+                    return;
+                }
+                let mut frames = [0u64; crate::event::MAX_FRAMES];
+                let n = st.capture_stack(&mut frames);
                 st.emit(|e| {
                     e.kind = if ok {
                         kind::VMM_CREATE
@@ -457,7 +465,8 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                         e.code = result as u32;
                         e.pool = u64::from(k);
                     }
-                    st.capture_stack(e);
+                    e.data[..n].copy_from_slice(&frames[..n]);
+                    e.nframes = n as u32;
                 });
             }
             cbid::MEM_RELEASE if enter => {
@@ -518,7 +527,12 @@ fn alloc(
     stream: u64,
     pool: u64,
 ) {
+    if !st.active() {
+        return;
+    }
     let device = st.device_of(d.context);
+    let mut frames = [0u64; crate::event::MAX_FRAMES];
+    let n = st.capture_stack(&mut frames);
     st.emit(|e: &mut Event| {
         if result == 0 {
             e.kind = kind::ALLOC;
@@ -533,7 +547,8 @@ fn alloc(
         }
         e.device = device;
         e.size = size;
-        st.capture_stack(e);
+        e.data[..n].copy_from_slice(&frames[..n]);
+        e.nframes = n as u32;
     });
 }
 

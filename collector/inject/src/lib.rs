@@ -24,6 +24,7 @@ pub mod ring;
 
 mod cupti;
 mod entry;
+mod modules;
 mod nvtx;
 mod state;
 mod unwind;

@@ -289,16 +289,24 @@ impl State {
         pushed
     }
 
-    /// Captures the caller's stack into the event (up to the configured depth).
+    /// Whether events can still reach a collector (false once it has exited).
     #[inline]
-    pub fn capture_stack(&self, e: &mut Event) {
+    pub fn active(&self) -> bool {
+        !self.collector_gone.load(Ordering::Relaxed)
+    }
+
+    /// Captures the caller's stack (up to the configured depth) into `out`, and makes sure the
+    /// collector knows every module it passes through. Returns the number of frames.
+    #[inline]
+    pub fn capture_stack(&self, out: &mut [u64; crate::event::MAX_FRAMES]) -> usize {
         let n = unwind::capture(
-            &mut e.data[..self.stack_depth],
+            &mut out[..self.stack_depth],
             &self.skip_ranges(),
             self.frame_pointers,
             THREAD.with(|t| t.stack_top.get()),
         );
-        e.nframes = n as u32;
+        crate::modules::note_frames(self, &out[..n]);
+        n
     }
 }
 
