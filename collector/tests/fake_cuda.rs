@@ -131,7 +131,8 @@ fn gpucollect() -> Command {
 fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = fake_dir();
     let trace_path = dir.join(format!(
-        "{scenario}-{}.msgpack",
+        "{}-{}.msgpack",
+        scenario.replace(' ', "_"),
         opts.join("_").replace(['-', '/'], "")
     ));
     let mut cmd = gpucollect();
@@ -139,7 +140,7 @@ fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
         .arg(&trace_path)
         .args(opts)
         .arg(dir.join("scenarios"))
-        .arg(scenario);
+        .args(scenario.split(' '));
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -670,4 +671,66 @@ fn module_loaded_after_cuinit_is_symbolized() {
     assert_eq!(frames[0].function, "plugin_alloc", "{frames:?}");
     assert!(frames[0].file.ends_with("plugin.c"));
     assert_eq!(frames[1].function, "late_dlopen");
+}
+
+#[test]
+fn heavy_load_loses_nothing() {
+    let r = run_with("bench 300000", &["--no-stacks", "--no-nvml"], &[]);
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 300_000);
+    assert_eq!(m.dropped_events, 0);
+    assert_eq!(m.live_at_end_bytes(), 0);
+}
+
+#[test]
+fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
+    let path = fake_dir().join("stalled.msgpack");
+    let mut child = gpucollect()
+        .args(["--no-nvml", "--no-stacks", "-o"])
+        .arg(&path)
+        .arg(fake_dir().join("scenarios"))
+        .args(["bench", "2000000"])
+        .env("GPUCOLLECT_MAX_WAIT_MS", "1")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    assert!(child.wait().expect("wait").success());
+    let trace = load(&std::fs::read(&path).expect("trace")).expect("decodes");
+    let m = &trace.model;
+    assert!(m.dropped_events > 0, "the stall must cost events");
+    // Every pair is either recorded (alloc + free) or counted as dropped.
+    let recorded = m.allocs.len() as u64
+        + m.allocs.iter().filter(|a| !a.is_live()).count() as u64
+        + m.free_unknown.len() as u64;
+    assert_eq!(
+        recorded + m.dropped_events,
+        4_000_000,
+        "recorded {recorded} dropped {}",
+        m.dropped_events
+    );
+    assert!(
+        trace
+            .warnings
+            .iter()
+            .any(|w| format!("{w:?}").contains("Dropped")),
+        "{:?}",
+        trace.warnings
+    );
 }
