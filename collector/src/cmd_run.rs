@@ -287,6 +287,17 @@ pub fn run(a: RunArgs) -> Result<u8> {
     let mut writer = TraceWriter::new(&header, out, opts);
     writer.flush()?;
 
+    for var in ["CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH"] {
+        if let Some(v) = std::env::var_os(var)
+            && Path::new(&v) != inject
+        {
+            eprintln!(
+                "gpucollect: {var} was set to {}; it is replaced by gpucollect's injection library \
+                 for this run",
+                v.to_string_lossy()
+            );
+        }
+    }
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("CUDA_INJECTION64_PATH", &inject)

@@ -734,3 +734,23 @@ fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
         trace.warnings
     );
 }
+
+#[test]
+fn binary_trace_to_a_terminal_is_refused() {
+    // `script` gives the command a pseudo-terminal as stdout.
+    let cmd = format!("{} --no-nvml true", env!("CARGO_BIN_EXE_gpucollect"));
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script(1) from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("refusing to write a binary trace to the terminal"),
+        "{text}"
+    );
+    assert!(
+        text.contains("> run.msgpack") && text.contains("-o FILE"),
+        "{text}"
+    );
+}
