@@ -451,6 +451,18 @@ impl<W: Write> TraceWriter<W> {
         }
     }
 
+    /// The NVTX domain of a range or mark event: its name, or its handle when unnamed.
+    fn domain(&mut self, e: &Event) -> StringId {
+        let name = e.domain_name();
+        if !name.is_empty() {
+            self.string(&name)
+        } else if e.stream != 0 {
+            self.string(&format!("domain {:#x}", e.stream))
+        } else {
+            StringId(0)
+        }
+    }
+
     /// Records one event of `process`.
     pub fn event(&mut self, process: ProcessIdx, e: &Event) {
         self.events += 1;
@@ -595,11 +607,7 @@ impl<W: Write> TraceWriter<W> {
                 let range = RangeId(self.next_range);
                 self.next_range += 1;
                 let name = self.string(&e.text());
-                let domain = if e.stream == 0 {
-                    StringId(0)
-                } else {
-                    self.string(&format!("domain {:#x}", e.stream))
-                };
+                let domain = self.domain(e);
                 if e.kind == kind::RANGE_PUSH {
                     self.range_stacks
                         .entry((process, e.tid))
@@ -634,10 +642,11 @@ impl<W: Write> TraceWriter<W> {
             }
             kind::MARK => {
                 let name = self.string(&e.text());
+                let domain = self.domain(e);
                 self.enc.record(&Record::Mark(Mark {
                     ts_nanos: ts,
                     name,
-                    domain: StringId(0),
+                    domain,
                     thread,
                     process,
                 }));

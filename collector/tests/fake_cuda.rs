@@ -585,7 +585,10 @@ fn nvtx_ranges_and_marks_are_recorded() {
     let r = run("nvtx");
     let m = &r.trace.model;
     let names: Vec<&str> = m.ranges.iter().map(|x| m.string(x.name)).collect();
-    assert_eq!(names, ["epoch", "step", "load"]);
+    assert_eq!(names, ["epoch", "step", "load", "forward"]);
+    assert_eq!(m.string(m.ranges[3].domain), "trainer", "named domain");
+    assert_eq!(m.string(m.ranges[0].domain), "", "default domain");
+    assert_eq!(m.ranges[3].alloc_bytes, 400);
     assert_eq!(
         m.ranges[0].alloc_bytes, 600,
         "epoch encloses every allocation"

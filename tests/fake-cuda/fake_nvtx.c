@@ -70,3 +70,34 @@ void nvtxRangeEnd(uint64_t id) {
     pthread_once(&once, init);
     if (core_slots[7]) ((void (*)(uint64_t))core_slots[7])(id);
 }
+
+/* Domains and registered strings (module CORE2 = 5). The attributes struct follows
+ * nvtxEventAttributes_v2: message type at byte 32, message at byte 40. */
+typedef struct {
+    uint16_t version, size;
+    uint32_t category;
+    int32_t color_type;
+    uint32_t color;
+    int32_t payload_type, reserved0;
+    uint64_t payload;
+    int32_t message_type;
+    const void *message;
+} attrs_t;
+
+const void *nvtxDomainCreateA(const char *name) {
+    pthread_once(&once, init);
+    return core2_slots[12] ? ((const void *(*)(const char *))core2_slots[12])(name) : NULL;
+}
+const void *nvtxDomainRegisterStringA(const void *domain, const char *s) {
+    pthread_once(&once, init);
+    return core2_slots[10] ? ((const void *(*)(const void *, const char *))core2_slots[10])(domain, s) : NULL;
+}
+int nvtxDomainRangePushRegistered(const void *domain, const void *string) {
+    pthread_once(&once, init);
+    attrs_t a = {2, sizeof(attrs_t), 0, 0, 0, 0, 0, 0, 3, string};
+    return core2_slots[4] ? ((int (*)(const void *, const attrs_t *))core2_slots[4])(domain, &a) : -2;
+}
+int nvtxDomainRangePop(const void *domain) {
+    pthread_once(&once, init);
+    return core2_slots[5] ? ((int (*)(const void *))core2_slots[5])(domain) : -2;
+}

@@ -256,6 +256,10 @@ int nvtxRangePushA(const char *m);
 int nvtxRangePop(void);
 uint64_t nvtxRangeStartA(const char *m);
 void nvtxRangeEnd(uint64_t id);
+const void *nvtxDomainCreateA(const char *name);
+const void *nvtxDomainRegisterStringA(const void *domain, const char *s);
+int nvtxDomainRangePushRegistered(const void *domain, const void *string);
+int nvtxDomainRangePop(const void *domain);
 
 static int nvtx(void) {
     setup();
@@ -270,6 +274,13 @@ static int nvtx(void) {
     CHECK(cuMemAlloc_v2(&c, 300));
     nvtxRangeEnd(id);
     nvtxRangePop();
+    const void *dom = nvtxDomainCreateA("trainer");
+    const void *fwd = nvtxDomainRegisterStringA(dom, "forward");
+    nvtxDomainRangePushRegistered(dom, fwd);
+    CUdeviceptr d;
+    CHECK(cuMemAlloc_v2(&d, 400));
+    CHECK(cuMemFree_v2(d));
+    nvtxDomainRangePop(dom);
     CHECK(cuMemFree_v2(a));
     CHECK(cuMemFree_v2(b));
     CHECK(cuMemFree_v2(c));

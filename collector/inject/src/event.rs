@@ -49,7 +49,8 @@ pub mod kind {
     pub const VMM_MAP: u32 = 9;
     /// cuMemUnmap: `addr` = virtual address, `size`.
     pub const VMM_UNMAP: u32 = 10;
-    /// NVTX push: name in `data` (length `size`), `stream` = domain handle (0 = default).
+    /// NVTX push: name in `data` (length `size`), `stream` = domain handle (0 = default),
+    /// domain name in the last 32 bytes of `data` (length `code`).
     pub const RANGE_PUSH: u32 = 11;
     /// NVTX pop: `stream` = domain handle.
     pub const RANGE_POP: u32 = 12;
@@ -149,6 +150,20 @@ impl Event {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
         }
         out
+    }
+
+    /// Sets the NVTX domain name of a range/mark event (in the last 32 bytes of `data`,
+    /// length in `code`).
+    pub fn set_domain_name(&mut self, name: &[u8]) {
+        let n = name.len().min(32);
+        self.code = self.put_bytes(MAX_TEXT_BYTES - 32, &name[..n]) as u32;
+    }
+
+    /// The NVTX domain name of a range/mark event ("" for the default domain).
+    pub fn domain_name(&self) -> String {
+        let n = (self.code as usize).min(32);
+        String::from_utf8_lossy(&self.text_bytes()[MAX_TEXT_BYTES - 32..MAX_TEXT_BYTES - 32 + n])
+            .into_owned()
     }
 
     /// Build id of a MODULE event.
