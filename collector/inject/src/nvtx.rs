@@ -67,17 +67,17 @@ static STRINGS: [NameSlot; 1024] = [const { NameSlot::new() }; 1024];
 static STRING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// The slot a handle points to, if it is one of ours.
-fn slot_of<'a>(table: &'a [NameSlot], handle: *const c_void) -> Option<&'a NameSlot> {
+fn slot_of(table: &[NameSlot], handle: *const c_void) -> Option<&NameSlot> {
     let base = table.as_ptr() as usize;
     let h = handle as usize;
     let size = core::mem::size_of::<NameSlot>();
-    if h < base || h >= base + table.len() * size || (h - base) % size != 0 {
+    if h < base || h >= base + core::mem::size_of_val(table) || !(h - base).is_multiple_of(size) {
         return None;
     }
     table.get((h - base) / size)
 }
 
-fn new_slot<'a>(table: &'a [NameSlot], count: &AtomicUsize, name: &[u8]) -> *const c_void {
+fn new_slot(table: &[NameSlot], count: &AtomicUsize, name: &[u8]) -> *const c_void {
     let i = count.fetch_add(1, Ordering::AcqRel);
     match table.get(i) {
         Some(slot) => {
@@ -170,7 +170,7 @@ fn install(get_export_table: Option<unsafe extern "C" fn(u32) -> *const c_void>)
 
 /// Message of an nvtxEventAttributes_t v2: messageType (i32 at 32), message (at 40). A
 /// registered string is copied into `buf`.
-fn attr_message<'a>(attr: *const u8, buf: &'a mut [u8; 63]) -> &'a [u8] {
+fn attr_message(attr: *const u8, buf: &mut [u8; 63]) -> &[u8] {
     if attr.is_null() {
         return b"";
     }
