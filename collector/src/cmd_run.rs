@@ -227,6 +227,8 @@ impl<W: Write> Drainer<W> {
                 }
                 lost += skipped;
             }
+            let dropped = self.ring.dropped(slot);
+            let lost = lost + dropped.saturating_sub(st.dropped_reported);
             if lost > 0 {
                 let ts = self.writer.now_nanos();
                 self.writer.record(&Record::Dropped(Dropped {
@@ -235,6 +237,10 @@ impl<W: Write> Drainer<W> {
                     count: lost,
                 }));
             }
+            // Fully drained and its producer is gone: the slot can serve another process.
+            self.ring.recycle(slot);
+            self.writer.forget_pid(st.pid);
+            self.slots[slot] = SlotState::default();
         }
         any_alive
     }
@@ -366,8 +372,13 @@ pub fn run(a: RunArgs) -> Result<u8> {
         event: Box::new(Event::zeroed()),
         unslotted_reported: 0,
     };
+    let mut last_reap = Instant::now();
     let status = loop {
         let n = d.drain(4096);
+        if last_reap.elapsed() > Duration::from_millis(50) {
+            d.reap_dead();
+            last_reap = Instant::now();
+        }
         while let Ok(r) = rx.try_recv() {
             d.writer.record(&r);
         }

@@ -179,6 +179,11 @@ impl<W: Write> TraceWriter<W> {
         id
     }
 
+    /// Forgets a dead process's pid, so a new process that reuses it gets its own index.
+    pub fn forget_pid(&mut self, pid: u32) {
+        self.pids.remove(&pid);
+    }
+
     /// Declares a traced process (idempotent per pid). A child starts with its parent's module
     /// table (it is a copy after fork; exec replaces it with its own).
     pub fn add_process(

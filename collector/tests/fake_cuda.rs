@@ -757,3 +757,16 @@ fn binary_trace_to_a_terminal_is_refused() {
         "{text}"
     );
 }
+
+#[test]
+fn slots_of_exited_processes_are_reused() {
+    // 100 traced children, one after the other: more than the ring's 64 process slots.
+    let r = run("many_children 100");
+    let m = &r.trace.model;
+    assert_eq!(m.processes.len(), 101);
+    assert_eq!(m.allocs.len(), 100);
+    assert_eq!(m.dropped_events, 0);
+    let mut sizes: Vec<u64> = m.allocs.iter().map(|a| a.size_bytes).collect();
+    sizes.sort();
+    assert_eq!(sizes, (1000..1100).collect::<Vec<u64>>());
+}

@@ -250,6 +250,23 @@ static int fork_child(void) {
     return 0;
 }
 
+/* --- more traced processes over time than the ring has slots --------------- */
+static int many_children(int n) {
+    setup();
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            CUdeviceptr p;
+            CHECK(cuMemAlloc_v2(&p, 1000 + (size_t)i));
+            _exit(0);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        usleep(20000); /* lets the collector notice the exit and recycle the slot */
+    }
+    return 0;
+}
+
 /* --- NVTX ranges and marks ------------------------------------------------ */
 void nvtxMarkA(const char *m);
 int nvtxRangePushA(const char *m);
@@ -378,6 +395,7 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "fork")) return fork_child();
     if (!strcmp(s, "nvtx")) return nvtx();
     if (!strcmp(s, "dlopen")) return late_dlopen();
+    if (!strcmp(s, "many_children")) return many_children(argc > 2 ? atoi(argv[2]) : 100);
     if (!strcmp(s, "fork_exec")) return fork_exec(argv[0]);
     if (!strcmp(s, "exec_child")) return exec_child();
     if (!strcmp(s, "bench"))

@@ -348,6 +348,27 @@ impl RingOwner {
         true
     }
 
+    /// Makes the slot of a dead, fully drained process claimable again (long runs that start
+    /// more than [`SLOTS`] traced processes). Only for a slot whose producer can no longer write.
+    pub fn recycle(&self, slot: usize) {
+        let s = self.ring.slot(slot);
+        let end = s.enqueue.load(Ordering::Acquire).min(CELLS);
+        for index in 0..end {
+            // SAFETY: cell inside the mapping; its producer is gone and the consumer is us.
+            unsafe {
+                (*self.ring.cell(slot, index))
+                    .seq
+                    .store(0, Ordering::Relaxed)
+            };
+        }
+        s.enqueue.store(0, Ordering::Relaxed);
+        s.dequeue.store(0, Ordering::Relaxed);
+        s.dropped.store(0, Ordering::Relaxed);
+        s.ppid.store(0, Ordering::Relaxed);
+        s.pid.store(0, Ordering::Relaxed);
+        s.state.store(0, Ordering::Release);
+    }
+
     /// For a slot whose process is dead: skips cells that were claimed but never published
     /// (the process died mid-write) so the published ones behind them can be read. Returns the
     /// number of cells skipped (lost events).
@@ -411,6 +432,36 @@ mod tests {
             assert!(!owner.pop(slot, &mut out));
         }
         assert_eq!(owner.dropped(slot), 3);
+    }
+
+    #[test]
+    fn recycled_slot_is_claimed_again_and_starts_empty() {
+        let owner = RingOwner::create().expect("memfd");
+        let ring = owner.ring();
+        let mut claimed = Vec::new();
+        while let Some(s) = ring.claim(100, 1) {
+            claimed.push(s);
+        }
+        assert_eq!(claimed.len(), SLOTS);
+        let slot = claimed[3];
+        for i in 0..CELLS + 10 {
+            let pushed = ring.push(slot, |_| false, |e| e.addr = i);
+            assert_eq!(pushed, i < CELLS);
+        }
+        let mut out = Event::zeroed();
+        while owner.pop(slot, &mut out) {}
+        owner.recycle(slot);
+        assert_eq!(owner.slot_info(slot), None);
+        assert_eq!(ring.claim(200, 1), Some(slot));
+        assert_eq!(owner.dropped(slot), 0);
+        for i in 0..CELLS {
+            assert!(ring.push(slot, |_| false, |e| e.addr = i));
+        }
+        for i in 0..CELLS {
+            assert!(owner.pop(slot, &mut out));
+            assert_eq!(out.addr, i);
+        }
+        assert!(!owner.pop(slot, &mut out));
     }
 
     #[test]
