@@ -313,10 +313,17 @@ impl State {
 /// Runs `f` unless this thread is already inside a callback (re-entry through the driver).
 #[inline]
 pub fn guarded(f: impl FnOnce()) {
+    /// Clears the flag even if `f` unwinds (the panic is caught further out).
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            THREAD.with(|t| t.in_callback.set(false));
+        }
+    }
     let entered = THREAD.with(|t| !t.in_callback.replace(true));
     if !entered {
         return;
     }
+    let _leave = Leave;
     f();
-    THREAD.with(|t| t.in_callback.set(false));
 }
