@@ -136,6 +136,33 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// Where the dynamic loader would find the CUDA driver: LD_LIBRARY_PATH, then the ldconfig
+/// cache. Returns the path, or the places looked in.
+fn find_driver() -> Result<PathBuf, String> {
+    let mut looked = Vec::new();
+    if let Some(p) = std::env::var_os("LD_LIBRARY_PATH") {
+        for dir in std::env::split_paths(&p) {
+            let c = dir.join("libcuda.so.1");
+            if c.is_file() {
+                return Ok(c);
+            }
+            looked.push(dir.display().to_string());
+        }
+    }
+    looked.push("the ldconfig cache".into());
+    if let Ok(out) = Command::new("ldconfig").arg("-p").output() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(path) = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("libcuda.so.1 "))
+            .find_map(|l| l.rsplit("=> ").next())
+        {
+            return Ok(PathBuf::from(path.trim()));
+        }
+    }
+    Err(looked.join(", "))
+}
+
 /// Per-slot drain bookkeeping.
 #[derive(Clone, Copy, Debug, Default)]
 struct SlotState {
@@ -150,6 +177,8 @@ struct Drainer<W: Write> {
     slots: Vec<SlotState>,
     event: Box<Event>,
     unslotted_reported: u64,
+    /// Whether any process ever claimed a slot.
+    any_traced: bool,
 }
 
 impl<W: Write> Drainer<W> {
@@ -164,6 +193,7 @@ impl<W: Write> Drainer<W> {
                 let exe = read_exe(info.pid);
                 let argv = read_cmdline(info.pid);
                 let p = self.writer.add_process(info.pid, info.ppid, exe, argv);
+                self.any_traced = true;
                 self.slots[slot] = SlotState {
                     process: Some(p),
                     pid: info.pid,
@@ -371,6 +401,7 @@ pub fn run(a: RunArgs) -> Result<u8> {
         slots: vec![SlotState::default(); SLOTS],
         event: Box::new(Event::zeroed()),
         unslotted_reported: 0,
+        any_traced: false,
     };
     let mut last_reap = Instant::now();
     let status = loop {
@@ -412,6 +443,19 @@ pub fn run(a: RunArgs) -> Result<u8> {
         }
     }
     d.drain(usize::MAX);
+    if !d.any_traced {
+        let driver = match find_driver() {
+            Ok(p) => format!("the CUDA driver is at {}", p.display()),
+            Err(looked) => format!(
+                "the CUDA driver (libcuda.so.1) was not found (looked in {looked}); point \
+                 LD_LIBRARY_PATH at it"
+            ),
+        };
+        eprintln!(
+            "gpucollect: no CUDA activity was traced: the program never initialised CUDA (cuInit) \
+             or did not load the injection library; {driver}"
+        );
+    }
     stop.store(true, std::sync::atomic::Ordering::Release);
     if let Some(Ok(t)) = sampler {
         let _ = t.join();

@@ -770,3 +770,19 @@ fn slots_of_exited_processes_are_reused() {
     sizes.sort();
     assert_eq!(sizes, (1000..1100).collect::<Vec<u64>>());
 }
+
+#[test]
+fn a_program_without_cuda_activity_gets_a_hint() {
+    let out = gpucollect()
+        .args(["--no-nvml", "-o", "/dev/null", "true"])
+        .env("LD_LIBRARY_PATH", "/nonexistent-dir")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no CUDA activity was traced"), "{stderr}");
+    assert!(stderr.contains("/nonexistent-dir"), "{stderr}");
+    // A traced program gets no such hint.
+    let r = run("async_free");
+    assert!(!r.stderr().contains("no CUDA activity"), "{}", r.stderr());
+}
