@@ -786,3 +786,24 @@ fn a_program_without_cuda_activity_gets_a_hint() {
     let r = run("async_free");
     assert!(!r.stderr().contains("no CUDA activity"), "{}", r.stderr());
 }
+
+#[test]
+fn legacy_context_teardown_entry_points_free_per_device() {
+    let r = run("ctx_destroy");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 2);
+    assert_eq!(m.resets.len(), 2);
+    assert_eq!(
+        m.resets[0].record.device,
+        DeviceIdx(1),
+        "cuCtxDestroy of a device-1 context"
+    );
+    assert_eq!(m.resets[0].freed_bytes, 5000);
+    assert_eq!(m.resets[1].record.device, DeviceIdx(0));
+    assert_eq!(m.resets[1].freed_bytes, 7000);
+    assert!(
+        m.allocs
+            .iter()
+            .all(|a| a.free_kind == FreeKind::ContextTeardown)
+    );
+}

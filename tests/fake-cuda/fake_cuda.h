@@ -77,6 +77,8 @@ typedef struct {
 
 /* Driver callback ids (CUpti_driver_api_trace_cbid). */
 enum {
+    CBID_cuCtxDestroy = 11,
+    CBID_cuDevicePrimaryCtxReset = 389,
     CBID_cuMemFreeHost = 38,
     CBID_cuMemHostAlloc = 39,
     CBID_cuArrayDestroy = 89,
@@ -121,6 +123,8 @@ CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+CUresult cuCtxDestroy(CUcontext ctx);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,

@@ -293,6 +293,24 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     RETURN(CUDA_SUCCESS);
 }
 
+/* Legacy entry points (what old binaries resolve), with their own callback ids. */
+CUresult cuCtxDestroy(CUcontext ctx) {
+    cuCtxDestroy_v2_params p = {ctx};
+    API(cuCtxDestroy, p);
+    if (!ctx) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    free_device(ctx->device);
+    if (t_current == ctx) t_current = NULL;
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+    cuDevicePrimaryCtxReset_v2_params p = {dev};
+    API(cuDevicePrimaryCtxReset, p);
+    if (dev < 0 || dev >= g_device_count) RETURN(CUDA_ERROR_INVALID_VALUE);
+    free_device(dev);
+    RETURN(CUDA_SUCCESS);
+}
+
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
     cuDevicePrimaryCtxReset_v2_params p = {dev};
     API(cuDevicePrimaryCtxReset_v2, p);

@@ -137,6 +137,20 @@ static int reset(void) {
     return 0;
 }
 
+/* --- context destroy through the legacy entry points, on device 1 ---------- */
+static int ctx_destroy(void) {
+    CHECK(cuInit(0));
+    CUcontext c1;
+    CHECK(cuCtxCreate_v2(&c1, 0, 1));
+    CUdeviceptr a, b;
+    CHECK(cuMemAlloc_v2(&a, 5000));
+    use_device(0);
+    CHECK(cuMemAlloc_v2(&b, 7000));
+    CHECK(cuCtxDestroy(c1)); /* frees device 1's memory only */
+    CHECK(cuDevicePrimaryCtxReset(0));
+    return 0;
+}
+
 /* --- stream-ordered allocation -------------------------------------------- */
 static int stream_ordered(void) {
     setup();
@@ -386,6 +400,7 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "two_devices")) return two_devices();
     if (!strcmp(s, "threads")) return threads();
     if (!strcmp(s, "reset")) return reset();
+    if (!strcmp(s, "ctx_destroy")) return ctx_destroy();
     if (!strcmp(s, "stream_ordered")) return stream_ordered();
     if (!strcmp(s, "vmm")) return vmm();
     if (!strcmp(s, "oom")) return oom();

@@ -12,6 +12,9 @@ pub const ERROR_MULTIPLE_SUBSCRIBERS: c_int = 39;
 
 /// Driver API callback ids.
 pub mod cbid {
+    /// Legacy (pre-_v2) context teardown ids; same parameter layouts as the _v2 ones.
+    pub const CTX_DESTROY: u32 = 11;
+    pub const DEVICE_PRIMARY_CTX_RESET: u32 = 389;
     pub const MEM_FREE_HOST: u32 = 38;
     pub const MEM_HOST_ALLOC: u32 = 39;
     pub const ARRAY_DESTROY: u32 = 89;
@@ -41,6 +44,8 @@ pub mod cbid {
 
     /// Every callback the injection enables.
     pub const ALL: &[u32] = &[
+        CTX_DESTROY,
+        DEVICE_PRIMARY_CTX_RESET,
         MEM_FREE_HOST,
         MEM_HOST_ALLOC,
         ARRAY_DESTROY,

@@ -493,7 +493,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     e.size = p.size as u64;
                 });
             }
-            cbid::CTX_DESTROY_V2 if enter => {
+            cbid::CTX_DESTROY_V2 | cbid::CTX_DESTROY if enter => {
                 let p = params::<cupti::CtxDestroyParams>(d);
                 let dev = st.device_of(p.ctx);
                 CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
@@ -502,7 +502,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     e.device = dev;
                 });
             }
-            cbid::DEVICE_PRIMARY_CTX_RESET_V2 if enter => {
+            cbid::DEVICE_PRIMARY_CTX_RESET_V2 | cbid::DEVICE_PRIMARY_CTX_RESET if enter => {
                 let p = params::<cupti::PrimaryCtxResetParams>(d);
                 CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
                 st.emit(|e| {
