@@ -685,3 +685,110 @@ impl<W: Write> TraceWriter<W> {
         Ok(self.out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use analysis_core::load;
+
+    fn writer() -> TraceWriter<Vec<u8>> {
+        let header = Header {
+            start_mono_nanos: 1_000,
+            ..Encoder::header_v1()
+        };
+        TraceWriter::new(&header, Vec::new(), WriterOptions::default())
+    }
+
+    fn ev(kind: u32, addr: u64, size: u64) -> Event {
+        let mut e = Event::zeroed();
+        e.kind = kind;
+        e.addr = addr;
+        e.size = size;
+        e.tid = 7;
+        e.ts_nanos = 2_000;
+        e
+    }
+
+    fn finish(w: TraceWriter<Vec<u8>>) -> analysis_core::LoadedTrace {
+        let bytes = w.finish().expect("finish");
+        load(&bytes).expect("decodes")
+    }
+
+    #[test]
+    fn one_unmap_covering_two_mappings_frees_both_released_handles() {
+        let mut w = writer();
+        let p = w.add_process(10, 1, "app".into(), vec![]);
+        for h in [0xa, 0xb] {
+            let mut e = ev(kind::VMM_CREATE, h, 1 << 21);
+            e.code = AllocKind::VmmPhysical.code() as u32;
+            w.event(p, &e);
+        }
+        for (va, h) in [(0x1000_0000, 0xa), (0x1020_0000, 0xb)] {
+            let mut e = ev(kind::VMM_MAP, va, 1 << 21);
+            e.pool = h;
+            w.event(p, &e);
+        }
+        w.event(p, &ev(kind::VMM_RELEASE, 0xa, 0));
+        w.event(p, &ev(kind::VMM_RELEASE, 0xb, 0));
+        let mid = finish_clone(&mut w);
+        assert_eq!(mid, 2, "released but mapped: both live");
+        w.event(p, &ev(kind::VMM_UNMAP, 0x1000_0000, 4 << 20));
+        let t = finish(w);
+        assert!(t.model.allocs.iter().all(|a| !a.is_live()));
+    }
+
+    /// Live allocation count of what has been written so far.
+    fn finish_clone(w: &mut TraceWriter<Vec<u8>>) -> usize {
+        w.flush().expect("flush");
+        let t = load(&w.out).expect("prefix decodes");
+        t.model.allocs.iter().filter(|a| a.is_live()).count()
+    }
+
+    #[test]
+    fn free_of_an_unknown_address_is_recorded_as_such() {
+        let mut w = writer();
+        let p = w.add_process(10, 1, "app".into(), vec![]);
+        w.event(p, &ev(kind::FREE, 0xdead, 0));
+        let t = finish(w);
+        assert_eq!(t.model.free_unknown.len(), 1);
+        assert_eq!(t.model.free_unknown[0].address, 0xdead);
+    }
+
+    #[test]
+    fn context_reset_forgets_addresses_so_a_reused_address_is_a_new_allocation() {
+        let mut w = writer();
+        let p = w.add_process(10, 1, "app".into(), vec![]);
+        w.event(p, &ev(kind::ALLOC, 0x100, 64));
+        w.event(p, &ev(kind::CONTEXT_RESET, 0, 0));
+        w.event(p, &ev(kind::ALLOC, 0x100, 32));
+        w.event(p, &ev(kind::FREE, 0x100, 0));
+        let t = finish(w);
+        let a = &t.model.allocs;
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].free_kind, FreeKind::ContextTeardown);
+        assert_eq!(a[1].free_kind, FreeKind::Immediate);
+        assert!(t.model.free_unknown.is_empty());
+    }
+
+    #[test]
+    fn processes_keep_separate_address_spaces_and_threads() {
+        let mut w = writer();
+        let p0 = w.add_process(10, 1, "app".into(), vec![]);
+        let p1 = w.add_process(11, 10, String::new(), vec![]);
+        w.event(p0, &ev(kind::ALLOC, 0x100, 1));
+        w.event(p1, &ev(kind::ALLOC, 0x100, 2));
+        w.event(p1, &ev(kind::FREE, 0x100, 0));
+        let t = finish(w);
+        let m = &t.model;
+        assert_eq!(m.processes[1].parent, Some(p0));
+        assert_eq!(
+            m.processes[1].exe, "app",
+            "a forked child inherits its parent's name"
+        );
+        assert!(m.allocs[0].is_live() && !m.allocs[1].is_live());
+        assert_ne!(
+            m.allocs[0].thread, m.allocs[1].thread,
+            "same tid, different processes"
+        );
+    }
+}
