@@ -470,10 +470,13 @@ pub fn run(a: RunArgs) -> Result<u8> {
         code: status.code(),
         signal: status.signal(),
     }));
-    d.writer.finish()?;
-    Ok(match (status.code(), status.signal()) {
+    let code = match (status.code(), status.signal()) {
         (Some(c), _) => c as u8,
         (None, Some(s)) => 128u8.wrapping_add(s as u8),
         _ => 1,
-    })
+    };
+    d.writer
+        .finish()
+        .with_context(|| format!("the program exited with code {code}"))?;
+    Ok(code)
 }

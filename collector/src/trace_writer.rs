@@ -98,6 +98,7 @@ pub struct TraceWriter<W: Write> {
     /// Raw return addresses of a process -> interned stack (skips per-frame lookups).
     stack_cache: HashMap<(ProcessIdx, Box<[u64]>), StackId>,
     last_ts_nanos: u64,
+    write_error: Option<std::io::Error>,
     pub events: u64,
 }
 
@@ -146,6 +147,7 @@ impl<W: Write> TraceWriter<W> {
             last_thread: None,
             stack_cache: HashMap::default(),
             last_ts_nanos: 0,
+            write_error: None,
             events: 0,
         }
     }
@@ -666,23 +668,38 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Writes the bytes encoded so far to the output.
+    /// Writes the bytes encoded so far. After a write error the trace is discarded from then
+    /// on (the traced program keeps running and its events keep being drained, so it never
+    /// stalls); the error is kept for [`TraceWriter::write_error`].
     pub fn flush(&mut self) -> Result<()> {
         let bytes = self.enc.take_bytes();
-        if !bytes.is_empty() {
-            self.out
-                .write_all(&bytes)
-                .context("cannot write the trace")?;
-            self.out.flush().context("cannot write the trace")?;
+        if bytes.is_empty() || self.write_error.is_some() {
+            return Ok(());
+        }
+        let r = self.out.write_all(&bytes).and_then(|()| self.out.flush());
+        if let Err(e) = r {
+            eprintln!(
+                "gpucollect: cannot write the trace ({e}); the program keeps running untraced"
+            );
+            self.write_error = Some(e);
         }
         Ok(())
     }
 
-    /// Ends the trace with an `End` record and flushes.
+    /// The error that stopped the trace output, if any.
+    pub fn write_error(&self) -> Option<&std::io::Error> {
+        self.write_error.as_ref()
+    }
+
+    /// Ends the trace with an `End` record and flushes. Fails if the output failed at any point.
     pub fn finish(mut self) -> Result<W> {
         let ts = self.now_nanos();
         self.enc.record(&Record::End { ts_nanos: ts });
         self.flush()?;
-        Ok(self.out)
+        match self.write_error.take() {
+            Some(e) => Err(e).context("the trace is incomplete: writing it failed"),
+            None => Ok(self.out),
+        }
     }
 }
 

@@ -807,3 +807,26 @@ fn legacy_context_teardown_entry_points_free_per_device() {
             .all(|a| a.free_kind == FreeKind::ContextTeardown)
     );
 }
+
+#[test]
+fn a_closed_trace_pipe_does_not_stall_the_program() {
+    // The reader goes away at once: gpucollect reports it, the program runs to the end.
+    let cmd = format!(
+        "{} --no-nvml --no-stacks {} bench 50000 | head -c 1 > /dev/null; echo \"status ${{PIPESTATUS[0]}}\"",
+        env!("CARGO_BIN_EXE_gpucollect"),
+        fake_dir().join("scenarios").display()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &cmd])
+        .env("GPUCOLLECT_CUPTI_PATH", fake_dir().join("libcupti.so"))
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot write the trace"), "{stderr}");
+    assert!(
+        stderr.contains("pairs=50000"),
+        "the program finished: {stderr}"
+    );
+    assert!(stdout.contains("status 2"), "{stdout} {stderr}");
+}
