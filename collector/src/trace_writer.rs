@@ -670,7 +670,7 @@ impl<W: Write> TraceWriter<W> {
     /// Writes the bytes encoded so far to the output.
     /// Writes the bytes encoded so far. After a write error the trace is discarded from then
     /// on (the traced program keeps running and its events keep being drained, so it never
-    /// stalls); the error is kept for [`TraceWriter::write_error`].
+    /// stalls); the error is kept and reported by [`TraceWriter::finish`].
     pub fn flush(&mut self) -> Result<()> {
         let bytes = self.enc.take_bytes();
         if bytes.is_empty() || self.write_error.is_some() {
@@ -684,11 +684,6 @@ impl<W: Write> TraceWriter<W> {
             self.write_error = Some(e);
         }
         Ok(())
-    }
-
-    /// The error that stopped the trace output, if any.
-    pub fn write_error(&self) -> Option<&std::io::Error> {
-        self.write_error.as_ref()
     }
 
     /// Ends the trace with an `End` record and flushes. Fails if the output failed at any point.
