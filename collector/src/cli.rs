@@ -2,10 +2,12 @@
 //! to trace (`gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 
 use crate::{
-    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_serve, cmd_synth,
+    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_run, cmd_serve, cmd_synth,
     cmd_upload,
 };
 
@@ -40,6 +42,8 @@ pub enum Command {
     Serve(cmd_serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
     Upload(cmd_upload::UploadArgs),
+    /// Trace a program (the same as `gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
+    Run(cmd_run::RunArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
     Synth(cmd_synth::SynthArgs),
 }
@@ -52,6 +56,7 @@ const SUBCOMMANDS: &[&str] = &[
     "diff",
     "html",
     "import",
+    "run",
     "serve",
     "synth",
     "upload",
@@ -75,13 +80,19 @@ pub fn dispatch() -> Result<u8> {
             Command::Serve(a) => cmd_serve::run(a),
             Command::Check(a) => cmd_check::run(a),
             Command::Diff(a) => cmd_diff::run(a),
+            Command::Run(a) => cmd_run::run(a),
             Command::Synth(a) => cmd_synth::run(a),
             Command::Upload(a) => cmd_upload::run(a),
         };
     }
-    anyhow::bail!(
-        "unknown command `{}`: tracing programs is not available in this build; \
-         run `gpucollect --help` for the commands",
-        first
-    )
+    // Anything else is a program to trace: parse it as `gpucollect run ...`.
+    let run_args =
+        std::iter::once(OsString::from("gpucollect run")).chain(args.into_iter().skip(1));
+    let cmd = cmd_run::RunArgs::augment_args(clap::Command::new("gpucollect"))
+        .override_usage("gpucollect [OPTIONS] [--] PROGRAM [ARGS...]");
+    let matches = cmd
+        .try_get_matches_from(run_args)
+        .unwrap_or_else(|e| e.exit());
+    let a = cmd_run::RunArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cmd_run::run(a)
 }

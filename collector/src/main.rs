@@ -8,14 +8,20 @@ mod cmd_diff;
 mod cmd_html;
 mod cmd_import;
 mod cmd_report;
+mod cmd_run;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_upload;
 mod export_html;
+mod fast_hash;
 mod input;
+mod nvml_sampler;
 mod output;
+mod proc_maps;
 mod render_text;
 mod serve;
+mod symbolize;
+mod trace_writer;
 
 use std::process::ExitCode;
 

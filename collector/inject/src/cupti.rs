@@ -1,0 +1,186 @@
+//! CUPTI and driver constants and parameter layouts, and the dynamically loaded libcupti.
+//!
+//! Values and layouts follow the public CUPTI/driver headers (same from CUDA 11.4 to 13.x).
+//! Domains and callback ids are plain `u32`: an unknown value must never be undefined behaviour.
+
+use core::ffi::{c_char, c_int, c_void};
+
+pub const DOMAIN_DRIVER_API: u32 = 1;
+pub const SITE_ENTER: c_int = 0;
+pub const SITE_EXIT: c_int = 1;
+pub const ERROR_MULTIPLE_SUBSCRIBERS: c_int = 39;
+
+/// Driver API callback ids.
+pub mod cbid {
+    /// Legacy (pre-_v2) context teardown ids; same parameter layouts as the _v2 ones.
+    pub const CTX_DESTROY: u32 = 11;
+    pub const DEVICE_PRIMARY_CTX_RESET: u32 = 389;
+    pub const MEM_FREE_HOST: u32 = 38;
+    pub const MEM_HOST_ALLOC: u32 = 39;
+    pub const ARRAY_DESTROY: u32 = 89;
+    pub const MEM_ALLOC_V2: u32 = 243;
+    pub const MEM_ALLOC_PITCH_V2: u32 = 244;
+    pub const MEM_FREE_V2: u32 = 245;
+    pub const ARRAY_CREATE_V2: u32 = 272;
+    pub const ARRAY_3D_CREATE_V2: u32 = 274;
+    pub const MEM_ALLOC_HOST_V2: u32 = 294;
+    pub const MEM_HOST_UNREGISTER: u32 = 302;
+    pub const CTX_DESTROY_V2: u32 = 322;
+    pub const IPC_CLOSE_MEM_HANDLE: u32 = 330;
+    pub const MEM_ALLOC_MANAGED: u32 = 371;
+    pub const MEM_HOST_REGISTER_V2: u32 = 379;
+    pub const DEVICE_PRIMARY_CTX_RESET_V2: u32 = 545;
+    pub const MEM_CREATE: u32 = 549;
+    pub const MEM_RELEASE: u32 = 550;
+    pub const MEM_MAP: u32 = 551;
+    pub const MEM_UNMAP: u32 = 552;
+    pub const IPC_OPEN_MEM_HANDLE_V2: u32 = 567;
+    pub const MEM_ALLOC_ASYNC: u32 = 598;
+    pub const MEM_ALLOC_ASYNC_PTSZ: u32 = 599;
+    pub const MEM_FREE_ASYNC: u32 = 600;
+    pub const MEM_FREE_ASYNC_PTSZ: u32 = 601;
+    pub const MEM_ALLOC_FROM_POOL_ASYNC: u32 = 611;
+    pub const MEM_ALLOC_FROM_POOL_ASYNC_PTSZ: u32 = 612;
+
+    /// Every callback the injection enables.
+    pub const ALL: &[u32] = &[
+        CTX_DESTROY,
+        DEVICE_PRIMARY_CTX_RESET,
+        MEM_FREE_HOST,
+        MEM_HOST_ALLOC,
+        ARRAY_DESTROY,
+        MEM_ALLOC_V2,
+        MEM_ALLOC_PITCH_V2,
+        MEM_FREE_V2,
+        ARRAY_CREATE_V2,
+        ARRAY_3D_CREATE_V2,
+        MEM_ALLOC_HOST_V2,
+        MEM_HOST_UNREGISTER,
+        CTX_DESTROY_V2,
+        IPC_CLOSE_MEM_HANDLE,
+        MEM_ALLOC_MANAGED,
+        MEM_HOST_REGISTER_V2,
+        DEVICE_PRIMARY_CTX_RESET_V2,
+        MEM_CREATE,
+        MEM_RELEASE,
+        MEM_MAP,
+        MEM_UNMAP,
+        IPC_OPEN_MEM_HANDLE_V2,
+        MEM_ALLOC_ASYNC,
+        MEM_ALLOC_ASYNC_PTSZ,
+        MEM_FREE_ASYNC,
+        MEM_FREE_ASYNC_PTSZ,
+        MEM_ALLOC_FROM_POOL_ASYNC,
+        MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+    ];
+}
+
+/// `CUpti_CallbackData`.
+#[repr(C)]
+pub struct CallbackData {
+    pub callback_site: c_int,
+    pub function_name: *const c_char,
+    pub function_params: *const c_void,
+    pub function_return_value: *mut c_void,
+    pub symbol_name: *const c_char,
+    pub context: *mut c_void,
+    pub context_uid: u32,
+    pub correlation_data: *mut u64,
+    pub correlation_id: u32,
+}
+
+pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
+pub type SubscribeFn = unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> c_int;
+pub type EnableCallbackFn = unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> c_int;
+pub type GetDeviceIdFn = unsafe extern "C" fn(*mut c_void, *mut u32) -> c_int;
+
+// Parameter structs (generated_cuda_meta.h).
+#[repr(C)]
+pub struct MemAllocParams {
+    pub dptr: *mut u64,
+    pub bytesize: usize,
+}
+#[repr(C)]
+pub struct MemAllocPitchParams {
+    pub dptr: *mut u64,
+    pub pitch: *mut usize,
+    pub width_bytes: usize,
+    pub height: usize,
+    pub element_bytes: u32,
+}
+#[repr(C)]
+pub struct PtrFreeParams {
+    pub dptr: u64,
+}
+#[repr(C)]
+pub struct HostAllocParams {
+    pub pp: *mut *mut c_void,
+    pub bytesize: usize,
+}
+#[repr(C)]
+pub struct MemAllocAsyncParams {
+    pub dptr: *mut u64,
+    pub bytesize: usize,
+    pub stream: u64,
+}
+#[repr(C)]
+pub struct MemAllocFromPoolAsyncParams {
+    pub dptr: *mut u64,
+    pub bytesize: usize,
+    pub pool: u64,
+    pub stream: u64,
+}
+#[repr(C)]
+pub struct MemFreeAsyncParams {
+    pub dptr: u64,
+    pub stream: u64,
+}
+#[repr(C)]
+pub struct MemCreateParams {
+    pub handle: *mut u64,
+    pub size: usize,
+    /// `const CUmemAllocationProp*`: type u32, handle types u32, location {type u32, id i32}.
+    pub prop: *const u32,
+    pub flags: u64,
+}
+#[repr(C)]
+pub struct MemMapParams {
+    pub ptr: u64,
+    pub size: usize,
+    pub offset: usize,
+    pub handle: u64,
+    pub flags: u64,
+}
+#[repr(C)]
+pub struct MemUnmapParams {
+    pub ptr: u64,
+    pub size: usize,
+}
+#[repr(C)]
+pub struct ArrayCreateParams {
+    pub handle: *mut u64,
+    /// `CUDA_ARRAY_DESCRIPTOR*` (Width, Height, Format u32, NumChannels u32) or, for 3D,
+    /// `CUDA_ARRAY3D_DESCRIPTOR*` (Width, Height, Depth, Format, NumChannels, Flags).
+    pub desc: *const usize,
+}
+#[repr(C)]
+pub struct IpcOpenParams {
+    pub pdptr: *mut u64,
+}
+#[repr(C)]
+pub struct CtxDestroyParams {
+    pub ctx: *mut c_void,
+}
+#[repr(C)]
+pub struct PrimaryCtxResetParams {
+    pub dev: c_int,
+}
+
+/// Bytes per element of a CUarray_format (approximate for block-compressed formats).
+pub const fn array_format_bytes(format: u32) -> u64 {
+    match format {
+        0x01 | 0x08 => 1,
+        0x02 | 0x09 | 0x10 => 2,
+        _ => 4,
+    }
+}

@@ -1,0 +1,47 @@
+//! gpucollect-inject: everything that runs inside the traced program, plus the shared-memory
+//! ring both sides use.
+//!
+//! # Design constraints
+//! - Loaded by the CUDA driver (`CUDA_INJECTION64_PATH`, [`InitializeInjection`]) and by NVTX
+//!   (`NVTX_INJECTION64_PATH`, [`InitializeInjectionNvtx2`]). Nothing links against NVIDIA
+//!   libraries: libcupti and the driver are found with `dlopen`/`dlsym` at run time.
+//! - Inside CUPTI and NVTX callbacks: no allocation, no locks, no logging, no CUDA calls, no
+//!   panics across `extern "C"` (every entry point is wrapped in `catch_unwind`). A callback
+//!   copies a fixed-size [`event::Event`] into the process's slot of the shared ring and returns.
+//! - The ring ([`ring`]) lives in a memfd created by the collector; an event is in shared memory
+//!   before the API call returns to the program, so a SIGKILL right after loses nothing.
+//! - Full ring: the producer waits (back-pressure); it drops, and counts the drop, only when the
+//!   collector is gone or has not drained for `GPUCOLLECT_MAX_WAIT_MS`.
+//!
+//! This is the only crate of the workspace allowed to use `unsafe`: FFI with the driver, CUPTI,
+//! NVTX and libc, and the shared-memory mapping, cannot be written without it. Every unsafe block
+//! says why it is sound.
+#![allow(unsafe_code)]
+
+pub mod event;
+pub mod host;
+pub mod ring;
+
+mod cupti;
+mod entry;
+mod modules;
+mod nvtx;
+mod state;
+mod unwind;
+
+pub use entry::{InitializeInjection, InitializeInjectionNvtx2};
+
+/// Environment variables shared by the collector and the injection library (read in one place:
+/// [`state`] in the traced program, `cmd_run` in the collector).
+pub mod env {
+    /// Path of the ring to open (`/proc/<collector pid>/fd/<memfd>`).
+    pub const RING: &str = "GPUCOLLECT_RING";
+    /// Native frames recorded per allocation; 0 disables stacks. Default 32, max 64.
+    pub const STACK_DEPTH: &str = "GPUCOLLECT_STACK_DEPTH";
+    /// Explicit libcupti path, tried before the usual locations.
+    pub const CUPTI_PATH: &str = "GPUCOLLECT_CUPTI_PATH";
+    /// `fp`: frame-pointer walk after the CUDA stack (fast; needs frame pointers); default DWARF.
+    pub const UNWIND: &str = "GPUCOLLECT_UNWIND";
+    /// How long a producer waits on a full ring before dropping (default 10000 ms).
+    pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";
+}

@@ -1,0 +1,833 @@
+//! End-to-end tests of `gpucollect PROGRAM` on the fake CUDA stack (no GPU needed).
+//!
+//! The test doubles in `tests/fake-cuda/` (a fake `libcuda.so.1` whose `cuInit` loads the
+//! injection library like the driver does, a fake `libcupti.so`, and C scenario programs) are
+//! compiled with gcc into the test's temporary directory. Each test runs one scenario under the
+//! real `gpucollect` binary and asserts on the decoded trace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use analysis_core::format::{AllocKind, DeviceIdx, FreeKind};
+use analysis_core::{LoadedTrace, load};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("collector has a parent")
+        .to_path_buf()
+}
+
+fn fake_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = repo_root().join("tests/fake-cuda");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-cuda");
+        std::fs::create_dir_all(&out).expect("create fake-cuda dir");
+        let gcc = |args: &[&str]| {
+            let st = Command::new("gcc")
+                .args(args)
+                .current_dir(&src)
+                .status()
+                .expect("gcc is needed to build the fake CUDA libraries");
+            assert!(st.success(), "gcc {args:?} failed");
+        };
+        let o = |name: &str| out.join(name).display().to_string();
+        let rpath = format!("-Wl,-rpath,{}", out.display());
+        let lib_dir = format!("-L{}", out.display());
+        gcc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &o("libnvidia-ml.so.1"),
+            "fake_nvml.c",
+        ]);
+        gcc(&[
+            "-shared",
+            "-fPIC",
+            "-g",
+            "-O1",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            &o("libcuda.so.1"),
+            "libcuda.c",
+            "-ldl",
+            "-lpthread",
+        ]);
+        gcc(&[
+            "-shared",
+            "-fPIC",
+            "-g",
+            "-O1",
+            "-o",
+            &o("libcupti.so"),
+            "libcupti.c",
+            &lib_dir,
+            "-l:libcuda.so.1",
+            &rpath,
+        ]);
+        // Needs libcuda.so.1, so it comes after it.
+        gcc(&[
+            "-shared",
+            "-fPIC",
+            "-g",
+            "-O0",
+            "-o",
+            &o("libplugin.so"),
+            "plugin.c",
+            &lib_dir,
+            "-l:libcuda.so.1",
+            &rpath,
+        ]);
+        gcc(&[
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-o",
+            &o("scenarios"),
+            &src.join("scenarios.c").display().to_string(),
+            &src.join("fake_nvtx.c").display().to_string(),
+            &lib_dir,
+            "-l:libcuda.so.1",
+            &rpath,
+            "-lpthread",
+        ]);
+        out
+    })
+}
+
+/// Line of the source line containing `marker` in scenarios.c (1-based).
+fn line_of(marker: &str) -> u32 {
+    let src = std::fs::read_to_string(repo_root().join("tests/fake-cuda/scenarios.c"))
+        .expect("read scenarios.c");
+    src.lines()
+        .position(|l| l.contains(marker))
+        .expect("marker in scenarios.c") as u32
+        + 1
+}
+
+struct Run {
+    out: Output,
+    trace: LoadedTrace,
+}
+
+impl Run {
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn code(&self) -> Option<i32> {
+        self.out.status.code()
+    }
+}
+
+fn gpucollect() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpucollect"));
+    c.env("GPUCOLLECT_CUPTI_PATH", fake_dir().join("libcupti.so"));
+    c.env_remove("FAKE_CUPTI_BUSY");
+    c.env_remove("GPUCOLLECT_NVML_PATH");
+    c
+}
+
+fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
+    let dir = fake_dir();
+    let trace_path = dir.join(format!(
+        "{}-{}.msgpack",
+        scenario.replace(' ', "_"),
+        opts.join("_").replace(['-', '/'], "")
+    ));
+    let mut cmd = gpucollect();
+    cmd.arg("-o")
+        .arg(&trace_path)
+        .args(opts)
+        .arg(dir.join("scenarios"))
+        .args(scenario.split(' '));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run gpucollect");
+    let bytes = std::fs::read(&trace_path).expect("trace file written");
+    let trace = load(&bytes).expect("trace decodes");
+    Run { out, trace }
+}
+
+fn run(scenario: &str) -> Run {
+    let r = run_with(scenario, &[], &[]);
+    assert_eq!(r.code(), Some(0), "{scenario} failed: {}", r.stderr());
+    r
+}
+
+fn live_bytes_on(r: &Run, device: u32) -> u64 {
+    r.trace
+        .model
+        .allocs
+        .iter()
+        .filter(|a| a.is_live() && a.device == DeviceIdx(device) && a.kind.is_device_memory())
+        .map(|a| a.size_bytes)
+        .sum()
+}
+
+#[test]
+fn leak_on_error_path_is_found_with_its_call_site() {
+    let r = run("leak_exception");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 2);
+    let live: Vec<_> = m.allocs.iter().filter(|a| a.is_live()).collect();
+    assert_eq!(live.len(), 1, "exactly the error-path allocation leaks");
+    assert_eq!(live[0].size_bytes, 3 << 20);
+    let frames = m.stack_frames(live[0].stack);
+    assert_eq!(frames[0].function, "load_batch");
+    assert!(frames[0].file.ends_with("scenarios.c"), "{:?}", frames[0]);
+    assert_eq!(frames[0].line, line_of("LEAK_LINE"));
+    assert_eq!(frames[1].function, "leak_exception");
+    assert!(m.clean_end);
+    assert_eq!(m.process_exits.len(), 1);
+    assert_eq!(m.process_exits[0].code, Some(0));
+
+    // And the report names it.
+    let trace_path = fake_dir().join("leak_exception-.msgpack");
+    let rep = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .arg("report")
+        .arg(&trace_path)
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&rep.stdout);
+    let site = format!(
+        "load_batch ({}:{})",
+        repo_root().join("tests/fake-cuda/scenarios.c").display(),
+        line_of("LEAK_LINE")
+    );
+    assert!(
+        text.contains("Live at end: 3.00 MiB in 1 allocation(s)"),
+        "{text}"
+    );
+    assert!(text.contains(&site), "report lacks `{site}`:\n{text}");
+}
+
+#[test]
+fn free_after_async_kernel_launch_is_not_a_leak() {
+    let r = run("async_free");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 1);
+    assert!(!m.allocs[0].is_live());
+    assert_eq!(m.allocs[0].free_kind, FreeKind::Immediate);
+    assert_eq!(m.live_at_end_bytes(), 0);
+}
+
+#[test]
+fn allocator_wrapper_is_attributed_to_its_caller() {
+    let r = run("wrapper");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 3);
+    assert!(
+        m.allocs.iter().all(|a| !a.is_live()),
+        "wrapper frees everything"
+    );
+    let frames = m.stack_frames(m.allocs[0].stack);
+    assert_eq!(frames[0].function, "my_pool_alloc");
+    assert_eq!(frames[1].function, "train_step");
+
+    let r = run_with("wrapper", &["--hide-frame", "my_pool_alloc"], &[]);
+    let m = &r.trace.model;
+    let frames = m.stack_frames(m.allocs[0].stack);
+    assert_eq!(frames[0].function, "train_step");
+    assert_eq!(frames[0].line, line_of("WRAPPER_CALLER_LINE"));
+    assert_eq!(m.live_at_end_bytes(), 0);
+}
+
+#[test]
+fn two_devices_are_accounted_separately() {
+    let r = run("two_devices");
+    assert_eq!(live_bytes_on(&r, 0), 2000);
+    assert_eq!(live_bytes_on(&r, 1), 5000);
+    let peak0 = r
+        .trace
+        .model
+        .series
+        .iter()
+        .find(|s| s.key.device == DeviceIdx(0))
+        .expect("device 0 series")
+        .peak_bytes;
+    assert_eq!(peak0, 3000);
+}
+
+#[test]
+fn threads_that_exit_without_freeing_leak_per_thread() {
+    let r = run("threads");
+    let m = &r.trace.model;
+    let live: Vec<_> = m.allocs.iter().filter(|a| a.is_live()).collect();
+    assert_eq!(live.len(), 4);
+    let mut threads: Vec<_> = live.iter().map(|a| a.thread).collect();
+    threads.sort();
+    threads.dedup();
+    assert_eq!(threads.len(), 4, "one leak per thread");
+    let mut names: Vec<String> = live
+        .iter()
+        .map(|a| {
+            let t = m
+                .threads
+                .iter()
+                .find(|t| t.thread == a.thread)
+                .expect("thread record");
+            m.string(t.name).to_string()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["worker-0", "worker-1", "worker-2", "worker-3"]);
+    let mut sizes: Vec<u64> = live.iter().map(|a| a.size_bytes).collect();
+    sizes.sort();
+    assert_eq!(sizes, [1000, 2000, 3000, 4000]);
+}
+
+#[test]
+fn device_reset_is_teardown_not_a_leak() {
+    let r = run("reset");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 3);
+    assert_eq!(m.allocs[0].free_kind, FreeKind::ContextTeardown);
+    assert_eq!(m.allocs[1].free_kind, FreeKind::ContextTeardown);
+    assert_eq!(m.allocs[1].kind, AllocKind::Managed);
+    assert_eq!(m.allocs[2].free_kind, FreeKind::Immediate);
+    assert_eq!(m.resets.len(), 1);
+    assert_eq!(m.resets[0].freed_count, 2);
+    assert_eq!(m.live_at_end_bytes(), 0);
+}
+
+#[test]
+fn stream_ordered_allocations_and_frees() {
+    let r = run("stream_ordered");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 2);
+    for a in &m.allocs {
+        assert_eq!(a.kind, AllocKind::StreamOrderedPool);
+        assert_eq!(a.free_kind, FreeKind::StreamOrdered);
+        assert!(!a.is_live());
+    }
+    assert_eq!(m.allocs[1].size_bytes, 1 << 17);
+    assert!(m.free_unknown.is_empty());
+}
+
+#[test]
+fn vmm_memory_lives_until_released_and_unmapped() {
+    let r = run("vmm");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 2, "reserved VA is not memory");
+    assert!(
+        m.allocs
+            .iter()
+            .all(|a| a.kind == AllocKind::VmmPhysical && a.size_bytes == 2 << 20)
+    );
+    assert!(!m.allocs[0].is_live(), "released and unmapped: freed");
+    assert!(
+        m.allocs[1].is_live(),
+        "released but still mapped: still memory"
+    );
+    assert_eq!(live_bytes_on(&r, 0), 2 << 20);
+}
+
+#[test]
+fn failed_allocation_is_recorded() {
+    let r = run("oom");
+    let m = &r.trace.model;
+    assert_eq!(m.failed.len(), 1);
+    let f = &m.failed[0];
+    assert_eq!(f.record.size_bytes, 700 << 20);
+    assert_eq!(f.record.error_code, 2);
+    assert_eq!(f.live_bytes, 600 << 20);
+    assert_eq!(m.stack_frames(f.record.stack)[0].function, "oom");
+    assert_eq!(m.live_at_end_bytes(), 0);
+}
+
+#[test]
+fn sigkill_right_after_an_allocation_keeps_the_event() {
+    let r = run_with("sigkill", &[], &[]);
+    assert_eq!(r.code(), Some(128 + 9), "exit code of a SIGKILLed program");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 1);
+    assert_eq!(m.allocs[0].size_bytes, 12345);
+    assert!(m.allocs[0].is_live());
+    assert_eq!(m.process_exits[0].signal, Some(9));
+}
+
+#[test]
+fn every_allocation_kind_is_captured() {
+    let r = run("kinds");
+    let m = &r.trace.model;
+    let kinds: Vec<(AllocKind, u64)> = m.allocs.iter().map(|a| (a.kind, a.size_bytes)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (AllocKind::Device, 1024 * 10),
+            (AllocKind::Managed, 1 << 20),
+            (AllocKind::PinnedHost, 1 << 12),
+            (AllocKind::PinnedHost, 1 << 13),
+            (AllocKind::Array, 256 * 128 * 4 * 4),
+            (AllocKind::IpcImport, 0),
+        ]
+    );
+    assert!(m.allocs.iter().all(|a| !a.is_live()));
+    assert!(m.free_unknown.is_empty());
+}
+
+#[test]
+fn program_stdout_stays_out_of_the_trace_and_exit_code_passes_through() {
+    let dir = fake_dir();
+    let out = gpucollect()
+        .arg(dir.join("scenarios"))
+        .arg("output")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("hello from the traced program"), "{stderr}");
+    let trace = load(&out.stdout).expect("stdout is a pure trace");
+    assert!(trace.warnings.is_empty(), "{:?}", trace.warnings);
+    assert!(trace.fatal.is_none());
+    assert_eq!(trace.model.allocs.len(), 1);
+    assert_eq!(trace.model.process_exits[0].code, Some(3));
+}
+
+#[test]
+fn forked_child_is_its_own_process() {
+    let r = run("fork");
+    let m = &r.trace.model;
+    assert_eq!(m.processes.len(), 2, "{:?}", m.processes);
+    let child = &m.processes[1];
+    assert_eq!(child.parent, Some(m.processes[0].process));
+    let by_process: Vec<(u32, u64)> = m
+        .allocs
+        .iter()
+        .map(|a| (a.process.0, a.size_bytes))
+        .collect();
+    assert!(by_process.contains(&(0, 1111)));
+    assert!(by_process.contains(&(1, 2222)));
+    assert!(by_process.contains(&(0, 3333)));
+    // The child's stack symbolizes through the parent's module table.
+    let a = m
+        .allocs
+        .iter()
+        .find(|a| a.size_bytes == 2222)
+        .expect("child alloc");
+    assert_eq!(m.stack_frames(a.stack)[0].function, "fork_child");
+}
+
+#[test]
+fn no_stacks_records_no_frames() {
+    let r = run_with("leak_exception", &["--no-stacks"], &[]);
+    assert!(r.trace.model.allocs.iter().all(|a| a.stack.0 == 0));
+}
+
+#[test]
+fn busy_cupti_is_reported_and_the_program_runs_untraced() {
+    let r = run_with("oom", &[], &[("FAKE_CUPTI_BUSY", "1")]);
+    assert_eq!(r.code(), Some(0));
+    assert!(
+        r.stderr().contains("another CUPTI client already holds"),
+        "{}",
+        r.stderr()
+    );
+    assert!(r.trace.model.allocs.is_empty());
+    assert!(r.trace.model.clean_end);
+}
+
+#[test]
+fn missing_cupti_is_reported_and_the_program_runs() {
+    let r = run_with(
+        "oom",
+        &[],
+        &[("GPUCOLLECT_CUPTI_PATH", "/nonexistent/libcupti.so")],
+    );
+    assert_eq!(r.code(), Some(0));
+    assert!(
+        r.stderr().contains("CUPTI (libcupti) was not found"),
+        "{}",
+        r.stderr()
+    );
+    assert!(
+        r.stderr().contains("/nonexistent/libcupti.so"),
+        "{}",
+        r.stderr()
+    );
+}
+
+#[test]
+fn missing_program_is_a_clear_error() {
+    let out = gpucollect()
+        .args(["-o", "/dev/null", "./no-such-program-here"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot run `./no-such-program-here`: no such program"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_option_is_a_clear_error() {
+    let out = gpucollect()
+        .args(["--stack-depth", "0", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--stack-depth"));
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_program() {
+    let path = fake_dir().join("sigterm.msgpack");
+    let mut child = gpucollect()
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&path)
+        .args(["sleep", "30"])
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(128 + 15));
+    let trace = load(&std::fs::read(&path).expect("trace")).expect("decodes");
+    assert_eq!(trace.model.process_exits[0].signal, Some(15));
+    assert!(trace.model.clean_end);
+}
+
+#[test]
+fn nvml_samples_describe_the_devices() {
+    let nvml = fake_dir().join("libnvidia-ml.so.1");
+    let nvml = nvml.to_str().expect("utf-8 path");
+    let r = run_with(
+        "threads",
+        &["--nvml", nvml, "--sample-interval-ms", "5"],
+        &[],
+    );
+    assert_eq!(r.code(), Some(0), "{}", r.stderr());
+    let m = &r.trace.model;
+    let names: Vec<&str> = m.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["Fake GPU 0", "Fake GPU 1"]);
+    assert_eq!(m.devices[1].uuid, "GPU-fake-1");
+    assert!(
+        m.device_samples.len() >= 2,
+        "at least the final sample per device"
+    );
+    let last1 = m
+        .device_samples
+        .iter()
+        .rev()
+        .find(|s| s.device == DeviceIdx(1))
+        .expect("device 1 sample");
+    assert_eq!(last1.used_bytes, (1 << 30) + (1 << 20));
+    assert_eq!(last1.total_bytes, 16 << 30);
+    assert_eq!(last1.processes[0].pid, 4242);
+    assert_eq!(last1.processes[0].used_bytes, 300 << 20);
+}
+
+#[test]
+fn cuda_visible_devices_maps_ordinals_to_nvml_devices() {
+    let nvml = fake_dir().join("libnvidia-ml.so.1");
+    let nvml = nvml.to_str().expect("utf-8 path");
+    let r = run_with(
+        "async_free",
+        &["--nvml", nvml],
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    let m = &r.trace.model;
+    assert_eq!(m.devices.len(), 1);
+    assert_eq!(m.devices[0].device, DeviceIdx(0));
+    assert_eq!(m.devices[0].name, "Fake GPU 1");
+}
+
+#[test]
+fn missing_nvml_is_reported_and_the_program_runs() {
+    let r = run_with(
+        "async_free",
+        &["--nvml", "/nonexistent/libnvidia-ml.so.1"],
+        &[],
+    );
+    assert_eq!(r.code(), Some(0));
+    assert!(r.stderr().contains("NVML was not found"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("/nonexistent/libnvidia-ml.so.1"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(r.trace.model.allocs.len(), 1, "tracing still works");
+    assert!(r.trace.model.device_samples.is_empty());
+}
+
+#[test]
+fn frame_pointer_unwinding_gives_the_same_call_sites() {
+    let r = run_with("leak_exception", &["--unwind", "fp"], &[]);
+    let m = &r.trace.model;
+    let live: Vec<_> = m.allocs.iter().filter(|a| a.is_live()).collect();
+    assert_eq!(live.len(), 1);
+    let frames = m.stack_frames(live[0].stack);
+    assert_eq!(frames[0].function, "load_batch");
+    assert_eq!(frames[0].line, line_of("LEAK_LINE"));
+    assert_eq!(frames[1].function, "leak_exception");
+    assert_eq!(frames[2].function, "main");
+
+    // Worker threads: the walk is bounded by each thread's own stack.
+    let r = run_with("threads", &["--unwind", "fp"], &[]);
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 4);
+    for a in &m.allocs {
+        assert_eq!(m.stack_frames(a.stack)[0].function, "thread_body");
+    }
+}
+
+#[test]
+fn nvtx_ranges_and_marks_are_recorded() {
+    let r = run("nvtx");
+    let m = &r.trace.model;
+    let names: Vec<&str> = m.ranges.iter().map(|x| m.string(x.name)).collect();
+    assert_eq!(names, ["epoch", "step", "load", "forward"]);
+    assert_eq!(m.string(m.ranges[3].domain), "trainer", "named domain");
+    assert_eq!(m.string(m.ranges[0].domain), "", "default domain");
+    assert_eq!(m.ranges[3].alloc_bytes, 400);
+    assert_eq!(
+        m.ranges[0].alloc_bytes, 600,
+        "epoch encloses every allocation"
+    );
+    assert_eq!(m.ranges[1].alloc_bytes, 200);
+    assert_eq!(m.ranges[1].parent_slot, 1, "step is nested in epoch");
+    assert_eq!(m.ranges[2].alloc_bytes, 300);
+    assert!(m.ranges.iter().all(|x| x.end_ts_nanos.is_some()));
+    assert_eq!(m.marks.len(), 1);
+    assert_eq!(m.string(m.marks[0].name), "checkpoint");
+}
+
+#[test]
+fn exec_child_is_traced_as_its_own_process() {
+    let r = run("fork_exec");
+    let m = &r.trace.model;
+    assert_eq!(m.processes.len(), 2, "{:?}", m.processes);
+    assert_eq!(m.processes[1].parent, Some(m.processes[0].process));
+    assert!(
+        m.processes[1].argv.iter().any(|a| a == "exec_child"),
+        "{:?}",
+        m.processes[1]
+    );
+    let a = m
+        .allocs
+        .iter()
+        .find(|a| a.size_bytes == 4444)
+        .expect("child allocation");
+    assert_eq!(a.process, m.processes[1].process);
+    assert_eq!(m.stack_frames(a.stack)[0].function, "exec_child");
+}
+
+#[test]
+fn killing_the_collector_leaves_a_readable_trace_and_the_program_finishes() {
+    let path = fake_dir().join("killed-collector.msgpack");
+    let mut child = gpucollect()
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&path)
+        .arg(fake_dir().join("scenarios"))
+        .args(["bench", "3000000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    child.kill().expect("SIGKILL gpucollect");
+    child.wait().expect("wait");
+    let trace = load(&std::fs::read(&path).expect("trace")).expect("the prefix decodes");
+    assert!(
+        !trace.model.allocs.is_empty(),
+        "events written before the kill"
+    );
+    assert!(!trace.model.clean_end);
+    // The orphaned program must not hang on the full ring: it notices the collector is gone.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let running = Command::new("pgrep")
+            .args([
+                "-f",
+                &format!("{} bench 3000000", fake_dir().join("scenarios").display()),
+            ])
+            .output()
+            .expect("pgrep")
+            .status
+            .success();
+        if !running {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "traced program hangs after the collector died"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn module_loaded_after_cuinit_is_symbolized() {
+    let r = run("dlopen");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 1);
+    let frames = m.stack_frames(m.allocs[0].stack);
+    assert_eq!(frames[0].function, "plugin_alloc", "{frames:?}");
+    assert!(frames[0].file.ends_with("plugin.c"));
+    assert_eq!(frames[1].function, "late_dlopen");
+}
+
+#[test]
+fn heavy_load_loses_nothing() {
+    let r = run_with("bench 300000", &["--no-stacks", "--no-nvml"], &[]);
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 300_000);
+    assert_eq!(m.dropped_events, 0);
+    assert_eq!(m.live_at_end_bytes(), 0);
+}
+
+#[test]
+fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
+    let path = fake_dir().join("stalled.msgpack");
+    let mut child = gpucollect()
+        .args(["--no-nvml", "--no-stacks", "-o"])
+        .arg(&path)
+        .arg(fake_dir().join("scenarios"))
+        .args(["bench", "2000000"])
+        .env("GPUCOLLECT_MAX_WAIT_MS", "1")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    assert!(child.wait().expect("wait").success());
+    let trace = load(&std::fs::read(&path).expect("trace")).expect("decodes");
+    let m = &trace.model;
+    assert!(m.dropped_events > 0, "the stall must cost events");
+    // Every pair is either recorded (alloc + free) or counted as dropped.
+    let recorded = m.allocs.len() as u64
+        + m.allocs.iter().filter(|a| !a.is_live()).count() as u64
+        + m.free_unknown.len() as u64;
+    assert_eq!(
+        recorded + m.dropped_events,
+        4_000_000,
+        "recorded {recorded} dropped {}",
+        m.dropped_events
+    );
+    assert!(
+        trace
+            .warnings
+            .iter()
+            .any(|w| format!("{w:?}").contains("Dropped")),
+        "{:?}",
+        trace.warnings
+    );
+}
+
+#[test]
+fn binary_trace_to_a_terminal_is_refused() {
+    // `script` gives the command a pseudo-terminal as stdout.
+    let cmd = format!("{} --no-nvml true", env!("CARGO_BIN_EXE_gpucollect"));
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script(1) from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("refusing to write a binary trace to the terminal"),
+        "{text}"
+    );
+    assert!(
+        text.contains("> run.msgpack") && text.contains("-o FILE"),
+        "{text}"
+    );
+}
+
+#[test]
+fn slots_of_exited_processes_are_reused() {
+    // 100 traced children, one after the other: more than the ring's 64 process slots.
+    let r = run("many_children 100");
+    let m = &r.trace.model;
+    assert_eq!(m.processes.len(), 101);
+    assert_eq!(m.allocs.len(), 100);
+    assert_eq!(m.dropped_events, 0);
+    let mut sizes: Vec<u64> = m.allocs.iter().map(|a| a.size_bytes).collect();
+    sizes.sort();
+    assert_eq!(sizes, (1000..1100).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_program_without_cuda_activity_gets_a_hint() {
+    let out = gpucollect()
+        .args(["--no-nvml", "-o", "/dev/null", "true"])
+        .env("LD_LIBRARY_PATH", "/nonexistent-dir")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no CUDA activity was traced"), "{stderr}");
+    assert!(stderr.contains("/nonexistent-dir"), "{stderr}");
+    // A traced program gets no such hint.
+    let r = run("async_free");
+    assert!(!r.stderr().contains("no CUDA activity"), "{}", r.stderr());
+}
+
+#[test]
+fn legacy_context_teardown_entry_points_free_per_device() {
+    let r = run("ctx_destroy");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 2);
+    assert_eq!(m.resets.len(), 2);
+    assert_eq!(
+        m.resets[0].record.device,
+        DeviceIdx(1),
+        "cuCtxDestroy of a device-1 context"
+    );
+    assert_eq!(m.resets[0].freed_bytes, 5000);
+    assert_eq!(m.resets[1].record.device, DeviceIdx(0));
+    assert_eq!(m.resets[1].freed_bytes, 7000);
+    assert!(
+        m.allocs
+            .iter()
+            .all(|a| a.free_kind == FreeKind::ContextTeardown)
+    );
+}
+
+#[test]
+fn a_closed_trace_pipe_does_not_stall_the_program() {
+    // The reader goes away at once: gpucollect reports it, the program runs to the end.
+    let cmd = format!(
+        "{} --no-nvml --no-stacks {} bench 50000 | head -c 1 > /dev/null; echo \"status ${{PIPESTATUS[0]}}\"",
+        env!("CARGO_BIN_EXE_gpucollect"),
+        fake_dir().join("scenarios").display()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &cmd])
+        .env("GPUCOLLECT_CUPTI_PATH", fake_dir().join("libcupti.so"))
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot write the trace"), "{stderr}");
+    assert!(
+        stderr.contains("pairs=50000"),
+        "the program finished: {stderr}"
+    );
+    assert!(stdout.contains("status 2"), "{stdout} {stderr}");
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Real-GPU validation of `gpucollect PROGRAM` (needs an NVIDIA GPU, nvcc, python3; PyTorch for
+# the training-loop check). Builds tests/gpu/scenarios.cu, runs every scenario under gpucollect
+# and checks each trace with scripts/gpu_trace_check.py; then a PyTorch loop (default allocator
+# and expandable_segments) whose traced live bytes must equal torch.cuda.memory_reserved() at
+# every sync point; then the per-pair overhead on the real driver.
+#
+# Usage: scripts/gpu-check.sh [BIN_DIR]
+#   BIN_DIR holds gpucollect and libgpucollect_inject.so (default: target/release; build them
+#   with `cargo build --release -p gpucollect -p gpucollect-inject`). Results go to $OUT
+#   (default /tmp/gpu-check). Exit status 1 when any check fails.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-target/release}
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+GC="$BIN/gpucollect"
+fail=0
+
+echo "== machine"
+date -u
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nvcc --version | tail -2
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo "no torch"
+
+echo "== build scenarios"
+nvcc -g -O0 -Xcompiler -fno-omit-frame-pointer -o "$OUT/scenarios" tests/gpu/scenarios.cu -lcuda || exit 1
+
+for s in leak_exception async_free wrapper threads reset stream_ordered vmm oom sigkill kinds; do
+    echo "== scenario $s"
+    opts=()
+    [ "$s" = wrapper ] && opts=(--hide-frame my_pool_alloc)
+    "$GC" ${opts[@]+"${opts[@]}"} -o "$OUT/$s.msgpack" "$OUT/scenarios" "$s" >"$OUT/$s.log" 2>&1
+    echo "gpucollect exit code $?"
+    grep -v '^$' "$OUT/$s.log" | head -5
+    python3 scripts/gpu_trace_check.py "$OUT/$s.msgpack" "$s" || fail=1
+done
+echo "== report of the planted leak"
+"$GC" report "$OUT/leak_exception.msgpack" | head -14
+
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    for conf in "" "expandable_segments:True"; do
+        echo "== torch loop PYTORCH_CUDA_ALLOC_CONF=$conf"
+        PYTORCH_CUDA_ALLOC_CONF=$conf "$GC" -o "$OUT/torch.msgpack" python3 tests/gpu/torch_loop.py "$OUT/torch_points.json" >"$OUT/torch.log" 2>&1
+        echo "gpucollect exit code $?"
+        grep -v '^$' "$OUT/torch.log" | tail -5
+        python3 scripts/gpu_trace_check.py "$OUT/torch.msgpack" torch "$OUT/torch_points.json" || fail=1
+    done
+fi
+
+echo "== overhead (cudaMalloc+cudaFree of 256 B, 20000 pairs)"
+"$OUT/scenarios" bench 20000
+"$GC" --no-stacks -o "$OUT/bench0.msgpack" "$OUT/scenarios" bench 20000 2>/dev/null | tail -1
+"$GC" -o "$OUT/bench32.msgpack" "$OUT/scenarios" bench 20000 2>/dev/null | tail -1
+exit $fail

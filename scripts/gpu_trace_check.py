@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Checks gpucollect traces taken on a real GPU (used by scripts/gpu-check.sh).
+
+Self-contained (no msgpack module needed): a minimal msgpack reader plus a replay of the
+format-v1 records that matter here (see analysis-core/src/encode.rs for the layout).
+Usage: gpu_trace_check.py TRACE SCENARIO [SIDE_FILE]; prints PASS/FAIL lines, exits 1 on FAIL.
+"""
+import json
+import struct
+import sys
+
+
+def unpack(buf, i):
+    b = buf[i]
+    i += 1
+    if b <= 0x7F:
+        return b, i
+    if b >= 0xE0:
+        return b - 0x100, i
+    if 0x80 <= b <= 0x8F:
+        return read_map(buf, i, b & 0x0F)
+    if 0x90 <= b <= 0x9F:
+        return read_array(buf, i, b & 0x0F)
+    if 0xA0 <= b <= 0xBF:
+        n = b & 0x1F
+        return buf[i:i + n].decode("utf-8", "replace"), i + n
+    if b == 0xC0:
+        return None, i
+    if b in (0xC2, 0xC3):
+        return b == 0xC3, i
+    fixed = {0xCC: "B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: "b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q"}
+    if b in fixed:
+        f = fixed[b]
+        n = struct.calcsize(f)
+        return struct.unpack_from(f, buf, i)[0], i + n
+    lens = {0xC4: ">B", 0xC5: ">H", 0xC6: ">I", 0xD9: ">B", 0xDA: ">H", 0xDB: ">I"}
+    if b in lens:
+        f = lens[b]
+        n = struct.unpack_from(f, buf, i)[0]
+        i += struct.calcsize(f)
+        raw = bytes(buf[i:i + n])
+        return (raw if b in (0xC4, 0xC5, 0xC6) else raw.decode("utf-8", "replace")), i + n
+    if b in (0xDC, 0xDD):
+        f = ">H" if b == 0xDC else ">I"
+        n = struct.unpack_from(f, buf, i)[0]
+        return read_array(buf, i + struct.calcsize(f), n)
+    if b in (0xDE, 0xDF):
+        f = ">H" if b == 0xDE else ">I"
+        n = struct.unpack_from(f, buf, i)[0]
+        return read_map(buf, i + struct.calcsize(f), n)
+    raise ValueError(f"unsupported msgpack byte {b:#x} at {i - 1}")
+
+
+def read_array(buf, i, n):
+    out = []
+    for _ in range(n):
+        v, i = unpack(buf, i)
+        out.append(v)
+    return out, i
+
+
+def read_map(buf, i, n):
+    out = {}
+    for _ in range(n):
+        k, i = unpack(buf, i)
+        v, i = unpack(buf, i)
+        out[k] = v
+    return out, i
+
+
+def f(rec, k):
+    return rec[k] if k < len(rec) and rec[k] is not None else 0
+
+
+class Trace:
+    def __init__(self, path):
+        buf = open(path, "rb").read()
+        header, i = unpack(buf, 0)
+        assert header[0] == "gpucollect-trace", "not a gpucollect trace"
+        self.start_mono = header[3]["start_mono_nanos"]
+        self.strings, self.frames, self.symbols, self.stacks, self.modules = {}, {}, {}, {}, {}
+        self.allocs, self.failed, self.resets, self.samples, self.marks = [], [], [], [], []
+        self.exits, self.threads, self.processes, self.devices = [], {}, [], []
+        self.dropped, self.end = 0, False
+        self.free_unknown = 0
+        ts, addr = 0, 0
+        while i < len(buf):
+            try:
+                rec, i = unpack(buf, i)
+            except (IndexError, struct.error):
+                break  # truncated tail
+            tag = rec[0]
+            if tag >= 16:
+                ts += f(rec, 1)
+            if tag == 1:
+                self.processes.append({"idx": rec[1], "pid": rec[2], "parent": rec[3], "exe": rec[4]})
+            elif tag == 2:
+                self.devices.append({"idx": rec[1], "uuid": rec[2], "name": rec[3], "total": rec[4]})
+            elif tag == 3:
+                self.modules[rec[1]] = rec[3]
+            elif tag == 4:
+                self.strings[rec[1]] = rec[2]
+            elif tag == 5:
+                self.frames[rec[1]] = rec
+            elif tag == 6:
+                self.stacks[rec[1]] = (rec[2], rec[3])
+            elif tag == 7:
+                self.threads[(f(rec, 2), f(rec, 1))] = self.strings.get(f(rec, 4), "")
+            elif tag == 8:
+                self.symbols[rec[1]] = (self.strings.get(f(rec, 2), ""), self.strings.get(f(rec, 3), ""), f(rec, 4))
+            elif tag == 16:
+                addr = (addr + f(rec, 3)) % (1 << 64)
+                self.allocs.append({"ts": ts, "size": f(rec, 2), "addr": addr, "stack": f(rec, 4),
+                                    "thread": f(rec, 5), "device": f(rec, 6), "kind": f(rec, 7),
+                                    "process": f(rec, 10), "free_ts": None, "free_kind": None})
+            elif tag == 17:
+                a = self.allocs[len(self.allocs) - f(rec, 2)]
+                a["free_ts"], a["free_kind"] = ts, f(rec, 4)
+            elif tag == 18:
+                self.failed.append({"ts": ts, "size": f(rec, 2), "code": f(rec, 3), "stack": f(rec, 4)})
+            elif tag == 21:
+                self.marks.append((ts, self.strings.get(f(rec, 2), "")))
+            elif tag == 22:
+                self.samples.append({"ts": ts, "device": f(rec, 2), "total": f(rec, 3), "free": f(rec, 4),
+                                     "used": f(rec, 5), "processes": rec[6] if len(rec) > 6 else []})
+            elif tag == 24:
+                self.exits.append({"process": f(rec, 2), "code": rec[3], "signal": rec[4]})
+            elif tag == 25:
+                self.dropped += f(rec, 3)
+            elif tag == 26:
+                self.end = True
+            elif tag == 27:
+                proc, dev = f(rec, 2), f(rec, 3)
+                self.resets.append(ts)
+                for a in self.allocs:
+                    if a["free_ts"] is None and a["process"] == proc and a["device"] == dev:
+                        a["free_ts"], a["free_kind"] = ts, 2
+            elif tag == 28:
+                self.free_unknown += 1
+        self.last_ts = ts
+
+    def frames_of(self, stack):
+        out = []
+        while stack and len(out) < 128:
+            parent, frame = self.stacks[stack]
+            out.append(self.symbols.get(frame, ("??", "", 0)))
+            stack = parent
+        return out
+
+    def live(self, device_only=True):
+        return [a for a in self.allocs if a["free_ts"] is None and (not device_only or a["kind"] not in (2, 6))]
+
+    def live_bytes_at(self, ts):
+        return sum(a["size"] for a in self.allocs if a["kind"] not in (2, 6) and a["ts"] <= ts
+                   and (a["free_ts"] is None or a["free_ts"] > ts))
+
+
+FAILS = []
+
+
+def check(name, ok, detail):
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+    if not ok:
+        FAILS.append(name)
+
+
+def main():
+    path, scenario = sys.argv[1], sys.argv[2]
+    t = Trace(path)
+    check("clean end", t.end or scenario == "sigkill", f"end record {t.end}, dropped {t.dropped}")
+    check("nothing dropped", t.dropped == 0, f"{t.dropped} dropped")
+    n_dev = len(t.devices)
+    if scenario == "leak_exception":
+        live = t.live()
+        fr = t.frames_of(live[0]["stack"]) if live else []
+        check("one leak of 3 MiB", len(live) == 1 and live[0]["size"] == 3 << 20,
+              f"{len(live)} live: {[a['size'] for a in live]}")
+        check("leak site is load_batch", bool(fr) and "load_batch" in fr[0][0], f"site {fr[:2]}")
+    elif scenario == "async_free":
+        check("no leak", not t.live(), f"{len(t.allocs)} allocs, {len(t.live())} live")
+    elif scenario == "wrapper":
+        live = t.live()
+        fr = t.frames_of(t.allocs[0]["stack"]) if t.allocs else []
+        check("no leak", len(t.allocs) == 3 and not live, f"{len(t.allocs)} allocs, {len(live)} live")
+        check("attributed to the wrapper's caller", bool(fr) and "train_step" in fr[0][0], f"site {fr[:2]}")
+    elif scenario == "threads":
+        live = t.live()
+        threads = {a["thread"] for a in live}
+        names = sorted(t.threads.get((a["process"], a["thread"]), "") for a in live)
+        check("a leak per thread", len(live) == 4 and len(threads) == 4, f"sizes {[a['size'] for a in live]} names {names}")
+    elif scenario == "reset":
+        torn = [a for a in t.allocs if a["free_kind"] == 2]
+        check("teardown frees, no leak", len(torn) == 2 and not t.live() and t.resets,
+              f"{len(t.allocs)} allocs, {len(torn)} torn down, {len(t.resets)} resets, {len(t.live())} live")
+    elif scenario == "stream_ordered":
+        so = [a for a in t.allocs if a["kind"] == 3]
+        check("stream-ordered allocs freed stream-ordered", len(so) == 2 and all(a["free_kind"] == 1 for a in so),
+              f"{[(a['size'], a['free_kind']) for a in t.allocs]}")
+    elif scenario == "vmm":
+        v = [a for a in t.allocs if a["kind"] == 4]
+        check("VMM: released+unmapped freed, mapped one live", len(v) == 2 and v[0]["free_ts"] is not None
+              and v[1]["free_ts"] is None, f"{[(a['size'], a['free_ts'] is not None) for a in v]}")
+    elif scenario == "oom":
+        check("failed allocation recorded", len(t.failed) == 1 and t.failed[0]["code"] == 2,
+              f"{t.failed}")
+    elif scenario == "sigkill":
+        check("allocation before SIGKILL is in the trace", any(a["size"] == 12345 for a in t.allocs),
+              f"{[a['size'] for a in t.allocs]}; exits {t.exits}")
+        check("exit is signal 9", bool(t.exits) and t.exits[0]["signal"] == 9, f"{t.exits}")
+    elif scenario == "kinds":
+        kinds = sorted({a["kind"] for a in t.allocs})
+        check("device, managed, pinned host and array kinds, all freed", {0, 1, 2, 5} <= set(kinds) and not t.live(False),
+              f"kinds {kinds}, sizes {[(a['kind'], a['size']) for a in t.allocs]}, live {len(t.live(False))}")
+    elif scenario == "torch":
+        points = json.load(open(sys.argv[3]))
+        for p in points:
+            ts = p["mono_ns"] - t.start_mono
+            traced = t.live_bytes_at(ts)
+            check(f"torch {p['label']}: traced live == memory_reserved", traced == p["reserved"],
+                  f"traced {traced} reserved {p['reserved']}")
+        peak = 0
+        cur = 0
+        ev = sorted([(a["ts"], a["size"]) for a in t.allocs if a["kind"] not in (2, 6)]
+                    + [(a["free_ts"], -a["size"]) for a in t.allocs if a["kind"] not in (2, 6) and a["free_ts"] is not None])
+        for _, d in ev:
+            cur += d
+            peak = max(peak, cur)
+        check("torch peak == max_memory_reserved", peak == points[-1]["max_reserved"],
+              f"traced peak {peak} max_reserved {points[-1]['max_reserved']}")
+        marks = [m for m in t.marks if m[1].startswith("sync ")]
+        check("NVTX marks captured", len(marks) == len(points), f"{len(marks)} marks for {len(points)} sync points")
+        pid = t.processes[0]["pid"] if t.processes else 0
+        nv = [(s["ts"], dict((p[0], p[1]) for p in s["processes"]).get(pid)) for s in t.samples]
+        nv = [x for x in nv if x[1]]
+        if nv:
+            ts, used = max(nv, key=lambda x: x[1])
+            check("NVML per-process used >= traced live", used >= t.live_bytes_at(ts),
+                  f"NVML {used} traced {t.live_bytes_at(ts)} (difference = context, modules, non-traced)")
+    if scenario != "torch" and n_dev:
+        check("NVML devices described", all(d["total"] > 0 for d in t.devices),
+              f"{[(d['name'], d['total']) for d in t.devices]}, {len(t.samples)} samples")
+    sys.exit(1 if FAILS else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,491 @@
+/* Fake libcuda.so.1 for gpucollect's tests: no GPU, bookkeeping only.
+ *
+ * cuInit loads $CUDA_INJECTION64_PATH with dlopen and calls its InitializeInjection, as the real
+ * driver does. Every memory API invokes the CUPTI callback subscribed through the fake libcupti at
+ * ENTER and EXIT with a CUpti_CallbackData and the documented parameter struct.
+ *
+ * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEM_BYTES per device (default 1 GiB). */
+#define _GNU_SOURCE
+#include "fake_cuda.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fake_ctx {
+    int device;
+    uint32_t uid;
+};
+struct fake_stream {
+    int id;
+};
+struct fake_array {
+    size_t bytes;
+    CUdeviceptr addr;
+};
+
+/* Parameter structs, as laid out in the driver's generated_cuda_meta.h. */
+typedef struct { CUdeviceptr *dptr; size_t bytesize; } cuMemAlloc_v2_params;
+typedef struct { CUdeviceptr *dptr; size_t *pPitch; size_t WidthInBytes; size_t Height; unsigned int ElementSizeBytes; } cuMemAllocPitch_v2_params;
+typedef struct { CUdeviceptr *dptr; size_t bytesize; unsigned int flags; } cuMemAllocManaged_params;
+typedef struct { CUdeviceptr dptr; } cuMemFree_v2_params;
+typedef struct { void **pp; size_t bytesize; } cuMemAllocHost_v2_params;
+typedef struct { void **pp; size_t bytesize; unsigned int Flags; } cuMemHostAlloc_params;
+typedef struct { void *p; } cuMemFreeHost_params;
+typedef struct { CUdeviceptr *dptr; size_t bytesize; CUstream hStream; } cuMemAllocAsync_params;
+typedef struct { CUdeviceptr *dptr; size_t bytesize; CUmemoryPool pool; CUstream hStream; } cuMemAllocFromPoolAsync_params;
+typedef struct { CUdeviceptr dptr; CUstream hStream; } cuMemFreeAsync_params;
+typedef struct { CUdeviceptr *ptr; size_t size; size_t alignment; CUdeviceptr addr; unsigned long long flags; } cuMemAddressReserve_params;
+typedef struct { CUdeviceptr ptr; size_t size; } cuMemAddressFree_params;
+typedef struct { CUmemGenericAllocationHandle *handle; size_t size; const CUmemAllocationProp *prop; unsigned long long flags; } cuMemCreate_params;
+typedef struct { CUmemGenericAllocationHandle handle; } cuMemRelease_params;
+typedef struct { CUdeviceptr ptr; size_t size; size_t offset; CUmemGenericAllocationHandle handle; unsigned long long flags; } cuMemMap_params;
+typedef struct { CUdeviceptr ptr; size_t size; } cuMemUnmap_params;
+typedef struct { CUarray *pHandle; const CUDA_ARRAY_DESCRIPTOR *pAllocateArray; } cuArrayCreate_v2_params;
+typedef struct { CUarray hArray; } cuArrayDestroy_params;
+typedef struct { CUcontext ctx; } cuCtxDestroy_v2_params;
+typedef struct { CUdevice dev; } cuDevicePrimaryCtxReset_v2_params;
+typedef struct { CUdeviceptr *pdptr; CUipcMemHandle handle; unsigned int Flags; } cuIpcOpenMemHandle_v2_params;
+typedef struct { CUdeviceptr dptr; } cuIpcCloseMemHandle_params;
+typedef struct { size_t *free; size_t *total; } cuMemGetInfo_v2_params;
+
+#define MAX_DEVICES 8
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_initialized;
+static int g_device_count = 2;
+static size_t g_mem_bytes = (size_t)1 << 30;
+static size_t g_used[MAX_DEVICES];
+static struct fake_ctx g_primary[MAX_DEVICES];
+static uint32_t g_next_uid = 1;
+static uint32_t g_next_corr = 1;
+static __thread CUcontext t_current;
+
+static CUpti_CallbackFunc g_cb;
+static void *g_cb_userdata;
+static unsigned char g_enabled[1024];
+
+/* Live allocations (device memory, pinned host, VMM handles, arrays). */
+struct block {
+    CUdeviceptr addr;
+    size_t size;
+    int device;
+    int live;
+};
+static struct block *g_blocks;
+static size_t g_nblocks, g_cap;
+static CUdeviceptr g_next_addr[MAX_DEVICES];
+
+void fake_cuda_subscribe(CUpti_CallbackFunc cb, void *userdata) {
+    g_cb = cb;
+    g_cb_userdata = userdata;
+}
+
+void fake_cuda_enable_callback(uint32_t enable, uint32_t domain, uint32_t cbid) {
+    if (domain == 1 && cbid < sizeof g_enabled)
+        g_enabled[cbid] = enable ? 1 : 0;
+}
+
+int fake_cuda_context_device(CUcontext ctx) { return ctx ? ctx->device : -1; }
+
+static void load_injection(void) {
+    const char *e = getenv("FAKE_CUDA_DEVICES");
+    if (e && *e) g_device_count = atoi(e);
+    if (g_device_count > MAX_DEVICES) g_device_count = MAX_DEVICES;
+    e = getenv("FAKE_CUDA_MEM_BYTES");
+    if (e && *e) g_mem_bytes = strtoull(e, NULL, 0);
+    for (int d = 0; d < MAX_DEVICES; d++) {
+        g_primary[d].device = d;
+        g_primary[d].uid = g_next_uid++;
+        g_next_addr[d] = 0x7f0000000000ULL + ((CUdeviceptr)d << 36);
+    }
+    g_initialized = 1;
+    const char *path = getenv("CUDA_INJECTION64_PATH");
+    if (!path || !*path) return;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "fake libcuda: cannot load the injection library: %s\n", dlerror());
+        return;
+    }
+    int (*init)(void) = (int (*)(void))dlsym(h, "InitializeInjection");
+    if (!init) {
+        fprintf(stderr, "fake libcuda: %s has no InitializeInjection\n", path);
+        return;
+    }
+    init();
+}
+
+CUresult cuInit(unsigned int flags) {
+    (void)flags;
+    pthread_once(&g_once, load_injection);
+    return CUDA_SUCCESS;
+}
+
+struct call {
+    CUpti_CallbackData d;
+    uint64_t corr_data;
+    CUresult ret;
+    uint32_t cbid;
+};
+
+static void call_enter(struct call *c, uint32_t cbid, const char *name, const void *params) {
+    memset(c, 0, sizeof *c);
+    c->cbid = cbid;
+    c->d.callbackSite = 0;
+    c->d.functionName = name;
+    c->d.functionParams = params;
+    c->d.functionReturnValue = &c->ret;
+    c->d.context = t_current;
+    c->d.contextUid = t_current ? t_current->uid : 0;
+    c->d.correlationData = &c->corr_data;
+    c->d.correlationId = __atomic_fetch_add(&g_next_corr, 1, __ATOMIC_RELAXED);
+    if (g_cb && g_enabled[cbid]) g_cb(g_cb_userdata, 1, cbid, &c->d);
+}
+
+static CUresult call_exit(struct call *c, CUresult r) {
+    c->ret = r;
+    c->d.callbackSite = 1;
+    if (g_cb && g_enabled[c->cbid]) g_cb(g_cb_userdata, 1, c->cbid, &c->d);
+    return r;
+}
+
+#define API(cbid, params) \
+    struct call c_;       \
+    call_enter(&c_, CBID_##cbid, #cbid, &(params))
+#define RETURN(r) return call_exit(&c_, (r))
+
+static int cur_device(void) { return t_current ? t_current->device : -1; }
+
+/* Allocates `size` bytes on device `dev` (dev < 0: host memory, unlimited). */
+static CUresult block_alloc(int dev, size_t size, CUdeviceptr *out) {
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&g_lock);
+    int acct = dev < 0 ? 0 : dev;
+    if (dev >= 0 && g_used[dev] + size > g_mem_bytes) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    size_t rounded = (size + 511) & ~(size_t)511;
+    CUdeviceptr addr = 0;
+    /* Reuse a freed block of the same size and device, like a real allocator would. */
+    for (size_t i = 0; i < g_nblocks; i++) {
+        if (!g_blocks[i].live && g_blocks[i].device == dev && g_blocks[i].size == size) {
+            g_blocks[i].live = 1;
+            addr = g_blocks[i].addr;
+            break;
+        }
+    }
+    if (!addr) {
+        if (g_nblocks == g_cap) {
+            g_cap = g_cap ? g_cap * 2 : 1024;
+            g_blocks = realloc(g_blocks, g_cap * sizeof *g_blocks);
+        }
+        addr = g_next_addr[acct];
+        if (dev < 0) {
+            static CUdeviceptr host_next = 0x500000000000ULL;
+            addr = host_next;
+            host_next += rounded ? rounded : 512;
+        } else {
+            g_next_addr[acct] += rounded ? rounded : 512;
+        }
+        g_blocks[g_nblocks++] = (struct block){addr, size, dev, 1};
+    }
+    if (dev >= 0) g_used[dev] += size;
+    pthread_mutex_unlock(&g_lock);
+    *out = addr;
+    return CUDA_SUCCESS;
+}
+
+static CUresult block_free(CUdeviceptr addr) {
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < g_nblocks; i++) {
+        if (g_blocks[i].live && g_blocks[i].addr == addr) {
+            g_blocks[i].live = 0;
+            if (g_blocks[i].device >= 0) g_used[g_blocks[i].device] -= g_blocks[i].size;
+            pthread_mutex_unlock(&g_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static void free_device(int dev) {
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < g_nblocks; i++)
+        if (g_blocks[i].live && g_blocks[i].device == dev) g_blocks[i].live = 0;
+    g_used[dev] = 0;
+    pthread_mutex_unlock(&g_lock);
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    *count = g_device_count;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
+    if (ordinal < 0 || ordinal >= g_device_count) return CUDA_ERROR_INVALID_VALUE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    if (dev < 0 || dev >= g_device_count) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = &g_primary[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev) {
+    (void)flags;
+    if (dev < 0 || dev >= g_device_count) return CUDA_ERROR_INVALID_VALUE;
+    struct fake_ctx *c = calloc(1, sizeof *c);
+    c->device = dev;
+    c->uid = __atomic_fetch_add(&g_next_uid, 1, __ATOMIC_RELAXED);
+    t_current = c;
+    *ctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    t_current = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    *ctx = t_current;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+    (void)flags;
+    return peer ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags) {
+    (void)flags;
+    static int next = 1;
+    struct fake_stream *s = calloc(1, sizeof *s);
+    s->id = next++;
+    *stream = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,
+                        void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem;
+    (void)stream; (void)params; (void)extra;
+    return t_current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; /* "asynchronous": returns at once */
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    cuCtxDestroy_v2_params p = {ctx};
+    API(cuCtxDestroy_v2, p);
+    if (!ctx) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    free_device(ctx->device);
+    if (t_current == ctx) t_current = NULL;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* Legacy entry points (what old binaries resolve), with their own callback ids. */
+CUresult cuCtxDestroy(CUcontext ctx) {
+    cuCtxDestroy_v2_params p = {ctx};
+    API(cuCtxDestroy, p);
+    if (!ctx) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    free_device(ctx->device);
+    if (t_current == ctx) t_current = NULL;
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+    cuDevicePrimaryCtxReset_v2_params p = {dev};
+    API(cuDevicePrimaryCtxReset, p);
+    if (dev < 0 || dev >= g_device_count) RETURN(CUDA_ERROR_INVALID_VALUE);
+    free_device(dev);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    cuDevicePrimaryCtxReset_v2_params p = {dev};
+    API(cuDevicePrimaryCtxReset_v2, p);
+    if (dev < 0 || dev >= g_device_count) RETURN(CUDA_ERROR_INVALID_VALUE);
+    free_device(dev);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    cuMemGetInfo_v2_params p = {free_bytes, total_bytes};
+    API(cuMemGetInfo_v2, p);
+    int d = cur_device();
+    if (d < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    *free_bytes = g_mem_bytes - g_used[d];
+    *total_bytes = g_mem_bytes;
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    cuMemAlloc_v2_params p = {dptr, bytesize};
+    API(cuMemAlloc_v2, p);
+    if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    RETURN(block_alloc(cur_device(), bytesize, dptr));
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                            unsigned int elem) {
+    cuMemAllocPitch_v2_params p = {dptr, pitch, width, height, elem};
+    API(cuMemAllocPitch_v2, p);
+    if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    *pitch = (width + 511) & ~(size_t)511;
+    RETURN(block_alloc(cur_device(), *pitch * height, dptr));
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    cuMemAllocManaged_params p = {dptr, bytesize, flags};
+    API(cuMemAllocManaged, p);
+    if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    RETURN(block_alloc(cur_device(), bytesize, dptr));
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    cuMemFree_v2_params p = {dptr};
+    API(cuMemFree_v2, p);
+    RETURN(block_free(dptr));
+}
+
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) {
+    cuMemAllocHost_v2_params p = {pp, bytesize};
+    API(cuMemAllocHost_v2, p);
+    CUdeviceptr a = 0;
+    CUresult r = block_alloc(-1, bytesize, &a);
+    *pp = (void *)(uintptr_t)a;
+    RETURN(r);
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+    cuMemHostAlloc_params p = {pp, bytesize, flags};
+    API(cuMemHostAlloc, p);
+    CUdeviceptr a = 0;
+    CUresult r = block_alloc(-1, bytesize, &a);
+    *pp = (void *)(uintptr_t)a;
+    RETURN(r);
+}
+
+CUresult cuMemFreeHost(void *ptr) {
+    cuMemFreeHost_params p = {ptr};
+    API(cuMemFreeHost, p);
+    RETURN(block_free((CUdeviceptr)(uintptr_t)ptr));
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
+    cuMemAllocAsync_params p = {dptr, bytesize, stream};
+    API(cuMemAllocAsync, p);
+    if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    RETURN(block_alloc(cur_device(), bytesize, dptr));
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream) {
+    cuMemAllocFromPoolAsync_params p = {dptr, bytesize, pool, stream};
+    API(cuMemAllocFromPoolAsync, p);
+    if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    RETURN(block_alloc(cur_device(), bytesize, dptr));
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+    cuMemFreeAsync_params p = {dptr, stream};
+    API(cuMemFreeAsync, p);
+    RETURN(block_free(dptr));
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+    cuMemAddressReserve_params p = {ptr, size, alignment, addr, flags};
+    API(cuMemAddressReserve, p);
+    static CUdeviceptr next = 0x600000000000ULL;
+    pthread_mutex_lock(&g_lock);
+    *ptr = next;
+    next += (size + 0xfffff) & ~(size_t)0xfffff;
+    pthread_mutex_unlock(&g_lock);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    cuMemAddressFree_params p = {ptr, size};
+    API(cuMemAddressFree, p);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags) {
+    cuMemCreate_params p = {handle, size, prop, flags};
+    API(cuMemCreate, p);
+    int dev = prop->location.type == 1 ? prop->location.id : -1;
+    CUdeviceptr h = 0;
+    CUresult r = block_alloc(dev, size, &h);
+    *handle = h;
+    RETURN(r);
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    cuMemRelease_params p = {handle};
+    API(cuMemRelease, p);
+    RETURN(block_free(handle));
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+    cuMemMap_params p = {ptr, size, offset, handle, flags};
+    API(cuMemMap, p);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    cuMemUnmap_params p = {ptr, size};
+    API(cuMemUnmap, p);
+    RETURN(CUDA_SUCCESS);
+}
+
+static size_t format_bytes(unsigned int f) {
+    switch (f) {
+    case 0x01: case 0x08: return 1;
+    case 0x02: case 0x09: case 0x10: return 2;
+    default: return 4;
+    }
+}
+
+CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *desc) {
+    cuArrayCreate_v2_params p = {arr, desc};
+    API(cuArrayCreate_v2, p);
+    if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    struct fake_array *a = calloc(1, sizeof *a);
+    a->bytes = desc->Width * (desc->Height ? desc->Height : 1) * desc->NumChannels *
+               format_bytes(desc->Format);
+    CUresult r = block_alloc(cur_device(), a->bytes, &a->addr);
+    *arr = a;
+    RETURN(r);
+}
+
+CUresult cuArrayDestroy(CUarray arr) {
+    cuArrayDestroy_params p = {arr};
+    API(cuArrayDestroy, p);
+    RETURN(block_free(arr->addr));
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags) {
+    cuIpcOpenMemHandle_v2_params p = {pdptr, handle, flags};
+    API(cuIpcOpenMemHandle_v2, p);
+    memcpy(pdptr, handle.reserved, sizeof *pdptr);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+    cuIpcCloseMemHandle_params p = {dptr};
+    API(cuIpcCloseMemHandle, p);
+    RETURN(CUDA_SUCCESS);
+}

@@ -1,0 +1,41 @@
+"""A small PyTorch training loop for scripts/gpu-check.sh.
+
+At sync points it records (CLOCK_MONOTONIC ns, torch.cuda.memory_reserved()) into the JSON file
+named by argv[1]; gpu_trace_check.py compares them with the traced live device bytes.
+"""
+import json
+import sys
+import time
+
+import torch
+
+points = []
+
+
+def sync_point(label):
+    torch.cuda.synchronize()
+    points.append({"label": label, "mono_ns": time.monotonic_ns(),
+                   "reserved": torch.cuda.memory_reserved(),
+                   "max_reserved": torch.cuda.max_memory_reserved()})
+    torch.cuda.nvtx.mark(f"sync {label}")
+
+
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+sync_point("init")
+for step in range(20):
+    torch.cuda.nvtx.range_push(f"step {step}")
+    x = torch.randn(256 * (1 + step % 4), 1024, device="cuda")
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    torch.cuda.nvtx.range_pop()
+    if step % 5 == 4:
+        sync_point(f"step{step}")
+big = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+sync_point("big")
+del big
+torch.cuda.empty_cache()
+sync_point("after_empty_cache")
+json.dump(points, open(sys.argv[1], "w"))
