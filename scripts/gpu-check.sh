@@ -46,6 +46,8 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
         grep -v '^$' "$OUT/torch.log" | tail -5
         python3 scripts/gpu_trace_check.py "$OUT/torch.msgpack" torch "$OUT/torch_points.json" || fail=1
     done
+    echo "== report of the last torch loop (live at end by call site)"
+    "$GC" report "$OUT/torch.msgpack" | sed -n '/Live at end/,$p' | head -30
 fi
 
 echo "== overhead (cudaMalloc+cudaFree of 256 B, 20000 pairs)"

@@ -25,6 +25,8 @@ const HIDDEN_MODULES: &[&str] = &[
 /// Function-name prefixes of CUDA runtime entry points (statically linked cudart).
 const HIDDEN_FUNCTION_PREFIXES: &[&str] = &[
     "cudart::",
+    // The statically linked runtime's internal symbols (seen on a real H100 with CUDA 13).
+    "libcudart_static_",
     "__cudart",
     "cudaMalloc",
     "cudaFree",
