@@ -21,6 +21,9 @@ cargo build -p analysis-core --no-default-features --target wasm32-unknown-unkno
 step "unit, property, golden, compatibility and end-to-end tests"
 cargo test --workspace --locked
 
+step "browser tests (viewer built with trunk, headless Chromium)"
+scripts/test-browser.sh
+
 step "decoder fuzzing (${GPUCOLLECT_FUZZ_SECS:-30} s)"
 if [ "${GPUCOLLECT_FUZZ_SECS:-30}" != 0 ]; then
   scripts/fuzz.sh "${GPUCOLLECT_FUZZ_SECS:-30}"

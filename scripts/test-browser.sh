@@ -27,6 +27,10 @@ for s in spikes multi-device; do
   "$GC" synth "$s" --events 20000 --seed 5 -o "$TRACES/$s.msgpack"
   "$GC" report "$TRACES/$s.msgpack" --format json > "$TRACES/$s.json"
 done
+# A PyTorch memory snapshot (pickle), and the single-file HTML report of a trace.
+cp analysis-core/tests/assets/torch/two-devices.pickle "$TRACES/snapshot.pickle"
+"$GC" report "$TRACES/snapshot.pickle" --format json > "$TRACES/snapshot.json"
+"$GC" html "$TRACES/spikes.msgpack" --assets "$ROOT/dist" -o "$TRACES/report.html"
 # A trace cut at 60 %: decodes up to the cut, with a warning.
 size=$(stat -c %s "$TRACES/spikes.msgpack")
 head -c $((size * 6 / 10)) "$TRACES/spikes.msgpack" > "$TRACES/truncated.msgpack"
@@ -46,7 +50,17 @@ echo "== installing the test driver"
 echo "== serving dist/ on localhost"
 node tests/browser/server.mjs "$ROOT/dist" 0 "$TRACES" > "$TRACES/server.log" 2>&1 &
 SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+rm -rf "$TRACES/store"
+"$GC" serve --addr 127.0.0.1:0 --assets "$ROOT/dist" --store "$TRACES/store" --demo-events 1000 \
+  > /dev/null 2> "$TRACES/serve.log" &
+SERVE_PID=$!
+trap 'kill "$SERVER_PID" "$SERVE_PID" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  grep -q 'listening on' "$TRACES/serve.log" && break
+  sleep 0.1
+done
+SERVE_URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$TRACES/serve.log" | head -n 1)
+echo "   gpucollect serve: $SERVE_URL"
 for _ in $(seq 50); do
   grep -q '^http' "$TRACES/server.log" && break
   sleep 0.1
@@ -55,4 +69,4 @@ BASE_URL=$(head -n 1 "$TRACES/server.log")
 echo "   $BASE_URL"
 
 echo "== running the browser tests"
-BASE_URL=$BASE_URL TRACES=$TRACES ARTIFACTS=$ARTIFACTS node tests/browser/test.mjs
+SERVE_URL=$SERVE_URL BASE_URL=$BASE_URL TRACES=$TRACES ARTIFACTS=$ARTIFACTS node tests/browser/test.mjs

@@ -266,6 +266,56 @@ test('leaks: live-at-end sites add up and rows expand to a growth chart and stac
   await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-expanded.png'), fullPage: true });
 });
 
+test('a PyTorch memory snapshot dropped on the page opens like a trace', async (ctx) => {
+  const page = await newPage(ctx, BASE);
+  await page.locator(testid('welcome')).waitFor();
+  await dropFile(page, 'snapshot.pickle', traceBytes('snapshot.pickle'));
+  await checkOverview(page, report('snapshot'));
+  await page.screenshot({ path: path.join(ARTIFACTS, 'pytorch-snapshot.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
+test('gpucollect html: the single-file report opens offline with the same numbers', async () => {
+  const offline = await launch();
+  try {
+    // No network at all: every http(s) request fails.
+    await offline.ctx.route(/^https?:/, (route) => route.abort());
+    const page = await newPage(offline.ctx, `file://${path.join(TRACES, 'report.html')}`);
+    await checkOverview(page, report('spikes'));
+    await page.screenshot({ path: path.join(ARTIFACTS, 'single-file-report.png'), fullPage: true });
+  } finally {
+    await offline.close();
+  }
+});
+
+test('Share uploads to gpucollect serve; the link opens the same view in a fresh browser', async (ctx) => {
+  const SERVE = process.env.SERVE_URL;
+  assert.ok(SERVE, 'SERVE_URL is set by scripts/test-browser.sh');
+  const page = await newPage(ctx, SERVE);
+  await page.locator(testid('welcome')).waitFor({ timeout: LOAD_TIMEOUT });
+  await dropFile(page, 'multi-device.msgpack', traceBytes('multi-device.msgpack'));
+  await page.locator(testid('ov-peak')).waitFor({ timeout: LOAD_TIMEOUT });
+  await page.click(testid('tab-sites'));
+  await page.click(testid('share'));
+  await page.waitForFunction(() => {
+    const el = document.querySelector('[data-testid="share-link"]');
+    return el && /^https?:\/\/.*\/t\/[0-9a-f]{32}#/.test(el.value);
+  }, null, { timeout: LOAD_TIMEOUT });
+  const link = await page.locator(testid('share-link')).inputValue();
+  assert.match(link, /view=sites/, link);
+  const fresh = await launch();
+  try {
+    const other = await newPage(fresh.ctx, link);
+    await other.locator(`${testid('tab-sites')}[aria-selected="true"]`).waitFor({ timeout: LOAD_TIMEOUT });
+    await other.screenshot({ path: path.join(ARTIFACTS, 'shared-link-fresh-profile.png'), fullPage: true });
+    await other.click(testid('tab-overview'));
+    await checkOverview(other, report('multi-device'));
+    assert.deepEqual(other.errors, [], 'no errors (CSP included)');
+  } finally {
+    await fresh.close();
+  }
+});
+
 const { ctx, close } = await launch();
 let failed = 0;
 for (const t of tests) {

@@ -78,6 +78,54 @@ pub fn share_url(fragment: &str) -> String {
     )
 }
 
+/// Uploads `body` to the `gpucollect serve` that serves this page; returns the share link
+/// (absolute, with `fragment`). Fails with a readable reason on a static host.
+pub async fn upload_trace(body: &web_sys::Blob, fragment: &str) -> Result<String, String> {
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_body(body);
+    let resp = JsFuture::from(window().fetch_with_str_and_init("api/v1/traces", &init))
+        .await
+        .map_err(|e| format!("the upload failed: {e:?}"))?;
+    let resp: web_sys::Response = resp.unchecked_into();
+    let json = JsFuture::from(resp.json().map_err(|e| format!("{e:?}"))?)
+        .await
+        .map_err(|_| String::from("sharing needs this page to be served by `gpucollect serve`"))?;
+    let field = |k: &str| {
+        js_sys::Reflect::get(&json, &JsValue::from_str(k))
+            .ok()
+            .and_then(|v| v.as_string())
+    };
+    if resp.status() != 201 {
+        return Err(
+            field("error").unwrap_or_else(|| format!("the server answered {}", resp.status()))
+        );
+    }
+    let link = field("link").ok_or("the server's answer has no link")?;
+    Ok(format!(
+        "{}{link}#{fragment}",
+        window().location().origin().unwrap_or_default()
+    ))
+}
+
+/// The trace embedded in the page by `gpucollect html` (base64 in
+/// `<script id="gpucollect-embedded-trace">`), if any.
+pub fn embedded_trace() -> Option<Vec<u8>> {
+    let el = window()
+        .document()?
+        .get_element_by_id("gpucollect-embedded-trace")?;
+    let text = el.text_content()?;
+    let binary = window().atob(text.trim()).ok()?;
+    Some(binary.chars().map(|c| c as u32 as u8).collect())
+}
+
+/// A Blob holding `bytes`.
+pub fn blob_of(bytes: &[u8]) -> Option<web_sys::Blob> {
+    let arr = js_sys::Array::new();
+    arr.push(&js_sys::Uint8Array::from(bytes));
+    web_sys::Blob::new_with_u8_array_sequence(&arr).ok()
+}
+
 /// Copies text to the clipboard (best effort: fails without permission or focus).
 pub async fn copy_text(text: &str) -> Result<(), String> {
     let p = window().navigator().clipboard().write_text(text);

@@ -126,7 +126,9 @@ pub async fn decode(
     current: impl Fn() -> bool,
 ) -> Result<Option<Arc<Analysis>>, String> {
     let started = dom::now_ms();
-    let mut loader = Loader::new();
+    let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
+    // A PyTorch memory snapshot (pickle or JSON) is collected whole, converted, then decoded.
+    let mut snapshot: Option<Vec<u8>> = None;
     let mut progress = Progress {
         source: source.clone(),
         total_bytes,
@@ -136,11 +138,49 @@ pub async fn decode(
     state.set(LoadState::Loading(progress.clone()));
     let mut last_yield = dom::now_ms();
     'read: while let Some(chunk) = src.next().await? {
+        if progress.bytes_read == 0 && analysis_core::torch_snapshot::looks_like_snapshot(&chunk) {
+            snapshot = Some(Vec::new());
+        }
+        if let Some(all) = snapshot.as_mut() {
+            all.extend_from_slice(&chunk);
+            progress.bytes_read += chunk.len() as u64;
+            progress.phase = "reading snapshot";
+            state.set(LoadState::Loading(progress.clone()));
+            dom::yield_now().await;
+            if !current() {
+                return Ok(None);
+            }
+            continue;
+        }
         for piece in chunk.chunks(PIECE_BYTES) {
             let stopped = loader.push(piece).is_err();
             progress.bytes_read += piece.len() as u64;
             if stopped {
                 break 'read;
+            }
+            if dom::now_ms() - last_yield > BUDGET_MS {
+                progress.records = loader.records_decoded();
+                state.set(LoadState::Loading(progress.clone()));
+                dom::yield_now().await;
+                if !current() {
+                    return Ok(None);
+                }
+                last_yield = dom::now_ms();
+            }
+        }
+    }
+    if let Some(all) = snapshot {
+        progress.phase = "converting snapshot";
+        state.set(LoadState::Loading(progress.clone()));
+        dom::yield_now().await;
+        let (trace, _) =
+            analysis_core::torch_snapshot::convert(&all).map_err(|e| format!("{e}: {source}"))?;
+        drop(all);
+        loader = Loader::with_size_hint(trace.len() as u64);
+        let mut last_yield = dom::now_ms();
+        for piece in trace.chunks(PIECE_BYTES) {
+            if loader.push(piece).is_err() {
+                break;
             }
             if dom::now_ms() - last_yield > BUDGET_MS {
                 progress.records = loader.records_decoded();

@@ -30,6 +30,9 @@ pub const MIN_SPAN_NANOS: u64 = 1_000;
 pub struct Ctx {
     pub vs: RwSignal<ViewState>,
     pub analysis: RwSignal<Option<Arc<Analysis>>>,
+    /// The bytes of the open trace when they came from this computer (a file, a demo, an
+    /// embedded trace), for the Share button; `None` for a trace opened from a URL.
+    pub local_trace: StoredValue<Option<web_sys::Blob>, LocalStorage>,
 }
 
 impl Ctx {
@@ -74,7 +77,12 @@ pub fn App() -> impl IntoView {
     let analysis: RwSignal<Option<Arc<Analysis>>> = RwSignal::new(None);
     let load_state = RwSignal::new(LoadState::Idle);
     let generation = StoredValue::new(0u64);
-    let ctx = Ctx { vs, analysis };
+    let local_trace = StoredValue::new_local(None);
+    let ctx = Ctx {
+        vs,
+        analysis,
+        local_trace,
+    };
 
     // The URL fragment follows the view state.
     Effect::new(move |_| {
@@ -96,6 +104,11 @@ pub fn App() -> impl IntoView {
             });
         }
         analysis.set(None);
+        local_trace.set_value(match &src {
+            Source::Blob { blob, .. } => Some(blob.clone()),
+            Source::Bytes(Some(b)) => dom::blob_of(b),
+            _ => None,
+        });
         leptos::task::spawn_local(async move {
             let current = move || generation.get_value() == my;
             match load::decode(src, name, total, load_state, current).await {
@@ -129,8 +142,17 @@ pub fn App() -> impl IntoView {
         );
     };
 
-    // Startup: `?trace=URL` or `?demo=NAME` open with the view state of the fragment.
-    if let Some(url) = dom::query_param("trace") {
+    // Startup: a trace embedded by `gpucollect html`, `?trace=URL` or `?demo=NAME`, opened with
+    // the view state of the fragment.
+    if let Some(bytes) = dom::embedded_trace() {
+        let total = bytes.len() as u64;
+        start(
+            Source::Bytes(Some(bytes)),
+            "embedded trace".into(),
+            Some(total),
+            true,
+        );
+    } else if let Some(url) = dom::query_param("trace") {
         leptos::task::spawn_local(async move {
             match load::open_url(&url).await {
                 Ok((src, total)) => start(src, url, total, true),
@@ -285,7 +307,7 @@ fn Welcome(busy: bool, on_demo: impl Fn(Scenario) + Copy + 'static) -> impl Into
 #[component]
 fn ShareButton(ctx: Ctx) -> impl IntoView {
     let link = RwSignal::new(String::new());
-    let copy = move |_| {
+    let copy = move |_: ()| {
         let url = dom::share_url(&ctx.vs.with_untracked(ViewState::to_fragment));
         link.set(url.clone());
         leptos::task::spawn_local(async move {
@@ -293,8 +315,28 @@ fn ShareButton(ctx: Ctx) -> impl IntoView {
             let _ = dom::copy_text(&url).await;
         });
     };
+    let share = move |_| {
+        let Some(blob) = ctx.local_trace.get_value() else {
+            // Opened from a URL: the page's own link already reopens it.
+            copy(());
+            return;
+        };
+        link.set(String::from("uploading…"));
+        let fragment = ctx.vs.with_untracked(ViewState::to_fragment);
+        leptos::task::spawn_local(async move {
+            match dom::upload_trace(&blob, &fragment).await {
+                Ok(url) => {
+                    link.set(url.clone());
+                    let _ = dom::copy_text(&url).await;
+                }
+                Err(e) => link.set(format!("Not shared: {e}")),
+            }
+        });
+    };
     view! {
-        <button data-testid="copy-link" on:click=copy title="Copy a link to this view">"Copy link"</button>
+        <button data-testid="copy-link" on:click=move |_| copy(()) title="Copy a link to this view">"Copy link"</button>
+        <button data-testid="share" on:click=share
+            title="Upload this trace to the gpucollect server and copy a link to this view">"Share"</button>
         <Show when=move || !link.get().is_empty()>
             <input class="share-link" readonly data-testid="share-link" prop:value=move || link.get()
                 aria-label="Link to this view" />

@@ -34,31 +34,38 @@ def make(entries, seed=1, devices=1, ring=None):
     rnd = random.Random(seed)
     t = 1_700_000_000_000_000
     traces = [[] for _ in range(devices)]
-    segments = {}  # (device, seg_addr) -> {"free": [(addr, size)], "blocks": {addr: (size, frames)}}
+    segments = {}  # (device, seg_addr) -> {"top", "free": {size: [addr]}, "blocks": {addr: (size, frames)}}
     seg_next = [0x7F0000000000 + d * 0x10000000000 for d in range(devices)]
     live = [dict() for _ in range(devices)]  # addr -> (size, frames)
+    order = [[] for _ in range(devices)]  # segment addresses per device, oldest first
     annotations = []
 
     def new_segment(d):
         a = seg_next[d]
         seg_next[d] += SEG
-        segments[(d, a)] = {"free": [(a, SEG)], "blocks": {}}
+        segments[(d, a)] = {"top": a, "free": {}, "blocks": {}}
+        order[d].append(a)
         traces[d].append({"action": "segment_alloc", "addr": a, "size": SEG, "stream": 0,
                           "time_us": t, "frames": []})
         return a
 
     def alloc(d, size, fr):
-        for (dd, sa), seg in segments.items():
-            if dd != d:
+        # Exact-size reuse of a freed block, else carve from a segment's unused tail; only the
+        # newest segments are searched (keeps generation linear in the number of entries).
+        for sa in reversed(order[d][-4:]):
+            seg = segments[(d, sa)]
+            if seg["free"].get(size):
+                fa = seg["free"][size].pop()
+            elif seg["top"] + size <= sa + SEG:
+                fa = seg["top"]
+                seg["top"] += size
+            else:
                 continue
-            for i, (fa, fs) in enumerate(seg["free"]):
-                if fs >= size:
-                    seg["free"][i] = (fa + size, fs - size)
-                    seg["blocks"][fa] = (size, fr)
-                    live[d][fa] = (size, fr, sa)
-                    traces[d].append({"action": "alloc", "addr": fa, "size": size, "stream": 0,
-                                      "time_us": t, "frames": fr})
-                    return fa
+            seg["blocks"][fa] = (size, fr)
+            live[d][fa] = (size, fr, sa)
+            traces[d].append({"action": "alloc", "addr": fa, "size": size, "stream": 0,
+                              "time_us": t, "frames": fr})
+            return fa
         new_segment(d)
         return alloc(d, size, fr)
 
@@ -66,7 +73,7 @@ def make(entries, seed=1, devices=1, ring=None):
         size, fr, sa = live[d].pop(addr)
         seg = segments[(d, sa)]
         del seg["blocks"][addr]
-        seg["free"].append((addr, size))
+        seg["free"].setdefault(size, []).append(addr)
         traces[d].append({"action": "free_requested", "addr": addr, "size": size, "stream": 0,
                           "time_us": t, "frames": fr})
         traces[d].append({"action": "free_completed", "addr": addr, "size": size, "stream": 0,
@@ -98,15 +105,23 @@ def make(entries, seed=1, devices=1, ring=None):
                       "time_us": t + 20, "frames": []})
     if ring:
         # Keep the last `ring` entries per device, like PyTorch's trace_alloc_max_entries.
-        traces = [tr[-ring:] for tr in traces]
+        # The window starts at a free, so the history frees blocks it never saw allocated.
+        def window(tr):
+            start = max(len(tr) - ring, 0)
+            while start < len(tr) and tr[start]["action"] != "free_requested":
+                start += 1
+            return tr[start:]
+        traces = [window(tr) for tr in traces]
     segs = []
     for (d, sa), seg in sorted(segments.items()):
         blocks = [{"address": a, "size": s, "requested_size": s, "state": "active_allocated",
                    "frames": fr} for a, (s, fr) in sorted(seg["blocks"].items())]
-        for fa, fs in sorted(seg["free"]):
-            if fs:
-                blocks.append({"address": fa, "size": fs, "requested_size": 0,
-                               "state": "inactive", "frames": []})
+        holes = [(fa, fs) for fs, addrs in seg["free"].items() for fa in addrs]
+        if seg["top"] < sa + SEG:
+            holes.append((seg["top"], sa + SEG - seg["top"]))
+        for fa, fs in sorted(holes):
+            blocks.append({"address": fa, "size": fs, "requested_size": 0,
+                           "state": "inactive", "frames": []})
         allocated = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
         segs.append({"device": d, "address": sa, "total_size": SEG, "allocated_size": allocated,
                      "active_size": allocated, "requested_size": allocated, "stream": 0,
