@@ -142,7 +142,9 @@ impl Pickle {
         let mut p = Pickle::default();
         let mut c = Cursor { b: input, pos: 0 };
         let mut stack: Vec<Slot> = Vec::new();
-        let mut memo: HashMap<u32, Value> = HashMap::new();
+        // Memo keys are almost always sequential (MEMOIZE): a vector, with a map for the rest.
+        let mut memo: Vec<Value> = Vec::new();
+        let mut sparse_memo: HashMap<u32, Value> = HashMap::new();
         let malformed = |offset, what| PickleError::Malformed { offset, what };
         loop {
             let at = c.pos;
@@ -323,15 +325,21 @@ impl Pickle {
                 }
                 op::MEMOIZE | op::BINPUT | op::LONG_BINPUT => {
                     let key = match code {
-                        op::MEMOIZE => memo.len() as u32,
+                        op::MEMOIZE => (memo.len() + sparse_memo.len()) as u32,
                         op::BINPUT => u32::from(c.u8()?),
                         _ => u32::from_le_bytes(c.le()?),
                     };
-                    match stack.last() {
-                        Some(Slot::Val(v)) => {
-                            memo.insert(key, *v);
-                        }
+                    let v = match stack.last() {
+                        Some(Slot::Val(v)) => *v,
                         _ => return Err(malformed(at, "MEMOIZE without a value")),
+                    };
+                    let k = key as usize;
+                    if k == memo.len() {
+                        memo.push(v);
+                    } else if k < memo.len() {
+                        memo[k] = v;
+                    } else {
+                        sparse_memo.insert(key, v);
                     }
                     continue;
                 }
@@ -342,7 +350,8 @@ impl Pickle {
                         u32::from_le_bytes(c.le()?)
                     };
                     *memo
-                        .get(&key)
+                        .get(key as usize)
+                        .or_else(|| sparse_memo.get(&key))
                         .ok_or(malformed(at, "a memo reference to nothing"))?
                 }
                 other => {

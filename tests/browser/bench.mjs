@@ -14,8 +14,12 @@ const MiB = 1024 * 1024;
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 
-for (const n of SIZES) {
-  const file = path.join(TRACES, `bench-${n}.msgpack`);
+// FILES (space-separated paths, e.g. PyTorch snapshots) replaces the synthetic traces.
+const FILES = (process.env.FILES || '').split(/\s+/).filter(Boolean);
+const inputs = FILES.length ? FILES : SIZES.map((n) => path.join(TRACES, `bench-${n}.msgpack`));
+
+for (const file of inputs) {
+  const n = FILES.length ? path.basename(file) : path.basename(file).replace(/^bench-|\.msgpack$/g, '');
   const bytes = fs.statSync(file).size;
   const { ctx, close } = await launch();
   const page = await ctx.newPage();
@@ -58,7 +62,8 @@ for (const n of SIZES) {
   const wasmBytes = await page.evaluate(() => window.__wasm?.memory?.buffer?.byteLength ?? 0);
   clearInterval(sampler);
   const out = {
-    events: Number(n),
+    input: FILES.length ? n : undefined,
+    events: FILES.length ? undefined : Number(n),
     trace_mib: +(bytes / MiB).toFixed(1),
     first_timeline_ms: Math.round(first.drawn - first.chosen),
     first_draw_ms: +first.drawMs.toFixed(1),

@@ -57,6 +57,9 @@ async function checkOverview(page, r) {
     assert.equal(await value(page, id), String(want), `${id} data-value`);
     assert.equal(await text(page, id), fmt(want), `${id} text`);
   }
+  assert.equal(await value(page, 'ov-score'), String(r.score), 'score');
+  const findings = await page.locator(testid('finding')).evaluateAll((els) => els.map((e) => [e.dataset.severity, e.dataset.kind, e.dataset.value]));
+  assert.deepEqual(findings, r.findings.map((f) => [f.severity, f.kind, String(f.bytes)]), 'findings as in the report');
   const devPeaks = await page.locator(testid('device-peak')).evaluateAll((els) => els.map((e) => e.dataset.value));
   assert.deepEqual(devPeaks, r.devices.map((d) => String(d.peak_bytes)), 'per-device peaks');
 }

@@ -165,9 +165,29 @@ pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         .collect_view();
     let failed = r.failed_allocations.len();
     let warnings = r.warnings.clone();
+    let score = r.score;
+    let grade = r.grade.clone();
+    let findings = r
+        .findings
+        .iter()
+        .map(|f| {
+            let sev = f.severity.name();
+            view! {
+                <tr data-testid="finding" data-severity=sev data-kind=f.kind.name() data-value=f.bytes.to_string()>
+                    <td><span class=format!("sev sev-{sev}")>{sev}</span></td>
+                    <td>{f.kind.name().replace('_', " ")}</td>
+                    <td class="site">{f.site.clone()}</td>
+                    <td class="num">{fmt_bytes(f.bytes)}</td>
+                    <td>{f.message.clone()}<div class="muted">{f.fix.clone()}</div></td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let has_findings = !r.findings.is_empty();
     view! {
         <section class="overview" data-testid="overview">
             <div class="cards">
+                <div class="card"><h3>"Score"</h3><span class="num" data-testid="ov-score" data-value=score.to_string()>{format!("{score} ({grade})")}</span></div>
                 <div class="card"><h3>"Duration"</h3><Duration nanos=r.duration_nanos testid="ov-duration" /></div>
                 <div class="card"><h3>"Peak"</h3><Bytes bytes=r.peak_bytes testid="ov-peak" />
                     <div class="muted">"at " <a href="#" data-testid="ov-peak-link" on:click=move |e| { e.prevent_default(); go_peak(e) }>
@@ -180,6 +200,14 @@ pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     <a href="#" on:click=move |e| { e.prevent_default(); vs.update(|v| v.view = View::Fragmentation) }>
                         <span class="num" data-testid="ov-failed" data-value=failed.to_string()>{failed}</span></a></div>
             </div>
+            {has_findings.then(|| view! {
+                <table class="findings" data-testid="ov-findings">
+                    <caption>"Findings, most severe first, with the fix for each"</caption>
+                    <thead><tr><th scope="col">"Severity"</th><th scope="col">"Kind"</th><th scope="col">"Call site or scope"</th>
+                        <th scope="col" class="num">"Bytes"</th><th scope="col">"What and how to fix it"</th></tr></thead>
+                    <tbody>{findings}</tbody>
+                </table>
+            })}
             <h3>"Devices"</h3><ul data-testid="ov-devices">{devices}</ul>
             <h3>"Processes"</h3><ul data-testid="ov-processes">{processes}</ul>
             <h3>"Live at the peak, by call site"</h3><ul data-testid="ov-peak-sites">{peak_sites}</ul>
