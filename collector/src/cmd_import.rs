@@ -2,7 +2,6 @@
 //! (`torch.cuda.memory._dump_snapshot` pickle, or the same data as JSON) into a trace.
 //! `report`, `check` and `diff` also accept snapshots directly.
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -27,20 +26,7 @@ pub fn run(a: ImportArgs) -> Result<u8> {
         );
     }
     let (trace, summary) = crate::input::convert_snapshot(&bytes, &a.snapshot)?;
-    match &a.output {
-        Some(path) => std::fs::write(path, &trace)
-            .with_context(|| format!("cannot write the trace to {}", path.display()))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            if out.is_terminal() {
-                bail!(
-                    "refusing to write a binary trace to the terminal: redirect it (`> run.msgpack`) or use -o FILE"
-                );
-            }
-            out.write_all(&trace)
-                .context("cannot write the trace to stdout")?;
-        }
-    }
+    crate::output::write_trace(a.output.as_deref(), &trace)?;
     eprintln!(
         "imported {} trace entries on {} device(s): {} allocations, {} blocks from before the \
          history, {} frees of never-seen blocks, {} failed allocations, {} annotated ranges",

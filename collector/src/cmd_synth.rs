@@ -1,10 +1,9 @@
 //! `gpucollect synth SCENARIO`: writes a synthetic trace with known ground truth.
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use analysis_core::synth::{Scenario, generate};
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 
 #[derive(Debug, Args)]
@@ -45,20 +44,7 @@ pub fn run(a: SynthArgs) -> Result<u8> {
         );
     };
     let (bytes, truth) = generate(scenario, a.events, a.seed);
-    match &a.output {
-        Some(path) => std::fs::write(path, &bytes)
-            .with_context(|| format!("cannot write the trace to {}", path.display()))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            if out.is_terminal() {
-                bail!(
-                    "refusing to write a binary trace to the terminal: redirect it (`> run.msgpack`) or use -o FILE"
-                );
-            }
-            out.write_all(&bytes)
-                .context("cannot write the trace to stdout")?;
-        }
-    }
+    crate::output::write_trace(a.output.as_deref(), &bytes)?;
     if a.truth {
         eprintln!("{}", serde_json::to_string_pretty(&truth)?);
     }

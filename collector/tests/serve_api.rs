@@ -2,10 +2,12 @@
 //! links, limits, tokens, traversal attempts, non-traces, truncated bodies, security headers,
 //! retention, and durability across kill -9.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 struct Server {
@@ -16,39 +18,10 @@ struct Server {
 
 impl Server {
     fn start(store: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
-            .args([
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-                "--demo-events",
-                "500",
-                "--store",
-            ])
-            .arg(store)
-            .args(extra)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("server starts");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("server printed its address")
-                .expect("readable stderr");
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .expect("url")
-                    .trim_end_matches('/')
-                    .to_owned();
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let store_arg = store.display().to_string();
+        let mut args = vec!["--demo-events", "500", "--store", &store_arg];
+        args.extend_from_slice(extra);
+        let (child, base) = common::spawn_serve(&args, &[]);
         Self {
             child,
             base,

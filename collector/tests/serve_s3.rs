@@ -2,7 +2,9 @@
 //! `pip install 'moto[server]'`, installed by `.ci/run`). Two server replicas share the store.
 //! Set GPUCOLLECT_SKIP_S3=1 to skip on a machine without moto; CI never sets it.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,32 +40,21 @@ fn body(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Vec<u
 }
 
 fn start_server(endpoint: &str) -> (Killed, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--demo-events", "300"])
-        .args(["--store", "s3://gpucollect-test/shared/traces"])
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_ALLOW_HTTP", "true")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("server starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let base = loop {
-        let line = lines.next().expect("address line").expect("stderr");
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .expect("url")
-                .trim_end_matches('/')
-                .to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (child, base) = common::spawn_serve(
+        &[
+            "--demo-events",
+            "300",
+            "--store",
+            "s3://gpucollect-test/shared/traces",
+        ],
+        &[
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", endpoint),
+            ("AWS_ALLOW_HTTP", "true"),
+        ],
+    );
     (Killed(child), base)
 }
 

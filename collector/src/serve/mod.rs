@@ -322,13 +322,13 @@ async fn link(
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match state.cfg.store.get(&id).await {
-        Ok(Some(_)) => (
+    match state.cfg.store.exists(&id).await {
+        Ok(true) => (
             StatusCode::SEE_OTHER,
             [(header::LOCATION, viewer_url(&id, q, embed))],
         )
             .into_response(),
-        Ok(None) => error(
+        Ok(false) => error(
             StatusCode::NOT_FOUND,
             format!("no trace {id} on this server"),
         ),

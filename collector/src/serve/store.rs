@@ -291,6 +291,23 @@ impl Store {
         }
     }
 
+    /// Whether a trace is stored, without reading it (a HEAD on object stores).
+    pub async fn exists(&self, id: &TraceId) -> anyhow::Result<bool> {
+        match self {
+            Self::Local { root } => Ok(tokio::fs::try_exists(
+                root.join("traces").join(format!("{id}.msgpack")),
+            )
+            .await?),
+            Self::Object { store, prefix, .. } => {
+                match store.head(&Self::object_path(prefix, id)).await {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+
     /// Every stored trace (for retention only; never exposed over HTTP).
     pub async fn list(&self) -> anyhow::Result<Vec<StoredTrace>> {
         let mut out = Vec::new();
