@@ -12,6 +12,12 @@ cp analysis-core/tests/assets/v1.0/every-record-kind.msgpack "$corpus/golden-v1.
 for s in training-leak multi-device context-reset oom; do
   cargo run --quiet -p gpucollect -- synth "$s" --events 300 -o "$corpus/synth-$s"
 done
+snapshots=fuzz/corpus/snapshot
+mkdir -p "$snapshots"
+cp analysis-core/tests/assets/torch/ring-buffer.pickle analysis-core/tests/assets/torch/real-torch.pickle "$snapshots/"
 cd fuzz
+# Two thirds of the time for the trace decoder, the rest for the snapshot importer.
 RUSTC_BOOTSTRAP=1 cargo fuzz run decode --sanitizer none -- \
-  -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048
+  -max_total_time="$((secs * 2 / 3))" -max_len=65536 -rss_limit_mb=2048
+RUSTC_BOOTSTRAP=1 cargo fuzz run snapshot --sanitizer none -- \
+  -max_total_time="$((secs - secs * 2 / 3))" -max_len=400000 -rss_limit_mb=2048

@@ -8,7 +8,14 @@ if (!file) {
   console.error('usage: node scripts/wasi-run.mjs FILE.wasm [ARGS...]');
   exit(2);
 }
-const wasi = new WASI({ version: 'preview1', args: [file, ...args], env: {}, returnOnExit: true });
+// Files under /tmp and the current directory are readable (for benchmarks that take a file).
+const wasi = new WASI({
+  version: 'preview1',
+  args: [file, ...args],
+  env: {},
+  preopens: { '/tmp': '/tmp', '.': process.cwd() },
+  returnOnExit: true,
+});
 const module = await WebAssembly.compile(await readFile(file));
 const instance = await WebAssembly.instantiate(module, wasi.getImportObject());
 exit(wasi.start(instance));

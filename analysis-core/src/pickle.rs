@@ -7,11 +7,11 @@
 //! an index (so shared or even cyclic structures cost nothing extra), and no length prefix is
 //! trusted beyond the bytes present.
 
-use alloc::string::String;
+use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-/// A value: scalars inline, containers as indexes into the arena of a [`Pickle`].
+/// A value: scalars inline, strings and containers as indexes into the arena of a [`Pickle`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
     None,
@@ -27,14 +27,123 @@ pub enum Value {
     Dict(u32),
 }
 
-/// A decoded pickle: the root value and the arena it points into.
+/// Where a container's items are: a range of the shared flat arena while the container grows
+/// at its end (the usual case: one `SETITEMS`/`APPENDS` right after the values), or a vector of
+/// its own once it grows after something else was added (long lists pickled in batches).
+#[derive(Clone, Copy, Debug)]
+enum Items {
+    Flat {
+        start: u32,
+        len: u32,
+    },
+    Own(u32),
+    /// A dict a [`Pickle::parse_with`] callback took: it keeps only this tag (and items set later).
+    Taken(u32),
+}
+
+/// Containers of one kind (sequences or dicts) in one flat arena.
+#[derive(Debug)]
+struct Arena<T> {
+    heads: Vec<Items>,
+    flat: Vec<T>,
+    own: Vec<Vec<T>>,
+}
+
+impl<T> Default for Arena<T> {
+    fn default() -> Self {
+        Self {
+            heads: Vec::new(),
+            flat: Vec::new(),
+            own: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy> Arena<T> {
+    fn new_container(&mut self, items: impl Iterator<Item = T>) -> u32 {
+        let start = self.flat.len() as u32;
+        self.flat.extend(items);
+        let len = self.flat.len() as u32 - start;
+        self.heads.push(Items::Flat { start, len });
+        (self.heads.len() - 1) as u32
+    }
+
+    fn extend(&mut self, i: u32, items: impl Iterator<Item = T>) {
+        let Some(head) = self.heads.get_mut(i as usize) else {
+            return;
+        };
+        match *head {
+            Items::Flat { start, len } if len == 0 || (start + len) as usize == self.flat.len() => {
+                let start = if len == 0 {
+                    self.flat.len() as u32
+                } else {
+                    start
+                };
+                self.flat.extend(items);
+                *head = Items::Flat {
+                    start,
+                    len: self.flat.len() as u32 - start,
+                };
+            }
+            Items::Flat { start, len } => {
+                let mut own = self.flat[start as usize..(start + len) as usize].to_vec();
+                own.extend(items);
+                self.own.push(own);
+                *head = Items::Own((self.own.len() - 1) as u32);
+            }
+            Items::Own(k) => self.own[k as usize].extend(items),
+            Items::Taken(_) => {
+                let start = self.flat.len() as u32;
+                self.flat.extend(items);
+                *head = Items::Flat {
+                    start,
+                    len: self.flat.len() as u32 - start,
+                };
+            }
+        }
+    }
+
+    fn new_taken(&mut self, tag: u32) -> u32 {
+        self.heads.push(Items::Taken(tag));
+        (self.heads.len() - 1) as u32
+    }
+
+    fn set_taken(&mut self, i: u32, tag: u32) {
+        if let Some(head) = self.heads.get_mut(i as usize) {
+            *head = Items::Taken(tag);
+        }
+    }
+
+    fn is_empty(&self, i: u32) -> bool {
+        matches!(self.heads.get(i as usize), Some(Items::Flat { len: 0, .. }))
+    }
+
+    fn taken(&self, i: u32) -> Option<u32> {
+        match self.heads.get(i as usize) {
+            Some(&Items::Taken(tag)) => Some(tag),
+            _ => None,
+        }
+    }
+
+    fn get(&self, i: u32) -> &[T] {
+        match self.heads.get(i as usize) {
+            Some(&Items::Flat { start, len }) => &self.flat[start as usize..(start + len) as usize],
+            Some(&Items::Own(k)) => &self.own[k as usize],
+            Some(Items::Taken(_)) | None => &[],
+        }
+    }
+}
+
+/// A decoded pickle: the root value and the arena it points into. Strings and bytes are spans
+/// of the input (or, for JSON, of one owned buffer), so reading one allocates nothing.
 #[derive(Debug, Default)]
-pub struct Pickle {
+pub struct Pickle<'a> {
     pub root: Option<Value>,
-    strings: Vec<String>,
-    bytes: Vec<Vec<u8>>,
-    seqs: Vec<Vec<Value>>,
-    dicts: Vec<Vec<(Value, Value)>>,
+    text: Cow<'a, [u8]>,
+    /// (start, length) in `text` of each string and byte string.
+    spans: Vec<(u32, u32)>,
+    seqs: Arena<Value>,
+    dicts: Arena<(Value, Value)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -50,6 +159,8 @@ pub enum PickleError {
     Malformed { offset: usize, what: &'static str },
     #[error("this is not a pickle (it does not start with the PROTO opcode 0x80)")]
     NotAPickle,
+    #[error("the pickle is larger than 4 GiB, more than gpucollect reads at once")]
+    TooLarge,
 }
 
 /// Opcodes (see CPython's Lib/pickletools.py for the reference descriptions).
@@ -96,82 +207,55 @@ mod op {
     pub const DUP: u8 = b'2';
 }
 
-/// Stack entries: a value or a MARK.
-#[derive(Clone, Copy)]
-enum Slot {
-    Mark,
-    Val(Value),
+/// The pickle machine's state between batches of opcodes.
+struct Vm<'a> {
+    p: Pickle<'a>,
+    c: Cursor<'a>,
+    /// The value stack, and where each MARK sits in it (as CPython keeps them).
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    /// Memo keys are almost always sequential (MEMOIZE): a vector, with a map for the rest.
+    memo: Vec<Value>,
+    sparse_memo: HashMap<u32, Value>,
 }
 
-struct Cursor<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or(PickleError::Truncated { offset: self.pos })?;
-        let s = &self.b[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, PickleError> {
-        Ok(self.take(1)?[0])
-    }
-    fn le<const N: usize>(&mut self) -> Result<[u8; N], PickleError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-    fn len_u64(&mut self) -> Result<usize, PickleError> {
-        usize::try_from(u64::from_le_bytes(self.le()?))
-            .map_err(|_| PickleError::Truncated { offset: self.pos })
-    }
-}
-
-impl Pickle {
-    /// Parses a whole pickle.
-    pub fn parse(input: &[u8]) -> Result<Self, PickleError> {
-        if input.first() != Some(&op::PROTO) {
-            return Err(PickleError::NotAPickle);
-        }
-        let mut p = Pickle::default();
-        let mut c = Cursor { b: input, pos: 0 };
-        let mut stack: Vec<Slot> = Vec::new();
-        // Memo keys are almost always sequential (MEMOIZE): a vector, with a map for the rest.
-        let mut memo: Vec<Value> = Vec::new();
-        let mut sparse_memo: HashMap<u32, Value> = HashMap::new();
+impl<'a> Vm<'a> {
+    /// Runs up to `budget` opcodes; the root value once STOP is reached. The work is cut into
+    /// calls like this so a WebAssembly engine that compiles hot functions in the background
+    /// (V8's dynamic tiering) switches to the optimized code after the first few batches,
+    /// instead of running one long call in its baseline code.
+    #[inline(never)]
+    fn run(
+        &mut self,
+        take: &mut impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
+        budget: usize,
+    ) -> Result<Option<Value>, PickleError> {
+        let Vm {
+            p,
+            c,
+            stack,
+            marks,
+            memo,
+            sparse_memo,
+        } = self;
         let malformed = |offset, what| PickleError::Malformed { offset, what };
-        loop {
+        for _ in 0..budget {
             let at = c.pos;
             let code = c.u8()?;
-            let pop = |stack: &mut Vec<Slot>| match stack.pop() {
-                Some(Slot::Val(v)) => Ok(v),
-                _ => Err(malformed(
-                    at,
-                    "an opcode needs a value the stack does not have",
-                )),
+            let floor = marks.last().copied().unwrap_or(0);
+            let pop = |stack: &mut Vec<Value>| {
+                if stack.len() > floor {
+                    stack.pop().ok_or(malformed(at, ""))
+                } else {
+                    Err(malformed(
+                        at,
+                        "an opcode needs a value the stack does not have",
+                    ))
+                }
             };
-            // Values since the topmost MARK (removing the mark).
-            let pop_mark = |stack: &mut Vec<Slot>| -> Result<Vec<Value>, PickleError> {
-                let m = stack
-                    .iter()
-                    .rposition(|s| matches!(s, Slot::Mark))
-                    .ok_or(malformed(at, "no MARK on the stack"))?;
-                let items = stack[m + 1..]
-                    .iter()
-                    .filter_map(|s| match s {
-                        Slot::Val(v) => Some(*v),
-                        Slot::Mark => None,
-                    })
-                    .collect();
-                stack.truncate(m);
-                Ok(items)
-            };
+            // Where the values since the topmost MARK start (removing the mark).
+            let pop_mark =
+                |marks: &mut Vec<usize>| marks.pop().ok_or(malformed(at, "no MARK on the stack"));
             let v = match code {
                 op::PROTO => {
                     let proto = c.u8()?;
@@ -184,26 +268,29 @@ impl Pickle {
                     c.take(8)?;
                     continue;
                 }
-                op::STOP => {
-                    p.root = Some(pop(&mut stack)?);
-                    return Ok(p);
-                }
+                op::STOP => return Ok(Some(pop(stack)?)),
                 op::MARK => {
-                    stack.push(Slot::Mark);
+                    marks.push(stack.len());
                     continue;
                 }
                 op::POP => {
-                    stack.pop().ok_or(malformed(at, "POP on an empty stack"))?;
+                    if stack.len() > floor {
+                        stack.pop();
+                    } else {
+                        // The top of the stack is a MARK.
+                        marks.pop().ok_or(malformed(at, "POP on an empty stack"))?;
+                    }
                     continue;
                 }
                 op::POP_MARK => {
-                    pop_mark(&mut stack)?;
+                    let m = pop_mark(marks)?;
+                    stack.truncate(m);
                     continue;
                 }
                 op::DUP => {
-                    let top = *stack.last().ok_or(malformed(at, "DUP on an empty stack"))?;
+                    let top = pop(stack)?;
                     stack.push(top);
-                    continue;
+                    top
                 }
                 op::NONE => Value::None,
                 op::NEWTRUE => Value::Bool(true),
@@ -237,10 +324,12 @@ impl Pickle {
                         op::BINUNICODE => u32::from_le_bytes(c.le()?) as usize,
                         _ => c.len_u64()?,
                     };
-                    let s = core::str::from_utf8(c.take(n)?)
-                        .map_err(|_| malformed(at, "a string that is not UTF-8"))?;
-                    p.strings.push(String::from(s));
-                    Value::Str((p.strings.len() - 1) as u32)
+                    let start = c.pos;
+                    if core::str::from_utf8(c.take(n)?).is_err() {
+                        return Err(malformed(at, "a string that is not UTF-8"));
+                    }
+                    p.spans.push((start as u32, n as u32));
+                    Value::Str((p.spans.len() - 1) as u32)
                 }
                 op::BINBYTES | op::SHORT_BINBYTES | op::BINBYTES8 => {
                     let n = match code {
@@ -248,25 +337,18 @@ impl Pickle {
                         op::BINBYTES => u32::from_le_bytes(c.le()?) as usize,
                         _ => c.len_u64()?,
                     };
-                    p.bytes.push(c.take(n)?.to_vec());
-                    Value::Bytes((p.bytes.len() - 1) as u32)
+                    let start = c.pos;
+                    c.take(n)?;
+                    p.spans.push((start as u32, n as u32));
+                    Value::Bytes((p.spans.len() - 1) as u32)
                 }
-                op::EMPTY_LIST => {
-                    p.seqs.push(Vec::new());
-                    Value::List((p.seqs.len() - 1) as u32)
-                }
-                op::EMPTY_TUPLE => {
-                    p.seqs.push(Vec::new());
-                    Value::Tuple((p.seqs.len() - 1) as u32)
-                }
-                op::EMPTY_DICT => {
-                    p.dicts.push(Vec::new());
-                    Value::Dict((p.dicts.len() - 1) as u32)
-                }
+                op::EMPTY_LIST => Value::List(p.seqs.new_container(core::iter::empty())),
+                op::EMPTY_TUPLE => Value::Tuple(p.seqs.new_container(core::iter::empty())),
+                op::EMPTY_DICT => Value::Dict(p.dicts.new_container(core::iter::empty())),
                 op::LIST | op::TUPLE => {
-                    let items = pop_mark(&mut stack)?;
-                    p.seqs.push(items);
-                    let i = (p.seqs.len() - 1) as u32;
+                    let m = pop_mark(marks)?;
+                    let i = p.seqs.new_container(stack[m..].iter().copied());
+                    stack.truncate(m);
                     if code == op::LIST {
                         Value::List(i)
                     } else {
@@ -275,52 +357,83 @@ impl Pickle {
                 }
                 op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
                     let n = usize::from(code - op::TUPLE1 + 1);
-                    let mut items = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        items.push(pop(&mut stack)?);
+                    if stack.len() < floor + n {
+                        return Err(malformed(
+                            at,
+                            "an opcode needs a value the stack does not have",
+                        ));
                     }
-                    items.reverse();
-                    p.seqs.push(items);
-                    Value::Tuple((p.seqs.len() - 1) as u32)
+                    let m = stack.len() - n;
+                    let i = p.seqs.new_container(stack[m..].iter().copied());
+                    stack.truncate(m);
+                    Value::Tuple(i)
                 }
                 op::DICT => {
-                    let items = pop_mark(&mut stack)?;
-                    if items.len() % 2 != 0 {
+                    let m = pop_mark(marks)?;
+                    let items = &stack[m..];
+                    if !items.len().is_multiple_of(2) {
                         return Err(malformed(at, "DICT with an odd number of items"));
                     }
-                    p.dicts
-                        .push(items.chunks(2).map(|kv| (kv[0], kv[1])).collect());
-                    Value::Dict((p.dicts.len() - 1) as u32)
+                    let i = match take(p, items) {
+                        Some(tag) => p.dicts.new_taken(tag),
+                        None => p
+                            .dicts
+                            .new_container(items.chunks_exact(2).map(|kv| (kv[0], kv[1]))),
+                    };
+                    stack.truncate(m);
+                    Value::Dict(i)
                 }
                 op::APPEND | op::APPENDS => {
-                    let items = if code == op::APPEND {
-                        alloc::vec![pop(&mut stack)?]
+                    let m = if code == op::APPEND {
+                        if stack.len() <= floor {
+                            return Err(malformed(
+                                at,
+                                "an opcode needs a value the stack does not have",
+                            ));
+                        }
+                        stack.len() - 1
                     } else {
-                        pop_mark(&mut stack)?
+                        pop_mark(marks)?
                     };
-                    match stack.last() {
-                        Some(Slot::Val(Value::List(i))) => p.seqs[*i as usize].extend(items),
+                    match m.checked_sub(1).and_then(|t| stack.get(t)) {
+                        Some(&Value::List(i)) => p.seqs.extend(i, stack[m..].iter().copied()),
                         _ => return Err(malformed(at, "APPEND to something that is not a list")),
                     }
+                    stack.truncate(m);
                     continue;
                 }
                 op::SETITEM | op::SETITEMS => {
-                    let items = if code == op::SETITEM {
-                        let v = pop(&mut stack)?;
-                        let k = pop(&mut stack)?;
-                        alloc::vec![k, v]
+                    let m = if code == op::SETITEM {
+                        if stack.len() < floor + 2 {
+                            return Err(malformed(
+                                at,
+                                "an opcode needs a value the stack does not have",
+                            ));
+                        }
+                        stack.len() - 2
                     } else {
-                        pop_mark(&mut stack)?
+                        pop_mark(marks)?
                     };
-                    if items.len() % 2 != 0 {
+                    if !(stack.len() - m).is_multiple_of(2) {
                         return Err(malformed(at, "SETITEMS with an odd number of items"));
                     }
-                    match stack.last() {
-                        Some(Slot::Val(Value::Dict(i))) => {
-                            p.dicts[*i as usize].extend(items.chunks(2).map(|kv| (kv[0], kv[1])))
+                    match m.checked_sub(1).and_then(|t| stack.get(t)) {
+                        Some(&Value::Dict(i)) => {
+                            let tag = if p.dicts.is_empty(i) {
+                                take(p, &stack[m..])
+                            } else {
+                                None
+                            };
+                            match tag {
+                                Some(tag) => p.dicts.set_taken(i, tag),
+                                None => p
+                                    .dicts
+                                    .extend(i, stack[m..].chunks_exact(2).map(|kv| (kv[0], kv[1]))),
+                            }
                         }
                         _ => return Err(malformed(at, "SETITEM on something that is not a dict")),
                     }
+                    stack.truncate(m);
                     continue;
                 }
                 op::MEMOIZE | op::BINPUT | op::LONG_BINPUT => {
@@ -330,7 +443,7 @@ impl Pickle {
                         _ => u32::from_le_bytes(c.le()?),
                     };
                     let v = match stack.last() {
-                        Some(Slot::Val(v)) => *v,
+                        Some(v) if stack.len() > floor => *v,
                         _ => return Err(malformed(at, "MEMOIZE without a value")),
                     };
                     let k = key as usize;
@@ -361,20 +474,104 @@ impl Pickle {
                     });
                 }
             };
-            stack.push(Slot::Val(v));
+            stack.push(v);
         }
+        Ok(None)
+    }
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or(PickleError::Truncated { offset: self.pos })?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, PickleError> {
+        Ok(self.take(1)?[0])
+    }
+    fn le<const N: usize>(&mut self) -> Result<[u8; N], PickleError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn len_u64(&mut self) -> Result<usize, PickleError> {
+        usize::try_from(u64::from_le_bytes(self.le()?))
+            .map_err(|_| PickleError::Truncated { offset: self.pos })
+    }
+}
+
+impl<'a> Pickle<'a> {
+    /// Parses a whole pickle.
+    pub fn parse(input: &'a [u8]) -> Result<Self, PickleError> {
+        Self::parse_with(input, |_, _| None)
+    }
+
+    /// Parses a whole pickle, offering each dict to `take` when its first items are set (as
+    /// keys and values alternating). A dict `take` answers `Some(tag)` for is not stored: it
+    /// keeps only the tag, which [`Pickle::taken`] returns. This lets a reader turn millions of
+    /// small records into its own compact form while they are parsed, instead of keeping them
+    /// all as generic dicts.
+    pub fn parse_with(
+        input: &'a [u8],
+        mut take: impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
+    ) -> Result<Self, PickleError> {
+        if input.first() != Some(&op::PROTO) {
+            return Err(PickleError::NotAPickle);
+        }
+        if u32::try_from(input.len()).is_err() {
+            return Err(PickleError::TooLarge);
+        }
+        let mut vm = Vm {
+            p: Pickle {
+                text: Cow::Borrowed(input),
+                ..Pickle::default()
+            },
+            c: Cursor { b: input, pos: 0 },
+            stack: Vec::new(),
+            marks: Vec::new(),
+            // PyTorch snapshots memoize about one value per 50 bytes: reserving that up front
+            // saves copying the memo as it grows (costly in WebAssembly, where realloc copies).
+            memo: Vec::with_capacity(input.len() / 64),
+            sparse_memo: HashMap::new(),
+        };
+        loop {
+            if let Some(root) = vm.run(&mut take, 1 << 14)? {
+                vm.p.root = Some(root);
+                return Ok(vm.p);
+            }
+        }
+    }
+
+    fn span(&self, i: u32) -> &[u8] {
+        self.spans
+            .get(i as usize)
+            .and_then(|&(start, len)| {
+                self.text
+                    .get(start as usize..(start as usize + len as usize))
+            })
+            .unwrap_or(&[])
     }
 
     pub fn str(&self, v: Value) -> Option<&str> {
         match v {
-            Value::Str(i) => self.strings.get(i as usize).map(String::as_str),
+            Value::Str(i) => core::str::from_utf8(self.span(i)).ok(),
             _ => None,
         }
     }
 
     pub fn bytes(&self, v: Value) -> Option<&[u8]> {
         match v {
-            Value::Bytes(i) => self.bytes.get(i as usize).map(Vec::as_slice),
+            Value::Bytes(i) => Some(self.span(i)),
             _ => None,
         }
     }
@@ -382,17 +579,23 @@ impl Pickle {
     /// Items of a list or tuple (empty for anything else).
     pub fn items(&self, v: Value) -> &[Value] {
         match v {
-            Value::List(i) | Value::Tuple(i) => {
-                self.seqs.get(i as usize).map_or(&[], Vec::as_slice)
-            }
+            Value::List(i) | Value::Tuple(i) => self.seqs.get(i),
             _ => &[],
         }
     }
 
-    /// Entries of a dict (empty for anything else).
+    /// The tag of a dict the [`Pickle::parse_with`] callback took.
+    pub fn taken(&self, v: Value) -> Option<u32> {
+        match v {
+            Value::Dict(i) => self.dicts.taken(i),
+            _ => None,
+        }
+    }
+
+    /// Entries of a dict (empty for anything else, and for a dict the callback took).
     pub fn entries(&self, v: Value) -> &[(Value, Value)] {
         match v {
-            Value::Dict(i) => self.dicts.get(i as usize).map_or(&[], Vec::as_slice),
+            Value::Dict(i) => self.dicts.get(i),
             _ => &[],
         }
     }
@@ -402,7 +605,7 @@ impl Pickle {
         self.entries(dict)
             .iter()
             .rev()
-            .find(|(k, _)| self.str(*k) == Some(key))
+            .find(|(k, _)| matches!(*k, Value::Str(i) if self.span(i) == key.as_bytes()))
             .map(|(_, v)| *v)
     }
 
@@ -424,14 +627,28 @@ impl Pickle {
     }
 
     /// Builds an arena from JSON (the same data PyTorch's viewer accepts as JSON).
-    pub fn from_json(v: &serde_json::Value) -> Self {
+    pub fn from_json(v: &serde_json::Value) -> Pickle<'static> {
+        let mut text = Vec::new();
         let mut p = Pickle::default();
-        let root = p.add_json(v, 0);
+        let root = p.add_json(v, 0, &mut text);
         p.root = Some(root);
+        p.text = Cow::Owned(text);
         p
     }
 
-    fn add_json(&mut self, v: &serde_json::Value, depth: usize) -> Value {
+    fn add_text(&mut self, s: &str, text: &mut Vec<u8>) -> Value {
+        let (Ok(start), Ok(len)) = (u32::try_from(text.len()), u32::try_from(s.len())) else {
+            return Value::None;
+        };
+        if start.checked_add(len).is_none() {
+            return Value::None;
+        }
+        text.extend_from_slice(s.as_bytes());
+        self.spans.push((start, len));
+        Value::Str((self.spans.len() - 1) as u32)
+    }
+
+    fn add_json(&mut self, v: &serde_json::Value, depth: usize, text: &mut Vec<u8>) -> Value {
         use serde_json::Value as J;
         if depth > 256 {
             return Value::None;
@@ -446,24 +663,21 @@ impl Pickle {
                     None => Value::Float(n.as_f64().unwrap_or(0.0)),
                 },
             },
-            J::String(s) => {
-                self.strings.push(s.clone());
-                Value::Str((self.strings.len() - 1) as u32)
-            }
+            J::String(s) => self.add_text(s, text),
             J::Array(a) => {
-                let items: Vec<Value> = a.iter().map(|x| self.add_json(x, depth + 1)).collect();
-                self.seqs.push(items);
-                Value::List((self.seqs.len() - 1) as u32)
+                let items: Vec<Value> = a
+                    .iter()
+                    .map(|x| self.add_json(x, depth + 1, text))
+                    .collect();
+                Value::List(self.seqs.new_container(items.into_iter()))
             }
             J::Object(o) => {
                 let mut entries = Vec::with_capacity(o.len());
                 for (k, x) in o {
-                    self.strings.push(k.clone());
-                    let key = Value::Str((self.strings.len() - 1) as u32);
-                    entries.push((key, self.add_json(x, depth + 1)));
+                    let key = self.add_text(k, text);
+                    entries.push((key, self.add_json(x, depth + 1, text)));
                 }
-                self.dicts.push(entries);
-                Value::Dict((self.dicts.len() - 1) as u32)
+                Value::Dict(self.dicts.new_container(entries.into_iter()))
             }
         }
     }
@@ -515,5 +729,52 @@ mod tests {
             Pickle::parse(huge),
             Err(PickleError::Truncated { .. })
         ));
+    }
+
+    /// `[1, [2], 3]` built the way CPython batches long lists: two APPENDS with another list
+    /// created between them, so the outer list must leave the flat arena and keep its order.
+    #[test]
+    fn lists_grown_in_batches_keep_their_order() {
+        let mut b: Vec<u8> = alloc::vec![0x80, 4];
+        b.extend_from_slice(b"]\x94(K\x01e"); // [] memo, MARK 1 APPENDS
+        b.extend_from_slice(b"(]\x94K\x02aK\x03e."); // MARK [] 2 APPEND, 3 APPENDS, STOP
+        let p = Pickle::parse(&b).expect("parses");
+        let root = p.root.expect("root");
+        let items = p.items(root);
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[0], Value::Int(1));
+        assert_eq!(p.items(items[1]), &[Value::Int(2)]);
+        assert_eq!(items[2], Value::Int(3));
+    }
+
+    #[test]
+    fn a_reader_can_take_dicts_while_parsing() {
+        // [{'a': 1}, {'b': 2}]: the callback takes dicts with an `a` key.
+        let b = b"\x80\x04](}\x94(\x8c\x01a\x94K\x01u}\x94(\x8c\x01b\x94K\x02ue.";
+        let mut seen = 0;
+        let p = Pickle::parse_with(b, |p, kv| {
+            seen += 1;
+            (p.str(kv[0]) == Some("a")).then_some(7)
+        })
+        .expect("parses");
+        assert_eq!(seen, 2);
+        let items = p.items(p.root.expect("root")).to_vec();
+        assert_eq!(p.taken(items[0]), Some(7));
+        assert!(p.entries(items[0]).is_empty());
+        assert_eq!(p.taken(items[1]), None);
+        assert_eq!(p.get(items[1], "b"), Some(Value::Int(2)));
+    }
+
+    #[test]
+    fn marks_and_stack_underflow_are_errors() {
+        // SETITEMS with no MARK, APPEND on an empty stack, POP_MARK without a MARK.
+        for bad in [&b"\x80\x04}u."[..], b"\x80\x04a.", b"\x80\x041."] {
+            assert!(
+                matches!(Pickle::parse(bad), Err(PickleError::Malformed { .. })),
+                "{bad:?}"
+            );
+        }
+        // A value pushed after a MARK cannot be popped past it.
+        assert!(Pickle::parse(b"\x80\x04K\x01(\x86.").is_err());
     }
 }

@@ -74,33 +74,155 @@ pub fn looks_like_snapshot(bytes: &[u8]) -> bool {
 
 /// Converts a snapshot (pickle or JSON) to trace bytes.
 pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+    let mut reader = EntryReader::default();
+    // A trace entry takes at least ~60 bytes of pickle (synthetic snapshots with shared frames;
+    // real ones with their own frames lists take more): reserve for that, not to copy as it grows.
+    let mut entries: Vec<Entry> = Vec::with_capacity(bytes.len() / 64);
     let p = if bytes.first() == Some(&0x80) {
-        Pickle::parse(bytes)?
+        // Trace entries (dicts with an `action`) are read as they are parsed, into compact
+        // entries, instead of being kept as dicts: most of a snapshot is trace entries.
+        Pickle::parse_with(bytes, |p, kv| {
+            let (entry, has_action) = reader.read(p, kv.chunks_exact(2).map(|x| (x[0], x[1])));
+            has_action.then(|| {
+                entries.push(entry);
+                (entries.len() - 1) as u32
+            })
+        })?
     } else {
         let v: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| ImportError::Json(e.to_string()))?;
         Pickle::from_json(&v)
     };
-    Converter::new(&p).run()
+    Converter::new(&p, reader, entries).run()
 }
 
-/// One event to replay, from a trace entry or an annotation.
+/// One event to replay: a trace entry or an annotation.
 struct Event {
     time_us: i64,
     device: u32,
-    order: usize,
-    value: Value,
+    order: u32,
     annotation: bool,
+    /// The annotation's dict.
+    value: Value,
+    /// The trace entry, an index into the converter's entries.
+    entry: u32,
+}
+
+/// State of the replay between events.
+struct Replay {
+    open: HashMap<(u32, String), Vec<RangeId>>,
+    next_range: u64,
+    since_sample: HashMap<u32, u32>,
+}
+
+impl Default for Replay {
+    fn default() -> Self {
+        Self {
+            open: HashMap::new(),
+            next_range: 1,
+            since_sample: HashMap::new(),
+        }
+    }
+}
+
+/// The fields of a trace entry the conversion reads, read once.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    time_us: i64,
+    action: Value,
+    addr: i64,
+    /// The `size` field as written (requested bytes for blocks).
+    size: Option<u64>,
+    stream: u64,
+    frames: Option<Value>,
+}
+
+/// The fields of a trace entry the conversion reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Unknown = 0,
+    Action,
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    Frames,
+    Other,
+}
+
+/// Reads trace entries in one pass over their keys.
+#[derive(Default)]
+struct EntryReader {
+    /// Which field each key string is, by string index (keys are shared through the memo).
+    key_fields: Vec<Field>,
+}
+
+impl EntryReader {
+    /// The entry, and whether the dict has an `action` (is a trace entry at all).
+    fn read(&mut self, p: &Pickle<'_>, kv: impl Iterator<Item = (Value, Value)>) -> (Entry, bool) {
+        let mut e = Entry {
+            time_us: 0,
+            action: Value::None,
+            addr: 0,
+            size: None,
+            stream: 0,
+            frames: None,
+        };
+        let mut has_action = false;
+        for (k, v) in kv {
+            let Value::Str(i) = k else { continue };
+            let i = i as usize;
+            if i >= self.key_fields.len() {
+                self.key_fields.resize(i + 1, Field::Unknown);
+            }
+            if self.key_fields[i] == Field::Unknown {
+                self.key_fields[i] = match p.str(k).unwrap_or("") {
+                    "action" => Field::Action,
+                    "addr" => Field::Addr,
+                    "size" => Field::Size,
+                    "stream" => Field::Stream,
+                    "time_us" => Field::TimeUs,
+                    "frames" => Field::Frames,
+                    _ => Field::Other,
+                };
+            }
+            // Later keys win, as in Python.
+            match self.key_fields[i] {
+                Field::Action => {
+                    e.action = v;
+                    has_action = true;
+                }
+                Field::Addr => e.addr = p.int(Some(v)).unwrap_or(0),
+                Field::Size => e.size = p.int(Some(v)).and_then(|n| u64::try_from(n).ok()),
+                Field::Stream => {
+                    e.stream = p
+                        .int(Some(v))
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(0);
+                }
+                Field::TimeUs => e.time_us = p.int(Some(v)).unwrap_or(0),
+                Field::Frames => e.frames = Some(v),
+                Field::Unknown | Field::Other => {}
+            }
+        }
+        (e, has_action)
+    }
 }
 
 struct Converter<'p> {
-    p: &'p Pickle,
+    p: &'p Pickle<'p>,
     root: Value,
     enc: Encoder,
     summary: ImportSummary,
     strings: HashMap<String, StringId>,
     frames: HashMap<(StringId, StringId, u32), FrameId>,
     stacks: HashMap<(StackId, FrameId), StackId>,
+    /// Frame dicts and `frames` lists already converted, by arena index (PyTorch shares them
+    /// between entries through the pickle's memo, so most entries hit these).
+    frame_dicts: HashMap<u32, FrameId>,
+    frame_lists: HashMap<(u32, bool), StackId>,
+    reader: EntryReader,
+    entries: Vec<Entry>,
     /// Live blocks: (device, address) → (id, size).
     live: HashMap<(u32, i64), (AllocId, u64)>,
     requested: HashMap<(u32, i64), u64>,
@@ -112,7 +234,7 @@ struct Converter<'p> {
 }
 
 impl<'p> Converter<'p> {
-    fn new(p: &'p Pickle) -> Self {
+    fn new(p: &'p Pickle<'p>, reader: EntryReader, entries: Vec<Entry>) -> Self {
         let mut header = Encoder::header_v1();
         header.collector = String::from("torch.cuda.memory._dump_snapshot, imported by gpucollect");
         Self {
@@ -123,6 +245,10 @@ impl<'p> Converter<'p> {
             strings: HashMap::new(),
             frames: HashMap::new(),
             stacks: HashMap::new(),
+            frame_dicts: HashMap::new(),
+            frame_lists: HashMap::new(),
+            reader,
+            entries,
             live: HashMap::new(),
             requested: HashMap::new(),
             reserved: HashMap::new(),
@@ -182,24 +308,49 @@ impl<'p> Converter<'p> {
 
     /// The stack of a `frames` list (innermost first), optionally under a marker frame.
     fn stack(&mut self, frames: Option<Value>, marker: Option<&str>) -> StackId {
+        let list_key = match frames {
+            Some(Value::List(i) | Value::Tuple(i)) => Some((i, marker.is_some())),
+            _ => None,
+        };
+        if let Some(&s) = list_key.and_then(|k| self.frame_lists.get(&k)) {
+            return s;
+        }
         let p = self.p;
         let mut s = StackId(0);
         let list = frames.map_or(&[][..], |f| p.items(f));
         for &fr in list.iter().rev().take(crate::model::MAX_STACK_DEPTH) {
-            let file = p.get(fr, "filename").and_then(|v| p.str(v)).unwrap_or("??");
-            let name = p.get(fr, "name").and_then(|v| p.str(v)).unwrap_or("??");
-            let line = p
-                .int(p.get(fr, "line"))
-                .unwrap_or(0)
-                .clamp(0, i64::from(u32::MAX)) as u32;
-            let f = self.frame(file, name, line);
+            let f = match fr {
+                Value::Dict(i) => match self.frame_dicts.get(&i) {
+                    Some(&f) => f,
+                    None => {
+                        let f = self.frame_of(fr);
+                        self.frame_dicts.insert(i, f);
+                        f
+                    }
+                },
+                _ => self.frame_of(fr),
+            };
             s = self.push_frame(s, f);
         }
         if let Some(m) = marker {
             let f = self.frame("", m, 0);
             s = self.push_frame(s, f);
         }
+        if let Some(k) = list_key {
+            self.frame_lists.insert(k, s);
+        }
         s
+    }
+
+    fn frame_of(&mut self, fr: Value) -> FrameId {
+        let p = self.p;
+        let file = p.get(fr, "filename").and_then(|v| p.str(v)).unwrap_or("??");
+        let name = p.get(fr, "name").and_then(|v| p.str(v)).unwrap_or("??");
+        let line = p
+            .int(p.get(fr, "line"))
+            .unwrap_or(0)
+            .clamp(0, i64::from(u32::MAX)) as u32;
+        self.frame(file, name, line)
     }
 
     fn ts(&mut self, time_us: i64) -> u64 {
@@ -213,8 +364,8 @@ impl<'p> Converter<'p> {
     /// The block size the caching allocator reserves for a request: trace entries carry the
     /// requested size, while `memory_allocated()` and the segments count blocks, which are at
     /// least 512 bytes and multiples of 512 (`round_size` in CUDACachingAllocator.cpp).
-    fn block_size(&self, e: Value) -> Option<u64> {
-        self.size(e, "size").map(|n| {
+    fn block_size(requested: Option<u64>) -> Option<u64> {
+        requested.map(|n| {
             if n == 0 {
                 0
             } else {
@@ -281,6 +432,126 @@ impl<'p> Converter<'p> {
         }
     }
 
+    /// Replays one event (a method of its own so that WebAssembly engines that tier up hot
+    /// functions run it optimized after the first few thousand events).
+    #[inline(never)]
+    fn replay(&mut self, e: &Event, r: &mut Replay) {
+        let p = self.p;
+        let Replay {
+            open,
+            next_range,
+            since_sample,
+        } = r;
+        let ts = self.ts(e.time_us);
+        let v = e.value;
+        if e.annotation {
+            let name = p.get(v, "name").and_then(|x| p.str(x)).unwrap_or("?");
+            let stage = p.get(v, "stage").and_then(|x| p.str(x)).unwrap_or("");
+            let key = (e.device, name.to_string());
+            if stage.eq_ignore_ascii_case("START") {
+                let range = RangeId(*next_range);
+                *next_range += 1;
+                let (n, domain) = (self.string(name), self.string("record_function"));
+                self.enc.record(&Record::RangeBegin(RangeBegin {
+                    ts_nanos: ts,
+                    range,
+                    name: n,
+                    domain,
+                    ..RangeBegin::default()
+                }));
+                open.entry(key).or_default().push(range);
+                self.summary.ranges += 1;
+            } else if let Some(range) = open.get_mut(&key).and_then(Vec::pop) {
+                self.enc.record(&Record::RangeEnd(RangeEnd {
+                    ts_nanos: ts,
+                    range,
+                }));
+            } else {
+                self.skip("annotation end without start");
+            }
+            return;
+        }
+        let Some(en) = self.entries.get(e.entry as usize).copied() else {
+            return;
+        };
+        let (action, addr, stream) = (p.str(en.action).unwrap_or(""), en.addr, en.stream);
+        let size = if action.starts_with("segment") || action == "oom" {
+            en.size
+        } else {
+            Self::block_size(en.size)
+        };
+        let d = e.device;
+        match (action, size) {
+            ("alloc", Some(size)) => {
+                // A block allocated twice without a free: close the old one first.
+                self.free(ts, d, addr, FreeKind::Other, stream);
+                let stack = self.stack(en.frames, None);
+                self.alloc(ts, d, addr, size, stack, stream);
+            }
+            ("free_requested", _) => {
+                self.requested.insert((d, addr), ts);
+            }
+            ("free_completed" | "free", _) => {
+                let kind = match self.requested.remove(&(d, addr)) {
+                    Some(req) if req < ts => FreeKind::StreamOrdered,
+                    _ => FreeKind::Immediate,
+                };
+                self.free(ts, d, addr, kind, stream);
+            }
+            ("segment_alloc" | "segment_map", Some(size)) => {
+                let r = self.reserved.entry(d).or_default();
+                *r = r.saturating_add(size);
+                self.pool_sample(ts, d);
+                return;
+            }
+            ("segment_free" | "segment_unmap", Some(size)) => {
+                let r = self.reserved.entry(d).or_default();
+                *r = r.saturating_sub(size);
+                self.pool_sample(ts, d);
+                return;
+            }
+            ("oom", _) => {
+                let stack = self.stack(en.frames, None);
+                self.enc.record(&Record::AllocFailed(AllocFailed {
+                    ts_nanos: ts,
+                    size_bytes: size.unwrap_or(0),
+                    error_code: 2,
+                    stack,
+                    device: DeviceIdx(d),
+                    kind: AllocKind::Device,
+                    ..AllocFailed::default()
+                }));
+                self.summary.failed_allocations += 1;
+                return;
+            }
+            ("snapshot" | "annotate", _) => {
+                let name = self.string(action);
+                self.enc.record(&Record::Mark(Mark {
+                    ts_nanos: ts,
+                    name,
+                    ..Mark::default()
+                }));
+                return;
+            }
+            (other, _) => {
+                let what = if other.is_empty() {
+                    String::from("entry without an action")
+                } else {
+                    format!("action `{other}` without a size or unknown")
+                };
+                self.skip(&what);
+                return;
+            }
+        }
+        // Allocated bytes changed: sample now and then so the ratio has a time course.
+        let n = since_sample.entry(d).or_default();
+        *n += 1;
+        if *n >= 64 {
+            *n = 0;
+            self.pool_sample(ts, d);
+        }
+    }
+
     fn run(mut self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
         let p = self.p;
         let segments = p.get(self.root, "segments");
@@ -291,13 +562,24 @@ impl<'p> Converter<'p> {
         // Every event, merged across devices in time order (stable for equal times).
         let mut events: Vec<Event> = Vec::new();
         for (device, list) in traces.map_or(&[][..], |t| p.items(t)).iter().enumerate() {
-            for &e in p.items(*list) {
+            events.reserve(p.items(*list).len());
+            for &v in p.items(*list) {
+                let entry = match p.taken(v) {
+                    Some(tag) => tag,
+                    None => {
+                        // Not taken while parsing (JSON, or a dict without an action).
+                        let (e, _) = self.reader.read(p, p.entries(v).iter().copied());
+                        self.entries.push(e);
+                        (self.entries.len() - 1) as u32
+                    }
+                };
                 events.push(Event {
-                    time_us: p.int(p.get(e, "time_us")).unwrap_or(0),
+                    time_us: self.entries.get(entry as usize).map_or(0, |e| e.time_us),
                     device: device as u32,
-                    order: events.len(),
-                    value: e,
+                    order: events.len() as u32,
                     annotation: false,
+                    value: v,
+                    entry,
                 });
             }
         }
@@ -307,14 +589,21 @@ impl<'p> Converter<'p> {
                 events.push(Event {
                     time_us: p.int(p.get(a, "time_us")).unwrap_or(0),
                     device: p.int(p.get(a, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32,
-                    order: events.len(),
-                    value: a,
+                    order: events.len() as u32,
                     annotation: true,
+                    value: a,
+                    entry: 0,
                 });
             }
         }
-        events.sort_by_key(|e| (e.time_us, e.order));
-        self.t0_us = events.first().map_or(0, |e| e.time_us);
+        // Replay order: by time, then by position (devices in order, annotations last). The
+        // keys are unique, so an unstable sort of (time, position) pairs is a stable merge, and
+        // it is skipped when the entries are already in order.
+        let mut order: Vec<(i64, u32)> = events.iter().map(|e| (e.time_us, e.order)).collect();
+        if !order.is_sorted() {
+            order.sort_unstable();
+        }
+        self.t0_us = order.first().map_or(0, |o| o.0);
 
         // Devices: from the traces and the segments.
         let mut devices = traces.map_or(0, |t| p.items(t).len() as u32);
@@ -368,16 +657,18 @@ impl<'p> Converter<'p> {
         let mut seen: HashMap<(u32, i64), bool> = HashMap::new();
         let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
         let mut reserved_delta: HashMap<u32, i128> = HashMap::new();
-        for e in events.iter().filter(|e| !e.annotation) {
-            let action = p
-                .get(e.value, "action")
-                .and_then(|v| p.str(v))
-                .unwrap_or("");
-            let addr = p.int(p.get(e.value, "addr")).unwrap_or(0);
+        for e in order
+            .iter()
+            .map(|o| &events[o.1 as usize])
+            .filter(|e| !e.annotation)
+        {
+            let en = self.entries.get(e.entry as usize).copied();
+            let Some(en) = en else { continue };
+            let (action, addr) = (p.str(en.action).unwrap_or(""), en.addr);
             let size = if action.starts_with("segment") {
-                self.size(e.value, "size").unwrap_or(0)
+                en.size.unwrap_or(0)
             } else {
-                self.block_size(e.value).unwrap_or(0)
+                Self::block_size(en.size).unwrap_or(0)
             };
             match action {
                 "alloc" => {
@@ -385,7 +676,7 @@ impl<'p> Converter<'p> {
                 }
                 "free" | "free_requested" | "free_completed" => {
                     if !seen.contains_key(&(e.device, addr)) {
-                        ghosts.push((e.device, addr, size, p.get(e.value, "frames")));
+                        ghosts.push((e.device, addr, size, en.frames));
                         seen.insert((e.device, addr), false);
                     } else if action != "free_requested" {
                         seen.remove(&(e.device, addr));
@@ -454,124 +745,13 @@ impl<'p> Converter<'p> {
         }
 
         // Pass 2: replay.
-        let mut open: HashMap<(u32, String), Vec<RangeId>> = HashMap::new();
-        let mut next_range = 1u64;
-        let mut since_sample: HashMap<u32, u32> = HashMap::new();
-        for e in &events {
-            let ts = self.ts(e.time_us);
-            let v = e.value;
-            if e.annotation {
-                let name = p.get(v, "name").and_then(|x| p.str(x)).unwrap_or("?");
-                let stage = p.get(v, "stage").and_then(|x| p.str(x)).unwrap_or("");
-                let key = (e.device, name.to_string());
-                if stage.eq_ignore_ascii_case("START") {
-                    let range = RangeId(next_range);
-                    next_range += 1;
-                    let (n, domain) = (self.string(name), self.string("record_function"));
-                    self.enc.record(&Record::RangeBegin(RangeBegin {
-                        ts_nanos: ts,
-                        range,
-                        name: n,
-                        domain,
-                        ..RangeBegin::default()
-                    }));
-                    open.entry(key).or_default().push(range);
-                    self.summary.ranges += 1;
-                } else if let Some(range) = open.get_mut(&key).and_then(Vec::pop) {
-                    self.enc.record(&Record::RangeEnd(RangeEnd {
-                        ts_nanos: ts,
-                        range,
-                    }));
-                } else {
-                    self.skip("annotation end without start");
-                }
-                continue;
-            }
-            let action = p.get(v, "action").and_then(|x| p.str(x)).unwrap_or("");
-            let addr = p.int(p.get(v, "addr")).unwrap_or(0);
-            let size = if action.starts_with("segment") || action == "oom" {
-                self.size(v, "size")
-            } else {
-                self.block_size(v)
-            };
-            let stream = p
-                .int(p.get(v, "stream"))
-                .and_then(|s| u64::try_from(s).ok())
-                .unwrap_or(0);
-            let d = e.device;
-            match (action, size) {
-                ("alloc", Some(size)) => {
-                    // A block allocated twice without a free: close the old one first.
-                    self.free(ts, d, addr, FreeKind::Other, stream);
-                    let stack = self.stack(p.get(v, "frames"), None);
-                    self.alloc(ts, d, addr, size, stack, stream);
-                }
-                ("free_requested", _) => {
-                    self.requested.insert((d, addr), ts);
-                }
-                ("free_completed" | "free", _) => {
-                    let kind = match self.requested.remove(&(d, addr)) {
-                        Some(req) if req < ts => FreeKind::StreamOrdered,
-                        _ => FreeKind::Immediate,
-                    };
-                    self.free(ts, d, addr, kind, stream);
-                }
-                ("segment_alloc" | "segment_map", Some(size)) => {
-                    let r = self.reserved.entry(d).or_default();
-                    *r = r.saturating_add(size);
-                    self.pool_sample(ts, d);
-                    continue;
-                }
-                ("segment_free" | "segment_unmap", Some(size)) => {
-                    let r = self.reserved.entry(d).or_default();
-                    *r = r.saturating_sub(size);
-                    self.pool_sample(ts, d);
-                    continue;
-                }
-                ("oom", _) => {
-                    let stack = self.stack(p.get(v, "frames"), None);
-                    self.enc.record(&Record::AllocFailed(AllocFailed {
-                        ts_nanos: ts,
-                        size_bytes: size.unwrap_or(0),
-                        error_code: 2,
-                        stack,
-                        device: DeviceIdx(d),
-                        kind: AllocKind::Device,
-                        ..AllocFailed::default()
-                    }));
-                    self.summary.failed_allocations += 1;
-                    continue;
-                }
-                ("snapshot" | "annotate", _) => {
-                    let name = self.string(action);
-                    self.enc.record(&Record::Mark(Mark {
-                        ts_nanos: ts,
-                        name,
-                        ..Mark::default()
-                    }));
-                    continue;
-                }
-                (other, _) => {
-                    let what = if other.is_empty() {
-                        String::from("entry without an action")
-                    } else {
-                        format!("action `{other}` without a size or unknown")
-                    };
-                    self.skip(&what);
-                    continue;
-                }
-            }
-            // Allocated bytes changed: sample now and then so the ratio has a time course.
-            let n = since_sample.entry(d).or_default();
-            *n += 1;
-            if *n >= 64 {
-                *n = 0;
-                self.pool_sample(ts, d);
-            }
+        let mut replay = Replay::default();
+        for o in &order {
+            self.replay(&events[o.1 as usize], &mut replay);
         }
         // Ranges still open end with the trace; a final sample for every device.
         let end = self.last_ns;
-        for (_, ranges) in open {
+        for (_, ranges) in replay.open {
             for range in ranges {
                 self.enc.record(&Record::RangeEnd(RangeEnd {
                     ts_nanos: end,

@@ -14,7 +14,7 @@ use super::dom;
 use crate::data::Analysis;
 
 /// Bytes handed to the decoder between checks of the time budget.
-const PIECE_BYTES: usize = 256 * 1024;
+const PIECE_BYTES: usize = 64 * 1024;
 /// Bytes read from a file at a time.
 const READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// Work between yields to the event loop.
@@ -53,12 +53,23 @@ pub enum Source {
 }
 
 impl Source {
+    /// The next chunk, or None at the end.
     async fn next(&mut self) -> Result<Option<Vec<u8>>, String> {
-        match self {
+        if let Self::Bytes(b) = self {
+            return Ok(b.take());
+        }
+        let mut out = Vec::new();
+        Ok(self.append_next(&mut out).await?.then_some(out))
+    }
+
+    /// Appends the next chunk to `out` (one copy, straight from the browser's buffer); false at
+    /// the end.
+    async fn append_next(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+        let chunk = match self {
             Self::Blob { blob, offset } => {
                 let size = blob.size();
                 if *offset >= size {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 let end = (*offset + READ_BYTES).min(size);
                 let part = blob
@@ -68,7 +79,7 @@ impl Source {
                     .await
                     .map_err(|e| format!("cannot read the file: {e:?}"))?;
                 *offset = end;
-                Ok(Some(js_sys::Uint8Array::new(&buf).to_vec()))
+                js_sys::Uint8Array::new(&buf)
             }
             Self::Stream(reader) => {
                 let res = JsFuture::from(reader.read())
@@ -79,14 +90,20 @@ impl Source {
                     .and_then(|v| v.as_bool())
                     .unwrap_or(true);
                 if done {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 let value = js_sys::Reflect::get(&res, &"value".into())
                     .map_err(|e| format!("the download failed: {e:?}"))?;
-                Ok(Some(js_sys::Uint8Array::new(&value).to_vec()))
+                js_sys::Uint8Array::new(&value)
             }
-            Self::Bytes(b) => Ok(b.take()),
-        }
+            Self::Bytes(b) => {
+                return Ok(b.take().map(|b| out.extend_from_slice(&b)).is_some());
+            }
+        };
+        let start = out.len();
+        out.resize(start + chunk.length() as usize, 0);
+        chunk.copy_to(&mut out[start..]);
+        Ok(true)
     }
 }
 
@@ -139,18 +156,31 @@ pub async fn decode(
     let mut last_yield = dom::now_ms();
     'read: while let Some(chunk) = src.next().await? {
         if progress.bytes_read == 0 && analysis_core::torch_snapshot::looks_like_snapshot(&chunk) {
-            snapshot = Some(Vec::new());
-        }
-        if let Some(all) = snapshot.as_mut() {
-            all.extend_from_slice(&chunk);
-            progress.bytes_read += chunk.len() as u64;
-            progress.phase = "reading snapshot";
-            state.set(LoadState::Loading(progress.clone()));
-            dom::yield_now().await;
-            if !current() {
-                return Ok(None);
+            // Grow the WebAssembly memory once to about what the conversion needs (measured:
+            // 6 bytes per snapshot byte), instead of in hundreds of small steps, each of which
+            // makes the browser check for garbage to collect. The freed block is reused.
+            if let Some(t) = total_bytes.and_then(|t| usize::try_from(t).ok()) {
+                drop(Vec::<u8>::with_capacity(t.saturating_mul(6)));
             }
-            continue;
+            // Read the rest straight into one buffer of the file's size.
+            let mut all = Vec::with_capacity(
+                total_bytes.map_or(chunk.len(), |t| usize::try_from(t).unwrap_or(usize::MAX)),
+            );
+            all.extend_from_slice(&chunk);
+            progress.phase = "reading snapshot";
+            loop {
+                progress.bytes_read = all.len() as u64;
+                state.set(LoadState::Loading(progress.clone()));
+                dom::yield_now().await;
+                if !current() {
+                    return Ok(None);
+                }
+                if !src.append_next(&mut all).await? {
+                    break;
+                }
+            }
+            snapshot = Some(all);
+            break 'read;
         }
         for piece in chunk.chunks(PIECE_BYTES) {
             let stopped = loader.push(piece).is_err();

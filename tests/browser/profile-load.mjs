@@ -1,0 +1,29 @@
+// Profiles loading one file in headless Chromium (CDP sampling profiler) and prints the functions
+// with the most self time. Not a test. Env: BASE_URL, FILE.
+import { launch } from './lib.mjs';
+const { ctx, close } = await launch();
+const page = await ctx.newPage();
+
+const cdp = await ctx.newCDPSession(page);
+await page.goto(`${process.env.BASE_URL}#view=timeline`);
+await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
+await cdp.send('Profiler.enable');
+await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
+await cdp.send('Profiler.start');
+await page.setInputFiles('[data-testid="file-picker"]', process.env.FILE);
+await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]', { timeout: 600_000 });
+const { profile } = await cdp.send('Profiler.stop');
+const self = new Map();
+const dt = new Map();
+for (let i = 0; i < profile.samples.length; i++) dt.set(i, profile.timeDeltas[i] || 0);
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const counts = new Map();
+profile.samples.forEach((id, i) => counts.set(id, (counts.get(id) || 0) + (profile.timeDeltas[i] || 0)));
+for (const [id, us] of counts) {
+  const n = byId.get(id);
+  const name = `${n.callFrame.functionName || '(anon)'} ${n.callFrame.url.split('/').pop()}`;
+  self.set(name, (self.get(name) || 0) + us);
+}
+const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30);
+for (const [name, us] of top) console.log((us / 1000).toFixed(1).padStart(8), 'ms', name.slice(0, 150));
+await close();
