@@ -98,6 +98,11 @@ impl Encoder {
         core::mem::take(&mut self.out)
     }
 
+    /// Reserves room for `additional` more bytes of output.
+    pub fn reserve(&mut self, additional: usize) {
+        self.out.reserve(additional);
+    }
+
     /// Consumes the encoder, returning the remaining bytes.
     pub fn into_bytes(self) -> Vec<u8> {
         self.out

@@ -17,6 +17,9 @@ use crate::data::Analysis;
 const PIECE_BYTES: usize = 64 * 1024;
 /// Bytes read from a file at a time.
 const READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+/// Bytes read from a snapshot file at a time: the whole file is needed before converting, and
+/// browsers hand large slices over faster (66 MiB: 130 ms at once, 220 ms in 8 MiB slices).
+const SNAPSHOT_READ_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
 /// Work between yields to the event loop.
 const BUDGET_MS: f64 = 30.0;
 
@@ -59,19 +62,19 @@ impl Source {
             return Ok(b.take());
         }
         let mut out = Vec::new();
-        Ok(self.append_next(&mut out).await?.then_some(out))
+        Ok(self.append_next(&mut out, READ_BYTES).await?.then_some(out))
     }
 
     /// Appends the next chunk to `out` (one copy, straight from the browser's buffer); false at
     /// the end.
-    async fn append_next(&mut self, out: &mut Vec<u8>) -> Result<bool, String> {
+    async fn append_next(&mut self, out: &mut Vec<u8>, read_bytes: f64) -> Result<bool, String> {
         let chunk = match self {
             Self::Blob { blob, offset } => {
                 let size = blob.size();
                 if *offset >= size {
                     return Ok(false);
                 }
-                let end = (*offset + READ_BYTES).min(size);
+                let end = (*offset + read_bytes).min(size);
                 let part = blob
                     .slice_with_f64_and_f64(*offset, end)
                     .map_err(|e| format!("cannot read the file: {e:?}"))?;
@@ -175,7 +178,7 @@ pub async fn decode(
                 if !current() {
                     return Ok(None);
                 }
-                if !src.append_next(&mut all).await? {
+                if !src.append_next(&mut all, SNAPSHOT_READ_BYTES).await? {
                     break;
                 }
             }
