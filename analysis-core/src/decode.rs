@@ -61,6 +61,12 @@ pub enum Warning {
     DroppedEvents { count: u64 },
     /// Timestamps went backwards past time zero.
     NegativeTime { offset: u64 },
+    /// A process was not traced, or not completely (a `notice` record from the collector).
+    CaptureIncomplete {
+        pid: u32,
+        code: u32,
+        message: String,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -93,6 +99,10 @@ impl fmt::Display for Warning {
             Self::DroppedEvents { count } => write!(
                 f,
                 "the collector dropped {count} event(s); totals may be understated"
+            ),
+            Self::CaptureIncomplete { pid, message, .. } => write!(
+                f,
+                "process {pid} was not traced: {message}; its memory is missing from this trace"
             ),
             Self::NegativeTime { offset } => write!(
                 f,
@@ -351,6 +361,12 @@ fn parse_body(
             process: ProcessIdx(f.u32()?),
             code: f.opt_i32()?,
             signal: f.opt_i32()?,
+        }),
+        tag::NOTICE => Record::Notice(Notice {
+            ts_nanos: ts(f)?,
+            process: ProcessIdx(f.u32()?),
+            code: f.u32()?,
+            message: StringId(f.u32()?),
         }),
         tag::DROPPED => Record::Dropped(Dropped {
             ts_nanos: ts(f)?,

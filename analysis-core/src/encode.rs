@@ -366,6 +366,14 @@ impl Encoder {
                     None => write_nil(out),
                 }
             }
+            Record::Notice(n) => {
+                let dt = self.dt(n.ts_nanos);
+                write_ints(
+                    &mut self.out,
+                    tag::NOTICE,
+                    &[dt, n.process.0.into(), n.code.into(), n.message.0.into()],
+                );
+            }
             Record::Dropped(d) => {
                 let dt = self.dt(d.ts_nanos);
                 write_ints(

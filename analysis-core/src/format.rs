@@ -14,7 +14,7 @@ pub const MAGIC: &str = "gpucollect-trace";
 /// Major format version: a reader refuses a newer major version.
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor format version: newer minors only add record tags and trailing fields.
-pub const FORMAT_MINOR: u32 = 0;
+pub const FORMAT_MINOR: u32 = 1;
 
 /// Record tags (first element of every record array).
 pub mod tag {
@@ -39,6 +39,8 @@ pub mod tag {
     pub const END: u64 = 26;
     pub const CONTEXT_RESET: u64 = 27;
     pub const FREE_UNKNOWN: u64 = 28;
+    /// Since 1.1.
+    pub const NOTICE: u64 = 29;
 }
 
 macro_rules! typed_id {
@@ -400,6 +402,28 @@ pub struct ProcessExit {
     pub signal: Option<i32>,
 }
 
+/// Something the collector must tell the reader about the capture itself (since format 1.1):
+/// for example that a process ran untraced because another CUPTI client held the subscription.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    pub ts_nanos: u64,
+    pub process: ProcessIdx,
+    /// A [`notice_code`].
+    pub code: u32,
+    pub message: StringId,
+}
+
+/// Codes of [`Notice`] records.
+pub mod notice_code {
+    /// Another CUPTI client (Nsight Systems, torch.profiler) holds the subscription: the
+    /// process ran untraced.
+    pub const CUPTI_BUSY: u32 = 1;
+    /// libcupti was not found: the process ran untraced.
+    pub const CUPTI_MISSING: u32 = 2;
+    /// The capture could not start for another reason (the message says which).
+    pub const CAPTURE_FAILED: u32 = 3;
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Dropped {
     pub ts_nanos: u64,
@@ -439,6 +463,7 @@ pub enum Record {
     ProcessExit(ProcessExit),
     Dropped(Dropped),
     ContextReset(ContextReset),
+    Notice(Notice),
     End { ts_nanos: u64 },
 }
 
@@ -457,6 +482,7 @@ impl Record {
             Self::PoolSample(r) => Some(r.ts_nanos),
             Self::ProcessExit(r) => Some(r.ts_nanos),
             Self::Dropped(r) => Some(r.ts_nanos),
+            Self::Notice(r) => Some(r.ts_nanos),
             Self::ContextReset(r) => Some(r.ts_nanos),
             Self::End { ts_nanos } => Some(*ts_nanos),
             _ => None,

@@ -197,6 +197,8 @@ pub struct TraceModel {
     pub pool_samples: Vec<PoolSample>,
     pub process_exits: Vec<ProcessExit>,
     pub dropped_events: u64,
+    /// The collector's notices about the capture itself (untraced processes).
+    pub notices: Vec<Notice>,
     pub series: Vec<Series>,
     /// Device live bytes summed over every process and device.
     pub total: Timeline,
@@ -629,6 +631,7 @@ impl TraceModel {
             Record::PoolSample(s) => self.pool_samples.push(s),
             Record::ProcessExit(e) => self.process_exits.push(e),
             Record::Dropped(d) => self.dropped_events += d.count,
+            Record::Notice(n) => self.notices.push(n),
             Record::End { .. } => self.clean_end = true,
             Record::Process(p) => {
                 match self.processes.iter_mut().find(|x| x.process == p.process) {
@@ -717,6 +720,18 @@ impl TraceModel {
         if self.dropped_events > 0 {
             w.push(Warning::DroppedEvents {
                 count: self.dropped_events,
+            });
+        }
+        for n in &self.notices {
+            let pid = self
+                .processes
+                .iter()
+                .find(|p| p.process == n.process)
+                .map_or(0, |p| p.pid);
+            w.push(Warning::CaptureIncomplete {
+                pid,
+                code: n.code,
+                message: String::from(self.string(n.message)),
             });
         }
         if !self.clean_end {

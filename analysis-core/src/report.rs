@@ -93,6 +93,10 @@ pub struct Report {
     pub dropped_events: u64,
     /// Decoder and model warnings, as sentences.
     pub warnings: Vec<String>,
+    /// Processes the collector could not trace (another CUPTI client, no CUPTI), as sentences:
+    /// their memory is missing, so a check must not pass on this trace.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub capture_incomplete: Vec<String>,
     /// The error that stopped decoding early, if any.
     pub fatal: Option<String>,
     /// Problems (warning or critical), most severe first.
@@ -297,6 +301,12 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         clean_end: m.clean_end,
         dropped_events: m.dropped_events,
         warnings: trace.warnings.iter().map(ToString::to_string).collect(),
+        capture_incomplete: trace
+            .warnings
+            .iter()
+            .filter(|w| matches!(w, crate::decode::Warning::CaptureIncomplete { .. }))
+            .map(ToString::to_string)
+            .collect(),
         fatal: trace.fatal.as_ref().map(ToString::to_string),
         ..Report::default()
     }

@@ -12,6 +12,9 @@ use proptest::prelude::*;
 const GOLDEN_V1: &[u8] = include_bytes!("assets/v1.0/every-record-kind.msgpack");
 const GOLDEN_V1_RECORDS: &str = include_str!("assets/v1.0/every-record-kind.records.json");
 const GOLDEN_V1_REPORT: &str = include_str!("assets/v1.0/every-record-kind.report.json");
+const GOLDEN_V1_1: &[u8] = include_bytes!("assets/v1.1/every-record-kind.msgpack");
+const GOLDEN_V1_1_RECORDS: &str = include_str!("assets/v1.1/every-record-kind.records.json");
+const GOLDEN_V1_1_REPORT: &str = include_str!("assets/v1.1/every-record-kind.report.json");
 
 fn records_json(recs: &[Record]) -> String {
     serde_json::to_string_pretty(recs).expect("records serialize") + "\n"
@@ -22,15 +25,25 @@ fn report_json(bytes: &[u8]) -> String {
     serde_json::to_string_pretty(&summarize(&t)).expect("report serializes") + "\n"
 }
 
-/// Set GPUCOLLECT_BLESS=1 to rewrite the golden files (only while format 1.0 is current).
+/// Set GPUCOLLECT_BLESS=1 to rewrite the golden files of the current version (1.1).
 fn bless() -> bool {
     std::env::var_os("GPUCOLLECT_BLESS").is_some()
 }
 
 #[test]
 fn golden_v1_trace_decodes_to_its_recorded_records_forever() {
+    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1);
+    assert!(fatal.is_none(), "{fatal:?}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(records_json(&recs), GOLDEN_V1_RECORDS);
+    assert_eq!(report_json(GOLDEN_V1), GOLDEN_V1_REPORT);
+}
+
+#[test]
+fn golden_v1_1_trace_decodes_to_its_recorded_records_forever() {
     if bless() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.0/");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.1/");
+        std::fs::create_dir_all(dir).expect("mkdir");
         let bytes = every_record_kind();
         std::fs::write(format!("{dir}every-record-kind.msgpack"), &bytes).expect("write");
         let (recs, ..) = decode_all(&bytes);
@@ -46,11 +59,17 @@ fn golden_v1_trace_decodes_to_its_recorded_records_forever() {
         .expect("write");
         return;
     }
-    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1);
+    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_1);
     assert!(fatal.is_none(), "{fatal:?}");
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert_eq!(records_json(&recs), GOLDEN_V1_RECORDS);
-    assert_eq!(report_json(GOLDEN_V1), GOLDEN_V1_REPORT);
+    assert_eq!(records_json(&recs), GOLDEN_V1_1_RECORDS);
+    assert_eq!(report_json(GOLDEN_V1_1), GOLDEN_V1_1_REPORT);
+    // The 1.1 notice: the worker ran untraced, and the report says so.
+    let t = load(GOLDEN_V1_1).expect("loads");
+    assert_eq!(t.model.notices.len(), 1);
+    let r = summarize(&t);
+    assert_eq!(r.capture_incomplete.len(), 1);
+    assert!(r.capture_incomplete[0].contains("libcupti was not found in a worker"));
 }
 
 #[test]
@@ -77,9 +96,9 @@ fn golden_v1_model_facts() {
 
 #[test]
 fn the_current_encoder_still_writes_the_golden_bytes() {
-    // While 1.0 is the current version, the encoder must produce the checked-in bytes exactly.
-    // When the format grows (1.1), keep the old file and its test above; drop only this check.
-    assert_eq!(every_record_kind(), GOLDEN_V1);
+    // While 1.1 is the current version, the encoder must produce the checked-in bytes exactly.
+    // When the format grows (1.2), keep the old files and their tests above; drop only this check.
+    assert_eq!(every_record_kind(), GOLDEN_V1_1);
 }
 
 #[test]

@@ -51,6 +51,10 @@ pub struct Limits {
 /// Every limit the report exceeds, as sentences, most important first.
 pub fn violations(r: &Report, l: &Limits) -> Vec<String> {
     let mut out = Vec::new();
+    // A process that ran untraced could have leaked anything: never vouch for it.
+    if let Some(first) = r.capture_incomplete.first() {
+        out.push(format!("the capture is incomplete: {first}"));
+    }
     let leaks: Vec<_> = r.findings.iter().filter(|f| f.kind.is_leak()).collect();
     let leaked: u64 = leaks.iter().map(|f| f.bytes).sum();
     if let Some(max) = l.max_leaked_bytes

@@ -649,6 +649,15 @@ impl<W: Write> TraceWriter<W> {
                     }));
                 }
             }
+            kind::NOTICE => {
+                let message = self.string(&e.text());
+                self.enc.record(&Record::Notice(Notice {
+                    ts_nanos: ts,
+                    process,
+                    code: e.code,
+                    message,
+                }));
+            }
             kind::MARK => {
                 let name = self.string(&e.text());
                 let domain = self.domain(e);

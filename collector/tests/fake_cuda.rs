@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use analysis_core::format::{AllocKind, DeviceIdx, FreeKind};
+use analysis_core::format::{AllocKind, DeviceIdx, FreeKind, notice_code};
 use analysis_core::{LoadedTrace, load};
 
 fn repo_root() -> PathBuf {
@@ -110,6 +110,7 @@ fn line_of(marker: &str) -> u32 {
 struct Run {
     out: Output,
     trace: LoadedTrace,
+    path: PathBuf,
 }
 
 impl Run {
@@ -131,10 +132,19 @@ fn gpucollect() -> Command {
 
 fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = fake_dir();
+    // One file per scenario, options and environment, so tests running at once never share one.
+    let env_tag: String = env
+        .iter()
+        .map(|(k, v)| format!("{k}{v}"))
+        .collect::<String>()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
     let trace_path = dir.join(format!(
-        "{}-{}.msgpack",
+        "{}-{}{}.msgpack",
         scenario.replace(' ', "_"),
-        opts.join("_").replace(['-', '/'], "")
+        opts.join("_").replace(['-', '/'], ""),
+        env_tag
     ));
     let mut cmd = gpucollect();
     cmd.arg("-o")
@@ -148,7 +158,11 @@ fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
     let out = cmd.output().expect("run gpucollect");
     let bytes = std::fs::read(&trace_path).expect("trace file written");
     let trace = load(&bytes).expect("trace decodes");
-    Run { out, trace }
+    Run {
+        out,
+        trace,
+        path: trace_path,
+    }
 }
 
 fn run(scenario: &str) -> Run {
@@ -428,6 +442,27 @@ fn busy_cupti_is_reported_and_the_program_runs_untraced() {
     );
     assert!(r.trace.model.allocs.is_empty());
     assert!(r.trace.model.clean_end);
+    // The trace itself says the process ran untraced, and a CI check refuses to pass on it.
+    let notices = &r.trace.model.notices;
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].code, notice_code::CUPTI_BUSY);
+    let report = analysis_core::report::summarize(&r.trace);
+    assert!(
+        report.capture_incomplete[0].contains("another CUPTI client already holds"),
+        "{:?}",
+        report.capture_incomplete
+    );
+    let check = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .arg("check")
+        .arg(&r.path)
+        .output()
+        .expect("check");
+    assert_eq!(check.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        err.contains("FAIL: the capture is incomplete: process"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -447,6 +482,16 @@ fn missing_cupti_is_reported_and_the_program_runs() {
         r.stderr().contains("/nonexistent/libcupti.so"),
         "{}",
         r.stderr()
+    );
+    let notices = &r.trace.model.notices;
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].code, notice_code::CUPTI_MISSING);
+    assert!(
+        r.trace
+            .model
+            .string(notices[0].message)
+            .contains("/nonexistent/libcupti.so"),
+        "{notices:?}"
     );
 }
 

@@ -226,6 +226,17 @@ pub fn every_record_kind() -> Vec<u8> {
             process: ProcessIdx(1),
             count: 0,
         }),
+        // Since format 1.1.
+        Record::String {
+            id: StringId(50),
+            value: "libcupti was not found in a worker".into(),
+        },
+        Record::Notice(Notice {
+            ts_nanos: 3_860,
+            process: ProcessIdx(1),
+            code: notice_code::CUPTI_MISSING,
+            message: StringId(50),
+        }),
         Record::FrameSymbol(FrameSymbol {
             frame: FrameId(1),
             function: StringId(1),

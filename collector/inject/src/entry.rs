@@ -47,7 +47,23 @@ fn inject() -> Result<(), String> {
     };
     send_identity(st);
     send_modules(st);
-    let lib = load_cupti()?;
+    // Whatever stops the capture from here on is also written into the trace, so a trace of an
+    // untraced process says so instead of looking like a process that allocated nothing.
+    subscribe(st).map_err(|(code, msg)| {
+        st.emit(|e| {
+            e.kind = kind::NOTICE;
+            e.code = code;
+            e.set_text(msg.as_bytes());
+        });
+        msg
+    })
+}
+
+/// Loads CUPTI and subscribes to the callbacks; on failure, a `notice_code` and the reason.
+fn subscribe(st: &State) -> Result<(), (u32, String)> {
+    use crate::event::notice_code;
+    let lib = load_cupti().map_err(|e| (notice_code::CUPTI_MISSING, e))?;
+    let failed = |e: String| (notice_code::CAPTURE_FAILED, e);
     st.set_skip(&skipped_code_ranges());
     let sym = |name: &CStr| {
         // SAFETY: lib is a live handle from dlopen; name is NUL-terminated.
@@ -55,8 +71,9 @@ fn inject() -> Result<(), String> {
         (!p.is_null()).then_some(p)
     };
     let missing = |n: &str| format!("{} has no {n}; is it a CUPTI library?", lib.1);
-    let subscribe = sym(c"cuptiSubscribe").ok_or_else(|| missing("cuptiSubscribe"))?;
-    let enable = sym(c"cuptiEnableCallback").ok_or_else(|| missing("cuptiEnableCallback"))?;
+    let subscribe = sym(c"cuptiSubscribe").ok_or_else(|| failed(missing("cuptiSubscribe")))?;
+    let enable =
+        sym(c"cuptiEnableCallback").ok_or_else(|| failed(missing("cuptiEnableCallback")))?;
     if let Some(p) = sym(c"cuptiGetDeviceId") {
         st.get_device_id.store(p, Ordering::Release);
     }
@@ -71,18 +88,21 @@ fn inject() -> Result<(), String> {
     // SAFETY: valid out-pointer and a callback with the CUpti_CallbackFunc signature.
     let rc = unsafe { subscribe(&mut handle, callback, core::ptr::null_mut()) };
     if rc == cupti::ERROR_MULTIPLE_SUBSCRIBERS {
-        return Err(format!(
-            "another CUPTI client already holds the CUPTI subscription \
+        return Err((
+            notice_code::CUPTI_BUSY,
+            format!(
+                "another CUPTI client already holds the CUPTI subscription \
              (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: Nsight Systems, torch.profiler/Kineto \
              or another profiler); stop it or run without it to trace (CUPTI {})",
-            lib.1
+                lib.1
+            ),
         ));
     }
     if rc != 0 {
-        return Err(format!(
+        return Err(failed(format!(
             "cuptiSubscribe failed with CUPTI error {rc} ({})",
             lib.1
-        ));
+        )));
     }
     for &id in cbid::ALL {
         // SAFETY: handle is the subscriber cuptiSubscribe returned.

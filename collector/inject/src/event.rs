@@ -13,6 +13,13 @@ pub mod alloc_kind {
     pub const IPC_IMPORT: u32 = 6;
 }
 
+/// `notice` codes (the trace format's values, `analysis_core::format::notice_code`).
+pub mod notice_code {
+    pub const CUPTI_BUSY: u32 = 1;
+    pub const CUPTI_MISSING: u32 = 2;
+    pub const CAPTURE_FAILED: u32 = 3;
+}
+
 /// `FreeKind` codes (the trace format's values).
 pub mod free_kind {
     pub const IMMEDIATE: u32 = 0;
@@ -64,9 +71,20 @@ pub mod kind {
     pub const CMDLINE: u32 = 16;
     /// The process's executable path in `data` (length `size`).
     pub const EXE: u32 = 17;
+    /// The capture could not start: `code` = a `notice_code`, the reason in `data` (length `size`).
+    pub const NOTICE: u32 = 18;
 
     /// Kinds whose `data` holds text (copied out whole).
-    pub const TEXT: &[u32] = &[THREAD, MODULE, RANGE_PUSH, RANGE_START, MARK, CMDLINE, EXE];
+    pub const TEXT: &[u32] = &[
+        THREAD,
+        MODULE,
+        RANGE_PUSH,
+        RANGE_START,
+        MARK,
+        CMDLINE,
+        EXE,
+        NOTICE,
+    ];
 
     pub const fn carries_text(k: u32) -> bool {
         let mut i = 0;
