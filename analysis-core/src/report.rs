@@ -46,6 +46,10 @@ pub struct ProcessSummary {
     pub exe: String,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// The process ended but its status is unknown (a child that left through `_exit` or was
+    /// killed: only its parent could wait for it).
+    #[serde(skip_serializing_if = "core::ops::Not::not")]
+    pub exit_status_unknown: bool,
     pub peak_bytes: u64,
     pub live_at_end_bytes: u64,
 }
@@ -251,6 +255,7 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
                 exe: p.exe.clone(),
                 exit_code: exit.and_then(|e| e.code),
                 exit_signal: exit.and_then(|e| e.signal),
+                exit_status_unknown: exit.is_some_and(|e| e.code.is_none() && e.signal.is_none()),
                 peak_bytes: peak,
                 live_at_end_bytes: live,
             }

@@ -267,6 +267,11 @@ impl<W: Write> Drainer<W> {
                     count: lost,
                 }));
             }
+            // The program's own exit comes from waitpid at the end; other processes' from here.
+            if process != ProcessIdx(0) {
+                let now = self.writer.now_nanos();
+                self.writer.process_gone(process, now);
+            }
             // Fully drained and its producer is gone: the slot can serve another process.
             self.ring.recycle(slot);
             self.writer.forget_pid(st.pid);

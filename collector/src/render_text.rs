@@ -55,6 +55,7 @@ pub fn render(r: &Report) -> String {
         let exit = match (p.exit_code, p.exit_signal) {
             (Some(c), _) => format!("exit code {c}"),
             (None, Some(s)) => format!("killed by signal {s}"),
+            _ if p.exit_status_unknown => "exited, status unknown (_exit or a signal)".into(),
             _ => "no exit recorded".into(),
         };
         let _ = writeln!(

@@ -75,6 +75,8 @@ pub struct TraceWriter<W: Write> {
     opts: WriterOptions,
     pids: HashMap<u32, ProcessIdx>,
     process_info: HashMap<ProcessIdx, ProcessInfo>,
+    /// Exit status a process reported from its exit handler: (time, status).
+    exit_status: HashMap<ProcessIdx, (u64, i32)>,
     maps_read: HashMap<ProcessIdx, std::time::Instant>,
     next_process: u32,
     threads: HashMap<(ProcessIdx, u64), ThreadIdx>,
@@ -126,6 +128,7 @@ impl<W: Write> TraceWriter<W> {
             opts,
             pids: HashMap::default(),
             process_info: HashMap::default(),
+            exit_status: HashMap::default(),
             maps_read: HashMap::default(),
             next_process: 0,
             threads: HashMap::default(),
@@ -186,6 +189,21 @@ impl<W: Write> TraceWriter<W> {
     /// Forgets a dead process's pid, so a new process that reuses it gets its own index.
     pub fn forget_pid(&mut self, pid: u32) {
         self.pids.remove(&pid);
+    }
+
+    /// Records that a traced process other than the program itself is gone: with the status
+    /// its exit handler reported, or with an unknown status (`_exit`, a signal) at `now`.
+    pub fn process_gone(&mut self, process: ProcessIdx, now_nanos: u64) {
+        let (ts_nanos, code) = match self.exit_status.remove(&process) {
+            Some((ts, status)) => (ts, Some(status)),
+            None => (now_nanos, None),
+        };
+        self.enc.record(&Record::ProcessExit(ProcessExit {
+            ts_nanos,
+            process,
+            code,
+            signal: None,
+        }));
     }
 
     /// Declares a traced process (idempotent per pid). A child starts with its parent's module
@@ -648,6 +666,9 @@ impl<W: Write> TraceWriter<W> {
                         range,
                     }));
                 }
+            }
+            kind::EXIT => {
+                self.exit_status.insert(process, (ts, e.code as i32));
             }
             kind::NOTICE => {
                 let message = self.string(&e.text());

@@ -423,6 +423,13 @@ fn forked_child_is_its_own_process() {
         .find(|a| a.size_bytes == 2222)
         .expect("child alloc");
     assert_eq!(m.stack_frames(a.stack)[0].function, "fork_child");
+    // The child left through exit(5): its exit handler reported the status.
+    let exit = m
+        .process_exits
+        .iter()
+        .find(|e| e.process == child.process)
+        .expect("the child's exit is recorded");
+    assert_eq!(exit.code, Some(5));
 }
 
 #[test]
@@ -649,7 +656,7 @@ fn nvtx_ranges_and_marks_are_recorded() {
 
 #[test]
 fn exec_child_is_traced_as_its_own_process() {
-    let r = run("fork_exec");
+    let r = run_with("fork_exec", &[], &[]);
     let m = &r.trace.model;
     assert_eq!(m.processes.len(), 2, "{:?}", m.processes);
     assert_eq!(m.processes[1].parent, Some(m.processes[0].process));
@@ -665,6 +672,11 @@ fn exec_child_is_traced_as_its_own_process() {
         .expect("child allocation");
     assert_eq!(a.process, m.processes[1].process);
     assert_eq!(m.stack_frames(a.stack)[0].function, "exec_child");
+    // The exec'd child returned 7 from main; the program passed it on.
+    let exit = |p| m.process_exits.iter().find(|e| e.process == p);
+    assert_eq!(exit(m.processes[1].process).and_then(|e| e.code), Some(7));
+    assert_eq!(exit(m.processes[0].process).and_then(|e| e.code), Some(7));
+    assert_eq!(r.code(), Some(7));
 }
 
 #[test]
@@ -815,6 +827,17 @@ fn slots_of_exited_processes_are_reused() {
     let mut sizes: Vec<u64> = m.allocs.iter().map(|a| a.size_bytes).collect();
     sizes.sort();
     assert_eq!(sizes, (1000..1100).collect::<Vec<u64>>());
+    // Every child left through _exit(0), so only its end is known, not its status; the report
+    // says so rather than "no exit recorded".
+    assert_eq!(m.process_exits.len(), 101, "{:?}", m.process_exits);
+    let report = analysis_core::report::summarize(&r.trace);
+    let unknown = report
+        .processes
+        .iter()
+        .filter(|p| p.exit_status_unknown)
+        .count();
+    assert_eq!(unknown, 100);
+    assert_eq!(report.processes[0].exit_code, Some(0));
 }
 
 #[test]

@@ -255,7 +255,7 @@ static int fork_child(void) {
     if (pid == 0) {
         CUdeviceptr b;
         CHECK(cuMemAlloc_v2(&b, 2222));
-        _exit(0);
+        exit(5); /* through exit(): the exit handler reports the status */
     }
     int st;
     waitpid(pid, &st, 0);
@@ -337,7 +337,7 @@ static int exec_child(void) {
     setup();
     CUdeviceptr b;
     CHECK(cuMemAlloc_v2(&b, 4444));
-    return 0;
+    return 7;
 }
 
 /* --- a module loaded after cuInit ----------------------------------------- */

@@ -47,6 +47,13 @@ fn inject() -> Result<(), String> {
     };
     send_identity(st);
     send_modules(st);
+    // SAFETY: on_exit (glibc) registers a handler with this exact signature; it runs at exit(),
+    // after which nothing else of ours runs, and it is inherited by forked children.
+    if unsafe { on_exit(on_process_exit, core::ptr::null_mut()) } != 0 {
+        eprintln!(
+            "gpucollect: cannot register an exit handler; exit codes of child processes will be missing"
+        );
+    }
     // Whatever stops the capture from here on is also written into the trace, so a trace of an
     // untraced process says so instead of looking like a process that allocated nothing.
     subscribe(st).map_err(|(code, msg)| {
@@ -325,6 +332,24 @@ fn send_modules(st: &State) {
             e.addr = n as u64;
         });
     }
+}
+
+unsafe extern "C" {
+    /// glibc: like atexit, but the handler receives the exit status.
+    fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+}
+
+/// Runs at `exit()`: records the exit status, so child processes (whose status only their parent
+/// can wait for) get an exit code in the trace.
+extern "C" fn on_process_exit(status: c_int, _arg: *mut c_void) {
+    let _ = catch_unwind(|| {
+        if let Some(st) = state::get() {
+            st.emit(|e| {
+                e.kind = kind::EXIT;
+                e.code = status as u32;
+            });
+        }
+    });
 }
 
 /// The CUPTI callback.

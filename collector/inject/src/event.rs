@@ -73,6 +73,8 @@ pub mod kind {
     pub const EXE: u32 = 17;
     /// The capture could not start: `code` = a `notice_code`, the reason in `data` (length `size`).
     pub const NOTICE: u32 = 18;
+    /// The process is exiting through `exit()` (not `_exit`, not a signal): `code` = the status.
+    pub const EXIT: u32 = 19;
 
     /// Kinds whose `data` holds text (copied out whole).
     pub const TEXT: &[u32] = &[
