@@ -269,6 +269,34 @@ test('leaks: live-at-end sites add up and rows expand to a growth chart and stac
   await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-expanded.png'), fullPage: true });
 });
 
+test('HiDPI: the chart is drawn at the device pixel ratio and still maps the mouse', async () => {
+  const hidpi = await launch({ deviceScaleFactor: 2 });
+  try {
+    const page = await newPage(hidpi.ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+    const canvas = page.locator(testid('timeline-canvas'));
+    await canvas.waitFor({ timeout: LOAD_TIMEOUT });
+    await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]');
+    const [w, h, cssW, cssH] = await canvas.evaluate((c) => [c.width, c.height, c.clientWidth, c.clientHeight]);
+    assert.deepEqual([w, h], [cssW * 2, cssH * 2], 'backing store = CSS size x 2');
+    const [pngDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-png'))]);
+    const png = fs.readFileSync(await pngDownload.path());
+    assert.deepEqual([png.readUInt32BE(16), png.readUInt32BE(20)], [w, h], 'PNG at full resolution');
+    // A click at the middle of the plot pins a moment inside the visible window.
+    const box = await canvas.boundingBox();
+    await page.mouse.click(box.x + box.width * 0.5, box.y + box.height * 0.5);
+    await page.locator(testid('pinned')).waitFor();
+    const pinned = BigInt(await page.locator(testid('pinned')).getAttribute('data-ts'));
+    const [t0, t1] = await visibleRange(page);
+    const mid = t0 + (t1 - t0) / 2n;
+    const tolerance = (t1 - t0) / 10n;
+    assert.ok(pinned > mid - tolerance && pinned < mid + tolerance, 'the pin lands where the mouse is');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-hidpi.png') });
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await hidpi.close();
+  }
+});
+
 test('a PyTorch memory snapshot dropped on the page opens like a trace', async (ctx) => {
   const page = await newPage(ctx, BASE);
   await page.locator(testid('welcome')).waitFor();

@@ -3,7 +3,7 @@
 //! moments). Plain Rust on top of `analysis-core`'s public API, tested natively.
 //!
 //! Everything here is computed once per trace, or per request in time proportional to the
-//! answer; drawing code only downsamples (`Timeline::downsample`), so a zoom step costs
+//! answer; drawing code only downsamples (`IndexedTimeline::downsample`), so a zoom step costs
 //! O(pixels) whatever the trace size.
 
 use std::borrow::Cow;
@@ -15,6 +15,8 @@ use analysis_core::model::{AllocRecord, LoadedTrace, Series};
 use analysis_core::report::{SiteBytes, group_by_stack};
 use analysis_core::timeline::Timeline;
 use analysis_core::{Report, summarize};
+
+use crate::chart_index::{IndexedTimeline, RangeRows};
 
 /// Which part of the trace the views show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,8 +64,8 @@ pub struct SiteRow {
 /// A memory pool's reserved and used bytes over time, for one (process, device).
 #[derive(Clone, Debug, Default)]
 pub struct PoolSeries {
-    pub reserved: Timeline,
-    pub used: Timeline,
+    pub reserved: IndexedTimeline,
+    pub used: IndexedTimeline,
 }
 
 /// A failed allocation with what the trace says about free memory at that moment.
@@ -93,7 +95,13 @@ pub struct Analysis {
     /// Pool samples as step series per (process, device).
     pub pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries>,
     /// NVML device used bytes per device.
-    pub device_used: BTreeMap<DeviceIdx, Timeline>,
+    pub device_used: BTreeMap<DeviceIdx, IndexedTimeline>,
+    /// `trace.model.series[i].timeline` with a time index, for drawing.
+    pub plots: Vec<IndexedTimeline>,
+    /// `trace.model.total` with a time index.
+    pub total: IndexedTimeline,
+    /// NVTX range instances by nesting row, for the range bands.
+    pub range_rows: RangeRows,
 }
 
 impl Analysis {
@@ -122,7 +130,8 @@ impl Analysis {
             .collect();
         // Pool samples: each (process, device, pool) reports its current value; the series is the
         // sum over pools of the latest value of each.
-        let mut pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries> = BTreeMap::new();
+        let mut pool_steps: BTreeMap<(ProcessIdx, DeviceIdx), (Timeline, Timeline)> =
+            BTreeMap::new();
         let mut latest: BTreeMap<(ProcessIdx, DeviceIdx, u64), (u64, u64)> = BTreeMap::new();
         let mut samples: Vec<_> = m.pool_samples.iter().collect();
         samples.sort_by_key(|s| s.ts_nanos);
@@ -136,14 +145,19 @@ impl Analysis {
                 .fold((0u64, 0u64), |(r, u), (_, v)| {
                     (r.saturating_add(v.0), u.saturating_add(v.1))
                 });
-            let e = pools.entry((s.process, s.device)).or_default();
-            e.reserved.push(s.ts_nanos, r);
-            e.used.push(s.ts_nanos, u);
+            let e = pool_steps.entry((s.process, s.device)).or_default();
+            e.0.push(s.ts_nanos, r);
+            e.1.push(s.ts_nanos, u);
         }
-        for p in pools.values_mut() {
-            p.reserved.build_index();
-            p.used.build_index();
-        }
+        let pools = pool_steps
+            .into_iter()
+            .map(|(k, (mut reserved, mut used))| {
+                reserved.build_index();
+                used.build_index();
+                let (reserved, used) = (reserved.into(), used.into());
+                (k, PoolSeries { reserved, used })
+            })
+            .collect();
         let mut device_used: BTreeMap<DeviceIdx, Timeline> = BTreeMap::new();
         let mut dsamples: Vec<_> = m.device_samples.iter().collect();
         dsamples.sort_by_key(|s| s.ts_nanos);
@@ -153,9 +167,16 @@ impl Analysis {
                 .or_default()
                 .push(s.ts_nanos, s.used_bytes);
         }
-        for t in device_used.values_mut() {
-            t.build_index();
-        }
+        let device_used = device_used
+            .into_iter()
+            .map(|(d, mut t)| {
+                t.build_index();
+                (d, t.into())
+            })
+            .collect();
+        let plots = m.series.iter().map(|s| s.timeline.clone().into()).collect();
+        let total = m.total.clone().into();
+        let range_rows = RangeRows::new(&m.ranges);
         Self {
             source: source.into(),
             trace,
@@ -163,6 +184,9 @@ impl Analysis {
             sites,
             pools,
             device_used,
+            plots,
+            total,
+            range_rows,
         }
     }
 
@@ -180,6 +204,17 @@ impl Analysis {
             .series
             .iter()
             .filter(|s| !s.key.host && f.admits_series(s.key.process, s.key.device))
+            .collect()
+    }
+
+    /// Device-memory series that pass the filter, with their indexed timelines.
+    pub fn series_plots(&self, f: &Filter) -> Vec<(&Series, &IndexedTimeline)> {
+        self.trace
+            .model
+            .series
+            .iter()
+            .zip(&self.plots)
+            .filter(|(s, _)| !s.key.host && f.admits_series(s.key.process, s.key.device))
             .collect()
     }
 

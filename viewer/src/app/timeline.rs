@@ -48,29 +48,36 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let handle = window_event_listener(ev::resize, move |_| resize.update(|n| *n += 1));
     on_cleanup(move || handle.remove());
 
+    // A change of state asks for one draw in the next animation frame, with the state as it is
+    // then: zoom steps that come faster than frames (wheel, drag-pan) cost one draw per frame.
     let a_draw = a.clone();
-    Effect::new(move |_| {
-        let state = vs.get();
-        resize.track();
-        let Some(el) = canvas.get() else {
+    let frame_requested = StoredValue::new(false);
+    let draw = move || {
+        let _ = frame_requested.try_set_value(false);
+        let (Some(Some(el)), Some(state)) = (canvas.try_get_untracked(), vs.try_get_untracked())
+        else {
             return;
         };
         let started = dom::now_ms();
         let spec = timeline_spec(&a_draw, &state, dom::theme());
         let width = dom::available_width(&el);
         if let Some(m) = dom::draw_canvas(&el, &spec, width, HEIGHT_PX) {
-            mapper.set_value(m);
+            let _ = mapper.try_set_value(m);
         }
+        // For the benchmark: how long the draw took and when it ended.
         let done = dom::now_ms();
         let _ = el.set_attribute("data-draw-ms", &format!("{:.3}", done - started));
         let _ = el.set_attribute("data-drawn-at", &format!("{done:.3}"));
-        let _ = el.set_attribute("data-draws", &{
-            let n: u64 = el
-                .get_attribute("data-draws")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            (n + 1).to_string()
-        });
+    };
+    Effect::new(move |_| {
+        vs.track();
+        resize.track();
+        if canvas.get().is_none() || frame_requested.get_value() {
+            return;
+        }
+        frame_requested.set_value(true);
+        let draw = draw.clone();
+        request_animation_frame(draw);
     });
 
     let hover = RwSignal::new(None::<Hover>);
@@ -207,7 +214,9 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let export_svg = move |_| {
         let state = vs.get_untracked();
         let spec = timeline_spec(&a_svg, &state, chart::Theme::LIGHT);
-        let width = canvas.get_untracked().map_or(1000, |c| c.width());
+        let width = canvas
+            .get_untracked()
+            .map_or(1000, |c| dom::available_width(&c));
         if let Ok(svg) = chart::to_svg(&spec, width, HEIGHT_PX) {
             let _ = dom::download_text("gpucollect-timeline.svg", "image/svg+xml", &svg);
         }

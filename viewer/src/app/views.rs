@@ -15,6 +15,7 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, Marker, MarkerKind, PALETTE, Theme, YUnit, filter_of,
     timeline_spec,
 };
+use crate::chart_index::IndexedTimeline;
 use crate::data::{Analysis, SiteRow, fmt_percent, site_matches, sort_sites, to_csv};
 use crate::state::{SortKey, View, ViewState};
 
@@ -44,7 +45,9 @@ pub fn ChartBox(
         });
     });
     let export_svg = move |_| {
-        let w = canvas.get_untracked().map_or(900, |c| c.width());
+        let w = canvas
+            .get_untracked()
+            .map_or(900, |c| dom::available_width(&c));
         spec(Theme::LIGHT, &mut |s| {
             if let Ok(svg) = chart::to_svg(s, w, height) {
                 let _ =
@@ -344,7 +347,7 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     <td class="num">{format!("{} of {}", s.live_count, s.alloc_count)}</td>
                 </tr>
                 {move || is_open().then(|| {
-                    let growth = Arc::new(a.site_growth(s.stack));
+                    let growth = Arc::new(IndexedTimeline::from(a.site_growth(s.stack)));
                     let (lo, hi) = a.time_extent();
                     let g = growth.clone();
                     let spec: SpecFn = Arc::new(move |theme, f| {
@@ -474,7 +477,7 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let (lo, hi) = a.time_extent();
     let has_pools = !a.pools.is_empty();
     // Unused share of the reserved pool memory, per pool series, in ten-thousandths.
-    let ratios: Vec<(String, Arc<Timeline>)> = a
+    let ratios: Vec<(String, Arc<IndexedTimeline>)> = a
         .pools
         .iter()
         .map(|((p, d), s)| {
@@ -491,7 +494,7 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             t.build_index();
             (
                 format!("unused share · process {} · GPU {}", p.0, d.0),
-                Arc::new(t),
+                Arc::new(IndexedTimeline::from(t)),
             )
         })
         .collect();
