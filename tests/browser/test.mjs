@@ -3,8 +3,10 @@
 // `gpucollect report --format json`, and serves them. Env: BASE_URL (the served app, with the
 // traces under /traces/), TRACES (the same traces on disk), ARTIFACTS (screenshots).
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { launch, fmtBytes, fmtDuration, dropFile } from './lib.mjs';
 
 const BASE = process.env.BASE_URL;
@@ -15,6 +17,14 @@ if (!BASE || !TRACES) {
   process.exit(2);
 }
 fs.mkdirSync(ARTIFACTS, { recursive: true });
+// Traces that scripts/test-browser.sh does not write are made here with the gpucollect it built.
+const GPUCOLLECT = process.env.GPUCOLLECT
+  || path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../target/debug/gpucollect');
+for (const scenario of ['nvtx-leak']) {
+  const trace = path.join(TRACES, `${scenario}.msgpack`);
+  execFileSync(GPUCOLLECT, ['synth', scenario, '--events', '20000', '--seed', '5', '-o', trace], { stdio: 'ignore' });
+  fs.writeFileSync(path.join(TRACES, `${scenario}.json`), execFileSync(GPUCOLLECT, ['report', trace, '--format', 'json']));
+}
 const report = (name) => JSON.parse(fs.readFileSync(path.join(TRACES, `${name}.json`), 'utf8'));
 const traceBytes = (file) => fs.readFileSync(path.join(TRACES, file));
 const LOAD_TIMEOUT = 60_000;
@@ -267,6 +277,70 @@ test('leaks: live-at-end sites add up and rows expand to a growth chart and stac
   await page.locator(testid('leak-detail')).waitFor();
   assert.ok(await page.locator(`${testid('leak-detail')} ${testid('stack')} li`).count() > 0);
   await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-expanded.png'), fullPage: true });
+});
+
+/** The severity the report gives a scope: its scope-growth or bounded-growth finding or note. */
+function scopeSeverity(r, scope) {
+  const order = ['info', 'warning', 'critical'];
+  const sevs = [...r.findings, ...r.notes]
+    .filter((f) => (f.kind === 'scope_growth' || f.kind === 'bounded_growth') && f.scope === scope)
+    .map((f) => f.severity);
+  return sevs.length ? sevs.sort((a, b) => order.indexOf(b) - order.indexOf(a))[0] : 'none';
+}
+
+test('leaks: the scope table equals the report (growth, per call, calls, severity), sorts, exports, expands', async (ctx) => {
+  const r = report('nvtx-leak');
+  const scopes = r.analysis.scopes;
+  assert.ok(scopes.length >= 2, 'the nvtx-leak trace has several scopes');
+  const page = await newPage(ctx, `${BASE}?trace=traces/nvtx-leak.msgpack#view=leaks`);
+  await page.locator(testid('scopes-table')).waitFor({ timeout: LOAD_TIMEOUT });
+  const rows = () => page.locator(testid('scope-row')).evaluateAll((els) => els.map((e) => ({ ...e.dataset, text: e.textContent })));
+  const shown = await rows();
+  assert.equal(shown.length, scopes.length, 'one row per scope');
+  shown.forEach((row, i) => {
+    const s = scopes[i];
+    assert.equal(row.scope, s.scope, 'report order: largest growth first');
+    assert.equal(Number(row.total), s.total_growth_bytes, `${s.scope} total growth`);
+    assert.equal(Number(row.avg), s.avg_growth_bytes, `${s.scope} growth per call`);
+    assert.equal(Number(row.calls), s.calls, `${s.scope} calls`);
+    assert.equal(row.reference, String(s.reference_leak), `${s.scope} reference rule`);
+    assert.equal(row.growth, s.total_growth_bytes <= 0 ? 'none' : s.bounded ? 'bounded' : 'unbounded');
+    assert.equal(row.severity, scopeSeverity(r, s.scope), `${s.scope} severity`);
+    const sign = s.total_growth_bytes < 0 ? '-' : '+';
+    assert.ok(row.text.includes(`${sign}${fmtBytes(Math.abs(s.total_growth_bytes))}`), `${s.scope} total shown as in the CLI`);
+  });
+  const flagged = scopes.find((s) => s.reference_leak && !s.explained_by);
+  assert.ok(flagged, 'the report flags a scope');
+  assert.notEqual(scopeSeverity(r, flagged.scope), 'none');
+  // Sorting: calls, descending then ascending; severity puts the flagged scope first.
+  await page.click(testid('scope-sort-calls'));
+  let calls = (await rows()).map((x) => Number(x.calls));
+  assert.deepEqual(calls, [...calls].sort((a, b) => b - a), 'calls descending');
+  await page.click(testid('scope-sort-calls'));
+  await page.waitForFunction(() => document.querySelector('[data-testid="scope-sort-calls"]').closest('th').getAttribute('aria-sort') === 'ascending');
+  calls = (await rows()).map((x) => Number(x.calls));
+  assert.deepEqual(calls, [...calls].sort((a, b) => a - b), 'calls ascending');
+  await page.click(testid('scope-sort-severity'));
+  assert.equal((await rows())[0].scope, flagged.scope, 'most severe first');
+  // CSV export of the scope table.
+  const [csvDownload] = await Promise.all([page.waitForEvent('download'),
+    page.click(`${testid('scopes-section')} ${testid('export-csv')}`)]);
+  const csv = fs.readFileSync(await csvDownload.path(), 'utf8').trim().split('\r\n');
+  assert.match(csv[0], /^scope,kind,severity,total_growth_bytes,avg_growth_bytes,calls,/);
+  assert.equal(csv.length - 1, scopes.length, 'one CSV line per scope');
+  assert.ok(csv.some((l) => l.startsWith(`${flagged.scope},NVTX range,${scopeSeverity(r, flagged.scope)},${flagged.total_growth_bytes},`)));
+  // The flagged row expands to its growth chart and the stack that kept the bytes.
+  await page.click(`[data-testid="scope-row"][data-scope="${flagged.scope}"]`);
+  const detail = page.locator(testid('scope-detail'));
+  await detail.waitFor();
+  await detail.locator('canvas[data-testid="chart-scope-growth"]').waitFor();
+  assert.equal(await detail.locator(testid('scope-top-bytes')).getAttribute('data-value'), String(flagged.top_site_bytes));
+  assert.ok(await detail.locator(`${testid('stack')} li`).count() > 0, 'full stack');
+  assert.equal(await page.locator(`[data-testid="scope-row"][data-scope="${flagged.scope}"] button`).getAttribute('aria-expanded'), 'true');
+  // The live-at-end table is still there, below.
+  assert.ok(await page.locator(testid('leak-row')).count() > 0);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-scopes.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
 });
 
 test('HiDPI: the chart is drawn at the device pixel ratio and still maps the mouse', async () => {

@@ -1,6 +1,7 @@
 //! The viewer's data model: a loaded trace, its `Report`, and the derived tables and series the
-//! views draw (call sites, leak candidates, largest allocations, pool and NVML series, OOM
-//! moments). Plain Rust on top of `analysis-core`'s public API, tested natively.
+//! views draw (call sites, leak candidates, the report's growth scopes, largest allocations,
+//! pool and NVML series, OOM moments). Plain Rust on top of `analysis-core`'s public API, tested
+//! natively.
 //!
 //! Everything here is computed once per trace, or per request in time proportional to the
 //! answer; drawing code only downsamples (`IndexedTimeline::downsample`), so a zoom step costs
@@ -10,6 +11,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use analysis_core::analysis::scopes::{ScopeGrowth, ScopeKind};
+use analysis_core::analysis::{FindingKind, Severity};
 use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
 use analysis_core::model::{AllocRecord, LoadedTrace, Series};
 use analysis_core::report::{SiteBytes, group_by_stack};
@@ -81,6 +84,30 @@ pub struct OomMoment {
     /// Reserved but unused pool memory (reserved - used) then, when the trace has pool samples.
     pub pool_slack_bytes: Option<u64>,
     pub site: String,
+}
+
+/// A scope of the report's growth analysis (`report.analysis.scopes[index]`) with the severity
+/// of the finding or note the report made about it, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScopeRow<'a> {
+    pub index: usize,
+    pub scope: &'a ScopeGrowth,
+    /// `None`: the report made no finding about this scope (not flagged, or explained by an
+    /// enclosed scope).
+    pub severity: Option<Severity>,
+}
+
+impl ScopeRow<'_> {
+    /// "bounded", "unbounded" or "none" (the scope did not grow).
+    pub const fn growth_class(&self) -> &'static str {
+        if self.scope.total_growth_bytes <= 0 {
+            "none"
+        } else if self.scope.bounded {
+            "bounded"
+        } else {
+            "unbounded"
+        }
+    }
 }
 
 /// A loaded trace and everything derived from it.
@@ -349,6 +376,66 @@ impl Analysis {
         )
     }
 
+    /// The report's growth scopes with the severity of their findings, in report order
+    /// (largest growth first).
+    pub fn scope_rows(&self) -> Vec<ScopeRow<'_>> {
+        let r = &self.report;
+        r.analysis
+            .scopes
+            .iter()
+            .enumerate()
+            .map(|(index, scope)| {
+                let severity = r
+                    .findings
+                    .iter()
+                    .chain(&r.notes)
+                    .filter(|f| {
+                        matches!(
+                            f.kind,
+                            FindingKind::ScopeGrowth | FindingKind::BoundedGrowth
+                        ) && f.scope.as_deref() == Some(scope.scope.as_str())
+                    })
+                    .map(|f| f.severity)
+                    .max();
+                ScopeRow {
+                    index,
+                    scope,
+                    severity,
+                }
+            })
+            .collect()
+    }
+
+    /// Growth of an NVTX scope over time: the running sum of its calls' growth (live bytes after
+    /// minus before), stepped at the end of each call; ends at `total_growth_bytes`. `None` for
+    /// a call-site scope (its growth is `site_growth` of its stack). Negative sums show as 0.
+    pub fn scope_growth(&self, scope: &ScopeGrowth) -> Option<Timeline> {
+        if scope.kind != ScopeKind::NvtxRange {
+            return None;
+        }
+        let m = &self.trace.model;
+        let mut is_scope: BTreeMap<(u32, u32), bool> = BTreeMap::new();
+        let mut ends: Vec<(u64, i64)> = m
+            .ranges
+            .iter()
+            .filter(|r| {
+                *is_scope.entry((r.name.0, r.domain.0)).or_insert_with(|| {
+                    nvtx_scope_name(m.string(r.domain), m.string(r.name)) == scope.scope
+                })
+            })
+            .filter_map(|r| r.end_ts_nanos.map(|e| (e, r.growth_bytes())))
+            .collect();
+        ends.sort_by_key(|e| e.0);
+        let mut t = Timeline::new();
+        let mut sum: i128 = 0;
+        for (ts, g) in ends {
+            sum += i128::from(g);
+            t.push(ts, sum.clamp(0, i128::from(u64::MAX)) as u64);
+        }
+        t.build_index();
+        Some(t)
+    }
+
     /// Call sites with bytes still live at the end of the trace: the leak candidates, largest
     /// first. (The detectors will classify them as growing or bounded.)
     pub fn leak_candidates(&self, f: &Filter) -> Vec<SiteRow> {
@@ -438,6 +525,27 @@ pub fn sort_sites(rows: &mut [&SiteRow], key: crate::state::SortKey, ascending: 
     });
 }
 
+/// Sorts scope rows by a column; ties keep the report's order.
+pub fn sort_scope_rows(
+    rows: &mut [ScopeRow<'_>],
+    key: crate::state::ScopeSortKey,
+    ascending: bool,
+) {
+    use crate::state::ScopeSortKey as K;
+    rows.sort_by(|a, b| {
+        let (x, y) = (a.scope, b.scope);
+        let o = match key {
+            K::Scope => x.scope.cmp(&y.scope),
+            K::Severity => a.severity.cmp(&b.severity),
+            K::Growth => x.total_growth_bytes.cmp(&y.total_growth_bytes),
+            K::PerCall => x.avg_growth_bytes.total_cmp(&y.avg_growth_bytes),
+            K::Calls => x.calls.cmp(&y.calls),
+        };
+        let o = if ascending { o } else { o.reverse() };
+        o.then(a.index.cmp(&b.index))
+    });
+}
+
 /// Whether a call site matches a search text (case-insensitive, any frame).
 pub fn site_matches(row: &SiteRow, needle_lower: &str) -> bool {
     needle_lower.is_empty()
@@ -487,6 +595,15 @@ pub fn fmt_percent(part: u64, whole: u64) -> String {
     let mut s = String::new();
     let _ = write!(s, "{:.1} %", part as f64 * 100.0 / whole as f64);
     s
+}
+
+/// The name the report gives an NVTX scope: `domain::name`, or `name` without a domain.
+pub fn nvtx_scope_name(domain: &str, name: &str) -> String {
+    if domain.is_empty() {
+        name.to_string()
+    } else {
+        format!("{domain}::{name}")
+    }
 }
 
 #[cfg(test)]
@@ -599,6 +716,49 @@ mod tests {
         let (s, _) = analysis(Scenario::Spikes);
         let t = s.largest_transients(5, &Filter::default());
         assert!(t.windows(2).all(|w| w[0].size_bytes >= w[1].size_bytes));
+    }
+
+    #[test]
+    fn scope_rows_carry_the_reports_severity_and_growth() {
+        let (a, _) = analysis(Scenario::NvtxLeak);
+        let rows = a.scope_rows();
+        assert_eq!(rows.len(), a.report.analysis.scopes.len());
+        let by = |name: &str| rows.iter().find(|r| r.scope.scope == name).expect(name);
+        let validate = by("validate");
+        let finding = a
+            .report
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::ScopeGrowth && f.scope.as_deref() == Some("validate"))
+            .expect("the report flags validate");
+        assert_eq!(validate.severity, Some(finding.severity));
+        assert!(finding.severity >= Severity::Warning);
+        assert_eq!(validate.growth_class(), "unbounded");
+        let epoch = by("epoch");
+        assert_eq!(epoch.scope.explained_by.as_deref(), Some("validate"));
+        assert_eq!(
+            epoch.severity, None,
+            "explained by an enclosed scope: no finding of its own"
+        );
+        // The growth chart of an NVTX scope ends at the report's total growth.
+        let g = a.scope_growth(validate.scope).expect("an NVTX scope");
+        assert_eq!(
+            g.values().last().copied(),
+            Some(validate.scope.total_growth_bytes as u64)
+        );
+        let mut sorted = a.scope_rows();
+        sort_scope_rows(&mut sorted, crate::state::ScopeSortKey::Severity, false);
+        assert_eq!(sorted[0].scope.scope, "validate");
+        sort_scope_rows(&mut sorted, crate::state::ScopeSortKey::Calls, true);
+        assert!(
+            sorted
+                .windows(2)
+                .all(|w| w[0].scope.calls <= w[1].scope.calls)
+        );
+        // A call-site scope's chart is its stack's growth.
+        let (m, _) = analysis(Scenario::MultiDevice);
+        let site = &m.report.analysis.scopes[0];
+        assert!(m.scope_growth(site).is_none());
     }
 
     #[test]
