@@ -343,6 +343,43 @@ test('leaks: the scope table equals the report (growth, per call, calls, severit
   assert.deepEqual(page.errors, []);
 });
 
+test('spikes: the report\'s detected spikes are listed and marked on the timeline', async (ctx) => {
+  const r = report('spikes');
+  const spikes = r.analysis.timeline_spikes;
+  assert.ok(spikes.length > 0, 'the spikes trace has timeline spikes');
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=spikes`);
+  await page.locator(testid('detected-spikes-table')).waitFor({ timeout: LOAD_TIMEOUT });
+  const rows = await page.locator(testid('detected-spike-row')).evaluateAll((els) => els.map((e) => ({ ...e.dataset })));
+  const keys = new Set([
+    ...spikes.map((s) => `${s.ts_nanos}:${s.stack}`),
+    ...r.analysis.scope_spikes.flatMap((sc) => sc.events.map((e) => `${e.ts_nanos}:${e.stack}`)),
+  ]);
+  assert.equal(rows.length, keys.size, 'one row per detected spike');
+  for (const s of spikes) {
+    const row = rows.find((x) => x.ts === String(s.ts_nanos));
+    assert.ok(row, `spike at ${s.ts_nanos} listed`);
+    assert.deepEqual([row.size, row.live, row.timeline], [String(s.size_bytes), String(s.live_bytes), 'true']);
+  }
+  // On the timeline: one spike marker per detected spike, and the labels in the SVG export.
+  await page.click(testid('tab-timeline'));
+  await page.locator(testid('timeline-canvas')).waitFor();
+  const marked = await page.locator(`${testid('marker-list')} ${testid('marker')}[data-kind="spike"]`)
+    .evaluateAll((els) => els.map((e) => e.dataset.ts));
+  assert.deepEqual(new Set(marked), new Set(rows.map((x) => x.ts)), 'a marker per detected spike');
+  const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-svg'))]);
+  const svg = fs.readFileSync(await svgDownload.path(), 'utf8');
+  assert.ok(svg.includes(`spike ${fmtBytes(spikes[0].size_bytes)}`), 'spike markers are drawn with their size');
+  // A row zooms the timeline on its spike.
+  await page.click(testid('tab-spikes'));
+  await page.locator(testid('detected-spike-row')).first().click();
+  await page.locator(testid('timeline-canvas')).waitFor();
+  const [t0, t1] = await visibleRange(page);
+  const first = BigInt(rows[0].ts);
+  assert.ok(t0 <= first && first <= t1, 'the window holds the spike');
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-spike.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
 test('HiDPI: the chart is drawn at the device pixel ratio and still maps the mouse', async () => {
   const hidpi = await launch({ deviceScaleFactor: 2 });
   try {

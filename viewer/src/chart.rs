@@ -94,6 +94,17 @@ pub enum MarkerKind {
     Spike,
 }
 
+impl MarkerKind {
+    /// The name used in `data-kind` attributes.
+    pub const fn slug(self) -> &'static str {
+        match self {
+            Self::FailedAlloc => "failed-alloc",
+            Self::Teardown => "teardown",
+            Self::Spike => "spike",
+        }
+    }
+}
+
 /// An NVTX range drawn as a band.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RangeBand<'a> {
@@ -156,6 +167,9 @@ impl Mapper {
     }
 }
 
+/// Markers drawn at most on one chart.
+pub const MAX_MARKERS: usize = 400;
+
 /// Builds the main timeline for the current view state: one band per (process, device), the
 /// total, pool reserved/used, NVML device used with the hidden gap, NVTX ranges, failed
 /// allocations and teardowns.
@@ -212,26 +226,12 @@ pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> Chart
             }
         }
     }
-    let mut markers: Vec<Marker> = m
-        .failed
-        .iter()
-        .filter(|x| f.admits_series(x.record.process, x.record.device))
-        .map(|x| Marker {
-            ts_nanos: x.record.ts_nanos,
-            label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
-            kind: MarkerKind::FailedAlloc,
-        })
+    // Markers of the window only; past a few hundred they would overlap into a solid bar.
+    let markers: Vec<Marker> = a
+        .markers_in(&f, t0, t1)
+        .take(MAX_MARKERS)
+        .cloned()
         .collect();
-    markers.extend(
-        m.resets
-            .iter()
-            .filter(|r| f.admits_series(r.record.process, r.record.device))
-            .map(|r| Marker {
-                ts_nanos: r.record.ts_nanos,
-                label: format!("teardown −{}", fmt_bytes(r.freed_bytes)),
-                kind: MarkerKind::Teardown,
-            }),
-    );
     ChartSpec {
         t0,
         t1,

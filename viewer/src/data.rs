@@ -1,7 +1,7 @@
 //! The viewer's data model: a loaded trace, its `Report`, and the derived tables and series the
-//! views draw (call sites, leak candidates, the report's growth scopes, largest allocations,
-//! pool and NVML series, OOM moments). Plain Rust on top of `analysis-core`'s public API, tested
-//! natively.
+//! views draw (call sites, leak candidates, the report's growth scopes and detected spikes,
+//! timeline markers, largest allocations, pool and NVML series, OOM moments). Plain Rust on top
+//! of `analysis-core`'s public API, tested natively.
 //!
 //! Everything here is computed once per trace, or per request in time proportional to the
 //! answer; drawing code only downsamples (`IndexedTimeline::downsample`), so a zoom step costs
@@ -14,11 +14,13 @@ use std::fmt::Write as _;
 use analysis_core::analysis::scopes::{ScopeGrowth, ScopeKind};
 use analysis_core::analysis::{FindingKind, Severity};
 use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
-use analysis_core::model::{AllocRecord, LoadedTrace, Series};
+use analysis_core::model::{AllocRecord, LoadedTrace, Series, TraceModel};
 use analysis_core::report::{SiteBytes, group_by_stack};
 use analysis_core::timeline::Timeline;
+use analysis_core::units::fmt_bytes;
 use analysis_core::{Report, summarize};
 
+use crate::chart::{Marker, MarkerKind};
 use crate::chart_index::{IndexedTimeline, RangeRows};
 
 /// Which part of the trace the views show.
@@ -86,6 +88,15 @@ pub struct OomMoment {
     pub site: String,
 }
 
+/// A marker of the timeline (failed allocation, teardown, detected spike) and the series it
+/// belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeriesMarker {
+    pub process: ProcessIdx,
+    pub device: DeviceIdx,
+    pub marker: Marker,
+}
+
 /// A scope of the report's growth analysis (`report.analysis.scopes[index]`) with the severity
 /// of the finding or note the report made about it, if any.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,6 +121,23 @@ impl ScopeRow<'_> {
     }
 }
 
+/// A spike the report detected: a sudden rise and fall of live bytes (timeline rule), an
+/// allocation far above its scope's usual sizes (scope rule), or both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetectedSpike {
+    pub ts_nanos: u64,
+    pub size_bytes: u64,
+    /// Device live bytes (all devices) right after it was allocated.
+    pub live_bytes: u64,
+    /// How long the rise lasted (timeline rule only).
+    pub duration_nanos: Option<u64>,
+    pub stack: StackId,
+    pub site: String,
+    pub timeline_rule: bool,
+    /// Scopes whose outlier rule flagged it.
+    pub scopes: Vec<String>,
+}
+
 /// A loaded trace and everything derived from it.
 #[derive(Debug)]
 pub struct Analysis {
@@ -129,6 +157,8 @@ pub struct Analysis {
     pub total: IndexedTimeline,
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
+    /// Failed allocations, teardowns and detected spikes, in time order.
+    pub markers: Vec<SeriesMarker>,
 }
 
 impl Analysis {
@@ -204,6 +234,7 @@ impl Analysis {
         let plots = m.series.iter().map(|s| s.timeline.clone().into()).collect();
         let total = m.total.clone().into();
         let range_rows = RangeRows::new(&m.ranges);
+        let markers = markers(m, &report);
         Self {
             source: source.into(),
             trace,
@@ -214,6 +245,7 @@ impl Analysis {
             plots,
             total,
             range_rows,
+            markers,
         }
     }
 
@@ -436,6 +468,60 @@ impl Analysis {
         Some(t)
     }
 
+    /// The spikes the report detected (timeline and scope rules), in time order; one row per
+    /// allocation.
+    pub fn detected_spikes(&self) -> Vec<DetectedSpike> {
+        let a = &self.report.analysis;
+        let mut by: BTreeMap<(u64, StackId), DetectedSpike> = BTreeMap::new();
+        for s in &a.timeline_spikes {
+            let e = by
+                .entry((s.ts_nanos, s.stack))
+                .or_insert_with(|| DetectedSpike {
+                    ts_nanos: s.ts_nanos,
+                    size_bytes: s.size_bytes,
+                    live_bytes: s.live_bytes,
+                    duration_nanos: None,
+                    stack: s.stack,
+                    site: s.site.clone(),
+                    timeline_rule: false,
+                    scopes: Vec::new(),
+                });
+            e.timeline_rule = true;
+            e.live_bytes = s.live_bytes;
+            e.duration_nanos = Some(s.duration_nanos);
+        }
+        for sc in &a.scope_spikes {
+            for s in &sc.events {
+                let e = by
+                    .entry((s.ts_nanos, s.stack))
+                    .or_insert_with(|| DetectedSpike {
+                        ts_nanos: s.ts_nanos,
+                        size_bytes: s.size_bytes,
+                        live_bytes: self.total.value_at(s.ts_nanos),
+                        duration_nanos: None,
+                        stack: s.stack,
+                        site: s.site.clone(),
+                        timeline_rule: false,
+                        scopes: Vec::new(),
+                    });
+                if !e.scopes.contains(&sc.scope) {
+                    e.scopes.push(sc.scope.clone());
+                }
+            }
+        }
+        by.into_values().collect()
+    }
+
+    /// Markers of the series that pass the filter, inside `[t0, t1]`.
+    pub fn markers_in(&self, f: &Filter, t0: u64, t1: u64) -> impl Iterator<Item = &Marker> {
+        let from = self.markers.partition_point(|m| m.marker.ts_nanos < t0);
+        self.markers[from..]
+            .iter()
+            .take_while(move |m| m.marker.ts_nanos <= t1)
+            .filter(move |m| f.admits_series(m.process, m.device))
+            .map(|m| &m.marker)
+    }
+
     /// Call sites with bytes still live at the end of the trace: the leak candidates, largest
     /// first. (The detectors will classify them as growing or bounded.)
     pub fn leak_candidates(&self, f: &Filter) -> Vec<SiteRow> {
@@ -606,6 +692,68 @@ pub fn nvtx_scope_name(domain: &str, name: &str) -> String {
     }
 }
 
+/// Failed allocations, teardowns and the report's detected spikes as timeline markers, in time
+/// order.
+fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
+    let mut out: Vec<SeriesMarker> = m
+        .failed
+        .iter()
+        .map(|x| SeriesMarker {
+            process: x.record.process,
+            device: x.record.device,
+            marker: Marker {
+                ts_nanos: x.record.ts_nanos,
+                label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
+                kind: MarkerKind::FailedAlloc,
+            },
+        })
+        .collect();
+    out.extend(m.resets.iter().map(|r| SeriesMarker {
+        process: r.record.process,
+        device: r.record.device,
+        marker: Marker {
+            ts_nanos: r.record.ts_nanos,
+            label: format!("teardown −{}", fmt_bytes(r.freed_bytes)),
+            kind: MarkerKind::Teardown,
+        },
+    }));
+    let mut spikes: Vec<(u64, u64, StackId)> = report
+        .analysis
+        .timeline_spikes
+        .iter()
+        .map(|s| (s.ts_nanos, s.size_bytes, s.stack))
+        .chain(report.analysis.scope_spikes.iter().flat_map(|sc| {
+            sc.events
+                .iter()
+                .map(|s| (s.ts_nanos, s.size_bytes, s.stack))
+        }))
+        .collect();
+    spikes.sort_unstable();
+    spikes.dedup();
+    for (ts, size, stack) in spikes {
+        // The allocation itself says which process and device the spike is on.
+        let first = m.allocs.partition_point(|a| a.ts_nanos < ts);
+        let Some(a) = m.allocs[first..]
+            .iter()
+            .take_while(|a| a.ts_nanos == ts)
+            .find(|a| a.stack == stack && a.size_bytes == size)
+        else {
+            continue;
+        };
+        out.push(SeriesMarker {
+            process: a.process,
+            device: a.device,
+            marker: Marker {
+                ts_nanos: ts,
+                label: format!("spike {}", fmt_bytes(size)),
+                kind: MarkerKind::Spike,
+            },
+        });
+    }
+    out.sort_by_key(|m| m.marker.ts_nanos);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -759,6 +907,48 @@ mod tests {
         let (m, _) = analysis(Scenario::MultiDevice);
         let site = &m.report.analysis.scopes[0];
         assert!(m.scope_growth(site).is_none());
+    }
+
+    #[test]
+    fn detected_spikes_and_markers_come_from_the_report() {
+        let (a, truth) = analysis(Scenario::Spikes);
+        let spikes = a.detected_spikes();
+        let r = &a.report.analysis;
+        assert!(!r.timeline_spikes.is_empty());
+        assert_eq!(
+            spikes.iter().filter(|s| s.timeline_rule).count(),
+            r.timeline_spikes.len()
+        );
+        for t in &r.timeline_spikes {
+            let s = spikes
+                .iter()
+                .find(|s| s.ts_nanos == t.ts_nanos)
+                .expect("listed");
+            assert_eq!((s.size_bytes, s.live_bytes), (t.size_bytes, t.live_bytes));
+        }
+        assert!(spikes.windows(2).all(|w| w[0].ts_nanos <= w[1].ts_nanos));
+        let marked: Vec<u64> = a
+            .markers
+            .iter()
+            .filter(|m| m.marker.kind == MarkerKind::Spike)
+            .map(|m| m.marker.ts_nanos)
+            .collect();
+        assert_eq!(
+            marked,
+            spikes.iter().map(|s| s.ts_nanos).collect::<Vec<_>>()
+        );
+        assert!(truth.spikes.iter().all(|p| marked.contains(&p.ts_nanos)));
+        // A filter to another device hides them.
+        let other = Filter {
+            device: Some(DeviceIdx(9)),
+            ..Filter::default()
+        };
+        let (lo, hi) = a.time_extent();
+        assert_eq!(a.markers_in(&other, lo, hi).count(), 0);
+        assert_eq!(
+            a.markers_in(&Filter::default(), lo, hi).count(),
+            marked.len()
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ use crate::state::ViewState;
 pub const HEIGHT_PX: u32 = 380;
 /// A press that moves less than this is a click (pin), not a brush.
 const CLICK_SLOP_PX: f64 = 4.0;
+/// Markers listed at most under the chart.
+const MAX_LISTED_MARKERS: usize = 200;
 /// Delay before the call sites under the cursor are computed.
 const HOVER_SITES_DELAY_MS: u64 = 120;
 
@@ -267,8 +269,68 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     </div>
                 })}
             </div>
+            <MarkerList a=a.clone() ctx=ctx origin=origin />
             <Pinned a=a.clone() vs=vs origin=origin />
         </section>
+    }
+}
+
+/// The chart's markers as a list (screen readers cannot read the canvas): failed allocations,
+/// teardowns and detected spikes of the filtered series; each zooms the timeline on itself.
+#[component]
+fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
+    let vs = ctx.vs;
+    // Recomputed when the filters change, not on zoom.
+    let filter = Memo::new(move |_| vs.with(filter_of));
+    move || {
+        let f = filter.get();
+        let (lo, hi) = a.time_extent();
+        let all: Vec<&chart::Marker> = a.markers_in(&f, lo, hi).collect();
+        if all.is_empty() {
+            return None;
+        }
+        let total = all.len();
+        let items = all
+            .into_iter()
+            .take(MAX_LISTED_MARKERS)
+            .map(|m| {
+                let t = m.ts_nanos;
+                let go = move |_| {
+                    // 1 % of the trace on each side.
+                    let pad = ((hi - lo) / 100).max(super::MIN_SPAN_NANOS);
+                    vs.update(|v| {
+                        v.range_nanos = Some((t.saturating_sub(pad).max(lo), (t + pad).min(hi)));
+                        v.pin_nanos = Some(t);
+                    });
+                };
+                view! {
+                    <li data-testid="marker" data-kind=m.kind.slug() data-ts=t.to_string()>
+                        <button class="link" on:click=go>{format!("{} at {}", m.label, fmt_duration(t.saturating_sub(origin)))}</button>
+                    </li>
+                }
+            })
+            .collect_view();
+        let shown = total.min(MAX_LISTED_MARKERS);
+        let count = |kind: chart::MarkerKind, what: &str| {
+            let n = a.markers_in(&f, lo, hi).filter(|m| m.kind == kind).count();
+            (n > 0).then(|| format!("{n} {what}"))
+        };
+        let summary = [
+            count(chart::MarkerKind::FailedAlloc, "failed allocation(s)"),
+            count(chart::MarkerKind::Teardown, "teardown(s)"),
+            count(chart::MarkerKind::Spike, "spike(s)"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+        Some(view! {
+            <details class="markers" data-testid="marker-list" data-count=total.to_string()>
+                <summary>{format!("Markers: {summary}")}
+                    {(shown < total).then(|| format!(" ({shown} listed)"))}</summary>
+                <ul>{items}</ul>
+            </details>
+        })
     }
 }
 

@@ -390,7 +390,7 @@ fn ScopeGrowthTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             {filtered.then(|| view! { <p class="muted" data-testid="scopes-unfiltered">"The report covers the whole trace: the process, device and thread filters do not apply to this table."</p> })}
             <CsvButton name="scope-growth" headers=&["scope", "kind", "severity", "total_growth_bytes", "avg_growth_bytes", "calls",
                 "positive_ratio", "tail_growth_bytes", "growth", "reference_leak", "explained_by", "top_site", "top_site_bytes", "stack"] rows=csv />
-            <table data-testid="scopes-table">
+            <table data-testid="scopes-table" class:hidden=count == 0>
                 <caption>{format!("{count} scope(s) analysed by the report, largest growth first unless sorted")}</caption>
                 <thead><tr>
                     {header(ScopeSortKey::Scope, "Scope or call site")}
@@ -592,7 +592,8 @@ fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     }
 }
 
-/// The largest transient allocations, marked on the timeline.
+/// The spikes the report detected and the largest transient allocations, marked on the
+/// timeline.
 #[component]
 pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
@@ -610,8 +611,12 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             )
         })
         .collect();
+    // The report's spikes are on the timeline already; the largest transients join them.
+    let (lo, hi) = a.time_extent();
+    let marked: Vec<u64> = a.markers_in(&f, lo, hi).map(|m| m.ts_nanos).collect();
     let markers: Vec<Marker> = top
         .iter()
+        .filter(|(t, ..)| !marked.contains(t))
         .take(10)
         .map(|(t, _, b, _)| Marker {
             ts_nanos: *t,
@@ -628,8 +633,56 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         };
         let mut s = timeline_spec(&a2, &st, theme);
         s.markers.extend(markers.iter().cloned());
+        s.markers.sort_by_key(|m| m.ts_nanos);
         cb(&s);
     });
+    let zoom_to = move |t: u64, e: u64| {
+        let pad = e.saturating_sub(t).max(1_000_000);
+        vs.update(|v| {
+            v.view = View::Timeline;
+            v.range_nanos = Some((t.saturating_sub(pad), e + pad));
+            v.pin_nanos = Some(t);
+        });
+    };
+    let detected = a.detected_spikes();
+    let n_detected = detected.len();
+    let detected_csv = detected
+        .iter()
+        .map(|d| {
+            vec![
+                d.ts_nanos.saturating_sub(origin).to_string(),
+                d.size_bytes.to_string(),
+                d.live_bytes.to_string(),
+                d.duration_nanos.map(|x| x.to_string()).unwrap_or_default(),
+                d.timeline_rule.to_string(),
+                d.scopes.join(" "),
+                d.site.clone(),
+            ]
+        })
+        .collect();
+    let detected_rows = detected
+        .into_iter()
+        .map(|d| {
+            let (t, e) = (d.ts_nanos, d.ts_nanos + d.duration_nanos.unwrap_or(0));
+            let rule = match (d.timeline_rule, d.scopes.is_empty()) {
+                (true, true) => "rise and fall of live bytes".to_string(),
+                (false, _) => format!("outlier size in {}", d.scopes.join(", ")),
+                (true, false) => format!("rise and fall; outlier size in {}", d.scopes.join(", ")),
+            };
+            view! {
+                <tr data-testid="detected-spike-row" class="clickable" on:click=move |_| zoom_to(t, e)
+                    data-ts=t.to_string() data-size=d.size_bytes.to_string() data-live=d.live_bytes.to_string()
+                    data-timeline=d.timeline_rule.to_string()>
+                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><Bytes bytes=d.size_bytes /></td>
+                    <td class="num"><Bytes bytes=d.live_bytes /></td>
+                    <td class="num">{d.duration_nanos.map_or_else(|| "–".to_string(), fmt_duration)}</td>
+                    <td>{rule}</td>
+                    <td>{d.site}</td>
+                </tr>
+            }
+        })
+        .collect_view();
     let csv = top
         .iter()
         .map(|(t, e, b, s)| {
@@ -644,16 +697,8 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let body = top
         .into_iter()
         .map(|(t, e, b, s)| {
-            let go = move |_| {
-                let pad = (e - t).max(1_000_000);
-                vs.update(|v| {
-                    v.view = View::Timeline;
-                    v.range_nanos = Some((t.saturating_sub(pad), e + pad));
-                    v.pin_nanos = Some(t);
-                });
-            };
             view! {
-                <tr data-testid="spike-row" class="clickable" on:click=go>
+                <tr data-testid="spike-row" class="clickable" on:click=move |_| zoom_to(t, e)>
                     <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
                     <td class="num"><Bytes bytes=b /></td>
                     <td class="num">{fmt_duration(e.saturating_sub(t))}</td>
@@ -664,14 +709,28 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         .collect_view();
     view! {
         <section class="spikes" data-testid="spikes-view">
-            <p class="muted">"The largest allocations that were freed again: transient memory that sets the peak. Click a row to zoom the timeline on it."</p>
+            <p class="muted">"Spikes the report detected, and the largest allocations that were freed again: transient memory that sets the peak. Click a row to zoom the timeline on it."</p>
             <ChartBox spec=spec name="spikes" height=300 />
-            <CsvButton name="spikes" headers=&["time_nanos", "lifetime_nanos", "bytes", "site"] rows=csv />
-            <table data-testid="spikes-table">
-                <caption>"Largest transient allocations"</caption>
-                <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Lived"</th><th scope="col">"Call site"</th></tr></thead>
-                <tbody>{body}</tbody>
-            </table>
+            <section data-testid="detected-spikes-section">
+                <h3>"Detected spikes"</h3>
+                <CsvButton name="detected-spikes" headers=&["time_nanos", "bytes", "live_bytes", "lasted_nanos", "timeline_rule", "scopes", "site"] rows=detected_csv />
+                <table data-testid="detected-spikes-table" class:hidden=n_detected == 0>
+                    <caption>{format!("{n_detected} spike(s) detected by the report: sudden rises and falls of live bytes, and allocations far above their scope's usual sizes")}</caption>
+                    <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Live then"</th>
+                        <th scope="col" class="num">"Lasted"</th><th scope="col">"Rule"</th><th scope="col">"Call site"</th></tr></thead>
+                    <tbody>{detected_rows}</tbody>
+                </table>
+                {(n_detected == 0).then(|| view! { <p class="muted" data-testid="no-detected-spikes">"The report detected no spike in this trace."</p> })}
+            </section>
+            <section data-testid="transients-section">
+                <h3>"Largest transient allocations"</h3>
+                <CsvButton name="spikes" headers=&["time_nanos", "lifetime_nanos", "bytes", "site"] rows=csv />
+                <table data-testid="spikes-table">
+                    <caption>"Largest transient allocations"</caption>
+                    <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Lived"</th><th scope="col">"Call site"</th></tr></thead>
+                    <tbody>{body}</tbody>
+                </table>
+            </section>
         </section>
     }
 }
