@@ -7,13 +7,15 @@ import { chromium } from 'playwright-core';
 
 export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
-/** A fresh headless Chromium with its own profile directory. */
-export async function launch() {
+/** A fresh headless Chromium with its own profile directory; `options` go to the context
+ * (e.g. `{ deviceScaleFactor: 2 }`). */
+export async function launch(options = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gpucollect-chromium-'));
   const ctx = await chromium.launchPersistentContext(dir, {
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1280, height: 900 },
+    ...options,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
       '--disable-sync', '--no-first-run', '--disable-quic', '--enable-precise-memory-info'],
   });

@@ -3,8 +3,10 @@
 // `gpucollect report --format json`, and serves them. Env: BASE_URL (the served app, with the
 // traces under /traces/), TRACES (the same traces on disk), ARTIFACTS (screenshots).
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { launch, fmtBytes, fmtDuration, dropFile } from './lib.mjs';
 
 const BASE = process.env.BASE_URL;
@@ -15,6 +17,14 @@ if (!BASE || !TRACES) {
   process.exit(2);
 }
 fs.mkdirSync(ARTIFACTS, { recursive: true });
+// Traces that scripts/test-browser.sh does not write are made here with the gpucollect it built.
+const GPUCOLLECT = process.env.GPUCOLLECT
+  || path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../target/debug/gpucollect');
+for (const scenario of ['nvtx-leak']) {
+  const trace = path.join(TRACES, `${scenario}.msgpack`);
+  execFileSync(GPUCOLLECT, ['synth', scenario, '--events', '20000', '--seed', '5', '-o', trace], { stdio: 'ignore' });
+  fs.writeFileSync(path.join(TRACES, `${scenario}.json`), execFileSync(GPUCOLLECT, ['report', trace, '--format', 'json']));
+}
 const report = (name) => JSON.parse(fs.readFileSync(path.join(TRACES, `${name}.json`), 'utf8'));
 const traceBytes = (file) => fs.readFileSync(path.join(TRACES, file));
 const LOAD_TIMEOUT = 60_000;
@@ -267,6 +277,135 @@ test('leaks: live-at-end sites add up and rows expand to a growth chart and stac
   await page.locator(testid('leak-detail')).waitFor();
   assert.ok(await page.locator(`${testid('leak-detail')} ${testid('stack')} li`).count() > 0);
   await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-expanded.png'), fullPage: true });
+});
+
+/** The severity the report gives a scope: its scope-growth or bounded-growth finding or note. */
+function scopeSeverity(r, scope) {
+  const order = ['info', 'warning', 'critical'];
+  const sevs = [...r.findings, ...r.notes]
+    .filter((f) => (f.kind === 'scope_growth' || f.kind === 'bounded_growth') && f.scope === scope)
+    .map((f) => f.severity);
+  return sevs.length ? sevs.sort((a, b) => order.indexOf(b) - order.indexOf(a))[0] : 'none';
+}
+
+test('leaks: the scope table equals the report (growth, per call, calls, severity), sorts, exports, expands', async (ctx) => {
+  const r = report('nvtx-leak');
+  const scopes = r.analysis.scopes;
+  assert.ok(scopes.length >= 2, 'the nvtx-leak trace has several scopes');
+  const page = await newPage(ctx, `${BASE}?trace=traces/nvtx-leak.msgpack#view=leaks`);
+  await page.locator(testid('scopes-table')).waitFor({ timeout: LOAD_TIMEOUT });
+  const rows = () => page.locator(testid('scope-row')).evaluateAll((els) => els.map((e) => ({ ...e.dataset, text: e.textContent })));
+  const shown = await rows();
+  assert.equal(shown.length, scopes.length, 'one row per scope');
+  shown.forEach((row, i) => {
+    const s = scopes[i];
+    assert.equal(row.scope, s.scope, 'report order: largest growth first');
+    assert.equal(Number(row.total), s.total_growth_bytes, `${s.scope} total growth`);
+    assert.equal(Number(row.avg), s.avg_growth_bytes, `${s.scope} growth per call`);
+    assert.equal(Number(row.calls), s.calls, `${s.scope} calls`);
+    assert.equal(row.reference, String(s.reference_leak), `${s.scope} reference rule`);
+    assert.equal(row.growth, s.total_growth_bytes <= 0 ? 'none' : s.bounded ? 'bounded' : 'unbounded');
+    assert.equal(row.severity, scopeSeverity(r, s.scope), `${s.scope} severity`);
+    const sign = s.total_growth_bytes < 0 ? '-' : '+';
+    assert.ok(row.text.includes(`${sign}${fmtBytes(Math.abs(s.total_growth_bytes))}`), `${s.scope} total shown as in the CLI`);
+  });
+  const flagged = scopes.find((s) => s.reference_leak && !s.explained_by);
+  assert.ok(flagged, 'the report flags a scope');
+  assert.notEqual(scopeSeverity(r, flagged.scope), 'none');
+  // Sorting: calls, descending then ascending; severity puts the flagged scope first.
+  await page.click(testid('scope-sort-calls'));
+  let calls = (await rows()).map((x) => Number(x.calls));
+  assert.deepEqual(calls, [...calls].sort((a, b) => b - a), 'calls descending');
+  await page.click(testid('scope-sort-calls'));
+  await page.waitForFunction(() => document.querySelector('[data-testid="scope-sort-calls"]').closest('th').getAttribute('aria-sort') === 'ascending');
+  calls = (await rows()).map((x) => Number(x.calls));
+  assert.deepEqual(calls, [...calls].sort((a, b) => a - b), 'calls ascending');
+  await page.click(testid('scope-sort-severity'));
+  assert.equal((await rows())[0].scope, flagged.scope, 'most severe first');
+  // CSV export of the scope table.
+  const [csvDownload] = await Promise.all([page.waitForEvent('download'),
+    page.click(`${testid('scopes-section')} ${testid('export-csv')}`)]);
+  const csv = fs.readFileSync(await csvDownload.path(), 'utf8').trim().split('\r\n');
+  assert.match(csv[0], /^scope,kind,severity,total_growth_bytes,avg_growth_bytes,calls,/);
+  assert.equal(csv.length - 1, scopes.length, 'one CSV line per scope');
+  assert.ok(csv.some((l) => l.startsWith(`${flagged.scope},NVTX range,${scopeSeverity(r, flagged.scope)},${flagged.total_growth_bytes},`)));
+  // The flagged row expands to its growth chart and the stack that kept the bytes.
+  await page.click(`[data-testid="scope-row"][data-scope="${flagged.scope}"]`);
+  const detail = page.locator(testid('scope-detail'));
+  await detail.waitFor();
+  await detail.locator('canvas[data-testid="chart-scope-growth"]').waitFor();
+  assert.equal(await detail.locator(testid('scope-top-bytes')).getAttribute('data-value'), String(flagged.top_site_bytes));
+  assert.ok(await detail.locator(`${testid('stack')} li`).count() > 0, 'full stack');
+  assert.equal(await page.locator(`[data-testid="scope-row"][data-scope="${flagged.scope}"] button`).getAttribute('aria-expanded'), 'true');
+  // The live-at-end table is still there, below.
+  assert.ok(await page.locator(testid('leak-row')).count() > 0);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-scopes.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
+test('spikes: the report\'s detected spikes are listed and marked on the timeline', async (ctx) => {
+  const r = report('spikes');
+  const spikes = r.analysis.timeline_spikes;
+  assert.ok(spikes.length > 0, 'the spikes trace has timeline spikes');
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=spikes`);
+  await page.locator(testid('detected-spikes-table')).waitFor({ timeout: LOAD_TIMEOUT });
+  const rows = await page.locator(testid('detected-spike-row')).evaluateAll((els) => els.map((e) => ({ ...e.dataset })));
+  const keys = new Set([
+    ...spikes.map((s) => `${s.ts_nanos}:${s.stack}`),
+    ...r.analysis.scope_spikes.flatMap((sc) => sc.events.map((e) => `${e.ts_nanos}:${e.stack}`)),
+  ]);
+  assert.equal(rows.length, keys.size, 'one row per detected spike');
+  for (const s of spikes) {
+    const row = rows.find((x) => x.ts === String(s.ts_nanos));
+    assert.ok(row, `spike at ${s.ts_nanos} listed`);
+    assert.deepEqual([row.size, row.live, row.timeline], [String(s.size_bytes), String(s.live_bytes), 'true']);
+  }
+  // On the timeline: one spike marker per detected spike, and the labels in the SVG export.
+  await page.click(testid('tab-timeline'));
+  await page.locator(testid('timeline-canvas')).waitFor();
+  const marked = await page.locator(`${testid('marker-list')} ${testid('marker')}[data-kind="spike"]`)
+    .evaluateAll((els) => els.map((e) => e.dataset.ts));
+  assert.deepEqual(new Set(marked), new Set(rows.map((x) => x.ts)), 'a marker per detected spike');
+  const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-svg'))]);
+  const svg = fs.readFileSync(await svgDownload.path(), 'utf8');
+  assert.ok(svg.includes(`spike ${fmtBytes(spikes[0].size_bytes)}`), 'spike markers are drawn with their size');
+  // A row zooms the timeline on its spike.
+  await page.click(testid('tab-spikes'));
+  await page.locator(testid('detected-spike-row')).first().click();
+  await page.locator(testid('timeline-canvas')).waitFor();
+  const [t0, t1] = await visibleRange(page);
+  const first = BigInt(rows[0].ts);
+  assert.ok(t0 <= first && first <= t1, 'the window holds the spike');
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-spike.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
+test('HiDPI: the chart is drawn at the device pixel ratio and still maps the mouse', async () => {
+  const hidpi = await launch({ deviceScaleFactor: 2 });
+  try {
+    const page = await newPage(hidpi.ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+    const canvas = page.locator(testid('timeline-canvas'));
+    await canvas.waitFor({ timeout: LOAD_TIMEOUT });
+    await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]');
+    const [w, h, cssW, cssH] = await canvas.evaluate((c) => [c.width, c.height, c.clientWidth, c.clientHeight]);
+    assert.deepEqual([w, h], [cssW * 2, cssH * 2], 'backing store = CSS size x 2');
+    const [pngDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-png'))]);
+    const png = fs.readFileSync(await pngDownload.path());
+    assert.deepEqual([png.readUInt32BE(16), png.readUInt32BE(20)], [w, h], 'PNG at full resolution');
+    // A click at the middle of the plot pins a moment inside the visible window.
+    const box = await canvas.boundingBox();
+    await page.mouse.click(box.x + box.width * 0.5, box.y + box.height * 0.5);
+    await page.locator(testid('pinned')).waitFor();
+    const pinned = BigInt(await page.locator(testid('pinned')).getAttribute('data-ts'));
+    const [t0, t1] = await visibleRange(page);
+    const mid = t0 + (t1 - t0) / 2n;
+    const tolerance = (t1 - t0) / 10n;
+    assert.ok(pinned > mid - tolerance && pinned < mid + tolerance, 'the pin lands where the mouse is');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-hidpi.png') });
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await hidpi.close();
+  }
 });
 
 test('a PyTorch memory snapshot dropped on the page opens like a trace', async (ctx) => {

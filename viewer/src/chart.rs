@@ -3,14 +3,14 @@
 //! drawn by [`draw`], which returns a [`Mapper`] turning mouse positions into trace times.
 //!
 //! Drawing cost is O(pixels): every series is downsampled to one min/max bucket per pixel
-//! column with `Timeline::downsample`, so a zoom step costs the same at 10 k or 10 M events.
+//! column with `IndexedTimeline::downsample`, so a zoom step costs the same at 10 k or 10 M
+//! events.
 
-use analysis_core::model::RangeInstance;
-use analysis_core::timeline::Timeline;
 use analysis_core::units::{fmt_bytes, fmt_duration};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::chart_index::IndexedTimeline;
 use crate::data::{Analysis, Filter};
 use crate::state::ViewState;
 
@@ -51,6 +51,7 @@ const DEVICE_USED: RGBColor = RGBColor(121, 85, 72);
 const OOM: RGBColor = RGBColor(219, 68, 55);
 const TEARDOWN: RGBColor = RGBColor(142, 36, 170);
 const PIN: RGBColor = RGBColor(255, 145, 0);
+const SPIKE: RGBColor = RGBColor(230, 81, 0);
 
 /// How a layer is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +66,7 @@ pub enum LayerStyle {
 #[derive(Clone, Debug)]
 pub struct Layer<'a> {
     pub label: String,
-    pub timeline: &'a Timeline,
+    pub timeline: &'a IndexedTimeline,
     pub color: RGBColor,
     pub style: LayerStyle,
 }
@@ -93,14 +94,25 @@ pub enum MarkerKind {
     Spike,
 }
 
+impl MarkerKind {
+    /// The name used in `data-kind` attributes.
+    pub const fn slug(self) -> &'static str {
+        match self {
+            Self::FailedAlloc => "failed-alloc",
+            Self::Teardown => "teardown",
+            Self::Spike => "spike",
+        }
+    }
+}
+
 /// An NVTX range drawn as a band.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RangeBand {
+pub struct RangeBand<'a> {
     pub begin_nanos: u64,
     pub end_nanos: u64,
     /// Nesting depth (0 = top level).
     pub depth: u32,
-    pub name: String,
+    pub name: &'a str,
 }
 
 /// Everything one chart shows.
@@ -115,7 +127,7 @@ pub struct ChartSpec<'a> {
     /// Fill between two layers (indexes into `layers`): the hidden gap between device used and
     /// the allocator's view.
     pub gap: Option<(usize, usize)>,
-    pub ranges: Vec<RangeBand>,
+    pub ranges: Vec<RangeBand<'a>>,
     pub markers: Vec<Marker>,
     pub pin_nanos: Option<u64>,
     pub y_unit: YUnit,
@@ -155,6 +167,9 @@ impl Mapper {
     }
 }
 
+/// Markers drawn at most on one chart.
+pub const MAX_MARKERS: usize = 400;
+
 /// Builds the main timeline for the current view state: one band per (process, device), the
 /// total, pool reserved/used, NVML device used with the hidden gap, NVTX ranges, failed
 /// allocations and teardowns.
@@ -164,19 +179,19 @@ pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> Chart
     let f = filter_of(vs);
     let m = &a.trace.model;
     let mut layers = Vec::new();
-    let series = a.series(&f);
+    let series = a.series_plots(&f);
     if series.len() > 1 && f.is_all() {
         layers.push(Layer {
             label: "all devices".into(),
-            timeline: &m.total,
+            timeline: &a.total,
             color: a_gray(theme),
             style: LayerStyle::Line,
         });
     }
-    for (i, s) in series.iter().enumerate() {
+    for (i, (s, plot)) in series.iter().enumerate() {
         layers.push(Layer {
             label: format!("process {} · GPU {}", s.key.process.0, s.key.device.0),
-            timeline: &s.timeline,
+            timeline: plot,
             color: PALETTE[i % PALETTE.len()],
             style: LayerStyle::Band,
         });
@@ -211,33 +226,29 @@ pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> Chart
             }
         }
     }
-    let mut markers: Vec<Marker> = m
-        .failed
-        .iter()
-        .filter(|x| f.admits_series(x.record.process, x.record.device))
-        .map(|x| Marker {
-            ts_nanos: x.record.ts_nanos,
-            label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
-            kind: MarkerKind::FailedAlloc,
-        })
+    // Markers of the window only; past a few hundred they would overlap into a solid bar.
+    let markers: Vec<Marker> = a
+        .markers_in(&f, t0, t1)
+        .take(MAX_MARKERS)
+        .cloned()
         .collect();
-    markers.extend(
-        m.resets
-            .iter()
-            .filter(|r| f.admits_series(r.record.process, r.record.device))
-            .map(|r| Marker {
-                ts_nanos: r.record.ts_nanos,
-                label: format!("teardown −{}", fmt_bytes(r.freed_bytes)),
-                kind: MarkerKind::Teardown,
-            }),
-    );
     ChartSpec {
         t0,
         t1,
         origin_nanos: lo,
         layers,
         gap,
-        ranges: range_bands(&m.ranges, |r| a.trace.model.string(r.name), &f, t0, t1),
+        ranges: a
+            .range_rows
+            .bands(f.process, t0, t1)
+            .into_iter()
+            .map(|b| RangeBand {
+                begin_nanos: b.begin_nanos,
+                end_nanos: b.end_nanos,
+                depth: b.depth,
+                name: m.string(b.name),
+            })
+            .collect(),
         markers,
         pin_nanos: vs.pin_nanos,
         y_unit: YUnit::Bytes,
@@ -261,50 +272,6 @@ pub fn filter_of(vs: &ViewState) -> Filter {
         device: vs.device.map(DeviceIdx),
         thread: vs.thread.map(ThreadIdx),
     }
-}
-
-/// NVTX range instances overlapping `[t0, t1)`, with nesting depth (at most 3 rows).
-/// Instances closer than 1/2000 of the window to the previous one on their row merge into it,
-/// so the result stays small (O(pixels)) however many steps the trace has.
-pub fn range_bands<'s>(
-    ranges: &[RangeInstance],
-    name: impl Fn(&RangeInstance) -> &'s str,
-    f: &Filter,
-    t0: u64,
-    t1: u64,
-) -> Vec<RangeBand> {
-    let mut out: Vec<RangeBand> = Vec::new();
-    let merge_nanos = (t1.saturating_sub(t0) / 2000).max(1);
-    let mut last_on_row: [Option<usize>; 3] = [None; 3];
-    for r in ranges {
-        let end = r.end_ts_nanos.unwrap_or(u64::MAX);
-        if end < t0 || r.begin_ts_nanos >= t1 || f.process.is_some_and(|p| p != r.process) {
-            continue;
-        }
-        let mut depth = 0;
-        let mut parent = r.parent_slot;
-        while parent != 0 && depth < 8 {
-            depth += 1;
-            parent = ranges.get(parent as usize - 1).map_or(0, |p| p.parent_slot);
-        }
-        if depth < 3 {
-            if let Some(i) = last_on_row[depth as usize]
-                && r.begin_ts_nanos <= out[i].end_nanos.saturating_add(merge_nanos)
-                && end.saturating_sub(out[i].begin_nanos) <= merge_nanos * 4
-            {
-                out[i].end_nanos = out[i].end_nanos.max(end);
-                continue;
-            }
-            last_on_row[depth as usize] = Some(out.len());
-            out.push(RangeBand {
-                begin_nanos: r.begin_ts_nanos,
-                end_nanos: end,
-                depth,
-                name: name(r).to_string(),
-            });
-        }
-    }
-    out
 }
 
 const RANGE_ROW_PX: i32 = 12;
@@ -364,7 +331,7 @@ pub fn draw<DB: DrawingBackend>(
         .label_style(font.clone())
         .axis_style(th.foreground)
         .bold_line_style(th.grid)
-        .light_line_style(th.background)
+        .light_line_style(TRANSPARENT)
         .draw()?;
     let (xr, yr) = chart.plotting_area().get_pixel_range();
     let map = Mapper {
@@ -377,7 +344,9 @@ pub fn draw<DB: DrawingBackend>(
         y_max,
     };
     let plot_h = f64::from((yr.end - yr.start).max(1));
-    let y_of = |v: u64| yr.end - ((v.min(y_max) as f64 / y_max as f64) * plot_h).round() as i32;
+    // `round_ties_even` is one wasm instruction; `round` is a library call.
+    let y_of =
+        |v: u64| yr.end - ((v.min(y_max) as f64 / y_max as f64) * plot_h).round_ties_even() as i32;
     let x_of = |c: usize| xr.start + (c as i32 * (xr.end - xr.start)) / columns as i32;
 
     // The hidden gap: one polygon between the upper (device used) and lower layer.
@@ -395,12 +364,12 @@ pub fn draw<DB: DrawingBackend>(
         if !cols.is_empty() {
             let mut poly: Vec<(i32, i32)> = Vec::with_capacity(cols.len() * 4);
             for &(c, hi, _) in &cols {
-                poly.push((x_of(c), y_of(hi)));
-                poly.push((x_of(c + 1), y_of(hi)));
+                push_point(&mut poly, (x_of(c), y_of(hi)));
+                push_point(&mut poly, (x_of(c + 1), y_of(hi)));
             }
             for &(c, _, lo) in cols.iter().rev() {
-                poly.push((x_of(c + 1), y_of(lo)));
-                poly.push((x_of(c), y_of(lo)));
+                push_point(&mut poly, (x_of(c + 1), y_of(lo)));
+                push_point(&mut poly, (x_of(c), y_of(lo)));
             }
             root.draw(&Polygon::new(poly, DEVICE_USED.mix(0.18).filled()))?;
         }
@@ -416,58 +385,106 @@ pub fn draw<DB: DrawingBackend>(
             continue;
         }
         if layer.style == LayerStyle::Band {
-            let mut poly: Vec<(i32, i32)> =
-                cols.iter().map(|(c, x)| (x_of(*c), y_of(x.max))).collect();
-            poly.extend(cols.iter().rev().map(|(c, _)| (x_of(*c), y_of(0))));
+            let mut poly: Vec<(i32, i32)> = Vec::with_capacity(cols.len() + 2);
+            for (c, x) in &cols {
+                push_point(&mut poly, (x_of(*c), y_of(x.max)));
+            }
+            if let (Some((first, _)), Some((last, _))) = (cols.first(), cols.last()) {
+                push_point(&mut poly, (x_of(*last), y_of(0)));
+                push_point(&mut poly, (x_of(*first), y_of(0)));
+            }
             root.draw(&Polygon::new(poly, layer.color.mix(0.18).filled()))?;
         }
         // One path per layer: each column's min..max extent, then on to the next column at the
         // value the column ended with (a step function that keeps every spike visible).
         let mut line = Vec::with_capacity(cols.len() * 3);
         for (c, x) in &cols {
-            line.push((x_of(*c), y_of(x.max)));
+            push_point(&mut line, (x_of(*c), y_of(x.max)));
             if layer.style == LayerStyle::Band && x.min < x.max {
-                line.push((x_of(*c), y_of(x.min)));
+                push_point(&mut line, (x_of(*c), y_of(x.min)));
             }
-            line.push((x_of(*c + 1), y_of(x.last)));
+            push_point(&mut line, (x_of(*c + 1), y_of(x.last)));
         }
-        root.draw(&PathElement::new(line, layer.color.stroke_width(2)))?;
+        // One pixel wide: a software canvas (no GPU) strokes a hairline several times faster
+        // than a 2 px line, and this path has thousands of vertices.
+        root.draw(&PathElement::new(line, layer.color.stroke_width(1)))?;
     }
 
     // NVTX ranges: rows above the plot; narrow instances collapse into one pixel each.
     let span = (t1 - t0) as f64;
     let px = |t: u64| -> i32 {
         let t = t.clamp(t0, t1);
-        xr.start + (((t - t0) as f64 / span) * f64::from(xr.end - xr.start)).round() as i32
+        xr.start
+            + (((t - t0) as f64 / span) * f64::from(xr.end - xr.start)).round_ties_even() as i32
     };
-    let mut last_px = [i32::MIN; 3];
+    // Bands that touch or overlap on a row are drawn as one rectangle (one canvas operation for
+    // a run of steps); a name is written where a rectangle is one range, or one name, and wide.
+    struct Run<'n> {
+        a: i32,
+        b: i32,
+        end_nanos: u64,
+        name: Option<&'n str>,
+    }
+    // Bands less than a pixel apart in time touch.
+    let px_nanos = (t1 - t0) / u64::from((xr.end - xr.start).max(1) as u32);
+    let mut runs: [Option<Run<'_>>; 3] = [None, None, None];
+    let flush = |row: usize, run: Run<'_>| -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+        let top = 4 + row as i32 * RANGE_ROW_PX;
+        let color = PALETTE[(row + 3) % PALETTE.len()];
+        root.draw(&Rectangle::new(
+            [(run.a, top), (run.b, top + RANGE_ROW_PX - 2)],
+            color.mix(0.35).filled(),
+        ))?;
+        let chars = ((run.b - run.a) / 7) as usize;
+        if let Some(name) = run.name
+            && chars >= 3
+        {
+            let name: String = name.chars().take(chars).collect();
+            root.draw(&Text::new(
+                name,
+                (run.a + 2, top),
+                ("sans-serif", 10).into_font().color(&th.foreground),
+            ))?;
+        }
+        Ok(())
+    };
     for r in &spec.ranges {
+        let row = (r.depth as usize).min(2);
         let (a, b) = (
             px(r.begin_nanos),
             px(r.end_nanos).max(px(r.begin_nanos) + 1),
         );
-        let row = r.depth as usize;
-        if b <= last_px[row] {
-            continue;
+        match runs[row].as_mut() {
+            Some(run) if a <= run.b || r.begin_nanos <= run.end_nanos.saturating_add(px_nanos) => {
+                run.end_nanos = run.end_nanos.max(r.end_nanos);
+                if b > run.b {
+                    run.b = b;
+                }
+                if run.name != Some(r.name) {
+                    run.name = None;
+                }
+            }
+            _ => {
+                let next = Run {
+                    a,
+                    b,
+                    end_nanos: r.end_nanos,
+                    name: Some(r.name),
+                };
+                if let Some(done) = runs[row].replace(next) {
+                    flush(row, done)?;
+                }
+            }
         }
-        last_px[row] = b;
-        let top = 4 + r.depth as i32 * RANGE_ROW_PX;
-        let color = PALETTE[(r.depth as usize + 3) % PALETTE.len()];
-        root.draw(&Rectangle::new(
-            [(a, top), (b, top + RANGE_ROW_PX - 2)],
-            color.mix(0.35).filled(),
-        ))?;
-        let chars = ((b - a) / 7) as usize;
-        if chars >= 3 {
-            let name: String = r.name.chars().take(chars).collect();
-            root.draw(&Text::new(
-                name,
-                (a + 2, top),
-                ("sans-serif", 10).into_font().color(&th.foreground),
-            ))?;
+    }
+    for (row, run) in runs.into_iter().enumerate() {
+        if let Some(run) = run {
+            flush(row, run)?;
         }
     }
 
+    // Markers: a line and a triangle each; a label where it does not overlap the one before.
+    let mut label_end_px = i32::MIN;
     for m in &spec.markers {
         if m.ts_nanos < t0 || m.ts_nanos > t1 {
             continue;
@@ -476,7 +493,7 @@ pub fn draw<DB: DrawingBackend>(
         let color = match m.kind {
             MarkerKind::FailedAlloc => OOM,
             MarkerKind::Teardown => TEARDOWN,
-            MarkerKind::Spike => PIN,
+            MarkerKind::Spike => SPIKE,
         };
         root.draw(&PathElement::new(
             vec![(x, yr.start), (x, yr.end)],
@@ -486,11 +503,14 @@ pub fn draw<DB: DrawingBackend>(
             vec![(x - 5, yr.start), (x + 5, yr.start), (x, yr.start + 8)],
             color.filled(),
         ))?;
-        root.draw(&Text::new(
-            m.label.clone(),
-            (x + 6, yr.start + 2),
-            ("sans-serif", 11).into_font().color(&color),
-        ))?;
+        if x + 6 > label_end_px {
+            label_end_px = x + 6 + 7 * m.label.chars().count() as i32;
+            root.draw(&Text::new(
+                m.label.clone(),
+                (x + 6, yr.start + 2),
+                ("sans-serif", 11).into_font().color(&color),
+            ))?;
+        }
     }
     if let Some(p) = spec.pin_nanos
         && p >= t0
@@ -503,7 +523,23 @@ pub fn draw<DB: DrawingBackend>(
         ))?;
     }
 
-    // Legend, top left inside the plot.
+    // Legend, top left inside the plot, on a veil of the background so markers and their
+    // labels behind it do not make it unreadable.
+    let shown = spec.layers.len().min(8);
+    if shown > 0 {
+        let chars = spec.layers[..shown]
+            .iter()
+            .map(|l| l.label.chars().count())
+            .max()
+            .unwrap_or(0) as i32;
+        root.draw(&Rectangle::new(
+            [
+                (xr.start + 4, yr.start + 2),
+                (xr.start + 26 + 7 * chars, yr.start + 6 + 14 * shown as i32),
+            ],
+            th.background.mix(0.8).filled(),
+        ))?;
+    }
     let mut y = yr.start + 4;
     for l in spec.layers.iter().take(8) {
         root.draw(&Rectangle::new(
@@ -521,7 +557,24 @@ pub fn draw<DB: DrawingBackend>(
     Ok(map)
 }
 
-fn first_time(t: &Timeline) -> u64 {
+/// Appends a vertex, dropping what adds nothing at pixel precision: a repeat of the last
+/// vertex, or a last vertex that lies between its neighbours on one row or column.
+fn push_point(v: &mut Vec<(i32, i32)>, p: (i32, i32)) {
+    let between = |a: i32, b: i32, c: i32| a.min(c) <= b && b <= a.max(c);
+    match v.as_slice() {
+        [.., last] if *last == p => {}
+        [.., a, b]
+            if (a.0 == b.0 && b.0 == p.0 && between(a.1, b.1, p.1))
+                || (a.1 == b.1 && b.1 == p.1 && between(a.0, b.0, p.0)) =>
+        {
+            let n = v.len();
+            v[n - 1] = p;
+        }
+        _ => v.push(p),
+    }
+}
+
+fn first_time(t: &IndexedTimeline) -> u64 {
     t.times().first().copied().unwrap_or(u64::MAX)
 }
 
@@ -584,27 +637,40 @@ mod tests {
     }
 
     #[test]
+    fn paths_drop_only_vertices_that_add_nothing() {
+        let mut v = Vec::new();
+        for p in [
+            (0, 5),
+            (0, 5),
+            (1, 5),
+            (2, 5),
+            (2, 9),
+            (2, 1),
+            (3, 1),
+            (3, 4),
+            (3, 6),
+        ] {
+            push_point(&mut v, p);
+        }
+        // The repeat and the flat middle go; the spike from 9 down to 1 stays; 4 lies on the way
+        // from 1 to 6.
+        assert_eq!(v, vec![(0, 5), (2, 5), (2, 9), (2, 1), (3, 1), (3, 6)]);
+    }
+
+    #[test]
     fn ranges_get_depths_and_are_clipped_to_the_window() {
         let a = analysis(Scenario::TrainingLeak, 3_000);
         let (lo, hi) = a.time_extent();
-        let m = &a.trace.model;
-        let all = range_bands(
-            &m.ranges,
-            |r| m.string(r.name),
-            &Filter::default(),
-            lo,
-            hi + 1,
-        );
+        let vs = ViewState::default();
+        let all = timeline_spec(&a, &vs, Theme::LIGHT).ranges;
         assert!(!all.is_empty());
         assert!(all.iter().any(|r| r.name == "train_step"));
         assert!(all.len() <= 3 * 2000, "merged to O(pixels): {}", all.len());
-        let few = range_bands(
-            &m.ranges,
-            |r| m.string(r.name),
-            &Filter::default(),
-            lo,
-            lo + (hi - lo) / 10,
-        );
+        let narrow = ViewState {
+            range_nanos: Some((lo, lo + (hi - lo) / 10)),
+            ..ViewState::default()
+        };
+        let few = timeline_spec(&a, &narrow, Theme::LIGHT).ranges;
         assert!(few.len() < all.len());
     }
 }

@@ -1,20 +1,27 @@
 //! The viewer's data model: a loaded trace, its `Report`, and the derived tables and series the
-//! views draw (call sites, leak candidates, largest allocations, pool and NVML series, OOM
-//! moments). Plain Rust on top of `analysis-core`'s public API, tested natively.
+//! views draw (call sites, leak candidates, the report's growth scopes and detected spikes,
+//! timeline markers, largest allocations, pool and NVML series, OOM moments). Plain Rust on top
+//! of `analysis-core`'s public API, tested natively.
 //!
 //! Everything here is computed once per trace, or per request in time proportional to the
-//! answer; drawing code only downsamples (`Timeline::downsample`), so a zoom step costs
+//! answer; drawing code only downsamples (`IndexedTimeline::downsample`), so a zoom step costs
 //! O(pixels) whatever the trace size.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use analysis_core::analysis::scopes::{ScopeGrowth, ScopeKind};
+use analysis_core::analysis::{FindingKind, Severity};
 use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
-use analysis_core::model::{AllocRecord, LoadedTrace, Series};
+use analysis_core::model::{AllocRecord, LoadedTrace, Series, TraceModel};
 use analysis_core::report::{SiteBytes, group_by_stack};
 use analysis_core::timeline::Timeline;
+use analysis_core::units::fmt_bytes;
 use analysis_core::{Report, summarize};
+
+use crate::chart::{Marker, MarkerKind};
+use crate::chart_index::{IndexedTimeline, RangeRows};
 
 /// Which part of the trace the views show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,8 +69,8 @@ pub struct SiteRow {
 /// A memory pool's reserved and used bytes over time, for one (process, device).
 #[derive(Clone, Debug, Default)]
 pub struct PoolSeries {
-    pub reserved: Timeline,
-    pub used: Timeline,
+    pub reserved: IndexedTimeline,
+    pub used: IndexedTimeline,
 }
 
 /// A failed allocation with what the trace says about free memory at that moment.
@@ -81,6 +88,56 @@ pub struct OomMoment {
     pub site: String,
 }
 
+/// A marker of the timeline (failed allocation, teardown, detected spike) and the series it
+/// belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeriesMarker {
+    pub process: ProcessIdx,
+    pub device: DeviceIdx,
+    pub marker: Marker,
+}
+
+/// A scope of the report's growth analysis (`report.analysis.scopes[index]`) with the severity
+/// of the finding or note the report made about it, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScopeRow<'a> {
+    pub index: usize,
+    pub scope: &'a ScopeGrowth,
+    /// `None`: the report made no finding about this scope (not flagged, or explained by an
+    /// enclosed scope).
+    pub severity: Option<Severity>,
+}
+
+impl ScopeRow<'_> {
+    /// "bounded", "unbounded" or "none" (the scope did not grow).
+    pub const fn growth_class(&self) -> &'static str {
+        if self.scope.total_growth_bytes <= 0 {
+            "none"
+        } else if self.scope.bounded {
+            "bounded"
+        } else {
+            "unbounded"
+        }
+    }
+}
+
+/// A spike the report detected: a sudden rise and fall of live bytes (timeline rule), an
+/// allocation far above its scope's usual sizes (scope rule), or both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetectedSpike {
+    pub ts_nanos: u64,
+    pub size_bytes: u64,
+    /// Device live bytes (all devices) right after it was allocated.
+    pub live_bytes: u64,
+    /// How long the rise lasted (timeline rule only).
+    pub duration_nanos: Option<u64>,
+    pub stack: StackId,
+    pub site: String,
+    pub timeline_rule: bool,
+    /// Scopes whose outlier rule flagged it.
+    pub scopes: Vec<String>,
+}
+
 /// A loaded trace and everything derived from it.
 #[derive(Debug)]
 pub struct Analysis {
@@ -93,7 +150,15 @@ pub struct Analysis {
     /// Pool samples as step series per (process, device).
     pub pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries>,
     /// NVML device used bytes per device.
-    pub device_used: BTreeMap<DeviceIdx, Timeline>,
+    pub device_used: BTreeMap<DeviceIdx, IndexedTimeline>,
+    /// `trace.model.series[i].timeline` with a time index, for drawing.
+    pub plots: Vec<IndexedTimeline>,
+    /// `trace.model.total` with a time index.
+    pub total: IndexedTimeline,
+    /// NVTX range instances by nesting row, for the range bands.
+    pub range_rows: RangeRows,
+    /// Failed allocations, teardowns and detected spikes, in time order.
+    pub markers: Vec<SeriesMarker>,
 }
 
 impl Analysis {
@@ -122,7 +187,8 @@ impl Analysis {
             .collect();
         // Pool samples: each (process, device, pool) reports its current value; the series is the
         // sum over pools of the latest value of each.
-        let mut pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries> = BTreeMap::new();
+        let mut pool_steps: BTreeMap<(ProcessIdx, DeviceIdx), (Timeline, Timeline)> =
+            BTreeMap::new();
         let mut latest: BTreeMap<(ProcessIdx, DeviceIdx, u64), (u64, u64)> = BTreeMap::new();
         let mut samples: Vec<_> = m.pool_samples.iter().collect();
         samples.sort_by_key(|s| s.ts_nanos);
@@ -136,14 +202,19 @@ impl Analysis {
                 .fold((0u64, 0u64), |(r, u), (_, v)| {
                     (r.saturating_add(v.0), u.saturating_add(v.1))
                 });
-            let e = pools.entry((s.process, s.device)).or_default();
-            e.reserved.push(s.ts_nanos, r);
-            e.used.push(s.ts_nanos, u);
+            let e = pool_steps.entry((s.process, s.device)).or_default();
+            e.0.push(s.ts_nanos, r);
+            e.1.push(s.ts_nanos, u);
         }
-        for p in pools.values_mut() {
-            p.reserved.build_index();
-            p.used.build_index();
-        }
+        let pools = pool_steps
+            .into_iter()
+            .map(|(k, (mut reserved, mut used))| {
+                reserved.build_index();
+                used.build_index();
+                let (reserved, used) = (reserved.into(), used.into());
+                (k, PoolSeries { reserved, used })
+            })
+            .collect();
         let mut device_used: BTreeMap<DeviceIdx, Timeline> = BTreeMap::new();
         let mut dsamples: Vec<_> = m.device_samples.iter().collect();
         dsamples.sort_by_key(|s| s.ts_nanos);
@@ -153,9 +224,17 @@ impl Analysis {
                 .or_default()
                 .push(s.ts_nanos, s.used_bytes);
         }
-        for t in device_used.values_mut() {
-            t.build_index();
-        }
+        let device_used = device_used
+            .into_iter()
+            .map(|(d, mut t)| {
+                t.build_index();
+                (d, t.into())
+            })
+            .collect();
+        let plots = m.series.iter().map(|s| s.timeline.clone().into()).collect();
+        let total = m.total.clone().into();
+        let range_rows = RangeRows::new(&m.ranges);
+        let markers = markers(m, &report);
         Self {
             source: source.into(),
             trace,
@@ -163,6 +242,10 @@ impl Analysis {
             sites,
             pools,
             device_used,
+            plots,
+            total,
+            range_rows,
+            markers,
         }
     }
 
@@ -180,6 +263,17 @@ impl Analysis {
             .series
             .iter()
             .filter(|s| !s.key.host && f.admits_series(s.key.process, s.key.device))
+            .collect()
+    }
+
+    /// Device-memory series that pass the filter, with their indexed timelines.
+    pub fn series_plots(&self, f: &Filter) -> Vec<(&Series, &IndexedTimeline)> {
+        self.trace
+            .model
+            .series
+            .iter()
+            .zip(&self.plots)
+            .filter(|(s, _)| !s.key.host && f.admits_series(s.key.process, s.key.device))
             .collect()
     }
 
@@ -314,6 +408,120 @@ impl Analysis {
         )
     }
 
+    /// The report's growth scopes with the severity of their findings, in report order
+    /// (largest growth first).
+    pub fn scope_rows(&self) -> Vec<ScopeRow<'_>> {
+        let r = &self.report;
+        r.analysis
+            .scopes
+            .iter()
+            .enumerate()
+            .map(|(index, scope)| {
+                let severity = r
+                    .findings
+                    .iter()
+                    .chain(&r.notes)
+                    .filter(|f| {
+                        matches!(
+                            f.kind,
+                            FindingKind::ScopeGrowth | FindingKind::BoundedGrowth
+                        ) && f.scope.as_deref() == Some(scope.scope.as_str())
+                    })
+                    .map(|f| f.severity)
+                    .max();
+                ScopeRow {
+                    index,
+                    scope,
+                    severity,
+                }
+            })
+            .collect()
+    }
+
+    /// Growth of an NVTX scope over time: the running sum of its calls' growth (live bytes after
+    /// minus before), stepped at the end of each call; ends at `total_growth_bytes`. `None` for
+    /// a call-site scope (its growth is `site_growth` of its stack). Negative sums show as 0.
+    pub fn scope_growth(&self, scope: &ScopeGrowth) -> Option<Timeline> {
+        if scope.kind != ScopeKind::NvtxRange {
+            return None;
+        }
+        let m = &self.trace.model;
+        let mut is_scope: BTreeMap<(u32, u32), bool> = BTreeMap::new();
+        let mut ends: Vec<(u64, i64)> = m
+            .ranges
+            .iter()
+            .filter(|r| {
+                *is_scope.entry((r.name.0, r.domain.0)).or_insert_with(|| {
+                    nvtx_scope_name(m.string(r.domain), m.string(r.name)) == scope.scope
+                })
+            })
+            .filter_map(|r| r.end_ts_nanos.map(|e| (e, r.growth_bytes())))
+            .collect();
+        ends.sort_by_key(|e| e.0);
+        let mut t = Timeline::new();
+        let mut sum: i128 = 0;
+        for (ts, g) in ends {
+            sum += i128::from(g);
+            t.push(ts, sum.clamp(0, i128::from(u64::MAX)) as u64);
+        }
+        t.build_index();
+        Some(t)
+    }
+
+    /// The spikes the report detected (timeline and scope rules), in time order; one row per
+    /// allocation.
+    pub fn detected_spikes(&self) -> Vec<DetectedSpike> {
+        let a = &self.report.analysis;
+        let mut by: BTreeMap<(u64, StackId), DetectedSpike> = BTreeMap::new();
+        for s in &a.timeline_spikes {
+            let e = by
+                .entry((s.ts_nanos, s.stack))
+                .or_insert_with(|| DetectedSpike {
+                    ts_nanos: s.ts_nanos,
+                    size_bytes: s.size_bytes,
+                    live_bytes: s.live_bytes,
+                    duration_nanos: None,
+                    stack: s.stack,
+                    site: s.site.clone(),
+                    timeline_rule: false,
+                    scopes: Vec::new(),
+                });
+            e.timeline_rule = true;
+            e.live_bytes = s.live_bytes;
+            e.duration_nanos = Some(s.duration_nanos);
+        }
+        for sc in &a.scope_spikes {
+            for s in &sc.events {
+                let e = by
+                    .entry((s.ts_nanos, s.stack))
+                    .or_insert_with(|| DetectedSpike {
+                        ts_nanos: s.ts_nanos,
+                        size_bytes: s.size_bytes,
+                        live_bytes: self.total.value_at(s.ts_nanos),
+                        duration_nanos: None,
+                        stack: s.stack,
+                        site: s.site.clone(),
+                        timeline_rule: false,
+                        scopes: Vec::new(),
+                    });
+                if !e.scopes.contains(&sc.scope) {
+                    e.scopes.push(sc.scope.clone());
+                }
+            }
+        }
+        by.into_values().collect()
+    }
+
+    /// Markers of the series that pass the filter, inside `[t0, t1]`.
+    pub fn markers_in(&self, f: &Filter, t0: u64, t1: u64) -> impl Iterator<Item = &Marker> {
+        let from = self.markers.partition_point(|m| m.marker.ts_nanos < t0);
+        self.markers[from..]
+            .iter()
+            .take_while(move |m| m.marker.ts_nanos <= t1)
+            .filter(move |m| f.admits_series(m.process, m.device))
+            .map(|m| &m.marker)
+    }
+
     /// Call sites with bytes still live at the end of the trace: the leak candidates, largest
     /// first. (The detectors will classify them as growing or bounded.)
     pub fn leak_candidates(&self, f: &Filter) -> Vec<SiteRow> {
@@ -403,6 +611,27 @@ pub fn sort_sites(rows: &mut [&SiteRow], key: crate::state::SortKey, ascending: 
     });
 }
 
+/// Sorts scope rows by a column; ties keep the report's order.
+pub fn sort_scope_rows(
+    rows: &mut [ScopeRow<'_>],
+    key: crate::state::ScopeSortKey,
+    ascending: bool,
+) {
+    use crate::state::ScopeSortKey as K;
+    rows.sort_by(|a, b| {
+        let (x, y) = (a.scope, b.scope);
+        let o = match key {
+            K::Scope => x.scope.cmp(&y.scope),
+            K::Severity => a.severity.cmp(&b.severity),
+            K::Growth => x.total_growth_bytes.cmp(&y.total_growth_bytes),
+            K::PerCall => x.avg_growth_bytes.total_cmp(&y.avg_growth_bytes),
+            K::Calls => x.calls.cmp(&y.calls),
+        };
+        let o = if ascending { o } else { o.reverse() };
+        o.then(a.index.cmp(&b.index))
+    });
+}
+
 /// Whether a call site matches a search text (case-insensitive, any frame).
 pub fn site_matches(row: &SiteRow, needle_lower: &str) -> bool {
     needle_lower.is_empty()
@@ -452,6 +681,77 @@ pub fn fmt_percent(part: u64, whole: u64) -> String {
     let mut s = String::new();
     let _ = write!(s, "{:.1} %", part as f64 * 100.0 / whole as f64);
     s
+}
+
+/// The name the report gives an NVTX scope: `domain::name`, or `name` without a domain.
+pub fn nvtx_scope_name(domain: &str, name: &str) -> String {
+    if domain.is_empty() {
+        name.to_string()
+    } else {
+        format!("{domain}::{name}")
+    }
+}
+
+/// Failed allocations, teardowns and the report's detected spikes as timeline markers, in time
+/// order.
+fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
+    let mut out: Vec<SeriesMarker> = m
+        .failed
+        .iter()
+        .map(|x| SeriesMarker {
+            process: x.record.process,
+            device: x.record.device,
+            marker: Marker {
+                ts_nanos: x.record.ts_nanos,
+                label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
+                kind: MarkerKind::FailedAlloc,
+            },
+        })
+        .collect();
+    out.extend(m.resets.iter().map(|r| SeriesMarker {
+        process: r.record.process,
+        device: r.record.device,
+        marker: Marker {
+            ts_nanos: r.record.ts_nanos,
+            label: format!("teardown −{}", fmt_bytes(r.freed_bytes)),
+            kind: MarkerKind::Teardown,
+        },
+    }));
+    let mut spikes: Vec<(u64, u64, StackId)> = report
+        .analysis
+        .timeline_spikes
+        .iter()
+        .map(|s| (s.ts_nanos, s.size_bytes, s.stack))
+        .chain(report.analysis.scope_spikes.iter().flat_map(|sc| {
+            sc.events
+                .iter()
+                .map(|s| (s.ts_nanos, s.size_bytes, s.stack))
+        }))
+        .collect();
+    spikes.sort_unstable();
+    spikes.dedup();
+    for (ts, size, stack) in spikes {
+        // The allocation itself says which process and device the spike is on.
+        let first = m.allocs.partition_point(|a| a.ts_nanos < ts);
+        let Some(a) = m.allocs[first..]
+            .iter()
+            .take_while(|a| a.ts_nanos == ts)
+            .find(|a| a.stack == stack && a.size_bytes == size)
+        else {
+            continue;
+        };
+        out.push(SeriesMarker {
+            process: a.process,
+            device: a.device,
+            marker: Marker {
+                ts_nanos: ts,
+                label: format!("spike {}", fmt_bytes(size)),
+                kind: MarkerKind::Spike,
+            },
+        });
+    }
+    out.sort_by_key(|m| m.marker.ts_nanos);
+    out
 }
 
 #[cfg(test)]
@@ -564,6 +864,91 @@ mod tests {
         let (s, _) = analysis(Scenario::Spikes);
         let t = s.largest_transients(5, &Filter::default());
         assert!(t.windows(2).all(|w| w[0].size_bytes >= w[1].size_bytes));
+    }
+
+    #[test]
+    fn scope_rows_carry_the_reports_severity_and_growth() {
+        let (a, _) = analysis(Scenario::NvtxLeak);
+        let rows = a.scope_rows();
+        assert_eq!(rows.len(), a.report.analysis.scopes.len());
+        let by = |name: &str| rows.iter().find(|r| r.scope.scope == name).expect(name);
+        let validate = by("validate");
+        let finding = a
+            .report
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::ScopeGrowth && f.scope.as_deref() == Some("validate"))
+            .expect("the report flags validate");
+        assert_eq!(validate.severity, Some(finding.severity));
+        assert!(finding.severity >= Severity::Warning);
+        assert_eq!(validate.growth_class(), "unbounded");
+        let epoch = by("epoch");
+        assert_eq!(epoch.scope.explained_by.as_deref(), Some("validate"));
+        assert_eq!(
+            epoch.severity, None,
+            "explained by an enclosed scope: no finding of its own"
+        );
+        // The growth chart of an NVTX scope ends at the report's total growth.
+        let g = a.scope_growth(validate.scope).expect("an NVTX scope");
+        assert_eq!(
+            g.values().last().copied(),
+            Some(validate.scope.total_growth_bytes as u64)
+        );
+        let mut sorted = a.scope_rows();
+        sort_scope_rows(&mut sorted, crate::state::ScopeSortKey::Severity, false);
+        assert_eq!(sorted[0].scope.scope, "validate");
+        sort_scope_rows(&mut sorted, crate::state::ScopeSortKey::Calls, true);
+        assert!(
+            sorted
+                .windows(2)
+                .all(|w| w[0].scope.calls <= w[1].scope.calls)
+        );
+        // A call-site scope's chart is its stack's growth.
+        let (m, _) = analysis(Scenario::MultiDevice);
+        let site = &m.report.analysis.scopes[0];
+        assert!(m.scope_growth(site).is_none());
+    }
+
+    #[test]
+    fn detected_spikes_and_markers_come_from_the_report() {
+        let (a, truth) = analysis(Scenario::Spikes);
+        let spikes = a.detected_spikes();
+        let r = &a.report.analysis;
+        assert!(!r.timeline_spikes.is_empty());
+        assert_eq!(
+            spikes.iter().filter(|s| s.timeline_rule).count(),
+            r.timeline_spikes.len()
+        );
+        for t in &r.timeline_spikes {
+            let s = spikes
+                .iter()
+                .find(|s| s.ts_nanos == t.ts_nanos)
+                .expect("listed");
+            assert_eq!((s.size_bytes, s.live_bytes), (t.size_bytes, t.live_bytes));
+        }
+        assert!(spikes.windows(2).all(|w| w[0].ts_nanos <= w[1].ts_nanos));
+        let marked: Vec<u64> = a
+            .markers
+            .iter()
+            .filter(|m| m.marker.kind == MarkerKind::Spike)
+            .map(|m| m.marker.ts_nanos)
+            .collect();
+        assert_eq!(
+            marked,
+            spikes.iter().map(|s| s.ts_nanos).collect::<Vec<_>>()
+        );
+        assert!(truth.spikes.iter().all(|p| marked.contains(&p.ts_nanos)));
+        // A filter to another device hides them.
+        let other = Filter {
+            device: Some(DeviceIdx(9)),
+            ..Filter::default()
+        };
+        let (lo, hi) = a.time_extent();
+        assert_eq!(a.markers_in(&other, lo, hi).count(), 0);
+        assert_eq!(
+            a.markers_in(&Filter::default(), lo, hi).count(),
+            marked.len()
+        );
     }
 
     #[test]

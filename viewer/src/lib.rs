@@ -5,14 +5,16 @@
 //! - [`state`]: the view state that the URL fragment carries (shareable links).
 //! - [`data`]: the loaded trace, its `Report`, and the tables and series the views show.
 //! - [`chart`]: time charts drawn with plotters (canvas in the app, SVG for export and tests).
+//! - [`chart_index`]: per-trace indexes that keep a zoom step O(pixels) at 10 M events.
 //! - `app` (wasm32 only): the Leptos components, loading, and browser glue.
 //!
 //! # Design constraints
 //! - Everything but `app` is plain Rust and tested natively (`cargo test -p viewer`).
-//! - Drawing is O(pixels): charts downsample with `Timeline::downsample`.
+//! - Drawing is O(pixels): charts downsample with `IndexedTimeline::downsample`.
 //! - Decoding yields to the event loop between chunks so the page stays responsive.
 
 pub mod chart;
+pub mod chart_index;
 pub mod data;
 pub mod state;
 

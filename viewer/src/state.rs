@@ -96,6 +96,42 @@ impl SortKey {
     }
 }
 
+/// Columns the scope-growth table (Leaks view) can be sorted by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ScopeSortKey {
+    Scope,
+    Severity,
+    /// Total growth (the report's order).
+    #[default]
+    Growth,
+    PerCall,
+    Calls,
+}
+
+impl ScopeSortKey {
+    pub const ALL: [ScopeSortKey; 5] = [
+        Self::Scope,
+        Self::Severity,
+        Self::Growth,
+        Self::PerCall,
+        Self::Calls,
+    ];
+
+    pub const fn slug(self) -> &'static str {
+        match self {
+            Self::Scope => "scope",
+            Self::Severity => "severity",
+            Self::Growth => "growth",
+            Self::PerCall => "per-call",
+            Self::Calls => "calls",
+        }
+    }
+
+    pub fn from_slug(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.slug() == s)
+    }
+}
+
 /// Everything a link restores.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ViewState {
@@ -113,6 +149,11 @@ pub struct ViewState {
     pub sort_ascending: bool,
     /// Expanded row (a stack id) in the leaks or call-site table.
     pub open_stack: Option<u32>,
+    /// Sort of the scope-growth table.
+    pub scope_sort: ScopeSortKey,
+    pub scope_sort_ascending: bool,
+    /// Expanded row of the scope-growth table (an index into `report.analysis.scopes`).
+    pub open_scope: Option<u32>,
     /// Minimal chrome for iframes.
     pub embed: bool,
 }
@@ -156,6 +197,17 @@ impl ViewState {
         if let Some(s) = self.open_stack {
             put("open", &s.to_string());
         }
+        if self.scope_sort != ScopeSortKey::default() || self.scope_sort_ascending {
+            let dir = if self.scope_sort_ascending {
+                "asc"
+            } else {
+                "desc"
+            };
+            put("ssort", &format!("{}-{dir}", self.scope_sort.slug()));
+        }
+        if let Some(s) = self.open_scope {
+            put("scope", &s.to_string());
+        }
         if self.embed {
             put("embed", "1");
         }
@@ -183,6 +235,12 @@ impl ViewState {
                     st.sort_ascending = dir == "asc";
                 }
                 "open" => st.open_stack = v.parse().ok(),
+                "ssort" => {
+                    let (key, dir) = v.rsplit_once('-').unwrap_or((v.as_str(), "desc"));
+                    st.scope_sort = ScopeSortKey::from_slug(key).unwrap_or_default();
+                    st.scope_sort_ascending = dir == "asc";
+                }
+                "scope" => st.open_scope = v.parse().ok(),
                 "embed" => st.embed = v == "1" || v == "true",
                 _ => {}
             }
@@ -309,6 +367,9 @@ mod tests {
             sort: SortKey::Peak,
             sort_ascending: true,
             open_stack: Some(42),
+            scope_sort: ScopeSortKey::PerCall,
+            scope_sort_ascending: true,
+            open_scope: Some(3),
             embed: true,
         };
         let f = st.to_fragment();
@@ -319,7 +380,8 @@ mod tests {
     #[test]
     fn default_state_is_short_and_bad_values_are_ignored() {
         assert_eq!(ViewState::default().to_fragment(), "view=overview");
-        let st = ViewState::from_fragment("#view=nope&t0=9&t1=3&pin=x&sort=zzz&junk");
+        let st =
+            ViewState::from_fragment("#view=nope&t0=9&t1=3&pin=x&sort=zzz&ssort=zzz&scope=-1&junk");
         assert_eq!(st, ViewState::default());
     }
 

@@ -174,23 +174,37 @@ pub fn download_url(name: &str, url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Draws a chart on a canvas, sized to `width` x `height` CSS pixels.
+/// Draws a chart on a canvas, sized to `width` x `height` CSS pixels with a backing store of
+/// `devicePixelRatio` device pixels per CSS pixel (sharp on HiDPI screens).
 pub fn draw_canvas(
     canvas: &web_sys::HtmlCanvasElement,
     spec: &ChartSpec<'_>,
     width: u32,
     height: u32,
 ) -> Option<Mapper> {
-    // Resizing clears and reallocates the canvas: only when the size changes (plotters fills
-    // the background anyway).
-    if canvas.width() != width {
-        canvas.set_width(width);
+    let dpr = window().device_pixel_ratio();
+    let dpr = if dpr.is_finite() && dpr > 0.0 {
+        dpr.min(4.0)
+    } else {
+        1.0
+    };
+    let device = |css: u32| (f64::from(css) * dpr).round() as u32;
+    // Resizing clears and reallocates the canvas: only when the size changes (the chart fills
+    // its background anyway).
+    if canvas.width() != device(width) {
+        canvas.set_width(device(width));
     }
-    if canvas.height() != height {
-        canvas.set_height(height);
+    if canvas.height() != device(height) {
+        canvas.set_height(device(height));
     }
-    let backend = plotters_canvas::CanvasBackend::with_canvas_object(canvas.clone())?;
-    let root = plotters::prelude::IntoDrawingArea::into_drawing_area(backend);
+    let css = format!("width:{width}px;height:{height}px");
+    if canvas.get_attribute("style").as_deref() != Some(css.as_str()) {
+        let _ = canvas.set_attribute("style", &css);
+    }
+    let ctx: web_sys::CanvasRenderingContext2d = canvas.get_context("2d").ok()??.dyn_into().ok()?;
+    ctx.set_transform(dpr, 0.0, 0.0, dpr, 0.0, 0.0).ok()?;
+    let painter = super::canvas::CanvasPainter::new(ctx, (width, height), dpr);
+    let root = plotters::prelude::IntoDrawingArea::into_drawing_area(painter);
     crate::chart::draw(&root, spec).ok()
 }
 

@@ -4,6 +4,7 @@
 //! Every interactive element has a `data-testid`; numbers carry their raw value in
 //! `data-value` so browser tests compare them with `gpucollect report --format json`.
 
+mod canvas;
 mod dom;
 mod load;
 mod timeline;
@@ -22,6 +23,8 @@ use load::{LoadState, Source};
 
 /// Events per bundled demo trace (generated in the page).
 const DEMO_EVENTS: u64 = 200_000;
+/// How long the view state must stay unchanged before the URL fragment is rewritten.
+const FRAGMENT_DELAY_MS: u64 = 150;
 /// Smallest zoom window, in nanoseconds.
 pub const MIN_SPAN_NANOS: u64 = 1_000;
 
@@ -84,10 +87,17 @@ pub fn App() -> impl IntoView {
         local_trace,
     };
 
-    // The URL fragment follows the view state.
+    // The URL fragment follows the view state, written once the state has been still for a
+    // moment (`history.replaceState` costs milliseconds: not once per zoom step).
+    let fragment_timer = StoredValue::new(None::<TimeoutHandle>);
     Effect::new(move |_| {
-        let f = vs.with(ViewState::to_fragment);
-        dom::replace_fragment(&f);
+        vs.track();
+        if let Some(t) = fragment_timer.get_value() {
+            t.clear();
+        }
+        let write = move || dom::replace_fragment(&vs.with_untracked(ViewState::to_fragment));
+        let t = set_timeout_with_handle(write, std::time::Duration::from_millis(FRAGMENT_DELAY_MS));
+        fragment_timer.set_value(t.ok());
     });
 
     let start = move |src: Source, name: String, total: Option<u64>, keep_view: bool| {

@@ -19,6 +19,8 @@ use crate::state::ViewState;
 pub const HEIGHT_PX: u32 = 380;
 /// A press that moves less than this is a click (pin), not a brush.
 const CLICK_SLOP_PX: f64 = 4.0;
+/// Markers listed at most under the chart.
+const MAX_LISTED_MARKERS: usize = 200;
 /// Delay before the call sites under the cursor are computed.
 const HOVER_SITES_DELAY_MS: u64 = 120;
 
@@ -48,29 +50,36 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let handle = window_event_listener(ev::resize, move |_| resize.update(|n| *n += 1));
     on_cleanup(move || handle.remove());
 
+    // A change of state asks for one draw in the next animation frame, with the state as it is
+    // then: zoom steps that come faster than frames (wheel, drag-pan) cost one draw per frame.
     let a_draw = a.clone();
-    Effect::new(move |_| {
-        let state = vs.get();
-        resize.track();
-        let Some(el) = canvas.get() else {
+    let frame_requested = StoredValue::new(false);
+    let draw = move || {
+        let _ = frame_requested.try_set_value(false);
+        let (Some(Some(el)), Some(state)) = (canvas.try_get_untracked(), vs.try_get_untracked())
+        else {
             return;
         };
         let started = dom::now_ms();
         let spec = timeline_spec(&a_draw, &state, dom::theme());
         let width = dom::available_width(&el);
         if let Some(m) = dom::draw_canvas(&el, &spec, width, HEIGHT_PX) {
-            mapper.set_value(m);
+            let _ = mapper.try_set_value(m);
         }
+        // For the benchmark: how long the draw took and when it ended.
         let done = dom::now_ms();
         let _ = el.set_attribute("data-draw-ms", &format!("{:.3}", done - started));
         let _ = el.set_attribute("data-drawn-at", &format!("{done:.3}"));
-        let _ = el.set_attribute("data-draws", &{
-            let n: u64 = el
-                .get_attribute("data-draws")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            (n + 1).to_string()
-        });
+    };
+    Effect::new(move |_| {
+        vs.track();
+        resize.track();
+        if canvas.get().is_none() || frame_requested.get_value() {
+            return;
+        }
+        frame_requested.set_value(true);
+        let draw = draw.clone();
+        request_animation_frame(draw);
     });
 
     let hover = RwSignal::new(None::<Hover>);
@@ -207,7 +216,9 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let export_svg = move |_| {
         let state = vs.get_untracked();
         let spec = timeline_spec(&a_svg, &state, chart::Theme::LIGHT);
-        let width = canvas.get_untracked().map_or(1000, |c| c.width());
+        let width = canvas
+            .get_untracked()
+            .map_or(1000, |c| dom::available_width(&c));
         if let Ok(svg) = chart::to_svg(&spec, width, HEIGHT_PX) {
             let _ = dom::download_text("gpucollect-timeline.svg", "image/svg+xml", &svg);
         }
@@ -258,8 +269,68 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     </div>
                 })}
             </div>
+            <MarkerList a=a.clone() ctx=ctx origin=origin />
             <Pinned a=a.clone() vs=vs origin=origin />
         </section>
+    }
+}
+
+/// The chart's markers as a list (screen readers cannot read the canvas): failed allocations,
+/// teardowns and detected spikes of the filtered series; each zooms the timeline on itself.
+#[component]
+fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
+    let vs = ctx.vs;
+    // Recomputed when the filters change, not on zoom.
+    let filter = Memo::new(move |_| vs.with(filter_of));
+    move || {
+        let f = filter.get();
+        let (lo, hi) = a.time_extent();
+        let all: Vec<&chart::Marker> = a.markers_in(&f, lo, hi).collect();
+        if all.is_empty() {
+            return None;
+        }
+        let total = all.len();
+        let items = all
+            .into_iter()
+            .take(MAX_LISTED_MARKERS)
+            .map(|m| {
+                let t = m.ts_nanos;
+                let go = move |_| {
+                    // 1 % of the trace on each side.
+                    let pad = ((hi - lo) / 100).max(super::MIN_SPAN_NANOS);
+                    vs.update(|v| {
+                        v.range_nanos = Some((t.saturating_sub(pad).max(lo), (t + pad).min(hi)));
+                        v.pin_nanos = Some(t);
+                    });
+                };
+                view! {
+                    <li data-testid="marker" data-kind=m.kind.slug() data-ts=t.to_string()>
+                        <button class="link" on:click=go>{format!("{} at {}", m.label, fmt_duration(t.saturating_sub(origin)))}</button>
+                    </li>
+                }
+            })
+            .collect_view();
+        let shown = total.min(MAX_LISTED_MARKERS);
+        let count = |kind: chart::MarkerKind, what: &str| {
+            let n = a.markers_in(&f, lo, hi).filter(|m| m.kind == kind).count();
+            (n > 0).then(|| format!("{n} {what}"))
+        };
+        let summary = [
+            count(chart::MarkerKind::FailedAlloc, "failed allocation(s)"),
+            count(chart::MarkerKind::Teardown, "teardown(s)"),
+            count(chart::MarkerKind::Spike, "spike(s)"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+        Some(view! {
+            <details class="markers" data-testid="marker-list" data-count=total.to_string()>
+                <summary>{format!("Markers: {summary}")}
+                    {(shown < total).then(|| format!(" ({shown} listed)"))}</summary>
+                <ul>{items}</ul>
+            </details>
+        })
     }
 }
 

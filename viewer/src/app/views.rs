@@ -5,8 +5,10 @@
 
 use std::sync::Arc;
 
+use analysis_core::analysis::Severity;
+use analysis_core::analysis::scopes::ScopeKind;
 use analysis_core::timeline::Timeline;
-use analysis_core::units::{fmt_bytes, fmt_duration};
+use analysis_core::units::{fmt_bytes, fmt_bytes_signed, fmt_duration};
 use leptos::html;
 use leptos::prelude::*;
 
@@ -15,8 +17,11 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, Marker, MarkerKind, PALETTE, Theme, YUnit, filter_of,
     timeline_spec,
 };
-use crate::data::{Analysis, SiteRow, fmt_percent, site_matches, sort_sites, to_csv};
-use crate::state::{SortKey, View, ViewState};
+use crate::chart_index::IndexedTimeline;
+use crate::data::{
+    Analysis, ScopeRow, SiteRow, fmt_percent, site_matches, sort_scope_rows, sort_sites, to_csv,
+};
+use crate::state::{ScopeSortKey, SortKey, View, ViewState};
 
 /// Rows shown at most in a table (the CSV export has them all).
 const MAX_ROWS: usize = 500;
@@ -44,7 +49,9 @@ pub fn ChartBox(
         });
     });
     let export_svg = move |_| {
-        let w = canvas.get_untracked().map_or(900, |c| c.width());
+        let w = canvas
+            .get_untracked()
+            .map_or(900, |c| dom::available_width(&c));
         spec(Theme::LIGHT, &mut |s| {
             if let Ok(svg) = chart::to_svg(s, w, height) {
                 let _ =
@@ -304,9 +311,211 @@ pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     }
 }
 
-/// Call sites with memory still live at the end: the leak candidates, with growth charts.
+/// Leaks: the report's growth per scope (NVTX range or call site) with severity, then the call
+/// sites with memory still live at the end. Rows expand to a growth chart and the full stack.
 #[component]
 pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    view! {
+        <section class="leaks" data-testid="leaks-view">
+            <ScopeGrowthTable a=a.clone() ctx=ctx />
+            <LiveAtEndTable a=a ctx=ctx />
+        </section>
+    }
+}
+
+/// The report's scopes (`report.analysis.scopes`): growth, per call, calls, bounded or not,
+/// the reference rule and the severity of the finding; sortable, CSV export.
+#[component]
+fn ScopeGrowthTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let filtered = !filter_of(&vs.get_untracked()).is_all();
+    let count = a.report.analysis.scopes.len();
+    let csv: Vec<Vec<String>> = a
+        .scope_rows()
+        .iter()
+        .map(|r| {
+            let s = r.scope;
+            vec![
+                s.scope.clone(),
+                scope_kind_name(s.kind).to_string(),
+                r.severity.map_or("none", Severity::name).to_string(),
+                s.total_growth_bytes.to_string(),
+                s.avg_growth_bytes.to_string(),
+                s.calls.to_string(),
+                s.positive_ratio.to_string(),
+                s.tail_growth_bytes.to_string(),
+                r.growth_class().to_string(),
+                s.reference_leak.to_string(),
+                s.explained_by.clone().unwrap_or_default(),
+                s.top_site.clone().unwrap_or_default(),
+                s.top_site_bytes.to_string(),
+                s.top_stack
+                    .map(|st| frames_of(&a, st).join(" <- "))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let header = move |key: ScopeSortKey, label: &'static str| {
+        let sort = move || vs.with(|v| (v.scope_sort == key).then_some(v.scope_sort_ascending));
+        view! {
+            <th scope="col" class:num=matches!(key, ScopeSortKey::Growth | ScopeSortKey::PerCall | ScopeSortKey::Calls)
+                aria-sort=move || match sort() { Some(true) => "ascending", Some(false) => "descending", None => "none" }>
+                <button class="sort" data-testid=format!("scope-sort-{}", key.slug()) on:click=move |_| vs.update(|v| {
+                    if v.scope_sort == key {
+                        v.scope_sort_ascending = !v.scope_sort_ascending;
+                    } else {
+                        v.scope_sort = key;
+                        v.scope_sort_ascending = key == ScopeSortKey::Scope;
+                    }
+                })>{label}{move || match sort() { Some(true) => " ▲", Some(false) => " ▼", None => "" }}</button>
+            </th>
+        }
+    };
+    let sort = Memo::new(move |_| vs.with(|v| (v.scope_sort, v.scope_sort_ascending)));
+    let a2 = a.clone();
+    let body = move || {
+        let (key, ascending) = sort.get();
+        let mut rows = a2.scope_rows();
+        sort_scope_rows(&mut rows, key, ascending);
+        rows.into_iter()
+            .map(|r| scope_row(&a2, vs, &r))
+            .collect_view()
+    };
+    view! {
+        <section data-testid="scopes-section">
+            <h3>"Growth per scope"</h3>
+            <p class="muted">"From the report: per NVTX range (each instance is one call) or, in a trace without NVTX ranges, "
+                "per call site (each allocation is one call). Growth that stopped (warm-up, caches, pools) is bounded, not a leak. "
+                "Click a row for its growth over time and the stack that kept the most bytes."</p>
+            {filtered.then(|| view! { <p class="muted" data-testid="scopes-unfiltered">"The report covers the whole trace: the process, device and thread filters do not apply to this table."</p> })}
+            <CsvButton name="scope-growth" headers=&["scope", "kind", "severity", "total_growth_bytes", "avg_growth_bytes", "calls",
+                "positive_ratio", "tail_growth_bytes", "growth", "reference_leak", "explained_by", "top_site", "top_site_bytes", "stack"] rows=csv />
+            <table data-testid="scopes-table" class:hidden=count == 0>
+                <caption>{format!("{count} scope(s) analysed by the report, largest growth first unless sorted")}</caption>
+                <thead><tr>
+                    {header(ScopeSortKey::Scope, "Scope or call site")}
+                    <th scope="col">"Kind"</th>
+                    {header(ScopeSortKey::Severity, "Severity")}
+                    {header(ScopeSortKey::Growth, "Total growth")}
+                    {header(ScopeSortKey::PerCall, "Per call")}
+                    {header(ScopeSortKey::Calls, "Calls")}
+                    <th scope="col">"Growth"</th>
+                    <th scope="col">"Reference rule"</th>
+                </tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+            {(count == 0).then(|| view! { <p class="muted" data-testid="no-scopes">"The report found no scope with enough calls to judge its growth."</p> })}
+        </section>
+    }
+}
+
+fn scope_kind_name(kind: ScopeKind) -> &'static str {
+    match kind {
+        ScopeKind::NvtxRange => "NVTX range",
+        ScopeKind::CallSite => "call site",
+    }
+}
+
+fn frames_of(a: &Analysis, stack: analysis_core::format::StackId) -> Vec<String> {
+    a.trace
+        .model
+        .stack_frames(stack)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// One row of the scope table and, when open, its growth chart and stack.
+fn scope_row(
+    a: &Arc<Analysis>,
+    vs: RwSignal<ViewState>,
+    r: &ScopeRow<'_>,
+) -> impl IntoView + use<> {
+    let i = r.index as u32;
+    let is_open = move || vs.with(|v| v.open_scope == Some(i));
+    let toggle = move |_| {
+        vs.update(|v| {
+            v.open_scope = if v.open_scope == Some(i) {
+                None
+            } else {
+                Some(i)
+            }
+        })
+    };
+    let s = r.scope.clone();
+    let sev = r.severity.map_or("none", Severity::name);
+    let reference = match (s.reference_leak, &s.explained_by) {
+        (true, Some(inner)) => format!("flagged; explained by `{inner}`"),
+        (true, None) => "flagged".to_string(),
+        (false, _) => "not flagged".to_string(),
+    };
+    let per_call = s.avg_growth_bytes.round() as i64;
+    let a = a.clone();
+    let detail = move || {
+        is_open().then(|| {
+            let (lo, hi) = a.time_extent();
+            let scope_series = a.scope_growth(&s).map(|t| Arc::new(IndexedTimeline::from(t)));
+            let site_series = s
+                .top_stack
+                .map(|st| Arc::new(IndexedTimeline::from(a.site_growth(st))));
+            let scope_label = format!("growth of `{}` calls (running sum)", s.scope);
+            let site_label = format!(
+                "live bytes of {}",
+                s.top_site.clone().unwrap_or_default()
+            );
+            let spec: SpecFn = Arc::new(move |theme, f| {
+                let mut layers = Vec::new();
+                if let Some(t) = &scope_series {
+                    layers.push(Layer { label: scope_label.clone(), timeline: t, color: PALETTE[2], style: LayerStyle::Band });
+                }
+                if let Some(t) = &site_series {
+                    let style = if layers.is_empty() { LayerStyle::Band } else { LayerStyle::Line };
+                    layers.push(Layer { label: site_label.clone(), timeline: t, color: PALETTE[4], style });
+                }
+                f(&ChartSpec {
+                    t0: lo, t1: hi + 1, origin_nanos: lo, layers,
+                    gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme,
+                })
+            });
+            let kept = match (&s.top_site, s.top_stack) {
+                (Some(site), Some(stack)) => view! {
+                    <p>"Kept the most bytes beyond the calls: " <b>{site.clone()}</b> " · "
+                        <Bytes bytes=s.top_site_bytes testid="scope-top-bytes" /></p>
+                    <Stack frames=frames_of(&a, stack) />
+                }.into_any(),
+                _ => view! { <p class="muted">"No call site kept bytes beyond the calls of this scope."</p> }.into_any(),
+            };
+            view! {
+                <tr class="detail" data-testid="scope-detail"><td colspan="8">
+                    <ChartBox spec=spec name="scope-growth" />
+                    {kept}
+                </td></tr>
+            }
+        })
+    };
+    view! {
+        <tr data-testid="scope-row" data-index=i.to_string() data-scope=r.scope.scope.clone()
+            data-kind=scope_kind_name(r.scope.kind) data-severity=sev
+            data-total=r.scope.total_growth_bytes.to_string() data-avg=r.scope.avg_growth_bytes.to_string()
+            data-calls=r.scope.calls.to_string() data-growth=r.growth_class()
+            data-reference=r.scope.reference_leak.to_string()
+            class="clickable" on:click=toggle>
+            <td><button class="row-toggle" aria-expanded=move || is_open().to_string()>{r.scope.scope.clone()}</button></td>
+            <td>{scope_kind_name(r.scope.kind)}</td>
+            <td><span class=format!("sev sev-{sev}")>{sev}</span></td>
+            <td class="num">{fmt_bytes_signed(r.scope.total_growth_bytes)}</td>
+            <td class="num">{fmt_bytes_signed(per_call)}</td>
+            <td class="num">{r.scope.calls}</td>
+            <td>{r.growth_class()}</td>
+            <td>{reference}</td>
+        </tr>
+        {detail}
+    }
+}
+
+/// Call sites with memory still live at the end: the leak candidates, with growth charts.
+#[component]
+fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let rows: Vec<SiteRow> = a.leak_candidates(&filter_of(&vs.get_untracked()));
     let total_live = a.report.live_at_end_bytes;
@@ -334,9 +543,9 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             let toggle = move |_| vs.update(|v| v.open_stack = if v.open_stack == Some(stack) { None } else { Some(stack) });
             let frames = s.frames.clone();
             view! {
-                <tr data-testid="leak-row" data-stack=stack.to_string() class="clickable" on:click=toggle
-                    aria-expanded=move || is_open().to_string()>
-                    <td>{if s.label.is_empty() { "<no stack>".to_string() } else { s.label.clone() }}</td>
+                <tr data-testid="leak-row" data-stack=stack.to_string() class="clickable" on:click=toggle>
+                    <td><button class="row-toggle" aria-expanded=move || is_open().to_string()>
+                        {if s.label.is_empty() { "<no stack>".to_string() } else { s.label.clone() }}</button></td>
                     <td class="num"><Bytes bytes=s.live_bytes testid="leak-live" /></td>
                     <td class="num">{fmt_percent(s.live_bytes, total_live)}</td>
                     <td class="num">{fmt_bytes(s.live_bytes / s.live_count.max(1))}</td>
@@ -344,7 +553,7 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     <td class="num">{format!("{} of {}", s.live_count, s.alloc_count)}</td>
                 </tr>
                 {move || is_open().then(|| {
-                    let growth = Arc::new(a.site_growth(s.stack));
+                    let growth = Arc::new(IndexedTimeline::from(a.site_growth(s.stack)));
                     let (lo, hi) = a.time_extent();
                     let g = growth.clone();
                     let spec: SpecFn = Arc::new(move |theme, f| {
@@ -366,7 +575,8 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <section class="leaks" data-testid="leaks-view">
+        <section data-testid="live-at-end-section">
+            <h3>"Still live at the end, by call site"</h3>
             <p class="muted">"Call sites whose allocations are still live when the trace ends, largest first. "
                 "Click a row for its live bytes over time and its full stack."</p>
             <CsvButton name="leaks" headers=&["site", "live_at_end_bytes", "per_call_bytes", "calls", "still_live", "stack"] rows=csv />
@@ -382,7 +592,8 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     }
 }
 
-/// The largest transient allocations, marked on the timeline.
+/// The spikes the report detected and the largest transient allocations, marked on the
+/// timeline.
 #[component]
 pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
@@ -400,8 +611,12 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             )
         })
         .collect();
+    // The report's spikes are on the timeline already; the largest transients join them.
+    let (lo, hi) = a.time_extent();
+    let marked: Vec<u64> = a.markers_in(&f, lo, hi).map(|m| m.ts_nanos).collect();
     let markers: Vec<Marker> = top
         .iter()
+        .filter(|(t, ..)| !marked.contains(t))
         .take(10)
         .map(|(t, _, b, _)| Marker {
             ts_nanos: *t,
@@ -418,8 +633,56 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         };
         let mut s = timeline_spec(&a2, &st, theme);
         s.markers.extend(markers.iter().cloned());
+        s.markers.sort_by_key(|m| m.ts_nanos);
         cb(&s);
     });
+    let zoom_to = move |t: u64, e: u64| {
+        let pad = e.saturating_sub(t).max(1_000_000);
+        vs.update(|v| {
+            v.view = View::Timeline;
+            v.range_nanos = Some((t.saturating_sub(pad), e + pad));
+            v.pin_nanos = Some(t);
+        });
+    };
+    let detected = a.detected_spikes();
+    let n_detected = detected.len();
+    let detected_csv = detected
+        .iter()
+        .map(|d| {
+            vec![
+                d.ts_nanos.saturating_sub(origin).to_string(),
+                d.size_bytes.to_string(),
+                d.live_bytes.to_string(),
+                d.duration_nanos.map(|x| x.to_string()).unwrap_or_default(),
+                d.timeline_rule.to_string(),
+                d.scopes.join(" "),
+                d.site.clone(),
+            ]
+        })
+        .collect();
+    let detected_rows = detected
+        .into_iter()
+        .map(|d| {
+            let (t, e) = (d.ts_nanos, d.ts_nanos + d.duration_nanos.unwrap_or(0));
+            let rule = match (d.timeline_rule, d.scopes.is_empty()) {
+                (true, true) => "rise and fall of live bytes".to_string(),
+                (false, _) => format!("outlier size in {}", d.scopes.join(", ")),
+                (true, false) => format!("rise and fall; outlier size in {}", d.scopes.join(", ")),
+            };
+            view! {
+                <tr data-testid="detected-spike-row" class="clickable" on:click=move |_| zoom_to(t, e)
+                    data-ts=t.to_string() data-size=d.size_bytes.to_string() data-live=d.live_bytes.to_string()
+                    data-timeline=d.timeline_rule.to_string()>
+                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><Bytes bytes=d.size_bytes /></td>
+                    <td class="num"><Bytes bytes=d.live_bytes /></td>
+                    <td class="num">{d.duration_nanos.map_or_else(|| "–".to_string(), fmt_duration)}</td>
+                    <td>{rule}</td>
+                    <td>{d.site}</td>
+                </tr>
+            }
+        })
+        .collect_view();
     let csv = top
         .iter()
         .map(|(t, e, b, s)| {
@@ -434,16 +697,8 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let body = top
         .into_iter()
         .map(|(t, e, b, s)| {
-            let go = move |_| {
-                let pad = (e - t).max(1_000_000);
-                vs.update(|v| {
-                    v.view = View::Timeline;
-                    v.range_nanos = Some((t.saturating_sub(pad), e + pad));
-                    v.pin_nanos = Some(t);
-                });
-            };
             view! {
-                <tr data-testid="spike-row" class="clickable" on:click=go>
+                <tr data-testid="spike-row" class="clickable" on:click=move |_| zoom_to(t, e)>
                     <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
                     <td class="num"><Bytes bytes=b /></td>
                     <td class="num">{fmt_duration(e.saturating_sub(t))}</td>
@@ -454,14 +709,28 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         .collect_view();
     view! {
         <section class="spikes" data-testid="spikes-view">
-            <p class="muted">"The largest allocations that were freed again: transient memory that sets the peak. Click a row to zoom the timeline on it."</p>
+            <p class="muted">"Spikes the report detected, and the largest allocations that were freed again: transient memory that sets the peak. Click a row to zoom the timeline on it."</p>
             <ChartBox spec=spec name="spikes" height=300 />
-            <CsvButton name="spikes" headers=&["time_nanos", "lifetime_nanos", "bytes", "site"] rows=csv />
-            <table data-testid="spikes-table">
-                <caption>"Largest transient allocations"</caption>
-                <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Lived"</th><th scope="col">"Call site"</th></tr></thead>
-                <tbody>{body}</tbody>
-            </table>
+            <section data-testid="detected-spikes-section">
+                <h3>"Detected spikes"</h3>
+                <CsvButton name="detected-spikes" headers=&["time_nanos", "bytes", "live_bytes", "lasted_nanos", "timeline_rule", "scopes", "site"] rows=detected_csv />
+                <table data-testid="detected-spikes-table" class:hidden=n_detected == 0>
+                    <caption>{format!("{n_detected} spike(s) detected by the report: sudden rises and falls of live bytes, and allocations far above their scope's usual sizes")}</caption>
+                    <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Live then"</th>
+                        <th scope="col" class="num">"Lasted"</th><th scope="col">"Rule"</th><th scope="col">"Call site"</th></tr></thead>
+                    <tbody>{detected_rows}</tbody>
+                </table>
+                {(n_detected == 0).then(|| view! { <p class="muted" data-testid="no-detected-spikes">"The report detected no spike in this trace."</p> })}
+            </section>
+            <section data-testid="transients-section">
+                <h3>"Largest transient allocations"</h3>
+                <CsvButton name="spikes" headers=&["time_nanos", "lifetime_nanos", "bytes", "site"] rows=csv />
+                <table data-testid="spikes-table">
+                    <caption>"Largest transient allocations"</caption>
+                    <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"Size"</th><th scope="col" class="num">"Lived"</th><th scope="col">"Call site"</th></tr></thead>
+                    <tbody>{body}</tbody>
+                </table>
+            </section>
         </section>
     }
 }
@@ -474,7 +743,7 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let (lo, hi) = a.time_extent();
     let has_pools = !a.pools.is_empty();
     // Unused share of the reserved pool memory, per pool series, in ten-thousandths.
-    let ratios: Vec<(String, Arc<Timeline>)> = a
+    let ratios: Vec<(String, Arc<IndexedTimeline>)> = a
         .pools
         .iter()
         .map(|((p, d), s)| {
@@ -491,7 +760,7 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             t.build_index();
             (
                 format!("unused share · process {} · GPU {}", p.0, d.0),
-                Arc::new(t),
+                Arc::new(IndexedTimeline::from(t)),
             )
         })
         .collect();
