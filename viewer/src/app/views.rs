@@ -133,6 +133,7 @@ pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             let exit = match (p.exit_code, p.exit_signal) {
                 (Some(c), _) => format!(" · exit {c}"),
                 (_, Some(s)) => format!(" · killed by signal {s}"),
+                _ if p.exit_status_unknown => " · exited (status unknown)".to_string(),
                 _ => String::new(),
             };
             view! { <li>{format!("{} (pid {}) · peak {} · live at end {}{exit}", p.exe, p.pid, fmt_bytes(p.peak_bytes), fmt_bytes(p.live_at_end_bytes))}</li> }
