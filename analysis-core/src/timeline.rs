@@ -165,33 +165,41 @@ impl Timeline {
         }
     }
 
-    /// Downsamples `[t0, t1)` into `columns` buckets of equal time width.
+    /// Downsamples `[t0, t1)` into `columns` buckets of equal time width. Each column's end is
+    /// searched outwards from where the previous column's width predicts it (a few reads near
+    /// the guess, O(log distance) otherwise), and its value range comes from the pyramid, so a
+    /// call costs about O(columns · log) however many points the window holds.
     pub fn downsample(&self, t0: u64, t1: u64, columns: usize) -> Vec<Bucket> {
         let mut out = Vec::with_capacity(columns);
         if columns == 0 || t1 <= t0 {
             return out;
         }
+        let values = &self.data.values;
         let span = t1 - t0;
-        let mut idx = self.data.times.partition_point(|&x| x < t0);
-        for c in 0..columns {
-            let a = t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
-            let b = t0 + ((u128::from(span) * (c as u128 + 1)) / columns as u128) as u64;
-            let carried = if idx == 0 {
-                0
+        // Column c starts at t0 + span * c / columns; in u64 when that cannot overflow (spans
+        // under 185 days), as u128 arithmetic is a library call in wasm.
+        let wide = span.checked_mul(columns as u64).is_none();
+        let edge = |c: usize| -> u64 {
+            if wide {
+                t0 + ((u128::from(span) * c as u128) / columns as u128) as u64
             } else {
-                self.data.values[idx - 1]
-            };
-            let end = idx + self.data.times[idx..].partition_point(|&x| x < b);
+                t0 + span * c as u64 / columns as u64
+            }
+        };
+        let mut idx = self.data.times.partition_point(|&x| x < t0);
+        let mut prev = idx;
+        for c in 0..columns {
+            let (a, b) = (edge(c), edge(c + 1));
+            let carried = if idx == 0 { 0 } else { values[idx - 1] };
+            // Columns are equally wide: the next one probably holds as many points as this one.
+            let end = self.lower_bound_near(idx, b, idx + (idx - prev));
+            prev = idx;
             let (mut lo, mut hi) = (carried, carried);
             if let Some((l, h)) = self.range_min_max(idx, end) {
                 lo = lo.min(l);
                 hi = hi.max(h);
             }
-            let last = if end == 0 {
-                0
-            } else {
-                self.data.values[end - 1]
-            };
+            let last = if end == 0 { 0 } else { values[end - 1] };
             out.push(Bucket {
                 t_start: a,
                 t_end: b,
@@ -202,6 +210,38 @@ impl Timeline {
             idx = end;
         }
         out
+    }
+
+    /// `from + times[from..].partition_point(|&x| x < t)`, searched outwards from `guess`.
+    fn lower_bound_near(&self, from: usize, t: u64, guess: usize) -> usize {
+        let times = &self.data.times;
+        let n = times.len();
+        let g = guess.clamp(from, n);
+        if g == n || times[g] >= t {
+            // The answer is at or before g: gallop back to a time below t.
+            let (mut hi, mut step) = (g, 1);
+            loop {
+                if hi == from {
+                    return from;
+                }
+                let lo = hi.saturating_sub(step).max(from);
+                if times[lo] < t {
+                    return lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t);
+                }
+                hi = lo;
+                step *= 2;
+            }
+        }
+        // times[g] < t: gallop forward to a time at or above t.
+        let (mut lo, mut step) = (g, 1);
+        loop {
+            let hi = (lo + step).min(n);
+            if hi == n || times[hi] >= t {
+                return lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t);
+            }
+            lo = hi;
+            step *= 2;
+        }
     }
 }
 
@@ -219,6 +259,32 @@ mod tests {
             let (i, j) = (a.min(b).min(vals.len()), a.max(b).min(vals.len()));
             let brute = vals[i..j].iter().fold(None, |acc: Option<(u64,u64)>, &v| Some(match acc { None => (v, v), Some((l, h)) => (l.min(v), h.max(v)) }));
             prop_assert_eq!(t.range_min_max(i, j), brute);
+        }
+    }
+
+    proptest! {
+        /// Downsampling equals a point-by-point reference for any window and column count.
+        #[test]
+        fn downsample_equals_a_linear_reference(
+            steps in proptest::collection::vec((0u64..40, 0u64..1000), 0..400),
+            a in 0u64..9000, w in 1u64..9000, cols in 1usize..300,
+        ) {
+            let mut t = Timeline::new();
+            let mut ts = 100u64;
+            for (dt, v) in &steps { ts += dt; t.push(ts, *v); }
+            t.build_index();
+            let (times, values) = (t.times().to_vec(), t.values().to_vec());
+            let got = t.downsample(a, a + w, cols);
+            prop_assert_eq!(got.len(), cols);
+            for b in &got {
+                let i = times.partition_point(|&x| x < b.t_start);
+                let j = times.partition_point(|&x| x < b.t_end);
+                let carried = if i == 0 { 0 } else { values[i - 1] };
+                let lo = values[i..j].iter().copied().fold(carried, u64::min);
+                let hi = values[i..j].iter().copied().fold(carried, u64::max);
+                let last = if j == 0 { 0 } else { values[j - 1] };
+                prop_assert_eq!((b.min, b.max, b.last), (lo, hi, last));
+            }
         }
     }
 

@@ -3,14 +3,14 @@
 //! drawn by [`draw`], which returns a [`Mapper`] turning mouse positions into trace times.
 //!
 //! Drawing cost is O(pixels): every series is downsampled to one min/max bucket per pixel
-//! column with `IndexedTimeline::downsample`, so a zoom step costs the same at 10 k or 10 M
+//! column with `Timeline::downsample`, so a zoom step costs the same at 10 k or 10 M
 //! events.
 
+use analysis_core::timeline::Timeline;
 use analysis_core::units::{fmt_bytes, fmt_duration};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::chart_index::IndexedTimeline;
 use crate::data::{Analysis, Filter};
 use crate::state::ViewState;
 
@@ -66,7 +66,7 @@ pub enum LayerStyle {
 #[derive(Clone, Debug)]
 pub struct Layer<'a> {
     pub label: String,
-    pub timeline: &'a IndexedTimeline,
+    pub timeline: &'a Timeline,
     pub color: RGBColor,
     pub style: LayerStyle,
 }
@@ -574,7 +574,7 @@ fn push_point(v: &mut Vec<(i32, i32)>, p: (i32, i32)) {
     }
 }
 
-fn first_time(t: &IndexedTimeline) -> u64 {
+fn first_time(t: &Timeline) -> u64 {
     t.times().first().copied().unwrap_or(u64::MAX)
 }
 

@@ -4,7 +4,7 @@
 //! of `analysis-core`'s public API, tested natively.
 //!
 //! Everything here is computed once per trace, or per request in time proportional to the
-//! answer; drawing code only downsamples (`IndexedTimeline::downsample`), so a zoom step costs
+//! answer; drawing code only downsamples (`Timeline::downsample`), so a zoom step costs
 //! O(pixels) whatever the trace size.
 
 use std::borrow::Cow;
@@ -21,7 +21,7 @@ use analysis_core::units::fmt_bytes;
 use analysis_core::{Report, summarize};
 
 use crate::chart::{Marker, MarkerKind};
-use crate::chart_index::{IndexedTimeline, RangeRows};
+use crate::chart_index::RangeRows;
 
 /// Which part of the trace the views show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,8 +69,8 @@ pub struct SiteRow {
 /// A memory pool's reserved and used bytes over time, for one (process, device).
 #[derive(Clone, Debug, Default)]
 pub struct PoolSeries {
-    pub reserved: IndexedTimeline,
-    pub used: IndexedTimeline,
+    pub reserved: Timeline,
+    pub used: Timeline,
 }
 
 /// A failed allocation with what the trace says about free memory at that moment.
@@ -150,11 +150,11 @@ pub struct Analysis {
     /// Pool samples as step series per (process, device).
     pub pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries>,
     /// NVML device used bytes per device.
-    pub device_used: BTreeMap<DeviceIdx, IndexedTimeline>,
+    pub device_used: BTreeMap<DeviceIdx, Timeline>,
     /// `trace.model.series[i].timeline` with a time index, for drawing.
-    pub plots: Vec<IndexedTimeline>,
+    pub plots: Vec<Timeline>,
     /// `trace.model.total` with a time index.
-    pub total: IndexedTimeline,
+    pub total: Timeline,
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
     /// Failed allocations, teardowns and detected spikes, in time order.
@@ -211,7 +211,6 @@ impl Analysis {
             .map(|(k, (mut reserved, mut used))| {
                 reserved.build_index();
                 used.build_index();
-                let (reserved, used) = (reserved.into(), used.into());
                 (k, PoolSeries { reserved, used })
             })
             .collect();
@@ -228,11 +227,11 @@ impl Analysis {
             .into_iter()
             .map(|(d, mut t)| {
                 t.build_index();
-                (d, t.into())
+                (d, t)
             })
             .collect();
-        let plots = m.series.iter().map(|s| s.timeline.clone().into()).collect();
-        let total = m.total.clone().into();
+        let plots = m.series.iter().map(|s| s.timeline.clone()).collect();
+        let total = m.total.clone();
         let range_rows = RangeRows::new(&m.ranges);
         let markers = markers(m, &report);
         Self {
@@ -267,7 +266,7 @@ impl Analysis {
     }
 
     /// Device-memory series that pass the filter, with their indexed timelines.
-    pub fn series_plots(&self, f: &Filter) -> Vec<(&Series, &IndexedTimeline)> {
+    pub fn series_plots(&self, f: &Filter) -> Vec<(&Series, &Timeline)> {
         self.trace
             .model
             .series

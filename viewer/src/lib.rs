@@ -10,7 +10,7 @@
 //!
 //! # Design constraints
 //! - Everything but `app` is plain Rust and tested natively (`cargo test -p viewer`).
-//! - Drawing is O(pixels): charts downsample with `IndexedTimeline::downsample`.
+//! - Drawing is O(pixels): charts downsample with `Timeline::downsample`.
 //! - Decoding yields to the event loop between chunks so the page stays responsive.
 
 pub mod chart;

@@ -17,7 +17,6 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, Marker, MarkerKind, PALETTE, Theme, YUnit, filter_of,
     timeline_spec,
 };
-use crate::chart_index::IndexedTimeline;
 use crate::data::{
     Analysis, ScopeRow, SiteRow, fmt_percent, site_matches, sort_scope_rows, sort_sites, to_csv,
 };
@@ -455,10 +454,10 @@ fn scope_row(
     let detail = move || {
         is_open().then(|| {
             let (lo, hi) = a.time_extent();
-            let scope_series = a.scope_growth(&s).map(|t| Arc::new(IndexedTimeline::from(t)));
+            let scope_series = a.scope_growth(&s).map(Arc::new);
             let site_series = s
                 .top_stack
-                .map(|st| Arc::new(IndexedTimeline::from(a.site_growth(st))));
+                .map(|st| Arc::new(a.site_growth(st)));
             let scope_label = format!("growth of `{}` calls (running sum)", s.scope);
             let site_label = format!(
                 "live bytes of {}",
@@ -554,7 +553,7 @@ fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     <td class="num">{format!("{} of {}", s.live_count, s.alloc_count)}</td>
                 </tr>
                 {move || is_open().then(|| {
-                    let growth = Arc::new(IndexedTimeline::from(a.site_growth(s.stack)));
+                    let growth = Arc::new(a.site_growth(s.stack));
                     let (lo, hi) = a.time_extent();
                     let g = growth.clone();
                     let spec: SpecFn = Arc::new(move |theme, f| {
@@ -744,7 +743,7 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let (lo, hi) = a.time_extent();
     let has_pools = !a.pools.is_empty();
     // Unused share of the reserved pool memory, per pool series, in ten-thousandths.
-    let ratios: Vec<(String, Arc<IndexedTimeline>)> = a
+    let ratios: Vec<(String, Arc<Timeline>)> = a
         .pools
         .iter()
         .map(|((p, d), s)| {
@@ -761,7 +760,7 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             t.build_index();
             (
                 format!("unused share · process {} · GPU {}", p.0, d.0),
-                Arc::new(IndexedTimeline::from(t)),
+                Arc::new(t),
             )
         })
         .collect();
