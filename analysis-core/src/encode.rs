@@ -4,9 +4,11 @@
 //! so one `Encoder` must see every record of a trace, in order. Trailing fields that equal their
 //! default are omitted, which is what keeps the common alloc/free records small.
 
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use hashbrown::HashMap;
 
-use crate::format::{self, AllocId, Header, Record, tag};
+use crate::format::{self, AllocId, FrameId, Header, Record, StackDef, StackId, StringId, tag};
 use crate::msgpack::{
     write_array_len, write_bin, write_int, write_map_len, write_nil, write_str, write_uint,
 };
@@ -405,5 +407,44 @@ impl Encoder {
     pub fn alloc(&mut self, a: &format::Alloc) -> AllocId {
         self.record(&Record::Alloc(*a))
             .unwrap_or(AllocId(self.next_alloc.wrapping_sub(1)))
+    }
+}
+
+/// Interned strings and stack-trie nodes of a trace being written: each is written once, the
+/// first time it is used, with the next id (from 1).
+#[derive(Debug, Default)]
+pub struct Interner {
+    strings: HashMap<String, StringId>,
+    stacks: HashMap<(StackId, FrameId), StackId>,
+}
+
+impl Interner {
+    /// The id of `s`, writing its `string` record the first time.
+    pub fn string(&mut self, enc: &mut Encoder, s: &str) -> StringId {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = StringId(self.strings.len() as u32 + 1);
+        self.strings.insert(s.to_string(), id);
+        enc.record(&Record::String {
+            id,
+            value: s.to_string(),
+        });
+        id
+    }
+
+    /// The stack `frame` called from `parent`, writing its `stack` record the first time.
+    pub fn stack(&mut self, enc: &mut Encoder, parent: StackId, frame: FrameId) -> StackId {
+        if let Some(&s) = self.stacks.get(&(parent, frame)) {
+            return s;
+        }
+        let stack = StackId(self.stacks.len() as u32 + 1);
+        self.stacks.insert((parent, frame), stack);
+        enc.record(&Record::Stack(StackDef {
+            stack,
+            parent,
+            frame,
+        }));
+        stack
     }
 }

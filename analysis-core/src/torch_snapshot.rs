@@ -21,7 +21,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-use crate::encode::Encoder;
+use crate::encode::{Encoder, Interner};
 use crate::format::*;
 use crate::pickle::{Pickle, PickleError, Value};
 
@@ -217,9 +217,8 @@ struct Converter<'p> {
     root: Value,
     enc: Encoder,
     summary: ImportSummary,
-    strings: HashMap<String, StringId>,
+    interner: Interner,
     frames: HashMap<(StringId, StringId, u32), FrameId>,
-    stacks: HashMap<(StackId, FrameId), StackId>,
     /// Frame dicts and `frames` lists already converted, by arena index (PyTorch shares them
     /// between entries through the pickle's memo, so most entries hit these).
     frame_dicts: HashMap<u32, FrameId>,
@@ -245,9 +244,8 @@ impl<'p> Converter<'p> {
             root: p.root.unwrap_or(Value::None),
             enc: Encoder::new(&header),
             summary: ImportSummary::default(),
-            strings: HashMap::new(),
+            interner: Interner::default(),
             frames: HashMap::new(),
-            stacks: HashMap::new(),
             frame_dicts: HashMap::new(),
             frame_lists: HashMap::new(),
             reader,
@@ -267,16 +265,7 @@ impl<'p> Converter<'p> {
     }
 
     fn string(&mut self, s: &str) -> StringId {
-        if let Some(&id) = self.strings.get(s) {
-            return id;
-        }
-        let id = StringId(self.strings.len() as u32 + 1);
-        self.strings.insert(s.to_string(), id);
-        self.enc.record(&Record::String {
-            id,
-            value: s.to_string(),
-        });
-        id
+        self.interner.string(&mut self.enc, s)
     }
 
     fn frame(&mut self, file: &str, name: &str, line: u32) -> FrameId {
@@ -296,17 +285,7 @@ impl<'p> Converter<'p> {
     }
 
     fn push_frame(&mut self, parent: StackId, frame: FrameId) -> StackId {
-        if let Some(&s) = self.stacks.get(&(parent, frame)) {
-            return s;
-        }
-        let stack = StackId(self.stacks.len() as u32 + 1);
-        self.stacks.insert((parent, frame), stack);
-        self.enc.record(&Record::Stack(StackDef {
-            stack,
-            parent,
-            frame,
-        }));
-        stack
+        self.interner.stack(&mut self.enc, parent, frame)
     }
 
     /// The stack of a `frames` list (innermost first), optionally under a marker frame.

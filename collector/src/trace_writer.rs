@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use analysis_core::Encoder;
+use analysis_core::encode::Interner;
 use analysis_core::format::*;
 use anyhow::{Context, Result};
 use gpucollect_inject::event::{Event, kind};
@@ -81,15 +82,12 @@ pub struct TraceWriter<W: Write> {
     next_process: u32,
     threads: HashMap<(ProcessIdx, u64), ThreadIdx>,
     next_thread: u32,
-    strings: HashMap<String, StringId>,
-    next_string: u32,
+    interner: Interner,
     modules: HashMap<ProcessIdx, Vec<ModuleEntry>>,
     module_ids: HashMap<(String, u64), ModuleId>,
     next_module: u32,
     frames: HashMap<(ModuleId, u64), (FrameId, bool)>,
     next_frame: u32,
-    stacks: HashMap<(StackId, FrameId), StackId>,
-    next_stack: u32,
     symbolizer: Symbolizer,
     allocs: HashMap<(ProcessIdx, u64), (AllocId, DeviceIdx)>,
     vmm: HashMap<(ProcessIdx, u64), VmmHandle>,
@@ -133,15 +131,12 @@ impl<W: Write> TraceWriter<W> {
             next_process: 0,
             threads: HashMap::default(),
             next_thread: 0,
-            strings: HashMap::default(),
-            next_string: 1,
+            interner: Interner::default(),
             modules: HashMap::default(),
             module_ids: HashMap::default(),
             next_module: 1,
             frames: HashMap::default(),
             next_frame: 1,
-            stacks: HashMap::default(),
-            next_stack: 1,
             symbolizer: Symbolizer::default(),
             allocs: HashMap::default(),
             vmm: HashMap::default(),
@@ -173,17 +168,7 @@ impl<W: Write> TraceWriter<W> {
         if s.is_empty() {
             return StringId(0);
         }
-        if let Some(id) = self.strings.get(s) {
-            return *id;
-        }
-        let id = StringId(self.next_string);
-        self.next_string += 1;
-        self.strings.insert(s.to_string(), id);
-        self.enc.record(&Record::String {
-            id,
-            value: s.to_string(),
-        });
-        id
+        self.interner.string(&mut self.enc, s)
     }
 
     /// Forgets a dead process's pid, so a new process that reuses it gets its own index.
@@ -428,20 +413,7 @@ impl<W: Write> TraceWriter<W> {
         }
         let mut parent = StackId(0);
         for &frame in frames.iter().rev() {
-            parent = match self.stacks.get(&(parent, frame)) {
-                Some(s) => *s,
-                None => {
-                    let stack = StackId(self.next_stack);
-                    self.next_stack += 1;
-                    self.stacks.insert((parent, frame), stack);
-                    self.enc.record(&Record::Stack(StackDef {
-                        stack,
-                        parent,
-                        frame,
-                    }));
-                    stack
-                }
-            };
+            parent = self.interner.stack(&mut self.enc, parent, frame);
         }
         parent
     }

@@ -136,6 +136,25 @@ pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
     Ok((Source::Stream(reader), total))
 }
 
+/// Every `BUDGET_MS` of work: publishes the progress and lets the browser run. False once a newer
+/// load has started.
+async fn pace(
+    last_yield: &mut f64,
+    loader: &Loader,
+    progress: &mut Progress,
+    state: RwSignal<LoadState>,
+    current: &impl Fn() -> bool,
+) -> bool {
+    if dom::now_ms() - *last_yield <= BUDGET_MS {
+        return true;
+    }
+    progress.records = loader.records_decoded();
+    state.set(LoadState::Loading(progress.clone()));
+    dom::yield_now().await;
+    *last_yield = dom::now_ms();
+    current()
+}
+
 /// Decodes everything `src` yields, reporting progress, and analyses the result. `current`
 /// returns false once a newer load has started (this one then stops quietly).
 pub async fn decode(
@@ -159,12 +178,6 @@ pub async fn decode(
     let mut last_yield = dom::now_ms();
     'read: while let Some(chunk) = src.next().await? {
         if progress.bytes_read == 0 && analysis_core::torch_snapshot::looks_like_snapshot(&chunk) {
-            // Grow the WebAssembly memory once to about what the conversion needs (measured:
-            // 6 bytes per snapshot byte), instead of in hundreds of small steps, each of which
-            // makes the browser check for garbage to collect. The freed block is reused.
-            if let Some(t) = total_bytes.and_then(|t| usize::try_from(t).ok()) {
-                drop(Vec::<u8>::with_capacity(t.saturating_mul(6)));
-            }
             // Read the rest straight into one buffer of the file's size.
             let mut all = Vec::with_capacity(
                 total_bytes.map_or(chunk.len(), |t| usize::try_from(t).unwrap_or(usize::MAX)),
@@ -191,14 +204,8 @@ pub async fn decode(
             if stopped {
                 break 'read;
             }
-            if dom::now_ms() - last_yield > BUDGET_MS {
-                progress.records = loader.records_decoded();
-                state.set(LoadState::Loading(progress.clone()));
-                dom::yield_now().await;
-                if !current() {
-                    return Ok(None);
-                }
-                last_yield = dom::now_ms();
+            if !pace(&mut last_yield, &loader, &mut progress, state, &current).await {
+                return Ok(None);
             }
         }
     }
@@ -210,19 +217,12 @@ pub async fn decode(
             analysis_core::torch_snapshot::convert(&all).map_err(|e| format!("{e}: {source}"))?;
         drop(all);
         loader = Loader::with_size_hint(trace.len() as u64);
-        let mut last_yield = dom::now_ms();
         for piece in trace.chunks(PIECE_BYTES) {
             if loader.push(piece).is_err() {
                 break;
             }
-            if dom::now_ms() - last_yield > BUDGET_MS {
-                progress.records = loader.records_decoded();
-                state.set(LoadState::Loading(progress.clone()));
-                dom::yield_now().await;
-                if !current() {
-                    return Ok(None);
-                }
-                last_yield = dom::now_ms();
+            if !pace(&mut last_yield, &loader, &mut progress, state, &current).await {
+                return Ok(None);
             }
         }
     }
