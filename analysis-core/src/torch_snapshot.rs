@@ -103,7 +103,6 @@ pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
 struct Event {
     time_us: i64,
     device: u32,
-    order: u32,
     annotation: bool,
     /// The annotation's dict.
     value: Value,
@@ -560,7 +559,6 @@ impl<'p> Converter<'p> {
                 events.push(Event {
                     time_us: self.entries.get(entry as usize).map_or(0, |e| e.time_us),
                     device: device as u32,
-                    order: events.len() as u32,
                     annotation: false,
                     value: v,
                     entry,
@@ -574,7 +572,6 @@ impl<'p> Converter<'p> {
                 events.push(Event {
                     time_us: p.int(p.get(a, "time_us")).unwrap_or(0),
                     device: p.int(p.get(a, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32,
-                    order: events.len() as u32,
                     annotation: true,
                     value: a,
                     entry: 0,
@@ -758,9 +755,12 @@ impl<'p> Converter<'p> {
 fn replay_order(events: &[Event], bounds: &[usize]) -> Vec<(i64, u32)> {
     let mut runs: Vec<Vec<(i64, u32)>> = bounds
         .windows(2)
-        .filter_map(|w| events.get(w[0]..w[1]))
-        .map(|run| {
-            let mut r: Vec<(i64, u32)> = run.iter().map(|e| (e.time_us, e.order)).collect();
+        .filter_map(|w| Some((w[0], events.get(w[0]..w[1])?)))
+        .map(|(start, run)| {
+            let mut r: Vec<(i64, u32)> = (start..)
+                .zip(run)
+                .map(|(i, e)| (e.time_us, i as u32))
+                .collect();
             sort_nearly_sorted(&mut r);
             r
         })
