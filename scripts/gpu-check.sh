@@ -48,6 +48,20 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     done
     echo "== report of the last torch loop (live at end by call site)"
     "$GC" report "$OUT/torch.msgpack" | sed -n '/Live at end/,$p' | head -30
+    for mode in spawn fork ddp; do
+        echo "== multi-process PyTorch: $mode"
+        rm -rf "$OUT/mp-$mode"
+        if [ "$mode" = ddp ]; then
+            cmd=(python3 -m torch.distributed.run --standalone --nproc_per_node=2 tests/gpu/multiproc.py ddp "$OUT/mp-$mode")
+        else
+            cmd=(python3 tests/gpu/multiproc.py "$mode" "$OUT/mp-$mode")
+        fi
+        "$GC" -o "$OUT/mp-$mode.msgpack" "${cmd[@]}" >"$OUT/mp-$mode.log" 2>&1
+        echo "gpucollect exit code $?"
+        grep -v '^$' "$OUT/mp-$mode.log" | tail -5
+        python3 scripts/gpu_trace_check.py "$OUT/mp-$mode.msgpack" multiproc "$OUT/mp-$mode" || fail=1
+        "$GC" report "$OUT/mp-$mode.msgpack" | grep -E '^  (process|device) ' | head -12
+    done
 fi
 
 echo "== overhead (cudaMalloc+cudaFree of 256 B, 20000 pairs)"

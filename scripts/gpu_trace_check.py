@@ -229,6 +229,36 @@ def main():
         kinds = sorted({a["kind"] for a in t.allocs})
         check("device, managed, pinned host and array kinds, all freed", {0, 1, 2, 5} <= set(kinds) and not t.live(False),
               f"kinds {kinds}, sizes {[(a['kind'], a['size']) for a in t.allocs]}, live {len(t.live(False))}")
+    elif scenario == "multiproc":
+        import glob
+        import os
+        workers = [json.load(open(w)) for w in sorted(glob.glob(os.path.join(sys.argv[3], "worker-*.json")))]
+        check("two workers reported", len(workers) == 2, f"{[w['pid'] for w in workers]}")
+        by_pid = {p["pid"]: p for p in t.processes}
+        by_idx = {p["idx"]: p for p in t.processes}
+        root = t.processes[0]["idx"] if t.processes else None
+        exits = {e["process"]: e for e in t.exits}
+        print(f"INFO processes: {[(p['pid'], p['parent'], p['exe']) for p in t.processes]}")
+        for w in workers:
+            p = by_pid.get(w["pid"])
+            check(f"worker {w['rank']} (pid {w['pid']}) is a traced process", p is not None,
+                  f"traced pids {sorted(by_pid)}")
+            if p is None:
+                continue
+            chain, q = [], p
+            while q is not None and q["parent"] is not None and len(chain) < 16:
+                chain.append(q["parent"])
+                q = by_idx.get(q["parent"])
+            check(f"worker {w['rank']} descends from the program", root in chain,
+                  f"ancestors {chain}, root {root}")
+            mine = [a for a in t.allocs if a["process"] == p["idx"] and a["kind"] not in (2, 6)]
+            cached = [a for a in mine if t.from_caching_allocator(a)]
+            live = sum(a["size"] for a in cached if a["free_ts"] is None)
+            check(f"worker {w['rank']}: caching-allocator live at exit == memory_reserved", live == w["reserved"],
+                  f"traced {live} reserved {w['reserved']} (max {w['max_reserved']}); "
+                  f"{len(mine)} allocations, {len(cached)} by the caching allocator")
+            e = exits.get(p["idx"])
+            check(f"worker {w['rank']} has an exit record", e is not None, f"{e}")
     elif scenario == "torch":
         points = json.load(open(sys.argv[3]))
         dev = [a for a in t.allocs if a["kind"] not in (2, 6)]
@@ -268,7 +298,7 @@ def main():
             ts, used = max(nv, key=lambda x: x[1])
             check("NVML per-process used >= traced live", used >= t.live_bytes_at(ts),
                   f"NVML {used} traced {t.live_bytes_at(ts)} (difference = context, modules, non-traced)")
-    if scenario != "torch" and n_dev:
+    if scenario not in ("torch", "multiproc") and n_dev:
         check("NVML devices described", all(d["total"] > 0 for d in t.devices),
               f"{[(d['name'], d['total']) for d in t.devices]}, {len(t.samples)} samples")
     sys.exit(1 if FAILS else 0)

@@ -385,7 +385,9 @@ pub struct DeviceSample {
 pub struct PoolSample {
     pub ts_nanos: u64,
     pub device: DeviceIdx,
-    /// Pool handle (0 = the device's default pool, or a framework's caching allocator).
+    /// Pool handle: [`pool::DEFAULT`] (the device's default pool, or a framework's caching
+    /// allocator), [`pool::GRAPH_MEMORY`] (the device's CUDA graph memory), or the driver's
+    /// handle of a pool the program created.
     pub pool: u64,
     pub reserved_bytes: u64,
     pub used_bytes: u64,
@@ -411,6 +413,26 @@ pub struct Notice {
     /// A [`notice_code`].
     pub code: u32,
     pub message: StringId,
+}
+
+/// Special values of [`PoolSample::pool`].
+pub mod pool {
+    use alloc::format;
+    use alloc::string::String;
+
+    /// The device's default stream-ordered pool (or a framework's caching allocator).
+    pub const DEFAULT: u64 = 0;
+    /// The device's CUDA graph memory (graph memory nodes), since 1.1.
+    pub const GRAPH_MEMORY: u64 = u64::MAX;
+
+    /// How a pool is named to users: "default pool", "graph memory" or "pool 0x…".
+    pub fn label(pool: u64) -> String {
+        match pool {
+            DEFAULT => "default pool".into(),
+            GRAPH_MEMORY => "graph memory".into(),
+            p => format!("pool {p:#x}"),
+        }
+    }
 }
 
 /// Codes of [`Notice`] records.

@@ -58,7 +58,8 @@ pub struct RunArgs {
     /// Do not sample device memory through NVML.
     #[arg(long)]
     pub no_nvml: bool,
-    /// NVML sampling interval in milliseconds.
+    /// Sampling interval in milliseconds: NVML device memory, and the reserved/used bytes of
+    /// stream-ordered memory pools and graph memory (polled inside the program).
     #[arg(long, default_value_t = 50, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample_interval_ms: u64,
     /// The program to trace and its arguments.
@@ -348,6 +349,10 @@ pub fn run(a: RunArgs) -> Result<u8> {
             gpucollect_inject::env::STACK_DEPTH,
             if a.no_stacks { 0 } else { a.stack_depth }.to_string(),
         );
+    cmd.env(
+        gpucollect_inject::env::POOL_INTERVAL_MS,
+        a.sample_interval_ms.to_string(),
+    );
     if a.unwind == Unwind::Fp {
         cmd.env(gpucollect_inject::env::UNWIND, "fp");
     }

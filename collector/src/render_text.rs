@@ -218,8 +218,8 @@ fn analysis(o: &mut String, r: &Report) {
     for p in &a.fragmentation {
         let _ = writeln!(
             o,
-            "Fragmentation, pool {:#x} on device {}: mean {:.1} %, worst {:.1} % ({} wasted) over {} samples",
-            p.pool,
+            "Fragmentation, {} on device {}: mean {:.1} %, worst {:.1} % ({} wasted) over {} samples",
+            analysis_core::format::pool::label(p.pool),
             p.device.0,
             p.mean_ratio * 100.0,
             p.max_ratio * 100.0,

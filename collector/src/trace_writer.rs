@@ -299,7 +299,8 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Adds the modules a process loaded after it sent its table (dlopen), from
-    /// `/proc/<pid>/maps`, at most every 100 ms per process. Without build ids.
+    /// `/proc/<pid>/maps` and the files' ELF headers (load layout, build id), at most every
+    /// 100 ms per process.
     fn refresh_modules(&mut self, process: ProcessIdx) {
         let now = std::time::Instant::now();
         if let Some(t) = self.maps_read.get(&process)
@@ -320,14 +321,20 @@ impl<W: Write> TraceWriter<W> {
             if known.contains(&path) {
                 continue;
             }
-            let Some((bias, end)) = crate::proc_maps::load_bias(&path, start) else {
+            let Some(l) = crate::proc_maps::load_layout(&path, start) else {
                 continue;
             };
             let mut e = Event::zeroed();
             e.kind = kind::MODULE;
             e.set_text(path.as_bytes());
-            e.stream = bias;
-            e.pool = end;
+            e.stream = l.bias;
+            e.pool = l.end;
+            let n = l.build_id.len().min(32);
+            e.put_bytes(
+                gpucollect_inject::event::MAX_TEXT_BYTES - 32,
+                &l.build_id[..n],
+            );
+            e.addr = n as u64;
             self.module(process, &e);
         }
     }
@@ -473,6 +480,17 @@ impl<W: Write> TraceWriter<W> {
         }
         if e.kind == kind::MODULE {
             self.module(process, e);
+            return;
+        }
+        if e.kind == kind::POOL_SAMPLE {
+            self.enc.record(&Record::PoolSample(PoolSample {
+                ts_nanos: ts,
+                device: DeviceIdx(e.device),
+                pool: e.addr,
+                reserved_bytes: e.size,
+                used_bytes: e.stream,
+                process,
+            }));
             return;
         }
         if e.kind == kind::CMDLINE || e.kind == kind::EXE {

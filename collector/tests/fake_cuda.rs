@@ -322,6 +322,59 @@ fn stream_ordered_allocations_and_frees() {
 }
 
 #[test]
+fn pool_and_graph_memory_are_polled_outside_the_callbacks() {
+    const MIB: u64 = 1 << 20;
+    let r = run("pools");
+    let m = &r.trace.model;
+    // The distinct (reserved, used) states of one pool, in time order.
+    let states = |device: u32, pool: &dyn Fn(u64) -> bool| {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for s in &m.pool_samples {
+            if s.device == DeviceIdx(device) && pool(s.pool) {
+                let v = (s.reserved_bytes / MIB, s.used_bytes / MIB);
+                if out.last() != Some(&v) {
+                    out.push(v);
+                }
+            }
+        }
+        out
+    };
+    let default_pool = states(0, &|p| p == 0);
+    assert_eq!(default_pool, [(4, 3), (4, 0)], "default pool of device 0");
+    let own_pool = states(1, &|p| p != 0 && p != u64::MAX);
+    assert!(
+        own_pool.starts_with(&[(6, 6), (6, 1), (2, 1)]),
+        "pool on device 1 (filled, after a free, after cuMemPoolTrimTo): {own_pool:?}"
+    );
+    let graph = states(0, &|p| p == u64::MAX);
+    let at = |v| graph.iter().position(|x| *x == v);
+    assert!(
+        matches!((at((4, 3)), at((0, 0))), (Some(a), Some(_)) if graph[a..].contains(&(0, 0))),
+        "graph memory of device 0 (a 3 MiB node, then trimmed): {graph:?}"
+    );
+    // Samples carry no thread: the poller is not one of the program's threads.
+    let names: Vec<&str> = m.threads.iter().map(|t| m.string(t.name)).collect();
+    assert!(names.iter().all(|n| !n.contains("gpucollect")), "{names:?}");
+    // Allocations from the device-1 pool are accounted on device 1, though made from device 0.
+    let from_pool: Vec<_> = m
+        .allocs
+        .iter()
+        .filter(|a| a.size_bytes == 5 * MIB || a.size_bytes == MIB)
+        .collect();
+    assert_eq!(from_pool.len(), 2);
+    assert!(from_pool.iter().all(|a| a.device == DeviceIdx(1)));
+    // And the fragmentation analysis sees the 5 MiB the pool kept after the free.
+    let report = analysis_core::report::summarize(&r.trace);
+    let f = report
+        .analysis
+        .fragmentation
+        .iter()
+        .find(|f| f.device == DeviceIdx(1))
+        .expect("fragmentation of the device-1 pool");
+    assert_eq!(f.max_wasted_bytes, 5 * MIB);
+}
+
+#[test]
 fn vmm_memory_lives_until_released_and_unmapped() {
     let r = run("vmm");
     let m = &r.trace.model;
@@ -732,6 +785,13 @@ fn module_loaded_after_cuinit_is_symbolized() {
     assert_eq!(frames[0].function, "plugin_alloc", "{frames:?}");
     assert!(frames[0].file.ends_with("plugin.c"));
     assert_eq!(frames[1].function, "late_dlopen");
+    // The late module carries its build id, like the modules sent at cuInit.
+    let plugin = m
+        .modules
+        .values()
+        .find(|x| x.path.ends_with("libplugin.so"))
+        .expect("plugin module");
+    assert_eq!(plugin.build_id.len(), 20, "{plugin:?}");
 }
 
 #[test]

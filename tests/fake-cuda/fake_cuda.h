@@ -42,6 +42,41 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 
+/* CUmemPoolProps (88 bytes; location at offset 8 as in CUmemAllocationProp). */
+typedef struct {
+    unsigned int allocType;
+    unsigned int handleTypes;
+    struct {
+        unsigned int type;
+        int id;
+    } location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* CUDA_MEM_ALLOC_NODE_PARAMS: dptr is written by cuGraphAddMemAllocNode. */
+typedef struct {
+    CUmemPoolProps poolProps;
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef struct fake_graph *CUgraph;
+typedef struct fake_graph_node *CUgraphNode;
+
+/* CUmemPool_attribute and CUgraphMem_attribute values used here. */
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH 6
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
+#define CU_MEMPOOL_ATTR_USED_MEM_HIGH 8
+#define CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT 0
+#define CU_GRAPH_MEM_ATTR_USED_MEM_HIGH 1
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT 2
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH 3
+
 typedef struct {
     size_t Width;
     size_t Height;
@@ -105,8 +140,12 @@ enum {
     CBID_cuMemAllocAsync_ptsz = 599,
     CBID_cuMemFreeAsync = 600,
     CBID_cuMemFreeAsync_ptsz = 601,
+    CBID_cuMemPoolTrimTo = 602,
+    CBID_cuMemPoolCreate = 607,
+    CBID_cuMemPoolDestroy = 608,
     CBID_cuMemAllocFromPoolAsync = 611,
     CBID_cuMemAllocFromPoolAsync_ptsz = 612,
+    CBID_cuGraphAddMemAllocNode = 638,
 };
 
 #ifdef __cplusplus
@@ -138,6 +177,16 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream stream);
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                                size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params);
+CUresult cuDeviceGraphMemTrim(CUdevice dev);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value);
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags);
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
@@ -160,6 +209,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 void fake_cuda_subscribe(CUpti_CallbackFunc cb, void *userdata);
 void fake_cuda_enable_callback(uint32_t enable, uint32_t domain, uint32_t cbid);
 int fake_cuda_context_device(CUcontext ctx);
+/* Tells the fake that graph memory of `bytes` on `dev` was freed (graphs are not modelled). */
+CUresult fake_cuda_graph_free(CUdevice dev, size_t bytes);
 #ifdef __cplusplus
 }
 #endif

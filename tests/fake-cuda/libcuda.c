@@ -25,6 +25,16 @@ struct fake_array {
     size_t bytes;
     CUdeviceptr addr;
 };
+/* A stream-ordered memory pool: `used` is what its live allocations hold, `reserved` what it
+ * holds from the device, grown in 2 MiB chunks and kept after frees until cuMemPoolTrimTo. */
+struct fake_pool {
+    int device;
+    int live;
+    size_t used, used_high, reserved, reserved_high;
+};
+struct fake_graph {
+    int unused;
+};
 
 /* Parameter structs, as laid out in the driver's generated_cuda_meta.h. */
 typedef struct { CUdeviceptr *dptr; size_t bytesize; } cuMemAlloc_v2_params;
@@ -50,6 +60,10 @@ typedef struct { CUdevice dev; } cuDevicePrimaryCtxReset_v2_params;
 typedef struct { CUdeviceptr *pdptr; CUipcMemHandle handle; unsigned int Flags; } cuIpcOpenMemHandle_v2_params;
 typedef struct { CUdeviceptr dptr; } cuIpcCloseMemHandle_params;
 typedef struct { size_t *free; size_t *total; } cuMemGetInfo_v2_params;
+typedef struct { CUmemoryPool *pool; const CUmemPoolProps *poolProps; } cuMemPoolCreate_params;
+typedef struct { CUmemoryPool pool; } cuMemPoolDestroy_params;
+typedef struct { CUmemoryPool pool; size_t minBytesToKeep; } cuMemPoolTrimTo_params;
+typedef struct { CUgraphNode *phGraphNode; CUgraph hGraph; const CUgraphNode *dependencies; size_t numDependencies; CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams; } cuGraphAddMemAllocNode_params;
 
 #define MAX_DEVICES 8
 
@@ -74,7 +88,17 @@ struct block {
     size_t size;
     int device;
     int live;
+    struct fake_pool *pool;
 };
+#define POOL_CHUNK ((size_t)2 << 20)
+#define MAX_POOLS 16
+static struct fake_pool g_default_pool[MAX_DEVICES];
+static struct fake_pool g_pools[MAX_POOLS];
+/* Graph memory per device (cuGraphAddMemAllocNode), kept until cuDeviceGraphMemTrim. */
+static size_t g_graph_used[MAX_DEVICES], g_graph_reserved[MAX_DEVICES];
+static size_t g_graph_used_high[MAX_DEVICES], g_graph_reserved_high[MAX_DEVICES];
+
+static size_t chunks(size_t n) { return (n + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK; }
 static struct block *g_blocks;
 static size_t g_nblocks, g_cap;
 static CUdeviceptr g_next_addr[MAX_DEVICES];
@@ -159,8 +183,8 @@ static CUresult call_exit(struct call *c, CUresult r) {
 
 static int cur_device(void) { return t_current ? t_current->device : -1; }
 
-/* Allocates `size` bytes on device `dev` (dev < 0: host memory, unlimited). */
-static CUresult block_alloc(int dev, size_t size, CUdeviceptr *out) {
+/* Allocates `size` bytes on device `dev` (dev < 0: host memory, unlimited), from `pool` if set. */
+static CUresult block_alloc_in(int dev, size_t size, CUdeviceptr *out, struct fake_pool *pool) {
     if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&g_lock);
     int acct = dev < 0 ? 0 : dev;
@@ -174,6 +198,7 @@ static CUresult block_alloc(int dev, size_t size, CUdeviceptr *out) {
     for (size_t i = 0; i < g_nblocks; i++) {
         if (!g_blocks[i].live && g_blocks[i].device == dev && g_blocks[i].size == size) {
             g_blocks[i].live = 1;
+            g_blocks[i].pool = pool;
             addr = g_blocks[i].addr;
             break;
         }
@@ -191,12 +216,22 @@ static CUresult block_alloc(int dev, size_t size, CUdeviceptr *out) {
         } else {
             g_next_addr[acct] += rounded ? rounded : 512;
         }
-        g_blocks[g_nblocks++] = (struct block){addr, size, dev, 1};
+        g_blocks[g_nblocks++] = (struct block){addr, size, dev, 1, pool};
     }
     if (dev >= 0) g_used[dev] += size;
+    if (pool) {
+        pool->used += size;
+        if (pool->used > pool->used_high) pool->used_high = pool->used;
+        if (pool->used > pool->reserved) pool->reserved = chunks(pool->used);
+        if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
+    }
     pthread_mutex_unlock(&g_lock);
     *out = addr;
     return CUDA_SUCCESS;
+}
+
+static CUresult block_alloc(int dev, size_t size, CUdeviceptr *out) {
+    return block_alloc_in(dev, size, out, NULL);
 }
 
 static CUresult block_free(CUdeviceptr addr) {
@@ -204,6 +239,7 @@ static CUresult block_free(CUdeviceptr addr) {
     for (size_t i = 0; i < g_nblocks; i++) {
         if (g_blocks[i].live && g_blocks[i].addr == addr) {
             g_blocks[i].live = 0;
+            if (g_blocks[i].pool) g_blocks[i].pool->used -= g_blocks[i].size;
             if (g_blocks[i].device >= 0) g_used[g_blocks[i].device] -= g_blocks[i].size;
             pthread_mutex_unlock(&g_lock);
             return CUDA_SUCCESS;
@@ -386,7 +422,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
     cuMemAllocAsync_params p = {dptr, bytesize, stream};
     API(cuMemAllocAsync, p);
     if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
-    RETURN(block_alloc(cur_device(), bytesize, dptr));
+    RETURN(block_alloc_in(cur_device(), bytesize, dptr, &g_default_pool[cur_device()]));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -394,7 +430,136 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     cuMemAllocFromPoolAsync_params p = {dptr, bytesize, pool, stream};
     API(cuMemAllocFromPoolAsync, p);
     if (cur_device() < 0) RETURN(CUDA_ERROR_INVALID_CONTEXT);
-    RETURN(block_alloc(cur_device(), bytesize, dptr));
+    if (!pool || !pool->live) RETURN(CUDA_ERROR_INVALID_VALUE);
+    RETURN(block_alloc_in(pool->device, bytesize, dptr, pool));
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= g_device_count) return CUDA_ERROR_INVALID_VALUE;
+    g_default_pool[dev].device = dev;
+    g_default_pool[dev].live = 1;
+    *pool = &g_default_pool[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    cuMemPoolCreate_params p = {pool, props};
+    API(cuMemPoolCreate, p);
+    if (!props || props->location.id < 0 || props->location.id >= g_device_count)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < MAX_POOLS; i++) {
+        if (!g_pools[i].live) {
+            g_pools[i] = (struct fake_pool){.device = props->location.id, .live = 1};
+            *pool = &g_pools[i];
+            pthread_mutex_unlock(&g_lock);
+            RETURN(CUDA_SUCCESS);
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    cuMemPoolDestroy_params p = {pool};
+    API(cuMemPoolDestroy, p);
+    if (!pool || !pool->live || pool < g_pools || pool >= g_pools + MAX_POOLS)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&g_lock);
+    pool->live = 0;
+    pthread_mutex_unlock(&g_lock);
+    RETURN(CUDA_SUCCESS);
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+    cuMemPoolTrimTo_params p = {pool, minBytesToKeep};
+    API(cuMemPoolTrimTo, p);
+    if (!pool || !pool->live) RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&g_lock);
+    size_t keep = chunks(pool->used);
+    if (pool->reserved > keep) {
+        size_t min_keep = minBytesToKeep < pool->reserved ? chunks(minBytesToKeep) : pool->reserved;
+        pool->reserved = keep > min_keep ? keep : min_keep;
+    }
+    pthread_mutex_unlock(&g_lock);
+    RETURN(CUDA_SUCCESS);
+}
+
+/* Not a traced API (no callback): the injection library polls it from its own thread. */
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+    if (!pool || !pool->live || !value) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    pthread_mutex_lock(&g_lock);
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = pool->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = pool->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = pool->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = pool->used_high; break;
+    default: pthread_mutex_unlock(&g_lock); return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g_lock);
+    *(uint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags) {
+    (void)flags;
+    static struct fake_graph g;
+    *graph = &g;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                                size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params) {
+    cuGraphAddMemAllocNode_params p = {node, graph, deps, ndeps, params};
+    API(cuGraphAddMemAllocNode, p);
+    if (!params || !graph) RETURN(CUDA_ERROR_INVALID_VALUE);
+    int dev = params->poolProps.location.id;
+    if (dev < 0 || dev >= g_device_count) RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&g_lock);
+    params->dptr = g_next_addr[dev];
+    g_next_addr[dev] += chunks(params->bytesize);
+    g_graph_used[dev] += params->bytesize;
+    if (g_graph_used[dev] > g_graph_used_high[dev]) g_graph_used_high[dev] = g_graph_used[dev];
+    g_graph_reserved[dev] += chunks(params->bytesize);
+    if (g_graph_reserved[dev] > g_graph_reserved_high[dev])
+        g_graph_reserved_high[dev] = g_graph_reserved[dev];
+    pthread_mutex_unlock(&g_lock);
+    *node = (CUgraphNode)(uintptr_t)params->dptr;
+    RETURN(CUDA_SUCCESS);
+}
+
+/* Graph memory is "freed" here when the program says so; reserved stays until the trim. */
+CUresult fake_cuda_graph_free(CUdevice dev, size_t bytes) {
+    pthread_mutex_lock(&g_lock);
+    g_graph_used[dev] -= bytes < g_graph_used[dev] ? bytes : g_graph_used[dev];
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGraphMemTrim(CUdevice dev) {
+    if (dev < 0 || dev >= g_device_count) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    g_graph_reserved[dev] = chunks(g_graph_used[dev]);
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value) {
+    if (dev < 0 || dev >= g_device_count || !value) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    pthread_mutex_lock(&g_lock);
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: v = g_graph_used[dev]; break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: v = g_graph_used_high[dev]; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: v = g_graph_reserved[dev]; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: v = g_graph_reserved_high[dev]; break;
+    default: pthread_mutex_unlock(&g_lock); return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g_lock);
+    *(uint64_t *)value = v;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {

@@ -157,10 +157,61 @@ static int stream_ordered(void) {
     CUstream s;
     CHECK(cuStreamCreate(&s, 0));
     CUdeviceptr a, b;
+    CUmemPoolProps props = {0};
+    props.allocType = 1;
+    props.location.type = 1;
+    props.location.id = 0;
+    CUmemoryPool pool;
+    CHECK(cuMemPoolCreate(&pool, &props));
     CHECK(cuMemAllocAsync(&a, 1 << 16, s));
-    CHECK(cuMemAllocFromPoolAsync(&b, 1 << 17, (CUmemoryPool)0x77, s));
+    CHECK(cuMemAllocFromPoolAsync(&b, 1 << 17, pool, s));
     CHECK(cuMemFreeAsync(a, s));
     CHECK(cuMemFreeAsync(b, s));
+    return 0;
+}
+
+/* --- pools and graph memory: reserved vs used, polled by the injection library ----------- */
+static void settle(void) {
+    struct timespec t = {0, 200 * 1000 * 1000}; /* four poller intervals of 50 ms */
+    nanosleep(&t, NULL);
+}
+
+static int pools(void) {
+    setup(); /* device 0 is current */
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CUdeviceptr a, b, c;
+    CHECK(cuMemAllocAsync(&a, 3 << 20, s)); /* default pool, device 0: used 3, reserved 4 MiB */
+    CUmemPoolProps props = {0};
+    props.allocType = 1;
+    props.location.type = 1;
+    props.location.id = 1; /* a pool on device 1, used from device 0's context */
+    CUmemoryPool pool;
+    CHECK(cuMemPoolCreate(&pool, &props));
+    CHECK(cuMemAllocFromPoolAsync(&b, 5 << 20, pool, s)); /* used 5, reserved 6 MiB */
+    CHECK(cuMemAllocFromPoolAsync(&c, 1 << 20, pool, s)); /* used 6, reserved 6 MiB */
+    settle();
+    CHECK(cuMemFreeAsync(b, s)); /* used 1, reserved 6 MiB: the pool keeps the memory */
+    settle();
+    CHECK(cuMemPoolTrimTo(pool, 0)); /* used 1, reserved 2 MiB */
+    settle();
+    CUgraph g;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS np = {0};
+    np.poolProps.allocType = 1;
+    np.poolProps.location.type = 1;
+    np.poolProps.location.id = 0;
+    np.bytesize = 3 << 20;
+    CUgraphNode node;
+    CHECK(cuGraphAddMemAllocNode(&node, g, NULL, 0, &np)); /* graph memory: used 3, reserved 4 */
+    settle();
+    CHECK(fake_cuda_graph_free(0, 3 << 20));
+    CHECK(cuDeviceGraphMemTrim(0)); /* graph memory: used 0, reserved 0 */
+    settle();
+    CHECK(cuMemFreeAsync(a, s));
+    CHECK(cuMemFreeAsync(c, s));
+    CHECK(cuMemPoolDestroy(pool));
+    settle();
     return 0;
 }
 
@@ -402,6 +453,7 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "reset")) return reset();
     if (!strcmp(s, "ctx_destroy")) return ctx_destroy();
     if (!strcmp(s, "stream_ordered")) return stream_ordered();
+    if (!strcmp(s, "pools")) return pools();
     if (!strcmp(s, "vmm")) return vmm();
     if (!strcmp(s, "oom")) return oom();
     if (!strcmp(s, "sigkill")) return sigkill();

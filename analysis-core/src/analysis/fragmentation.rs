@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use super::{Config, Finding, FindingKind, Found, Severity};
-use crate::format::{DeviceIdx, ProcessIdx};
+use crate::format::{DeviceIdx, ProcessIdx, pool};
 use crate::model::TraceModel;
 use crate::units::fmt_bytes;
 
@@ -131,7 +131,7 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
             found.push(Finding {
                 kind: FindingKind::Fragmentation,
                 severity,
-                site: format!("pool {pool:#x} on device {}", device.0),
+                site: format!("{} on device {}", pool::label(pool), device.0),
                 stack: None,
                 scope: None,
                 bytes: f.max_wasted_bytes,
@@ -139,7 +139,8 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
                 ts_nanos: Some(f.max_ts_nanos),
                 impact: None,
                 message: format!(
-                    "pool {pool:#x} on device {} keeps {:.0} % of its reserved memory unallocated on average (worst {:.0} %, {} wasted){ext}",
+                    "{} on device {} keeps {:.0} % of its reserved memory unallocated on average (worst {:.0} %, {} wasted){ext}",
+                    pool::label(pool),
                     device.0,
                     mean * 100.0,
                     f.max_ratio * 100.0,

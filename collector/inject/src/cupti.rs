@@ -39,8 +39,12 @@ pub mod cbid {
     pub const MEM_ALLOC_ASYNC_PTSZ: u32 = 599;
     pub const MEM_FREE_ASYNC: u32 = 600;
     pub const MEM_FREE_ASYNC_PTSZ: u32 = 601;
+    pub const MEM_POOL_TRIM_TO: u32 = 602;
+    pub const MEM_POOL_CREATE: u32 = 607;
+    pub const MEM_POOL_DESTROY: u32 = 608;
     pub const MEM_ALLOC_FROM_POOL_ASYNC: u32 = 611;
     pub const MEM_ALLOC_FROM_POOL_ASYNC_PTSZ: u32 = 612;
+    pub const GRAPH_ADD_MEM_ALLOC_NODE: u32 = 638;
 
     /// Every callback the injection enables.
     pub const ALL: &[u32] = &[
@@ -72,6 +76,10 @@ pub mod cbid {
         MEM_FREE_ASYNC_PTSZ,
         MEM_ALLOC_FROM_POOL_ASYNC,
         MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+        MEM_POOL_TRIM_TO,
+        MEM_POOL_CREATE,
+        MEM_POOL_DESTROY,
+        GRAPH_ADD_MEM_ALLOC_NODE,
     ];
 }
 
@@ -134,6 +142,21 @@ pub struct MemAllocFromPoolAsyncParams {
 pub struct MemFreeAsyncParams {
     pub dptr: u64,
     pub stream: u64,
+}
+#[repr(C)]
+pub struct MemPoolCreateParams {
+    pub pool: *mut u64,
+    /// `const CUmemPoolProps*`: alloc type u32, handle types u32, location {type u32, id i32}.
+    pub props: *const u32,
+}
+#[repr(C)]
+pub struct GraphAddMemAllocNodeParams {
+    pub node: *mut *mut c_void,
+    pub graph: *mut c_void,
+    pub dependencies: *const c_void,
+    pub num_dependencies: usize,
+    /// `CUDA_MEM_ALLOC_NODE_PARAMS*`: starts with a `CUmemPoolProps` (location at offset 8).
+    pub node_params: *const u32,
 }
 #[repr(C)]
 pub struct MemCreateParams {

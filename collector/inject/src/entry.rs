@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::cupti::{self, CallbackData, cbid};
 use crate::event::{Event, alloc_kind, free_kind, kind};
+use crate::pools;
 use crate::state::{self, CTX_GENERATION, Init, State};
 
 pub use crate::nvtx::InitializeInjectionNvtx2;
@@ -63,7 +64,9 @@ fn inject() -> Result<(), String> {
             e.set_text(msg.as_bytes());
         });
         msg
-    })
+    })?;
+    pools::start(st, st.pool_interval);
+    Ok(())
 }
 
 /// Loads CUPTI and subscribes to the callbacks; on failure, a `notice_code` and the reason.
@@ -283,22 +286,10 @@ pub fn modules() -> Vec<ModuleEntry> {
     out
 }
 
-fn parse_build_id(mut notes: &[u8]) -> Vec<u8> {
-    while notes.len() >= 12 {
-        let word =
-            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
-        let (namesz, descsz, ty) = (word(0) as usize, word(4) as usize, word(8));
-        let name_end = 12 + namesz.next_multiple_of(4);
-        let desc_end = name_end + descsz.next_multiple_of(4);
-        if desc_end > notes.len() {
-            break;
-        }
-        if ty == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
-            return notes[name_end..name_end + descsz].to_vec();
-        }
-        notes = &notes[desc_end..];
-    }
-    Vec::new()
+fn parse_build_id(notes: &[u8]) -> Vec<u8> {
+    let mut id = [0u8; 32];
+    let n = crate::modules::build_id_into(notes, &mut id);
+    id[..n].to_vec()
 }
 
 /// Sends the command line and executable, so a short-lived process is still named in the trace.
@@ -344,6 +335,7 @@ unsafe extern "C" {
 extern "C" fn on_process_exit(status: c_int, _arg: *mut c_void) {
     let _ = catch_unwind(|| {
         if let Some(st) = state::get() {
+            pools::stop(st);
             st.emit(|e| {
                 e.kind = kind::EXIT;
                 e.code = status as u32;
@@ -418,13 +410,48 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 let p = params::<cupti::MemAllocAsyncParams>(d);
                 let addr = if ok { *p.dptr } else { 0 };
                 let k = alloc_kind::STREAM_ORDERED_POOL;
-                alloc(st, d, result, k, addr, p.bytesize as u64, p.stream, 0);
+                let device = st.device_of(d.context);
+                pools::note_default_pool(device);
+                alloc_on(st, device, result, k, addr, p.bytesize as u64, p.stream, 0);
             }
             cbid::MEM_ALLOC_FROM_POOL_ASYNC | cbid::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ if exit => {
                 let p = params::<cupti::MemAllocFromPoolAsyncParams>(d);
                 let addr = if ok { *p.dptr } else { 0 };
                 let k = alloc_kind::STREAM_ORDERED_POOL;
-                alloc(st, d, result, k, addr, p.bytesize as u64, p.stream, p.pool);
+                // The memory is on the pool's device, which need not be the context's.
+                let device = pools::device_of(p.pool).unwrap_or_else(|| {
+                    let dev = st.device_of(d.context);
+                    pools::note_pool(p.pool, dev);
+                    dev
+                });
+                alloc_on(
+                    st,
+                    device,
+                    result,
+                    k,
+                    addr,
+                    p.bytesize as u64,
+                    p.stream,
+                    p.pool,
+                );
+            }
+            cbid::MEM_POOL_CREATE if exit && ok => {
+                let p = params::<cupti::MemPoolCreateParams>(d);
+                // CUmemPoolProps.location: {type u32 at 8, id i32 at 12}; 1 = device.
+                if !p.pool.is_null() && !p.props.is_null() && *p.props.add(2) == 1 {
+                    pools::note_pool(*p.pool, *p.props.add(3));
+                }
+            }
+            cbid::MEM_POOL_DESTROY if enter => {
+                pools::pool_destroyed(params::<cupti::PtrFreeParams>(d).dptr);
+            }
+            cbid::MEM_POOL_TRIM_TO if exit => pools::trimmed(),
+            cbid::GRAPH_ADD_MEM_ALLOC_NODE if exit && ok => {
+                let p = params::<cupti::GraphAddMemAllocNodeParams>(d);
+                // CUDA_MEM_ALLOC_NODE_PARAMS starts with CUmemPoolProps: location id at 12.
+                if !p.node_params.is_null() && *p.node_params.add(2) == 1 {
+                    pools::note_graph_memory(*p.node_params.add(3));
+                }
             }
             cbid::MEM_ALLOC_HOST_V2 | cbid::MEM_HOST_ALLOC if exit => {
                 let p = params::<cupti::HostAllocParams>(d);
@@ -572,10 +599,34 @@ fn alloc(
     stream: u64,
     pool: u64,
 ) {
+    alloc_on(
+        st,
+        st.device_of(d.context),
+        result,
+        alloc_kind,
+        addr,
+        size,
+        stream,
+        pool,
+    );
+}
+
+/// [`alloc`] on a known device.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn alloc_on(
+    st: &State,
+    device: u32,
+    result: c_int,
+    alloc_kind: u32,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    pool: u64,
+) {
     if !st.active() {
         return;
     }
-    let device = st.device_of(d.context);
     let mut frames = [0u64; crate::event::MAX_FRAMES];
     let n = st.capture_stack(&mut frames);
     st.emit(|e: &mut Event| {

@@ -75,6 +75,10 @@ pub mod kind {
     pub const NOTICE: u32 = 18;
     /// The process is exiting through `exit()` (not `_exit`, not a signal): `code` = the status.
     pub const EXIT: u32 = 19;
+    /// A pool's memory, polled outside the callbacks: `device`, `addr` = pool handle (0: the
+    /// device's default pool, `u64::MAX`: its graph memory), `size` = reserved bytes, `stream` =
+    /// used bytes. Written without a thread (`tid` 0).
+    pub const POOL_SAMPLE: u32 = 20;
 
     /// Kinds whose `data` holds text (copied out whole).
     pub const TEXT: &[u32] = &[

@@ -26,6 +26,7 @@ mod cupti;
 mod entry;
 mod modules;
 mod nvtx;
+mod pools;
 mod state;
 mod unwind;
 
@@ -44,4 +45,6 @@ pub mod env {
     pub const UNWIND: &str = "GPUCOLLECT_UNWIND";
     /// How long a producer waits on a full ring before dropping (default 10000 ms).
     pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";
+    /// Interval of the pool poller in milliseconds (default 50; 0 disables it).
+    pub const POOL_INTERVAL_MS: &str = "GPUCOLLECT_POOL_INTERVAL_MS";
 }

@@ -93,13 +93,85 @@ pub fn note_frames(st: &State, frames: &[u64]) {
         let lm = unsafe { &*r.link_map };
         let bias = lm.addr as u64;
         if remember(bias) {
-            send_module(st, lm, bias, r.map_end as u64);
+            send_module(st, lm, bias, r.map_start as u64, r.map_end as u64);
         }
         PAGES[slot].store(page, Ordering::Relaxed);
     }
 }
 
-fn send_module(st: &State, lm: &LinkMap, bias: u64, map_end: u64) {
+/// Copies the `NT_GNU_BUILD_ID` descriptor of a PT_NOTE segment into `out` (at most 32 bytes);
+/// returns its length, 0 if there is none. No allocation.
+pub fn build_id_into(mut notes: &[u8], out: &mut [u8; 32]) -> usize {
+    while notes.len() >= 12 {
+        let word =
+            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
+        let (namesz, descsz, ty) = (word(0) as usize, word(4) as usize, word(8));
+        let name_end = 12 + namesz.next_multiple_of(4);
+        let desc_end = name_end + descsz.next_multiple_of(4);
+        if desc_end > notes.len() {
+            break;
+        }
+        if ty == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
+            let n = descsz.min(32);
+            out[..n].copy_from_slice(&notes[name_end..name_end + n]);
+            return n;
+        }
+        notes = &notes[desc_end..];
+    }
+    0
+}
+
+/// The build id of a loaded object, read from its mapped ELF header, program headers and note
+/// segment. Every read is checked to lie in a readable PT_LOAD segment of the object (the
+/// header and program headers in its first page). No allocation.
+fn mapped_build_id(map_start: u64, map_end: u64, bias: u64, out: &mut [u8; 32]) -> usize {
+    if map_end <= map_start || map_end - map_start < 4096 || !map_start.is_multiple_of(4096) {
+        return 0;
+    }
+    // SAFETY: the first page of a loaded object is its ELF header, mapped readable by the
+    // loader (which read it from there); map_start is page-aligned and the span is >= a page.
+    let page = unsafe { core::slice::from_raw_parts(map_start as *const u8, 4096) };
+    if &page[..4] != b"\x7fELF" || page[4] != 2 {
+        return 0;
+    }
+    let u16_at = |o: usize| u16::from_ne_bytes([page[o], page[o + 1]]) as usize;
+    let phoff = u64::from_ne_bytes(page[0x20..0x28].try_into().unwrap_or([0xff; 8])) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    if phentsize < 56 || phoff.saturating_add(phentsize.saturating_mul(phnum)) > page.len() {
+        return 0;
+    }
+    let ph = |i: usize| {
+        let p = &page[phoff + i * phentsize..];
+        let w32 = |o: usize| u32::from_ne_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]);
+        let w64 = |o: usize| u64::from_ne_bytes(p[o..o + 8].try_into().unwrap_or([0; 8]));
+        // (type, flags, vaddr, filesz)
+        (w32(0), w32(4), w64(16), w64(32))
+    };
+    let readable = |lo: u64, len: u64| {
+        (0..phnum).any(|i| {
+            let (ty, flags, vaddr, filesz) = ph(i);
+            ty == libc::PT_LOAD
+                && flags & libc::PF_R != 0
+                && lo >= bias.wrapping_add(vaddr)
+                && lo.saturating_add(len) <= bias.wrapping_add(vaddr).saturating_add(filesz)
+        })
+    };
+    for i in 0..phnum {
+        let (ty, _, vaddr, filesz) = ph(i);
+        let start = bias.wrapping_add(vaddr);
+        if ty == libc::PT_NOTE && filesz <= 65536 && readable(start, filesz) {
+            // SAFETY: the range lies in a readable PT_LOAD segment of a loaded object.
+            let notes = unsafe { core::slice::from_raw_parts(start as *const u8, filesz as usize) };
+            let n = build_id_into(notes, out);
+            if n > 0 {
+                return n;
+            }
+        }
+    }
+    0
+}
+
+fn send_module(st: &State, lm: &LinkMap, bias: u64, map_start: u64, map_end: u64) {
     let mut exe = [0u8; 512];
     let name: &[u8] = if lm.name.is_null() {
         b""
@@ -121,10 +193,14 @@ fn send_module(st: &State, lm: &LinkMap, bias: u64, map_end: u64) {
     } else {
         name
     };
+    let mut id = [0u8; 32];
+    let id_len = mapped_build_id(map_start, map_end, bias, &mut id);
     st.emit(|e| {
         e.kind = kind::MODULE;
         e.set_text(path);
         e.stream = bias;
         e.pool = map_end.saturating_sub(bias);
+        e.put_bytes(crate::event::MAX_TEXT_BYTES - 32, &id[..id_len]);
+        e.addr = id_len as u64;
     });
 }

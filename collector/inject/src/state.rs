@@ -14,6 +14,8 @@ pub struct State {
     pub ring: Ring,
     pub stack_depth: usize,
     pub max_wait_nanos: u64,
+    /// Pool poller interval (0: no polling).
+    pub pool_interval: std::time::Duration,
     pub collector_pid: u32,
     pub get_device_id: AtomicPtr<c_void>,
     /// Code ranges skipped at the top of every stack: this library, libcupti, libcuda.
@@ -67,6 +69,7 @@ extern "C" fn atfork_child() {
     SLOT.store(NO_SLOT, Ordering::Release);
     CLAIMING.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    crate::pools::after_fork();
 }
 
 /// Result of [`init`].
@@ -113,6 +116,10 @@ fn init_locked() -> Init {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(10_000);
+    let pool_interval_ms = std::env::var(env::POOL_INTERVAL_MS)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(50);
     let skip = crate::entry::skipped_code_ranges();
     let frame_pointers = std::env::var(env::UNWIND).is_ok_and(|v| v == "fp");
     let state = Box::new(State {
@@ -120,6 +127,7 @@ fn init_locked() -> Init {
         ring,
         stack_depth,
         max_wait_nanos: max_wait_ms * 1_000_000,
+        pool_interval: std::time::Duration::from_millis(pool_interval_ms),
         get_device_id: AtomicPtr::new(core::ptr::null_mut()),
         skip: Default::default(),
         frame_pointers,
@@ -287,6 +295,27 @@ impl State {
             self.stalled.store(false, Ordering::Relaxed);
         }
         pushed
+    }
+
+    /// Writes one event that belongs to no thread of the program (`tid` 0): the pool poller's
+    /// samples. Not for callbacks' use (they use [`State::emit`]).
+    pub fn emit_unthreaded(&self, fill: impl FnOnce(&mut Event)) -> bool {
+        if self.collector_gone.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(slot) = self.slot() else {
+            self.ring.count_unslotted();
+            return false;
+        };
+        let started = Cell::new(0);
+        self.ring.push(
+            slot,
+            |n| self.wait_ok(n, &started),
+            |e| {
+                e.reset_header(host::monotonic_nanos(), 0);
+                fill(e);
+            },
+        )
     }
 
     /// Whether events can still reach a collector (false once it has exited).
