@@ -3,7 +3,9 @@
 # the training-loop check). Builds tests/gpu/scenarios.cu, runs every scenario under gpucollect
 # and checks each trace with scripts/gpu_trace_check.py; then a PyTorch loop (default allocator
 # and expandable_segments) whose traced live bytes must equal torch.cuda.memory_reserved() at
-# every sync point; then the per-pair overhead on the real driver.
+# every sync point; stream-ordered pools and graph memory (tests/gpu/pools.cu); multi-process
+# PyTorch (spawn, fork, torchrun; tests/gpu/multiproc.py); then the per-pair overhead on the real
+# driver.
 #
 # Usage: scripts/gpu-check.sh [BIN_DIR]
 #   BIN_DIR holds gpucollect and libgpucollect_inject.so (default: target/release; build them
@@ -35,6 +37,15 @@ for s in leak_exception async_free wrapper threads reset stream_ordered vmm oom 
     grep -v '^$' "$OUT/$s.log" | head -5
     python3 scripts/gpu_trace_check.py "$OUT/$s.msgpack" "$s" || fail=1
 done
+echo "== pools and graph memory (tests/gpu/pools.cu)"
+if nvcc -g -O0 -o "$OUT/pools" tests/gpu/pools.cu; then
+    "$GC" -o "$OUT/pools.msgpack" "$OUT/pools" >"$OUT/pools.log" 2>&1
+    echo "gpucollect exit code $?"
+    grep -v '^$' "$OUT/pools.log" | head -5
+    python3 scripts/gpu_trace_check.py "$OUT/pools.msgpack" pools || fail=1
+else
+    echo "FAIL pools.cu does not build"; fail=1
+fi
 echo "== report of the planted leak"
 "$GC" report "$OUT/leak_exception.msgpack" | head -14
 

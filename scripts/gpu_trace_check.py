@@ -82,6 +82,7 @@ class Trace:
         self.allocs, self.failed, self.resets, self.samples, self.marks = [], [], [], [], []
         self.exits, self.threads, self.processes, self.devices = [], {}, [], []
         self.dropped, self.end = 0, False
+        self.pools = []
         self.free_unknown = 0
         ts, addr = 0, 0
         while i < len(buf):
@@ -123,6 +124,9 @@ class Trace:
             elif tag == 22:
                 self.samples.append({"ts": ts, "device": f(rec, 2), "total": f(rec, 3), "free": f(rec, 4),
                                      "used": f(rec, 5), "processes": rec[6] if len(rec) > 6 else []})
+            elif tag == 23:
+                self.pools.append({"ts": ts, "device": f(rec, 2), "pool": f(rec, 3), "reserved": f(rec, 4),
+                                   "used": f(rec, 5)})
             elif tag == 24:
                 self.exits.append({"process": f(rec, 2), "code": rec[3], "signal": rec[4]})
             elif tag == 25:
@@ -229,6 +233,23 @@ def main():
         kinds = sorted({a["kind"] for a in t.allocs})
         check("device, managed, pinned host and array kinds, all freed", {0, 1, 2, 5} <= set(kinds) and not t.live(False),
               f"kinds {kinds}, sizes {[(a['kind'], a['size']) for a in t.allocs]}, live {len(t.live(False))}")
+    elif scenario == "pools":
+        mib = 1 << 20
+        default = [p for p in t.pools if p["pool"] == 0]
+        own = [p for p in t.pools if p["pool"] not in (0, (1 << 64) - 1)]
+        graph = [p for p in t.pools if p["pool"] == (1 << 64) - 1]
+        print(f"INFO pool samples (MiB reserved/used): default {[(p['reserved'] // mib, p['used'] // mib) for p in default][:12]}"
+              f" own {[(p['reserved'] // mib, p['used'] // mib) for p in own][:8]}"
+              f" graph {[(p['reserved'] // mib, p['used'] // mib) for p in graph][:8]}")
+        full = next((i for i, p in enumerate(default) if p["used"] >= 64 * mib), None)
+        kept = next((i for i, p in enumerate(default) if full is not None and i > full and p["used"] == 0
+                     and p["reserved"] >= 64 * mib), None)
+        trimmed = next((i for i, p in enumerate(default) if kept is not None and i > kept
+                        and p["reserved"] < 64 * mib), None)
+        check("default pool: used 64 MiB, then kept after the free, then trimmed",
+              None not in (full, kept, trimmed), f"indices {full}, {kept}, {trimmed}")
+        check("own pool: used 32 MiB", any(p["used"] >= 32 * mib for p in own), f"{len(own)} samples")
+        check("graph memory: used 16 MiB", any(p["used"] >= 16 * mib for p in graph), f"{len(graph)} samples")
     elif scenario == "multiproc":
         import glob
         import os
