@@ -74,6 +74,10 @@ pub struct RunArgs {
 pub enum Unwind {
     Dwarf,
     Fp,
+    /// libgcc's `_Unwind_Backtrace` for every frame (slow; the reference the default DWARF walk
+    /// is tested against).
+    #[value(hide = true)]
+    Libgcc,
 }
 
 /// Finds the injection library: explicit path, then next to this executable (and in `deps/`,
@@ -348,8 +352,14 @@ pub fn run(a: RunArgs) -> Result<u8> {
             gpucollect_inject::env::STACK_DEPTH,
             if a.no_stacks { 0 } else { a.stack_depth }.to_string(),
         );
-    if a.unwind == Unwind::Fp {
-        cmd.env(gpucollect_inject::env::UNWIND, "fp");
+    match a.unwind {
+        Unwind::Dwarf => {}
+        Unwind::Fp => {
+            cmd.env(gpucollect_inject::env::UNWIND, "fp");
+        }
+        Unwind::Libgcc => {
+            cmd.env(gpucollect_inject::env::UNWIND, "libgcc");
+        }
     }
     if let Some(c) = &a.cupti {
         cmd.env(gpucollect_inject::env::CUPTI_PATH, c);
