@@ -37,9 +37,10 @@ pub struct RunArgs {
     /// Native frames recorded per allocation (1..=64).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub stack_depth: u32,
-    /// How to walk native stacks: `dwarf` (robust, works without frame pointers) or `fp`
-    /// (DWARF through the CUDA libraries, then frame pointers: several times faster; needs a
-    /// program built with frame pointers, otherwise stacks are short).
+    /// How to walk native stacks: `dwarf` (the objects' unwind tables with cached rules; works
+    /// without frame pointers) or `fp` (DWARF through the CUDA libraries, then frame pointers:
+    /// reaches code without unwind tables; needs a program built with frame pointers, otherwise
+    /// stacks are short).
     #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
     pub unwind: Unwind,
     /// Skip leading frames whose function contains NAME (allocator wrappers), so allocations

@@ -685,6 +685,9 @@ fn default_unwinding_gives_the_same_stacks_as_libgcc() {
                 "{program} {scenario}: {a:?}"
             );
             assert_eq!(a, b, "{program} {scenario}");
+            if scenario.starts_with("bench") {
+                assert!(a.iter().all(|s| s.len() == 32), "the full default depth");
+            }
         }
     }
 }
