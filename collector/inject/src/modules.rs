@@ -2,7 +2,8 @@
 //! (dlopen): before an event with frames is written, each frame's page is looked up in a small
 //! lock-free cache; on a miss, glibc's `_dl_find_object` (lock-free, glibc >= 2.35, found with
 //! dlsym so older glibc just skips this) names the object, and a MODULE event is written for
-//! an object not seen before. No allocation, no locks.
+//! an object not seen before. No allocation, no locks. [`find_object`] also gives the CFI stack
+//! walk ([`crate::cfi`]) each object's `.eh_frame_hdr`.
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
