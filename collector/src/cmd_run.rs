@@ -37,9 +37,10 @@ pub struct RunArgs {
     /// Native frames recorded per allocation (1..=64).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub stack_depth: u32,
-    /// How to walk native stacks: `dwarf` (robust, works without frame pointers) or `fp`
-    /// (DWARF through the CUDA libraries, then frame pointers: several times faster; needs a
-    /// program built with frame pointers, otherwise stacks are short).
+    /// How to walk native stacks: `dwarf` (the objects' unwind tables with cached rules; works
+    /// without frame pointers) or `fp` (DWARF through the CUDA libraries, then frame pointers:
+    /// reaches code without unwind tables; needs a program built with frame pointers, otherwise
+    /// stacks are short).
     #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
     pub unwind: Unwind,
     /// Skip leading frames whose function contains NAME (allocator wrappers), so allocations
@@ -75,6 +76,10 @@ pub struct RunArgs {
 pub enum Unwind {
     Dwarf,
     Fp,
+    /// libgcc's `_Unwind_Backtrace` for every frame (slow; the reference the default DWARF walk
+    /// is tested against).
+    #[value(hide = true)]
+    Libgcc,
 }
 
 /// Finds the injection library: explicit path, then next to this executable (and in `deps/`,
@@ -353,8 +358,14 @@ pub fn run(a: RunArgs) -> Result<u8> {
         gpucollect_inject::env::POOL_INTERVAL_MS,
         a.sample_interval_ms.to_string(),
     );
-    if a.unwind == Unwind::Fp {
-        cmd.env(gpucollect_inject::env::UNWIND, "fp");
+    match a.unwind {
+        Unwind::Dwarf => {}
+        Unwind::Fp => {
+            cmd.env(gpucollect_inject::env::UNWIND, "fp");
+        }
+        Unwind::Libgcc => {
+            cmd.env(gpucollect_inject::env::UNWIND, "libgcc");
+        }
     }
     if let Some(c) = &a.cupti {
         cmd.env(gpucollect_inject::env::CUPTI_PATH, c);

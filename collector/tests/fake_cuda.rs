@@ -93,6 +93,20 @@ fn fake_dir() -> &'static Path {
             &rpath,
             "-lpthread",
         ]);
+        // The same scenarios optimized and without frame pointers: only CFI can unwind them.
+        gcc(&[
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-o",
+            &o("scenarios-nofp"),
+            &src.join("scenarios.c").display().to_string(),
+            &src.join("fake_nvtx.c").display().to_string(),
+            &lib_dir,
+            "-l:libcuda.so.1",
+            &rpath,
+            "-lpthread",
+        ]);
         out
     })
 }
@@ -131,6 +145,11 @@ fn gpucollect() -> Command {
 }
 
 fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
+    run_program("scenarios", scenario, opts, env)
+}
+
+/// Runs `scenario` of one of the scenario programs built in [`fake_dir`].
+fn run_program(program: &str, scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = fake_dir();
     // One file per scenario, options and environment, so tests running at once never share one.
     let env_tag: String = env
@@ -141,7 +160,8 @@ fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
         .filter(char::is_ascii_alphanumeric)
         .collect();
     let trace_path = dir.join(format!(
-        "{}-{}{}.msgpack",
+        "{}{}-{}{}.msgpack",
+        program.strip_prefix("scenarios").unwrap_or(program),
         scenario.replace(' ', "_"),
         opts.join("_").replace(['-', '/'], ""),
         env_tag
@@ -150,7 +170,7 @@ fn run_with(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> Run {
     cmd.arg("-o")
         .arg(&trace_path)
         .args(opts)
-        .arg(dir.join("scenarios"))
+        .arg(dir.join(program))
         .args(scenario.split(' '));
     for (k, v) in env {
         cmd.env(k, v);
@@ -683,6 +703,45 @@ fn frame_pointer_unwinding_gives_the_same_call_sites() {
     assert_eq!(m.allocs.len(), 4);
     for a in &m.allocs {
         assert_eq!(m.stack_frames(a.stack)[0].function, "thread_body");
+    }
+}
+
+/// The default unwinder (our CFI walk with cached rules) records exactly the stacks libgcc's
+/// `_Unwind_Backtrace` records (the hidden `--unwind libgcc`), through the fake CUDA libraries
+/// (-O1, no frame pointers), threads, a forked child, a library loaded after cuInit, and a
+/// program built with and without frame pointers.
+#[test]
+fn default_unwinding_gives_the_same_stacks_as_libgcc() {
+    let stacks = |r: &Run| {
+        let m = &r.trace.model;
+        let mut all: Vec<Vec<(String, u64)>> = m
+            .allocs
+            .iter()
+            .map(|a| {
+                m.stack_frames(a.stack)
+                    .into_iter()
+                    .map(|f| (f.module, f.offset))
+                    .collect()
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    for program in ["scenarios", "scenarios-nofp"] {
+        for scenario in ["leak_exception", "threads", "fork", "dlopen", "bench 20 40"] {
+            let ours = run_program(program, scenario, &[], &[]);
+            let libgcc = run_program(program, scenario, &["--unwind", "libgcc"], &[]);
+            assert_eq!(ours.code(), Some(0), "{}", ours.stderr());
+            let (a, b) = (stacks(&ours), stacks(&libgcc));
+            assert!(
+                !a.is_empty() && a.iter().all(|s| s.len() >= 3),
+                "{program} {scenario}: {a:?}"
+            );
+            assert_eq!(a, b, "{program} {scenario}");
+            if scenario.starts_with("bench") {
+                assert!(a.iter().all(|s| s.len() == 32), "the full default depth");
+            }
+        }
     }
 }
 

@@ -22,6 +22,8 @@ pub mod event;
 pub mod host;
 pub mod ring;
 
+#[cfg(target_arch = "x86_64")]
+mod cfi;
 mod cupti;
 mod entry;
 mod modules;
@@ -41,7 +43,9 @@ pub mod env {
     pub const STACK_DEPTH: &str = "GPUCOLLECT_STACK_DEPTH";
     /// Explicit libcupti path, tried before the usual locations.
     pub const CUPTI_PATH: &str = "GPUCOLLECT_CUPTI_PATH";
-    /// `fp`: frame-pointer walk after the CUDA stack (fast; needs frame pointers); default DWARF.
+    /// `fp`: frame-pointer walk after the CUDA stack (fast; needs frame pointers); `libgcc`:
+    /// `_Unwind_Backtrace` for the whole stack (hidden, for comparisons); default: our cached
+    /// CFI walk.
     pub const UNWIND: &str = "GPUCOLLECT_UNWIND";
     /// How long a producer waits on a full ring before dropping (default 10000 ms).
     pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";

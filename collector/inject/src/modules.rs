@@ -2,7 +2,8 @@
 //! (dlopen): before an event with frames is written, each frame's page is looked up in a small
 //! lock-free cache; on a miss, glibc's `_dl_find_object` (lock-free, glibc >= 2.35, found with
 //! dlsym so older glibc just skips this) names the object, and a MODULE event is written for
-//! an object not seen before. No allocation, no locks.
+//! an object not seen before. No allocation, no locks. [`find_object`] also gives the CFI stack
+//! walk ([`crate::cfi`]) each object's `.eh_frame_hdr`.
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -39,11 +40,62 @@ static KNOWN_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Resolves `_dl_find_object` and records the modules sent at initialisation.
 pub fn init(initial_biases: &[u64]) {
+    resolve_find_object();
+    for &b in initial_biases {
+        remember(b);
+    }
+}
+
+/// Resolves `_dl_find_object` (not for callbacks: dlsym takes the loader lock).
+pub fn resolve_find_object() {
     // SAFETY: dlsym on the global scope with a NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
     FIND_OBJECT.store(p, Ordering::Release);
-    for &b in initial_biases {
-        remember(b);
+}
+
+/// Whether [`find_object`] can answer (glibc >= 2.35, after [`resolve_find_object`]).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn can_find_objects() -> bool {
+    !FIND_OBJECT.load(Ordering::Relaxed).is_null()
+}
+
+fn find_object_fn() -> Option<FindObjectFn> {
+    let p = FIND_OBJECT.load(Ordering::Acquire);
+    // SAFETY: p is null or `_dl_find_object` from glibc, with this signature.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, FindObjectFn>(p) })
+}
+
+/// What `_dl_find_object` says about the object containing a code address.
+#[cfg(target_arch = "x86_64")]
+pub struct FoundObject {
+    /// Address of the object's `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`); 0 if it has none.
+    pub eh_frame_hdr: usize,
+}
+
+/// The loaded object containing `pc` (lock-free, callback-safe); `None` when no object contains
+/// it or `_dl_find_object` is missing.
+#[cfg(target_arch = "x86_64")]
+pub fn find_object(pc: usize) -> Option<FoundObject> {
+    let find = find_object_fn()?;
+    let mut r = empty_result();
+    // SAFETY: any address and a valid out struct; _dl_find_object takes no lock.
+    if unsafe { find(pc as *mut c_void, &mut r) } != 0 {
+        return None;
+    }
+    Some(FoundObject {
+        eh_frame_hdr: r.eh_frame as usize,
+    })
+}
+
+fn empty_result() -> DlFindObject {
+    DlFindObject {
+        flags: 0,
+        map_start: core::ptr::null_mut(),
+        map_end: core::ptr::null_mut(),
+        link_map: core::ptr::null(),
+        eh_frame: core::ptr::null_mut(),
+        reserved: [0; 7],
     }
 }
 
@@ -65,26 +117,16 @@ fn remember(bias: u64) -> bool {
 /// Sends a MODULE event for every frame in an object not sent yet.
 #[inline]
 pub fn note_frames(st: &State, frames: &[u64]) {
-    let p = FIND_OBJECT.load(Ordering::Acquire);
-    if p.is_null() {
+    let Some(find) = find_object_fn() else {
         return;
-    }
-    // SAFETY: p is `_dl_find_object` from glibc, with this signature.
-    let find = unsafe { core::mem::transmute::<*mut c_void, FindObjectFn>(p) };
+    };
     for &ip in frames {
         let page = ip >> 12;
         let slot = (page.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % PAGE_CACHE;
         if PAGES[slot].load(Ordering::Relaxed) == page {
             continue;
         }
-        let mut r = DlFindObject {
-            flags: 0,
-            map_start: core::ptr::null_mut(),
-            map_end: core::ptr::null_mut(),
-            link_map: core::ptr::null(),
-            eh_frame: core::ptr::null_mut(),
-            reserved: [0; 7],
-        };
+        let mut r = empty_result();
         // SAFETY: a code address and a valid out struct; _dl_find_object takes no lock.
         if unsafe { find(ip as *mut c_void, &mut r) } != 0 || r.link_map.is_null() {
             continue;

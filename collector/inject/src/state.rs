@@ -20,8 +20,8 @@ pub struct State {
     pub get_device_id: AtomicPtr<c_void>,
     /// Code ranges skipped at the top of every stack: this library, libcupti, libcuda.
     skip: [AtomicUsize; 16],
-    /// Frame-pointer walk after the CUDA stack (GPUCOLLECT_UNWIND=fp).
-    pub frame_pointers: bool,
+    /// How stacks are walked (GPUCOLLECT_UNWIND).
+    pub unwind: unwind::Method,
     /// The collector has exited: nothing will drain the ring again, stop producing.
     collector_gone: AtomicBool,
     /// A producer gave up waiting on a full ring: drop without waiting until a push succeeds.
@@ -121,7 +121,11 @@ fn init_locked() -> Init {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(50);
     let skip = crate::entry::skipped_code_ranges();
-    let frame_pointers = std::env::var(env::UNWIND).is_ok_and(|v| v == "fp");
+    let unwind = match std::env::var(env::UNWIND).as_deref() {
+        Ok("fp") => unwind::Method::FramePointers,
+        Ok("libgcc") => unwind::Method::Libgcc,
+        _ => unwind::Method::Cfi,
+    };
     let state = Box::new(State {
         collector_pid: ring.collector_pid(),
         ring,
@@ -130,7 +134,7 @@ fn init_locked() -> Init {
         pool_interval: std::time::Duration::from_millis(pool_interval_ms),
         get_device_id: AtomicPtr::new(core::ptr::null_mut()),
         skip: Default::default(),
-        frame_pointers,
+        unwind,
         collector_gone: AtomicBool::new(false),
         stalled: AtomicBool::new(false),
     });
@@ -253,15 +257,9 @@ impl State {
         if tid == 0 || thread_gen != generation {
             // SAFETY: gettid has no preconditions.
             tid = unsafe { libc::gettid() } as u64;
-            let top = if self.frame_pointers {
-                unwind::stack_top()
-            } else {
-                0
-            };
             THREAD.with(|t| {
                 t.tid.set(tid);
                 t.generation.set(generation);
-                t.stack_top.set(top);
             });
             let mut name = [0u8; 17];
             // SAFETY: PR_GET_NAME writes at most 16 bytes into the 17-byte buffer.
@@ -328,11 +326,18 @@ impl State {
     /// collector knows every module it passes through. Returns the number of frames.
     #[inline]
     pub fn capture_stack(&self, out: &mut [u64; crate::event::MAX_FRAMES]) -> usize {
+        // A thread's stack does not move (a forked child keeps the forking thread's stack).
+        let top = THREAD.with(|t| {
+            if t.stack_top.get() == 0 {
+                t.stack_top.set(unwind::stack_top());
+            }
+            t.stack_top.get()
+        });
         let n = unwind::capture(
             &mut out[..self.stack_depth],
             &self.skip_ranges(),
-            self.frame_pointers,
-            THREAD.with(|t| t.stack_top.get()),
+            self.unwind,
+            top,
         );
         crate::modules::note_frames(self, &out[..n]);
         n
