@@ -26,6 +26,7 @@ mod cupti;
 mod entry;
 mod modules;
 mod nvtx;
+mod python;
 mod state;
 mod unwind;
 
@@ -44,4 +45,6 @@ pub mod env {
     pub const UNWIND: &str = "GPUCOLLECT_UNWIND";
     /// How long a producer waits on a full ring before dropping (default 10000 ms).
     pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";
+    /// `0`: no Python frames in stacks, even in a Python program (default: on).
+    pub const PYTHON_FRAMES: &str = "GPUCOLLECT_PYTHON_FRAMES";
 }
