@@ -1000,7 +1000,7 @@ fn python_frames_name_the_allocating_line_and_its_callers() {
         let version = python_version(&python);
         let r = run_python(&python, &[]);
         let m = &r.trace.model;
-        assert_eq!(m.allocs.len(), 7, "{python}");
+        assert_eq!(m.allocs.len(), 8, "{python}");
         if !((3, 11)..=(3, 13)).contains(&version) {
             // An interpreter whose frames cannot be read: native frames only, and it says so.
             assert!(r.stderr().contains("native frames only"), "{}", r.stderr());
@@ -1110,6 +1110,18 @@ fn python_frames_name_the_allocating_line_and_its_callers() {
         assert_eq!(py[3].0, "Thread.run", "{python}: {frames:#?}");
         assert!(frames[3].file.ends_with("threading.py"), "{frames:#?}");
         assert_ne!(a.thread, alloc_of(&r, 3 * MIB).0.thread);
+        // A forked child describes the code objects it meets again, in its own process.
+        let (a, frames) = alloc_of(&r, 17 * MIB);
+        assert_eq!(a.process, m.processes[1].process);
+        assert_eq!(
+            python_frames(&frames)[..3],
+            [
+                alloc.clone(),
+                load_batch.clone(),
+                f("forked_child", "PY_FORK_LINE")
+            ],
+            "{python}: {frames:#?}"
+        );
         // Each code object was described once.
         assert!(
             m.allocs.iter().all(|a| m
@@ -1145,7 +1157,7 @@ fn python_frames_name_the_allocating_line_and_its_callers() {
 fn python_frames_can_be_switched_off() {
     let r = run_python("python3", &["--no-python-frames"]);
     let m = &r.trace.model;
-    assert_eq!(m.allocs.len(), 7);
+    assert_eq!(m.allocs.len(), 8);
     for a in &m.allocs {
         let frames = m.stack_frames(a.stack);
         assert!(!frames.is_empty());

@@ -11,9 +11,11 @@ Every allocation goes through alloc(); sizes tell them apart:
   7 MiB  leaked by a Python thread that then exits
   11 MiB leaked from a generator (its frame runs in its own C-level evaluation-loop call)
   13 MiB leaked from a lambda called by the C function map() (another evaluation-loop call)
+  17 MiB leaked by a forked child process (which describes the code objects again)
 """
 
 import ctypes
+import os
 import sys
 import threading
 
@@ -58,6 +60,11 @@ def batches(cuda):
     yield load_batch(cuda, 11 * MiB)  # PY_GENERATOR_LINE
 
 
+def forked_child(cuda):
+    load_batch(cuda, 17 * MiB)  # PY_FORK_LINE
+    os._exit(0)
+
+
 def main(path):
     cdll = ctypes.CDLL(path)
     pydll = ctypes.PyDLL(path)
@@ -70,6 +77,10 @@ def main(path):
     t.join()
     kept += list(batches(cdll))  # PY_MAIN_GENERATOR_LINE
     kept += list(map(lambda n: load_batch(cdll, n), [13 * MiB]))  # PY_MAP_LINE
+    pid = os.fork()
+    if pid == 0:
+        forked_child(cdll)
+    os.waitpid(pid, 0)
     print(f"python_ctypes: {len(kept)} allocations kept")
 
 
