@@ -768,9 +768,54 @@ unsafe fn frame_value(py: &Python, st: &State, frame: usize) -> Option<u64> {
         )
     };
     let slot = code_slot(py, st, code, filename, qualname, linetable, first_line);
-    // SAFETY: linetable is the code object's (checked to be bytes inside).
-    let line = unsafe { line_at(py, linetable, first_line, lasti as u32) }.unwrap_or(0);
+    let lasti = lasti as u32;
+    let line = match cached_line(slot, lasti) {
+        Some(line) => line,
+        None => {
+            // SAFETY: linetable is the code object's (checked to be bytes inside).
+            let line = unsafe { line_at(py, linetable, first_line, lasti) }.unwrap_or(0);
+            cache_line(slot, lasti, line);
+            line
+        }
+    };
     Some(python_frame::encode(slot, line))
+}
+
+const LINE_CACHE_SLOTS: usize = 1 << 14;
+/// (code slot, instruction) -> line, direct-mapped: `VALID | slot << 47 | lasti << 23 | line`.
+/// A code slot names one code object for the process's life (fork children included), so an
+/// entry never goes stale; a line table is decoded once per instruction that allocates, not
+/// once per allocation.
+static LINE_CACHE: [AtomicU64; LINE_CACHE_SLOTS] = [const { AtomicU64::new(0) }; LINE_CACHE_SLOTS];
+const LINE_VALID: u64 = 1 << 63;
+const LINE_BITS: u32 = 23;
+const LASTI_BITS: u32 = 24;
+
+fn line_cache_index(slot: u32, lasti: u32) -> usize {
+    let h = (u64::from(slot) << 32 | u64::from(lasti)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 40) as usize & (LINE_CACHE_SLOTS - 1)
+}
+
+/// The entry for (slot, lasti), if it can be cached at all.
+fn line_cache_entry(slot: u32, lasti: u32, line: u32) -> Option<u64> {
+    (slot < CODE_SLOTS as u32 && lasti < 1 << LASTI_BITS && line < 1 << LINE_BITS).then(|| {
+        LINE_VALID
+            | u64::from(slot) << (LASTI_BITS + LINE_BITS)
+            | u64::from(lasti) << LINE_BITS
+            | u64::from(line)
+    })
+}
+
+fn cached_line(slot: u32, lasti: u32) -> Option<u32> {
+    let key = line_cache_entry(slot, lasti, 0)?;
+    let e = LINE_CACHE[line_cache_index(slot, lasti)].load(Ordering::Relaxed);
+    (e & !((1 << LINE_BITS) - 1) == key).then_some((e & ((1 << LINE_BITS) - 1)) as u32)
+}
+
+fn cache_line(slot: u32, lasti: u32, line: u32) {
+    if let Some(e) = line_cache_entry(slot, lasti, line) {
+        LINE_CACHE[line_cache_index(slot, lasti)].store(e, Ordering::Relaxed);
+    }
 }
 
 /// Line of instruction `lasti` from the bytes object `linetable`.
@@ -1257,6 +1302,21 @@ while todo:
             b"/a/very/long/path/to/model.py"
         );
         assert_eq!(fit_tail(&mut buf, 29, 14), b"...to/model.py");
+    }
+
+    #[test]
+    fn cached_lines_come_back_only_for_their_instruction() {
+        assert_eq!(cached_line(7, 100), None);
+        cache_line(7, 100, 42);
+        assert_eq!(cached_line(7, 100), Some(42));
+        assert_eq!(cached_line(7, 101), None);
+        assert_eq!(cached_line(8, 100), None);
+        cache_line(7, 100, 0);
+        assert_eq!(cached_line(7, 100), Some(0), "no line is an answer too");
+        cache_line(7, 1 << 24, 5);
+        assert_eq!(cached_line(7, 1 << 24), None, "too large to cache");
+        cache_line(python_frame::UNKNOWN_CODE, 1, 5);
+        assert_eq!(cached_line(python_frame::UNKNOWN_CODE, 1), None);
     }
 
     #[test]
