@@ -887,10 +887,11 @@ fn code_slot(
                 });
         if mine {
             let generation = state::generation();
-            if CODE_SENT[i].load(Ordering::Acquire) != generation {
-                // Two threads meeting a new code object at once may both send it: harmless,
-                // the definitions are the same.
-                send_code(py, st, i as u32, filename, qualname, first_line);
+            // Two threads meeting a new code object at once may both send it: harmless, the
+            // definitions are the same. One the ring dropped is sent again next time.
+            if CODE_SENT[i].load(Ordering::Acquire) != generation
+                && send_code(py, st, i as u32, filename, qualname, first_line)
+            {
                 CODE_SENT[i].store(generation, Ordering::Release);
             }
             return i as u32;
@@ -900,7 +901,15 @@ fn code_slot(
     python_frame::UNKNOWN_CODE
 }
 
-fn send_code(py: &Python, st: &State, slot: u32, filename: usize, qualname: usize, line: i32) {
+/// Writes the PY_CODE event of a code slot; whether it reached the ring.
+fn send_code(
+    py: &Python,
+    st: &State,
+    slot: u32,
+    filename: usize,
+    qualname: usize,
+    line: i32,
+) -> bool {
     let mut function = [0u8; MAX_FUNCTION_BYTES];
     // SAFETY: the names are fields of a live code object.
     let fl = unsafe { read_str(py, qualname, &mut function) };
@@ -914,7 +923,7 @@ fn send_code(py: &Python, st: &State, slot: u32, filename: usize, qualname: usiz
         e.addr = u64::from(slot);
         e.stream = line.max(0) as u64;
         e.set_py_code(&function[..fl], file);
-    });
+    })
 }
 
 /// The last bytes of `buf[..len]` that fit in `room`, after "..." when cut (on a character
