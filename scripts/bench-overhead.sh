@@ -3,12 +3,18 @@
 # CUDA driver (no GPU needed): the same loop of N pairs run bare, traced without stacks, and
 # traced with stacks at a call depth that gives 32 recorded frames. Prints ns per pair, the added
 # ns, events/s, and the dropped-event count from each trace (must be 0).
+# Then the same for a Python loop calling the driver through ctypes, 20 Python frames deep
+# (tests/fake-cuda/python_bench.py; PY_PAIRS pairs, $PYTHON): bare, without stacks, with
+# native frames only (--no-python-frames), and with Python frames (the default).
 #
-# Usage: scripts/bench-overhead.sh [PAIRS]   (default 1000000)
-# Needs: cargo build --release -p gpucollect -p gpucollect-inject ; gcc.
+# Usage: scripts/bench-overhead.sh [PAIRS]   (default 1000000; PY_PAIRS default 200000)
+# Needs: cargo build --release -p gpucollect -p gpucollect-inject ; gcc; python3 (3.11+ for
+# Python frames; PYTHON=... picks another interpreter, PYTHON= skips the Python part).
 set -eu
 cd "$(dirname "$0")/.."
 N=${1:-1000000}
+PY_PAIRS=${PY_PAIRS:-200000}
+PYTHON=${PYTHON-python3}
 BIN=${BIN:-target/release}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
@@ -30,4 +36,16 @@ for mode in "--no-stacks" "--stack-depth 32" "--stack-depth 32 --unwind fp"; do
     read -r drop allocs < <(dropped "$W/t.msgpack")
     printf '%-30s %s ns/pair, +%s ns/pair, %s events/s, %s allocs traced, %s dropped\n' \
         "$mode:" "$ns" "$(python3 -c "print(round($ns - $base, 1))")" "$(echo "$out" | eps)" "$allocs" "$drop"
+done
+
+[ -n "$PYTHON" ] || exit 0
+pybench() { "$@" "$PYTHON" $S/python_bench.py "$W/libcuda.so.1" "$PY_PAIRS" 20; }
+base=$(pybench | pair_ns)
+printf "%-42s %s ns/pair\n" "python ($("$PYTHON" -V 2>&1)), bare:" "$base"
+for mode in "--no-stacks" "--stack-depth 32 --no-python-frames" "--stack-depth 32"; do
+    out=$(pybench "$BIN/gpucollect" --no-nvml $mode -o "$W/t.msgpack")
+    ns=$(echo "$out" | pair_ns)
+    read -r drop allocs < <(dropped "$W/t.msgpack")
+    printf '%-42s %s ns/pair, +%s ns/pair, %s allocs traced, %s dropped\n' \
+        "python, $mode:" "$ns" "$(python3 -c "print(round($ns - $base, 1))")" "$allocs" "$drop"
 done

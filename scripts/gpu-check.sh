@@ -3,9 +3,9 @@
 # the training-loop check). Builds tests/gpu/scenarios.cu, runs every scenario under gpucollect
 # and checks each trace with scripts/gpu_trace_check.py; then a PyTorch loop (default allocator
 # and expandable_segments) whose traced live bytes must equal torch.cuda.memory_reserved() at
-# every sync point; stream-ordered pools and graph memory (tests/gpu/pools.cu); multi-process
-# PyTorch (spawn, fork, torchrun; tests/gpu/multiproc.py); then the per-pair overhead on the real
-# driver.
+# every sync point and whose allocations carry torch_loop.py's Python lines; stream-ordered pools
+# and graph memory (tests/gpu/pools.cu); multi-process PyTorch (spawn, fork, torchrun;
+# tests/gpu/multiproc.py); then the per-pair overhead on the real driver.
 #
 # Usage: scripts/gpu-check.sh [BIN_DIR]
 #   BIN_DIR holds gpucollect and libgpucollect_inject.so (default: target/release; build them
@@ -55,6 +55,7 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
         PYTORCH_CUDA_ALLOC_CONF=$conf "$GC" -o "$OUT/torch.msgpack" python3 tests/gpu/torch_loop.py "$OUT/torch_points.json" >"$OUT/torch.log" 2>&1
         echo "gpucollect exit code $?"
         grep -v '^$' "$OUT/torch.log" | tail -5
+        grep '^gpucollect:' "$OUT/torch.log" | head -5
         python3 scripts/gpu_trace_check.py "$OUT/torch.msgpack" torch "$OUT/torch_points.json" || fail=1
     done
     echo "== report of the last torch loop (live at end by call site)"

@@ -6,6 +6,7 @@ format-v1 records that matter here (see analysis-core/src/encode.rs for the layo
 Usage: gpu_trace_check.py TRACE SCENARIO [SIDE_FILE]; prints PASS/FAIL lines, exits 1 on FAIL.
 """
 import json
+import os
 import struct
 import sys
 
@@ -143,11 +144,29 @@ class Trace:
                 self.free_unknown += 1
         self.last_ts = ts
 
+    def frame(self, frame):
+        """(function, file, line) of a frame: a Python frame's own, a native frame's symbol."""
+        rec = self.frames.get(frame)
+        if rec and len(rec) > 5 and rec[2] == 1:
+            return (self.strings.get(rec[3], ""), self.strings.get(rec[4], ""), rec[5])
+        return self.symbols.get(frame, ("??", "", 0))
+
     def frames_of(self, stack):
         out = []
         while stack and len(out) < 128:
             parent, frame = self.stacks[stack]
-            out.append(self.symbols.get(frame, ("??", "", 0)))
+            out.append(self.frame(frame))
+            stack = parent
+        return out
+
+    def python_frames_of(self, stack):
+        """(function, file, line) of the Python frames of a stack, innermost first."""
+        out = []
+        while stack and len(out) < 128:
+            parent, frame = self.stacks[stack]
+            rec = self.frames.get(frame)
+            if rec and len(rec) > 2 and rec[2] == 1:
+                out.append(self.frame(frame))
             stack = parent
         return out
 
@@ -180,10 +199,56 @@ class Trace:
 FAILS = []
 
 
+def marker_line(path, marker):
+    """1-based line of `path` holding `marker`."""
+    for n, line in enumerate(open(path), 1):
+        if marker in line:
+            return n
+    raise ValueError(f"{marker} not in {path}")
+
+
 def check(name, ok, detail):
     print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
     if not ok:
         FAILS.append(name)
+
+
+def check_torch_python_frames(t, points, torch_allocs):
+    """The caching allocator's cudaMalloc calls carry the Python frames that made them: the
+    segment allocate_big() needs has torch_loop.py's line in its stack, under its caller; the
+    model's parameters have the line that moved them to the GPU."""
+    loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "torch_loop.py")
+    big_line = marker_line(loop, "PY_BIG_ALLOC_LINE")
+    call_line = marker_line(loop, "PY_BIG_CALL_LINE")
+    model_line = marker_line(loop, "PY_MODEL_LINE")
+    at = {p["label"]: p["mono_ns"] - t.start_mono for p in points}
+
+    def has(py, function, line):
+        return any(fn == function and file.endswith("torch_loop.py") and ln == line for fn, file, ln in py)
+
+    big = [a for a in torch_allocs if at["step19"] < a["ts"] <= at["big"]]
+    stacks = [t.python_frames_of(a["stack"]) for a in big]
+    check("torch: allocate_big()'s caching-allocator allocations have its Python line",
+          bool(big) and all(has(py, "allocate_big", big_line) and has(py, "<module>", call_line) for py in stacks),
+          f"{len(big)} allocation(s) of {sum(a['size'] for a in big)} B; want allocate_big at "
+          f"torch_loop.py:{big_line} under <module> at :{call_line}; first Python stack "
+          f"{stacks[0][:4] if stacks else None}")
+    init = [t.python_frames_of(a["stack"]) for a in torch_allocs if a["ts"] <= at["init"]]
+    check("torch: the model's parameters were allocated at its Python line",
+          any(has(py, "<module>", model_line) for py in init),
+          f"{len(init)} allocation(s) before the first sync point; want <module> at "
+          f"torch_loop.py:{model_line}; first Python stack {init[0][:6] if init else None}")
+    sites, without = {}, 0
+    for a in torch_allocs:
+        py = t.python_frames_of(a["stack"])
+        if not py:
+            without += 1  # e.g. the autograd engine's own thread during backward()
+            continue
+        fn, file, line = next((f for f in py if f[1].endswith("torch_loop.py")), py[0])
+        key = f"{fn} ({os.path.basename(file)}:{line})"
+        sites[key] = sites.get(key, 0) + a["size"]
+    print(f"INFO caching-allocator allocations by Python call site (first torch_loop.py frame): "
+          f"{sorted(sites.items(), key=lambda x: -x[1])[:8]}; {without} without Python frames")
 
 
 def main():
@@ -310,6 +375,7 @@ def main():
             peak = max(peak, cur)
         check("torch caching-allocator peak == max_memory_reserved", peak == points[-1]["max_reserved"],
               f"traced peak {peak} max_reserved {points[-1]['max_reserved']}")
+        check_torch_python_frames(t, points, torch_allocs)
         marks = [m for m in t.marks if m[1].startswith("sync ")]
         check("NVTX marks captured", len(marks) == len(points), f"{len(marks)} marks for {len(points)} sync points")
         pid = t.processes[0]["pid"] if t.processes else 0

@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Record no call stacks (lowest overhead).
     #[arg(long)]
     pub no_stacks: bool,
+    /// Record no Python frames: stacks of Python programs (CPython 3.11 to 3.13) have native
+    /// frames only.
+    #[arg(long)]
+    pub no_python_frames: bool,
     /// Native frames recorded per allocation (1..=64).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub stack_depth: u32,
@@ -366,6 +370,9 @@ pub fn run(a: RunArgs) -> Result<u8> {
         Unwind::Libgcc => {
             cmd.env(gpucollect_inject::env::UNWIND, "libgcc");
         }
+    }
+    if a.no_python_frames {
+        cmd.env(gpucollect_inject::env::PYTHON_FRAMES, "0");
     }
     if let Some(c) = &a.cupti {
         cmd.env(gpucollect_inject::env::CUPTI_PATH, c);

@@ -11,7 +11,7 @@ use analysis_core::Encoder;
 use analysis_core::encode::Interner;
 use analysis_core::format::*;
 use anyhow::{Context, Result};
-use gpucollect_inject::event::{Event, kind};
+use gpucollect_inject::event::{Event, kind, python_frame};
 
 use crate::fast_hash::FxMap as HashMap;
 use crate::symbolize::Symbolizer;
@@ -23,6 +23,20 @@ const HIDDEN_MODULES: &[&str] = &[
     "libcudart.so",
     "libgpucollect_inject",
 ];
+/// Modules between a Python call and the C function it calls (the interpreter, ctypes,
+/// libffi): hidden at the top of stacks that have Python frames, so a Python program's call
+/// site is its Python line. In a stack without Python frames (an interpreter whose frames
+/// cannot be read) they stay, as the only hint of where the call came from.
+const PYTHON_MACHINERY_MODULES: &[&str] = &["libpython3", "_ctypes.", "libffi.so"];
+
+/// Whether a frame is left out when it leads a stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hide {
+    Never,
+    Always,
+    /// Only in stacks that have Python frames.
+    UnderPython,
+}
 /// Function-name prefixes of CUDA runtime entry points (statically linked cudart).
 const HIDDEN_FUNCTION_PREFIXES: &[&str] = &[
     "cudart::",
@@ -86,7 +100,12 @@ pub struct TraceWriter<W: Write> {
     modules: HashMap<ProcessIdx, Vec<ModuleEntry>>,
     module_ids: HashMap<(String, u64), ModuleId>,
     next_module: u32,
-    frames: HashMap<(ModuleId, u64), (FrameId, bool)>,
+    frames: HashMap<(ModuleId, u64), (FrameId, Hide)>,
+    /// Python code objects a process described (PY_CODE): (process, code slot) -> function,
+    /// file, and whether `--hide-frame` hides the function.
+    py_codes: HashMap<(ProcessIdx, u32), (StringId, StringId, bool)>,
+    /// Python frames: (function, file, line) -> frame id and whether it is hidden.
+    py_frames: HashMap<(StringId, StringId, u32), (FrameId, Hide)>,
     next_frame: u32,
     symbolizer: Symbolizer,
     allocs: HashMap<(ProcessIdx, u64), (AllocId, DeviceIdx)>,
@@ -112,9 +131,25 @@ impl<W: Write> std::fmt::Debug for TraceWriter<W> {
     }
 }
 
-fn module_hidden(path: &str) -> bool {
+fn module_hidden(path: &str) -> Hide {
     let name = path.rsplit('/').next().unwrap_or(path);
-    HIDDEN_MODULES.iter().any(|m| name.starts_with(m))
+    if HIDDEN_MODULES.iter().any(|m| name.starts_with(m)) {
+        Hide::Always
+    } else if PYTHON_MACHINERY_MODULES.iter().any(|m| name.starts_with(m))
+        || is_python_executable(name)
+    {
+        Hide::UnderPython
+    } else {
+        Hide::Never
+    }
+}
+
+/// `python`, `python3`, `python3.12`, `python3.13d`: an interpreter linked statically.
+fn is_python_executable(name: &str) -> bool {
+    name.strip_prefix("python").is_some_and(|v| {
+        v.chars()
+            .all(|c| c.is_ascii_digit() || c == '.' || c == 'd' || c == 't')
+    })
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -136,6 +171,8 @@ impl<W: Write> TraceWriter<W> {
             module_ids: HashMap::default(),
             next_module: 1,
             frames: HashMap::default(),
+            py_codes: HashMap::default(),
+            py_frames: HashMap::default(),
             next_frame: 1,
             symbolizer: Symbolizer::default(),
             allocs: HashMap::default(),
@@ -348,8 +385,47 @@ impl<W: Write> TraceWriter<W> {
             .cloned()
     }
 
+    /// A PY_CODE event: the names of a process's code slot.
+    fn py_code(&mut self, process: ProcessIdx, e: &Event) {
+        let (name, file) = e.py_code();
+        let hidden = self
+            .opts
+            .hide_frames
+            .iter()
+            .any(|h| name.contains(h.as_str()));
+        let function = self.string(&name);
+        let file = self.string(&file);
+        self.py_codes
+            .insert((process, e.addr as u32), (function, file, hidden));
+    }
+
+    /// Interns a Python frame (code slot and line of `process`).
+    fn python_frame(&mut self, process: ProcessIdx, slot: u32, line: u32) -> (FrameId, Hide) {
+        let (function, file, hidden) = match self.py_codes.get(&(process, slot)) {
+            Some(code) => *code,
+            None => (self.string("<unknown Python function>"), StringId(0), false),
+        };
+        if let Some(f) = self.py_frames.get(&(function, file, line)) {
+            return *f;
+        }
+        let id = FrameId(self.next_frame);
+        self.next_frame += 1;
+        self.enc.record(&Record::Frame(FrameDef::Python {
+            id,
+            function,
+            file,
+            line,
+        }));
+        let hide = if hidden { Hide::Always } else { Hide::Never };
+        self.py_frames.insert((function, file, line), (id, hide));
+        (id, hide)
+    }
+
     /// Interns a frame; returns its id and whether it is hidden at the top of a stack.
-    fn frame(&mut self, process: ProcessIdx, ip: u64) -> (FrameId, bool) {
+    fn frame(&mut self, process: ProcessIdx, ip: u64) -> (FrameId, Hide) {
+        if let Some((slot, line)) = python_frame::decode(ip) {
+            return self.python_frame(process, slot, line);
+        }
         let mut found = self.find_module(process, ip);
         if found.is_none() {
             self.refresh_modules(process);
@@ -366,12 +442,12 @@ impl<W: Write> TraceWriter<W> {
         self.next_frame += 1;
         self.enc
             .record(&Record::Frame(FrameDef::Native { id, module, offset }));
-        let mut hidden = module_hidden(&path);
+        let mut hide = module_hidden(&path);
         if !path.is_empty() {
             // Return addresses point after the call: look up the call instruction.
             let sym = self.symbolizer.resolve(&path, offset.saturating_sub(1));
             if !sym.function.is_empty() {
-                hidden |= HIDDEN_FUNCTION_PREFIXES
+                let hidden = HIDDEN_FUNCTION_PREFIXES
                     .iter()
                     .any(|p| sym.function.starts_with(p))
                     || self
@@ -379,6 +455,9 @@ impl<W: Write> TraceWriter<W> {
                         .hide_frames
                         .iter()
                         .any(|h| sym.function.contains(h.as_str()));
+                if hidden {
+                    hide = Hide::Always;
+                }
                 let function = self.string(&sym.function);
                 let file = self.string(&sym.file);
                 self.enc.record(&Record::FrameSymbol(FrameSymbol {
@@ -389,8 +468,8 @@ impl<W: Write> TraceWriter<W> {
                 }));
             }
         }
-        self.frames.insert((module, offset), (id, hidden));
-        (id, hidden)
+        self.frames.insert((module, offset), (id, hide));
+        (id, hide)
     }
 
     fn stack(&mut self, process: ProcessIdx, ips: &[u64]) -> StackId {
@@ -409,9 +488,15 @@ impl<W: Write> TraceWriter<W> {
 
     fn intern_stack(&mut self, process: ProcessIdx, ips: &[u64]) -> StackId {
         let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len());
+        let python = ips.iter().any(|&ip| python_frame::decode(ip).is_some());
         let mut leading = true;
         for &ip in ips {
-            let (f, hidden) = self.frame(process, ip);
+            let (f, hide) = self.frame(process, ip);
+            let hidden = match hide {
+                Hide::Never => false,
+                Hide::Always => true,
+                Hide::UnderPython => python,
+            };
             if leading && hidden {
                 continue;
             }
@@ -491,6 +576,10 @@ impl<W: Write> TraceWriter<W> {
                 used_bytes: e.stream,
                 process,
             }));
+            return;
+        }
+        if e.kind == kind::PY_CODE {
+            self.py_code(process, e);
             return;
         }
         if e.kind == kind::CMDLINE || e.kind == kind::EXE {
@@ -776,6 +865,69 @@ mod tests {
         w.flush().expect("flush");
         let t = load(&w.out).expect("prefix decodes");
         t.model.allocs.iter().filter(|a| a.is_live()).count()
+    }
+
+    #[test]
+    fn python_frames_become_python_frame_records_and_hide_the_interpreter_above_them() {
+        use gpucollect_inject::event::python_frame;
+        let header = Header {
+            start_mono_nanos: 1_000,
+            ..Encoder::header_v1()
+        };
+        let opts = WriterOptions {
+            hide_frames: vec!["Pool.".into()],
+        };
+        let mut w = TraceWriter::new(&header, Vec::new(), opts);
+        let p = w.add_process(10, 1, "python3".into(), vec![]);
+        let mut m = ev(kind::MODULE, 0, 0);
+        m.set_text(b"/usr/lib/libpython3.12.so.1.0");
+        m.stream = 0x10_0000;
+        m.pool = 0x1000;
+        w.event(p, &m);
+        for (slot, function) in [(3, "Pool.alloc"), (4, "train")] {
+            let mut e = ev(kind::PY_CODE, slot, 0);
+            e.stream = 1;
+            e.set_py_code(function.as_bytes(), b"/srv/train.py");
+            w.event(p, &e);
+        }
+        let interpreter = 0x10_0100;
+        let stacks: [&[u64]; 3] = [
+            // libpython, the wrapper `Pool.alloc` (--hide-frame), then its caller.
+            &[
+                interpreter,
+                python_frame::encode(3, 10),
+                python_frame::encode(4, 20),
+            ],
+            // A code slot never described.
+            &[python_frame::encode(9, 5)],
+            // No Python frame: the interpreter's frame is all there is, so it stays.
+            &[interpreter],
+        ];
+        for (i, frames) in stacks.iter().enumerate() {
+            let mut e = ev(kind::ALLOC, 0x100 * (i as u64 + 1), 64);
+            e.data[..frames.len()].copy_from_slice(frames);
+            e.nframes = frames.len() as u32;
+            w.event(p, &e);
+        }
+        let t = finish(w);
+        let m = &t.model;
+        let view = |i: usize| m.stack_frames(m.allocs[i].stack);
+        let first = view(0);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(first[0].python);
+        assert_eq!(
+            (
+                first[0].function.as_str(),
+                first[0].file.as_str(),
+                first[0].line
+            ),
+            ("train", "/srv/train.py", 20)
+        );
+        assert_eq!(view(1)[0].function, "<unknown Python function>");
+        let native = view(2);
+        assert_eq!(native.len(), 1);
+        assert!(!native[0].python);
+        assert!(native[0].module.ends_with("libpython3.12.so.1.0"));
     }
 
     #[test]

@@ -1018,3 +1018,270 @@ fn a_closed_trace_pipe_does_not_stall_the_program() {
     );
     assert!(stdout.contains("status 2"), "{stdout} {stderr}");
 }
+
+/// The interpreters the Python tests run: `python3`, plus every path in
+/// `GPUCOLLECT_TEST_PYTHONS` (colon-separated), e.g. other CPython versions.
+fn pythons() -> Vec<String> {
+    let mut all = vec!["python3".to_string()];
+    if let Ok(extra) = std::env::var("GPUCOLLECT_TEST_PYTHONS") {
+        all.extend(extra.split(':').filter(|s| !s.is_empty()).map(String::from));
+    }
+    all
+}
+
+/// (major, minor) of an interpreter.
+fn python_version(python: &str) -> (u32, u32) {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(*sys.version_info[:2])"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut v = text.split_whitespace().map(|x| x.parse().expect("version"));
+    (v.next().expect("major"), v.next().expect("minor"))
+}
+
+fn python_script() -> PathBuf {
+    repo_root().join("tests/fake-cuda/python_ctypes.py")
+}
+
+/// Line of the source line containing `marker` in python_ctypes.py (1-based).
+fn py_line_of(marker: &str) -> u32 {
+    let src = std::fs::read_to_string(python_script()).expect("read python_ctypes.py");
+    src.lines()
+        .position(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("marker {marker} in python_ctypes.py")) as u32
+        + 1
+}
+
+/// Runs python_ctypes.py under gpucollect with `python`.
+fn run_python(python: &str, opts: &[&str]) -> Run {
+    let dir = fake_dir();
+    let tag: String = format!("{python}{}", opts.join(""))
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let trace_path = dir.join(format!("python-{tag}.msgpack"));
+    let out = gpucollect()
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&trace_path)
+        .args(opts)
+        .arg(python)
+        .arg(python_script())
+        .arg(dir.join("libcuda.so.1"))
+        .output()
+        .expect("run gpucollect");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{python}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = load(&std::fs::read(&trace_path).expect("trace file written")).expect("decodes");
+    Run {
+        out,
+        trace,
+        path: trace_path,
+    }
+}
+
+/// The allocation of `size_bytes` and its stack.
+fn alloc_of(
+    r: &Run,
+    size_bytes: u64,
+) -> (
+    &analysis_core::model::AllocRecord,
+    Vec<analysis_core::model::FrameView>,
+) {
+    let m = &r.trace.model;
+    let a = m
+        .allocs
+        .iter()
+        .find(|a| a.size_bytes == size_bytes)
+        .unwrap_or_else(|| panic!("no allocation of {size_bytes} bytes"));
+    (a, m.stack_frames(a.stack))
+}
+
+/// (function, line) of the Python frames of a stack, innermost first.
+fn python_frames(frames: &[analysis_core::model::FrameView]) -> Vec<(String, u32)> {
+    frames
+        .iter()
+        .filter(|f| f.python)
+        .map(|f| (f.function.clone(), f.line))
+        .collect()
+}
+
+#[test]
+fn python_frames_name_the_allocating_line_and_its_callers() {
+    const MIB: u64 = 1 << 20;
+    let script = python_script().display().to_string();
+    for python in pythons() {
+        let version = python_version(&python);
+        let r = run_python(&python, &[]);
+        let m = &r.trace.model;
+        assert_eq!(m.allocs.len(), 8, "{python}");
+        if !((3, 11)..=(3, 13)).contains(&version) {
+            // An interpreter whose frames cannot be read: native frames only, and it says so.
+            assert!(r.stderr().contains("native frames only"), "{}", r.stderr());
+            for a in &m.allocs {
+                assert!(m.stack_frames(a.stack).iter().all(|f| !f.python));
+            }
+            continue;
+        }
+        let f = |name: &str, marker: &str| (name.to_string(), py_line_of(marker));
+        let alloc = f("alloc", "PY_ALLOC_LINE");
+        let load_batch = f("load_batch", "PY_LOAD_BATCH_LINE");
+        let module = f("<module>", "PY_MODULE_LINE");
+        let expect = [
+            // Through ctypes.CDLL (GIL released) and ctypes.PyDLL (GIL held).
+            (
+                3 * MIB,
+                vec![
+                    alloc.clone(),
+                    load_batch.clone(),
+                    f("train_step", "PY_LEAK_LINE"),
+                    f("main", "PY_MAIN_CDLL_LINE"),
+                    module.clone(),
+                ],
+            ),
+            (
+                MIB,
+                vec![
+                    alloc.clone(),
+                    load_batch.clone(),
+                    f("train_step", "PY_FREED_LINE"),
+                    f("main", "PY_MAIN_CDLL_LINE"),
+                    module.clone(),
+                ],
+            ),
+            (
+                5 * MIB,
+                vec![
+                    alloc.clone(),
+                    load_batch.clone(),
+                    f("train_step", "PY_LEAK_LINE"),
+                    f("main", "PY_MAIN_PYDLL_LINE"),
+                    module.clone(),
+                ],
+            ),
+            (
+                2 * MIB,
+                vec![
+                    alloc.clone(),
+                    load_batch.clone(),
+                    f("train_step", "PY_FREED_LINE"),
+                    f("main", "PY_MAIN_PYDLL_LINE"),
+                    module.clone(),
+                ],
+            ),
+            // A generator's frame runs in its own evaluation-loop call (3.11), or inlined (3.12+).
+            (
+                11 * MIB,
+                vec![
+                    alloc.clone(),
+                    load_batch.clone(),
+                    f("batches", "PY_GENERATOR_LINE"),
+                    f("main", "PY_MAIN_GENERATOR_LINE"),
+                    module.clone(),
+                ],
+            ),
+            // Called back by the C function map(): two evaluation-loop calls.
+            (
+                13 * MIB,
+                vec![
+                    alloc.clone(),
+                    load_batch.clone(),
+                    f("main.<locals>.<lambda>", "PY_MAP_LINE"),
+                    f("main", "PY_MAP_LINE"),
+                    module.clone(),
+                ],
+            ),
+        ];
+        for (size, want) in expect {
+            let (a, frames) = alloc_of(&r, size);
+            assert_eq!(
+                python_frames(&frames),
+                want,
+                "{python}, {size} bytes: {frames:#?}"
+            );
+            // The call site is the Python line: the driver, libffi, ctypes and the
+            // interpreter's frames above it are hidden.
+            assert!(frames[0].python, "{python}: {frames:#?}");
+            assert_eq!(frames[0].file, script, "{python}");
+            assert_eq!(
+                a.is_live(),
+                size != MIB && size != 2 * MIB,
+                "{python} {size}"
+            );
+        }
+        // A thread that allocates and exits: its own Python frames, under threading's.
+        let (a, frames) = alloc_of(&r, 7 * MIB);
+        let py = python_frames(&frames);
+        assert_eq!(
+            py[..3],
+            [
+                alloc.clone(),
+                load_batch.clone(),
+                f("worker", "PY_THREAD_LINE")
+            ],
+            "{python}: {frames:#?}"
+        );
+        assert_eq!(py[3].0, "Thread.run", "{python}: {frames:#?}");
+        assert!(frames[3].file.ends_with("threading.py"), "{frames:#?}");
+        assert_ne!(a.thread, alloc_of(&r, 3 * MIB).0.thread);
+        // A forked child describes the code objects it meets again, in its own process.
+        let (a, frames) = alloc_of(&r, 17 * MIB);
+        assert_eq!(a.process, m.processes[1].process);
+        assert_eq!(
+            python_frames(&frames)[..3],
+            [
+                alloc.clone(),
+                load_batch.clone(),
+                f("forked_child", "PY_FORK_LINE")
+            ],
+            "{python}: {frames:#?}"
+        );
+        // Each code object was described once.
+        assert!(
+            m.allocs.iter().all(|a| m
+                .stack_frames(a.stack)
+                .iter()
+                .all(|f| f.function != "<unknown Python function>")),
+            "{python}"
+        );
+
+        // The report names the Python line as the call site.
+        let rep = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+            .arg("report")
+            .arg(&r.path)
+            .output()
+            .expect("report");
+        let text = String::from_utf8_lossy(&rep.stdout);
+        let site = format!("alloc ({script}:{})", alloc.1);
+        assert!(
+            text.contains(&site),
+            "{python}: report lacks `{site}`:\n{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "from train_step ({script}:{})",
+                py_line_of("PY_LEAK_LINE")
+            )),
+            "{python}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn python_frames_can_be_switched_off() {
+    let r = run_python("python3", &["--no-python-frames"]);
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 8);
+    for a in &m.allocs {
+        let frames = m.stack_frames(a.stack);
+        assert!(!frames.is_empty());
+        assert!(frames.iter().all(|f| !f.python), "{frames:#?}");
+    }
+    let r = run_python("python3", &["--no-stacks"]);
+    assert!(r.trace.model.allocs.iter().all(|a| a.stack.0 == 0));
+}

@@ -1,7 +1,8 @@
 """A small PyTorch training loop for scripts/gpu-check.sh.
 
 At sync points it records (CLOCK_MONOTONIC ns, torch.cuda.memory_reserved()) into the JSON file
-named by argv[1]; gpu_trace_check.py compares them with the traced live device bytes.
+named by argv[1]; gpu_trace_check.py compares them with the traced live device bytes, and finds
+the lines marked PY_*_LINE below in the Python frames of the allocations made there.
 """
 import json
 import sys
@@ -20,7 +21,11 @@ def sync_point(label):
     torch.cuda.nvtx.mark(f"sync {label}")
 
 
-model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+def allocate_big():
+    return torch.empty(512 << 20, dtype=torch.uint8, device="cuda")  # PY_BIG_ALLOC_LINE
+
+
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()  # PY_MODEL_LINE
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 sync_point("init")
 for step in range(20):
@@ -33,7 +38,7 @@ for step in range(20):
     torch.cuda.nvtx.range_pop()
     if step % 5 == 4:
         sync_point(f"step{step}")
-big = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+big = allocate_big()  # PY_BIG_CALL_LINE
 sync_point("big")
 del big
 torch.cuda.empty_cache()

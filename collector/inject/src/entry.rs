@@ -47,7 +47,13 @@ fn inject() -> Result<(), String> {
         Init::Failed(e) => return Err(e),
     };
     send_identity(st);
-    send_modules(st);
+    let modules = send_modules(st);
+    if st.stack_depth > 0 {
+        use crate::python::Detected;
+        if let Detected::Unsupported(why) = crate::python::init(&modules) {
+            eprintln!("gpucollect: {why}; stacks of this process have native frames only");
+        }
+    }
     // SAFETY: on_exit (glibc) registers a handler with this exact signature; it runs at exit(),
     // after which nothing else of ours runs, and it is inherited by forked children.
     if unsafe { on_exit(on_process_exit, core::ptr::null_mut()) } != 0 {
@@ -308,10 +314,12 @@ fn send_identity(st: &State) {
     });
 }
 
-fn send_modules(st: &State) {
+/// Sends the module table; returns each module's address range.
+fn send_modules(st: &State) -> Vec<(u64, u64)> {
     let all = modules();
     let biases: Vec<u64> = all.iter().map(|m| m.bias).collect();
     crate::modules::init(&biases);
+    let ranges = all.iter().map(|m| (m.bias, m.bias + m.end)).collect();
     for m in all {
         st.emit(|e| {
             e.kind = kind::MODULE;
@@ -323,6 +331,7 @@ fn send_modules(st: &State) {
             e.addr = n as u64;
         });
     }
+    ranges
 }
 
 unsafe extern "C" {

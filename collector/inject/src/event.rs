@@ -31,6 +31,29 @@ pub const MAX_FRAMES: usize = 64;
 /// Bytes of inline text an event carries (names, paths) in its `data` area.
 pub const MAX_TEXT_BYTES: usize = MAX_FRAMES * 8;
 
+/// Python frames in an event's frame list. A native frame is a user-space return address
+/// (below 2^47 on x86-64), so bit 63 tells the two apart: a Python frame is
+/// `TAG | code slot << 32 | line`, where the code slot names a code object described once by a
+/// [`kind::PY_CODE`] event of the same process.
+pub mod python_frame {
+    pub const TAG: u64 = 1 << 63;
+    /// Code slot of a Python frame whose code object could not be given a slot (table full).
+    pub const UNKNOWN_CODE: u32 = 0x7FFF_FFFF;
+
+    /// The frame value of line `line` (0 = unknown) of the code object in `code_slot`.
+    pub const fn encode(code_slot: u32, line: u32) -> u64 {
+        TAG | (((code_slot & UNKNOWN_CODE) as u64) << 32) | line as u64
+    }
+
+    /// (code slot, line) of a Python frame value; `None` for a native return address.
+    pub const fn decode(frame: u64) -> Option<(u32, u32)> {
+        if frame & TAG == 0 {
+            return None;
+        }
+        Some((((frame >> 32) as u32) & UNKNOWN_CODE, frame as u32))
+    }
+}
+
 /// What an [`Event`] means. Field use per kind is documented on each constant.
 pub mod kind {
     /// A thread's first event: `size` = name length, name bytes in `data`.
@@ -75,10 +98,15 @@ pub mod kind {
     pub const NOTICE: u32 = 18;
     /// The process is exiting through `exit()` (not `_exit`, not a signal): `code` = the status.
     pub const EXIT: u32 = 19;
+    /// A Python code object met for the first time in this process (or since it forked):
+    /// `addr` = its code slot (the one [`super::python_frame`] values name), `stream` = its
+    /// first line, `size` = length of the function name, `pool` = length of the file name; the
+    /// function name then the file name in `data` ([`super::Event::set_py_code`]).
+    pub const PY_CODE: u32 = 20;
     /// A pool's memory, polled outside the callbacks: `device`, `addr` = pool handle (0: the
     /// device's default pool, `u64::MAX`: its graph memory), `size` = reserved bytes, `stream` =
     /// used bytes. Written without a thread (`tid` 0).
-    pub const POOL_SAMPLE: u32 = 20;
+    pub const POOL_SAMPLE: u32 = 21;
 
     /// Kinds whose `data` holds text (copied out whole).
     pub const TEXT: &[u32] = &[
@@ -90,6 +118,7 @@ pub mod kind {
         CMDLINE,
         EXE,
         NOTICE,
+        PY_CODE,
     ];
 
     pub const fn carries_text(k: u32) -> bool {
@@ -219,6 +248,25 @@ impl Event {
         self.size = self.put_bytes(0, &bytes[..limit]) as u64;
     }
 
+    /// Sets the text of a [`kind::PY_CODE`] event: the function name, then the file name
+    /// (each truncated to what fits).
+    pub fn set_py_code(&mut self, function: &[u8], file: &[u8]) {
+        let f = self.put_bytes(0, function);
+        self.size = f as u64;
+        self.pool = self.put_bytes(f, file) as u64;
+    }
+
+    /// (function, file) of a [`kind::PY_CODE`] event, lossily decoded.
+    pub fn py_code(&self) -> (String, String) {
+        let bytes = self.text_bytes();
+        let f = (self.size as usize).min(MAX_TEXT_BYTES);
+        let n = (self.pool as usize).min(MAX_TEXT_BYTES - f);
+        (
+            String::from_utf8_lossy(&bytes[..f]).into_owned(),
+            String::from_utf8_lossy(&bytes[f..f + n]).into_owned(),
+        )
+    }
+
     /// Bytes of this event worth copying out of the ring.
     pub const fn used_bytes(&self) -> usize {
         let header = core::mem::size_of::<Self>() - MAX_FRAMES * 8;
@@ -255,6 +303,30 @@ mod tests {
         }
         e.kind = kind::FREE;
         assert_eq!(e.used_bytes(), 64);
+    }
+
+    #[test]
+    fn python_frames_are_told_apart_from_return_addresses() {
+        let v = python_frame::encode(12, 345);
+        assert_eq!(python_frame::decode(v), Some((12, 345)));
+        assert_eq!(python_frame::decode(0x7fff_1234_5678), None);
+        let unknown = python_frame::encode(python_frame::UNKNOWN_CODE, 0);
+        assert_eq!(
+            python_frame::decode(unknown),
+            Some((python_frame::UNKNOWN_CODE, 0))
+        );
+    }
+
+    #[test]
+    fn py_code_text_round_trips() {
+        let mut e = Event::zeroed();
+        e.kind = kind::PY_CODE;
+        e.set_py_code(b"Trainer.step", b"/srv/train.py");
+        assert_eq!(e.py_code(), ("Trainer.step".into(), "/srv/train.py".into()));
+        assert_eq!(e.used_bytes(), core::mem::size_of::<Event>());
+        let long = [b'x'; 600];
+        e.set_py_code(b"f", &long);
+        assert_eq!(e.py_code().1.len(), MAX_TEXT_BYTES - 1);
     }
 
     #[test]

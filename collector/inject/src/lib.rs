@@ -29,6 +29,7 @@ mod entry;
 mod modules;
 mod nvtx;
 mod pools;
+mod python;
 mod state;
 mod unwind;
 
@@ -51,4 +52,6 @@ pub mod env {
     pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";
     /// Interval of the pool poller in milliseconds (default 50; 0 disables it).
     pub const POOL_INTERVAL_MS: &str = "GPUCOLLECT_POOL_INTERVAL_MS";
+    /// `0`: no Python frames in stacks, even in a Python program (default: on).
+    pub const PYTHON_FRAMES: &str = "GPUCOLLECT_PYTHON_FRAMES";
 }

@@ -65,6 +65,13 @@ pub fn get() -> Option<&'static State> {
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
+/// This process's generation: bumped in every forked child, so per-process caches that were
+/// filled before the fork (in the parent) can tell they are stale.
+#[inline]
+pub fn generation() -> u32 {
+    GENERATION.load(Ordering::Acquire)
+}
+
 extern "C" fn atfork_child() {
     SLOT.store(NO_SLOT, Ordering::Release);
     CLAIMING.store(false, Ordering::Release);
@@ -323,7 +330,9 @@ impl State {
     }
 
     /// Captures the caller's stack (up to the configured depth) into `out`, and makes sure the
-    /// collector knows every module it passes through. Returns the number of frames.
+    /// collector knows every module it passes through; in a Python program, the Python frames
+    /// take the place of the interpreter frames that ran them ([`crate::python`]). Returns the
+    /// number of frames.
     #[inline]
     pub fn capture_stack(&self, out: &mut [u64; crate::event::MAX_FRAMES]) -> usize {
         // A thread's stack does not move (a forked child keeps the forking thread's stack).
@@ -340,7 +349,10 @@ impl State {
             top,
         );
         crate::modules::note_frames(self, &out[..n]);
-        n
+        if n == 0 {
+            return 0;
+        }
+        crate::python::add_frames(self, out, n)
     }
 }
 
