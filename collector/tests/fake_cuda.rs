@@ -1285,3 +1285,84 @@ fn python_frames_can_be_switched_off() {
     let r = run_python("python3", &["--no-stacks"]);
     assert!(r.trace.model.allocs.iter().all(|a| a.stack.0 == 0));
 }
+
+#[test]
+fn python_multiprocessing_workers_are_processes_of_their_own() {
+    const MIB: u64 = 1 << 20;
+    let dir = fake_dir();
+    let script = repo_root().join("tests/fake-cuda/python_workers.py");
+    let trace_path = dir.join("python-workers.msgpack");
+    let out = gpucollect()
+        .args(["--no-nvml", "-o"])
+        .arg(&trace_path)
+        .arg("python3")
+        .arg(&script)
+        .arg(dir.join("libcuda.so.1"))
+        .output()
+        .expect("run gpucollect");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = load(&std::fs::read(&trace_path).expect("trace written")).expect("decodes");
+    let m = &trace.model;
+    let src = std::fs::read_to_string(&script).expect("read script");
+    let line = src
+        .lines()
+        .position(|l| l.contains("PY_WORKER_LINE"))
+        .expect("marker") as u32
+        + 1;
+    // The parent never initialised CUDA, so only the workers are in the trace: three processes,
+    // one allocation each, each named by its Python line.
+    let root_pid = m.processes.first().map(|p| p.pid);
+    let mut pids = Vec::new();
+    for (size, method) in [(1, "spawn"), (2, "fork"), (3, "forkserver")] {
+        let a = m
+            .allocs
+            .iter()
+            .find(|a| a.size_bytes == size * MIB)
+            .unwrap_or_else(|| panic!("{method} worker's allocation"));
+        let p = m
+            .processes
+            .iter()
+            .find(|p| p.process == a.process)
+            .expect("process record");
+        pids.push(p.pid);
+        let frames = m.stack_frames(a.stack);
+        let first_python = frames
+            .iter()
+            .find(|f| f.python)
+            .map(|f| (&f.function, f.line));
+        assert_eq!(
+            first_python,
+            Some((&"work".to_string(), line)),
+            "{method}: {frames:?}"
+        );
+        assert!(
+            m.process_exits.iter().any(|e| e.process == p.process),
+            "{method} worker has no exit record"
+        );
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(
+        pids.len(),
+        3,
+        "three worker processes: {pids:?} (root {root_pid:?})"
+    );
+    // The spawned worker left through sys.exit(): its status is known.
+    let spawn = m
+        .allocs
+        .iter()
+        .find(|a| a.size_bytes == MIB)
+        .map(|a| a.process)
+        .expect("spawn worker");
+    let exit = m
+        .process_exits
+        .iter()
+        .find(|e| e.process == spawn)
+        .expect("exit");
+    assert_eq!(exit.code, Some(0));
+}
