@@ -1317,6 +1317,7 @@ fn python_multiprocessing_workers_are_processes_of_their_own() {
     // The parent never initialised CUDA, so only the workers are in the trace: three processes,
     // one allocation each, each named by its Python line.
     let root_pid = m.processes.first().map(|p| p.pid);
+    let with_python_frames = ((3, 11)..=(3, 13)).contains(&python_version("python3"));
     let mut pids = Vec::new();
     for (size, method) in [(1, "spawn"), (2, "fork"), (3, "forkserver")] {
         let a = m
@@ -1331,15 +1332,17 @@ fn python_multiprocessing_workers_are_processes_of_their_own() {
             .expect("process record");
         pids.push(p.pid);
         let frames = m.stack_frames(a.stack);
-        let first_python = frames
-            .iter()
-            .find(|f| f.python)
-            .map(|f| (&f.function, f.line));
-        assert_eq!(
-            first_python,
-            Some((&"work".to_string(), line)),
-            "{method}: {frames:?}"
-        );
+        if with_python_frames {
+            let first_python = frames
+                .iter()
+                .find(|f| f.python)
+                .map(|f| (&f.function, f.line));
+            assert_eq!(
+                first_python,
+                Some((&"work".to_string(), line)),
+                "{method}: {frames:?}"
+            );
+        }
         assert!(
             m.process_exits.iter().any(|e| e.process == p.process),
             "{method} worker has no exit record"
