@@ -23,6 +23,11 @@ if ! wasm-bindgen --version 2>/dev/null | grep -q " $want"; then
 fi
 
 if [ "${1:-}" = "--test" ]; then
+  # gcc builds the fake CUDA stack, readelf (binutils) checks build ids, python3 runs the
+  # Python-frame tests and moto.
+  for t in gcc:gcc readelf:binutils python3:python3; do
+    have "${t%%:*}" || apt-get install -y "${t#*:}" || { apt-get update && apt-get install -y "${t#*:}"; }
+  done
   have cargo-fuzz || cargo install --locked cargo-fuzz
   if [ ! -x /usr/bin/chromium ]; then
     apt-get install -y chromium chromium-driver || { apt-get update && apt-get install -y chromium chromium-driver; }
