@@ -146,7 +146,11 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
                     f.max_ratio * 100.0,
                     fmt_bytes(f.max_wasted_bytes)
                 ),
-                fix: "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or release the cache (torch.cuda.empty_cache / cudaMemPoolTrimTo) after peaks; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
+                fix: if pool == pool::GRAPH_MEMORY {
+                    "free graph allocations inside the graph (a free node) or destroy the graphs that hold them, then release the memory with cudaDeviceGraphMemTrim".into()
+                } else {
+                    "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or release the cache (torch.cuda.empty_cache / cudaMemPoolTrimTo) after peaks; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()
+                },
             });
         }
         out.push(f);
