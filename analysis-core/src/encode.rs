@@ -460,6 +460,11 @@ impl Interner {
         id
     }
 
+    /// The id of `s` if it was interned.
+    pub fn lookup(&self, s: &str) -> Option<StringId> {
+        self.strings.get(s).copied()
+    }
+
     /// The stack `frame` called from `parent`, writing its `stack` record the first time.
     pub fn stack(&mut self, enc: &mut impl RecordSink, parent: StackId, frame: FrameId) -> StackId {
         if let Some(&s) = self.stacks.get(&(parent, frame)) {

@@ -149,7 +149,9 @@ struct Event {
     time_us: i64,
     device: u32,
     annotation: bool,
-    /// The annotation's dict.
+    /// An annotation's `stage` is `START` (else it ends a range).
+    start: bool,
+    /// An annotation's `name`.
     value: Value,
     /// The trace entry, an index into the converter's entries.
     entry: u32,
@@ -157,7 +159,8 @@ struct Event {
 
 /// State of the replay between events.
 struct Replay {
-    open: HashMap<(u32, String), Vec<RangeId>>,
+    /// Open ranges by (device, interned name).
+    open: HashMap<(u32, StringId), Vec<RangeId>>,
     next_range: u64,
     since_sample: HashMap<u32, u32>,
 }
@@ -539,12 +542,9 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             since_sample,
         } = r;
         let ts = self.ts(e.time_us);
-        let v = e.value;
         if e.annotation {
-            let name = p.get(v, "name").and_then(|x| p.str(x)).unwrap_or("?");
-            let stage = p.get(v, "stage").and_then(|x| p.str(x)).unwrap_or("");
-            let key = (e.device, name.to_string());
-            if stage.eq_ignore_ascii_case("START") {
+            let name = p.str(e.value).unwrap_or("?");
+            if e.start {
                 let range = RangeId(*next_range);
                 *next_range += 1;
                 let (n, domain) = (self.string(name), self.string("record_function"));
@@ -555,9 +555,14 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                     domain,
                     ..RangeBegin::default()
                 }));
-                open.entry(key).or_default().push(range);
+                open.entry((e.device, n)).or_default().push(range);
                 self.summary.ranges += 1;
-            } else if let Some(range) = open.get_mut(&key).and_then(Vec::pop) {
+            } else if let Some(range) = self
+                .interner
+                .lookup(name)
+                .and_then(|n| open.get_mut(&(e.device, n)))
+                .and_then(Vec::pop)
+            {
                 self.enc.emit(Record::RangeEnd(RangeEnd {
                     ts_nanos: ts,
                     range,
@@ -680,6 +685,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                     time_us: self.entries.get(entry as usize).map_or(0, |e| e.time_us),
                     device: device as u32,
                     annotation: false,
+                    start: false,
                     value: v,
                     entry,
                 });
@@ -689,11 +695,25 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         self.summary.trace_entries = events.len() as u64;
         if let Some(ann) = p.get(self.root, "external_annotations") {
             for &a in p.items(ann) {
+                // One pass over the keys (later keys win, as in Python).
+                let (mut time_us, mut device, mut name, mut start) = (0, 0, Value::None, false);
+                for &(k, v) in p.entries(a) {
+                    match p.str(k) {
+                        Some("time_us") => time_us = p.int(Some(v)).unwrap_or(0),
+                        Some("device") => device = p.int(Some(v)).unwrap_or(0),
+                        Some("name") => name = v,
+                        Some("stage") => {
+                            start = p.str(v).is_some_and(|s| s.eq_ignore_ascii_case("START"));
+                        }
+                        _ => {}
+                    }
+                }
                 events.push(Event {
-                    time_us: p.int(p.get(a, "time_us")).unwrap_or(0),
-                    device: p.int(p.get(a, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32,
+                    time_us,
+                    device: device.clamp(0, 1 << 16) as u32,
                     annotation: true,
-                    value: a,
+                    start,
+                    value: name,
                     entry: 0,
                 });
             }
@@ -851,13 +871,13 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         }
         // Ranges still open end with the trace; a final sample for every device.
         let end = self.last_ns;
-        for (_, ranges) in replay.open {
-            for range in ranges {
-                self.enc.emit(Record::RangeEnd(RangeEnd {
-                    ts_nanos: end,
-                    range,
-                }));
-            }
+        let mut still_open: Vec<RangeId> = replay.open.into_values().flatten().collect();
+        still_open.sort_unstable();
+        for range in still_open {
+            self.enc.emit(Record::RangeEnd(RangeEnd {
+                ts_nanos: end,
+                range,
+            }));
         }
         for d in 0..devices {
             self.pool_sample(end, d);

@@ -167,7 +167,8 @@ pub async fn decode(
 ) -> Result<Option<Arc<Analysis>>, String> {
     let started = dom::now_ms();
     let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
-    // A PyTorch memory snapshot (pickle or JSON) is collected whole, converted, then decoded.
+    // A PyTorch memory snapshot (pickle or JSON) is collected whole, then converted into the
+    // model.
     let mut snapshot: Option<Vec<u8>> = None;
     let mut progress = Progress {
         source: source.clone(),
