@@ -3,6 +3,10 @@
 //! It keeps the delta state (previous time, previous allocation address, next allocation id),
 //! so one `Encoder` must see every record of a trace, in order. Trailing fields that equal their
 //! default are omitted, which is what keeps the common alloc/free records small.
+//!
+//! Writers that produce records (the snapshot converter) write them into a [`RecordSink`]: the
+//! encoder, for trace bytes, or a `TraceModel`, which replays them directly (the viewer opens a
+//! PyTorch snapshot that way, without encoding and decoding a trace in between).
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -410,6 +414,29 @@ impl Encoder {
     }
 }
 
+/// Where records go, in trace order: an [`Encoder`] (trace bytes) or a
+/// [`TraceModel`](crate::model::TraceModel) (replayed as if decoded from those bytes).
+pub trait RecordSink {
+    /// Takes one record. For `Alloc`, returns the id it was given (its `id` field is ignored):
+    /// ids are sequential from 0, as the encoder numbers them.
+    fn emit(&mut self, rec: Record) -> Option<AllocId>;
+
+    /// Convenience: takes an allocation and returns its id.
+    fn emit_alloc(&mut self, a: &format::Alloc) -> AllocId {
+        self.emit(Record::Alloc(*a)).unwrap_or_default()
+    }
+}
+
+impl RecordSink for Encoder {
+    fn emit(&mut self, rec: Record) -> Option<AllocId> {
+        self.record(&rec)
+    }
+
+    fn emit_alloc(&mut self, a: &format::Alloc) -> AllocId {
+        self.alloc(a)
+    }
+}
+
 /// Interned strings and stack-trie nodes of a trace being written: each is written once, the
 /// first time it is used, with the next id (from 1).
 #[derive(Debug, Default)]
@@ -420,27 +447,32 @@ pub struct Interner {
 
 impl Interner {
     /// The id of `s`, writing its `string` record the first time.
-    pub fn string(&mut self, enc: &mut Encoder, s: &str) -> StringId {
+    pub fn string(&mut self, enc: &mut impl RecordSink, s: &str) -> StringId {
         if let Some(&id) = self.strings.get(s) {
             return id;
         }
         let id = StringId(self.strings.len() as u32 + 1);
         self.strings.insert(s.to_string(), id);
-        enc.record(&Record::String {
+        enc.emit(Record::String {
             id,
             value: s.to_string(),
         });
         id
     }
 
+    /// The id of `s` if it was interned.
+    pub fn lookup(&self, s: &str) -> Option<StringId> {
+        self.strings.get(s).copied()
+    }
+
     /// The stack `frame` called from `parent`, writing its `stack` record the first time.
-    pub fn stack(&mut self, enc: &mut Encoder, parent: StackId, frame: FrameId) -> StackId {
+    pub fn stack(&mut self, enc: &mut impl RecordSink, parent: StackId, frame: FrameId) -> StackId {
         if let Some(&s) = self.stacks.get(&(parent, frame)) {
             return s;
         }
         let stack = StackId(self.stacks.len() as u32 + 1);
         self.stacks.insert((parent, frame), stack);
-        enc.record(&Record::Stack(StackDef {
+        enc.emit(Record::Stack(StackDef {
             stack,
             parent,
             frame,

@@ -12,6 +12,7 @@ use hashbrown::HashMap;
 use serde::Serialize;
 
 use crate::decode::{DecodeError, Decoder, Warning};
+use crate::encode::RecordSink;
 use crate::format::*;
 use crate::timeline::Timeline;
 
@@ -839,6 +840,23 @@ impl TraceModel {
     }
 }
 
+/// Records written straight into the model replay as if they had been encoded and decoded:
+/// allocations get the ids the encoder would give them (sequential from 0), and warnings carry
+/// offset 0 (there are no bytes).
+impl RecordSink for TraceModel {
+    fn emit(&mut self, mut rec: Record) -> Option<AllocId> {
+        let id = match &mut rec {
+            Record::Alloc(a) => {
+                a.id = AllocId(self.allocs.len() as u64);
+                Some(a.id)
+            }
+            _ => None,
+        };
+        self.observe(rec, 0);
+        id
+    }
+}
+
 /// The outcome of loading a trace.
 #[derive(Debug)]
 pub struct LoadedTrace {
@@ -846,6 +864,7 @@ pub struct LoadedTrace {
     pub warnings: Vec<Warning>,
     /// The error that stopped decoding early, if any; the model holds everything before it.
     pub fatal: Option<DecodeError>,
+    /// Bytes read: of the trace, or of the PyTorch snapshot it was converted from.
     pub bytes: u64,
 }
 

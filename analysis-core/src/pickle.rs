@@ -534,6 +534,11 @@ impl<'a> Pickle<'a> {
         let mut vm = Vm {
             p: Pickle {
                 text: Cow::Borrowed(input),
+                // About one dict per 50 bytes too (see `memo`).
+                dicts: Arena {
+                    heads: Vec::with_capacity(input.len() / 64),
+                    ..Arena::default()
+                },
                 ..Pickle::default()
             },
             c: Cursor { b: input, pos: 0 },

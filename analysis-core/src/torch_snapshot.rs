@@ -21,8 +21,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-use crate::encode::{Encoder, Interner};
+use crate::encode::{Encoder, Interner, RecordSink};
 use crate::format::*;
+use crate::model::{LoadedTrace, TraceModel};
 use crate::pickle::{Pickle, PickleError, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +75,52 @@ pub fn looks_like_snapshot(bytes: &[u8]) -> bool {
 
 /// Converts a snapshot (pickle or JSON) to trace bytes.
 pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+    let (enc, summary) = convert_into(bytes, |entries| {
+        let mut enc = Encoder::new(&header());
+        // About 12 bytes per allocation or free record (FORMAT.md), most entries being one of
+        // them.
+        enc.reserve(entries.saturating_mul(12));
+        enc
+    })?;
+    Ok((enc.into_bytes(), summary))
+}
+
+/// Converts a snapshot (pickle or JSON) straight into a replayed model: the same model that
+/// loading the bytes of [`convert`] gives, without encoding and decoding them. `bytes` of the
+/// result is the snapshot's size.
+pub fn load(bytes: &[u8]) -> Result<(LoadedTrace, ImportSummary), ImportError> {
+    let (mut model, summary) = convert_into(bytes, |entries| {
+        let mut m = TraceModel::new(header());
+        // About a third of the entries are allocations, two thirds change live bytes.
+        m.allocs.reserve(entries / 3 + 1);
+        m.total.reserve(entries * 2 / 3 + 1);
+        m
+    })?;
+    let warnings = model.finish();
+    Ok((
+        LoadedTrace {
+            model,
+            warnings,
+            fatal: None,
+            bytes: bytes.len() as u64,
+        },
+        summary,
+    ))
+}
+
+/// The header of a converted snapshot.
+fn header() -> Header {
+    let mut header = Encoder::header_v1();
+    header.collector = String::from("torch.cuda.memory._dump_snapshot, imported by gpucollect");
+    header
+}
+
+/// Converts a snapshot into the sink `make_sink` returns when given the number of trace entries
+/// read while parsing (0 for JSON), for sizing its buffers.
+fn convert_into<S: RecordSink>(
+    bytes: &[u8],
+    make_sink: impl FnOnce(usize) -> S,
+) -> Result<(S, ImportSummary), ImportError> {
     let mut reader = EntryReader::default();
     // A trace entry takes at least ~60 bytes of pickle (synthetic snapshots with shared frames;
     // real ones with their own frames lists take more): reserve for that, not to copy as it grows.
@@ -93,10 +140,8 @@ pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
             serde_json::from_slice(bytes).map_err(|e| ImportError::Json(e.to_string()))?;
         Pickle::from_json(&v)
     };
-    let mut c = Converter::new(&p, reader, entries);
-    // About 12 bytes per allocation or free record (FORMAT.md), most entries being one of them.
-    c.enc.reserve(c.entries.len().saturating_mul(12));
-    c.run()
+    let sink = make_sink(entries.len());
+    Converter::new(&p, sink, reader, entries).run()
 }
 
 /// One event to replay: a trace entry or an annotation.
@@ -104,7 +149,9 @@ struct Event {
     time_us: i64,
     device: u32,
     annotation: bool,
-    /// The annotation's dict.
+    /// An annotation's `stage` is `START` (else it ends a range).
+    start: bool,
+    /// An annotation's `name`.
     value: Value,
     /// The trace entry, an index into the converter's entries.
     entry: u32,
@@ -112,7 +159,8 @@ struct Event {
 
 /// State of the replay between events.
 struct Replay {
-    open: HashMap<(u32, String), Vec<RangeId>>,
+    /// Open ranges by (device, interned name).
+    open: HashMap<(u32, StringId), Vec<RangeId>>,
     next_range: u64,
     since_sample: HashMap<u32, u32>,
 }
@@ -131,12 +179,62 @@ impl Default for Replay {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     time_us: i64,
+    /// The `action` as written (for messages about unknown ones) and what it is.
     action: Value,
+    kind: Action,
     addr: i64,
     /// The `size` field as written (requested bytes for blocks).
     size: Option<u64>,
     stream: u64,
     frames: Option<Value>,
+}
+
+/// The actions the conversion knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// No `action`, or not a string, or an empty one.
+    Missing,
+    Alloc,
+    FreeRequested,
+    /// `free_completed`, or `free` in older snapshots.
+    FreeCompleted,
+    /// `segment_alloc` or `segment_map`.
+    SegmentAdd,
+    /// `segment_free` or `segment_unmap`.
+    SegmentRemove,
+    /// Another action starting with `segment` (its `size` is not a block size).
+    SegmentOther,
+    Oom,
+    Snapshot,
+    Annotate,
+    Unknown,
+}
+
+impl Action {
+    fn of(name: &str) -> Self {
+        match name {
+            "" => Self::Missing,
+            "alloc" => Self::Alloc,
+            "free_requested" => Self::FreeRequested,
+            "free_completed" | "free" => Self::FreeCompleted,
+            "segment_alloc" | "segment_map" => Self::SegmentAdd,
+            "segment_free" | "segment_unmap" => Self::SegmentRemove,
+            "oom" => Self::Oom,
+            "snapshot" => Self::Snapshot,
+            "annotate" => Self::Annotate,
+            s if s.starts_with("segment") => Self::SegmentOther,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Whether the entry's `size` is in bytes as written (segments, OOM requests), not a
+    /// requested block size.
+    const fn raw_size(self) -> bool {
+        matches!(
+            self,
+            Self::SegmentAdd | Self::SegmentRemove | Self::SegmentOther | Self::Oom
+        )
+    }
 }
 
 /// The fields of a trace entry the conversion reads.
@@ -157,6 +255,8 @@ enum Field {
 struct EntryReader {
     /// Which field each key string is, by string index (keys are shared through the memo).
     key_fields: Vec<Field>,
+    /// Which action each string is, by string index (`None`: not looked at yet).
+    actions: Vec<Option<Action>>,
 }
 
 impl EntryReader {
@@ -165,6 +265,7 @@ impl EntryReader {
         let mut e = Entry {
             time_us: 0,
             action: Value::None,
+            kind: Action::Missing,
             addr: 0,
             size: None,
             stream: 0,
@@ -192,6 +293,7 @@ impl EntryReader {
             match self.key_fields[i] {
                 Field::Action => {
                     e.action = v;
+                    e.kind = self.action(p, v);
                     has_action = true;
                 }
                 Field::Addr => e.addr = p.int(Some(v)).unwrap_or(0),
@@ -209,12 +311,30 @@ impl EntryReader {
         }
         (e, has_action)
     }
+
+    /// What an `action` value is, looked up once per string (actions are shared through the
+    /// memo).
+    fn action(&mut self, p: &Pickle<'_>, v: Value) -> Action {
+        let Value::Str(i) = v else {
+            return Action::Missing;
+        };
+        let i = i as usize;
+        if let Some(Some(a)) = self.actions.get(i) {
+            return *a;
+        }
+        let a = Action::of(p.str(v).unwrap_or(""));
+        if i >= self.actions.len() {
+            self.actions.resize(i + 1, None);
+        }
+        self.actions[i] = Some(a);
+        a
+    }
 }
 
-struct Converter<'p> {
+struct Converter<'p, S> {
     p: &'p Pickle<'p>,
     root: Value,
-    enc: Encoder,
+    enc: S,
     summary: ImportSummary,
     interner: Interner,
     frames: HashMap<(StringId, StringId, u32), FrameId>,
@@ -234,14 +354,12 @@ struct Converter<'p> {
     last_ns: u64,
 }
 
-impl<'p> Converter<'p> {
-    fn new(p: &'p Pickle<'p>, reader: EntryReader, entries: Vec<Entry>) -> Self {
-        let mut header = Encoder::header_v1();
-        header.collector = String::from("torch.cuda.memory._dump_snapshot, imported by gpucollect");
+impl<'p, S: RecordSink> Converter<'p, S> {
+    fn new(p: &'p Pickle<'p>, enc: S, reader: EntryReader, entries: Vec<Entry>) -> Self {
         Self {
             p,
             root: p.root.unwrap_or(Value::None),
-            enc: Encoder::new(&header),
+            enc,
             summary: ImportSummary::default(),
             interner: Interner::default(),
             frames: HashMap::new(),
@@ -274,7 +392,7 @@ impl<'p> Converter<'p> {
         }
         let id = FrameId(self.frames.len() as u32 + 1);
         self.frames.insert((f, n, line), id);
-        self.enc.record(&Record::Frame(FrameDef::Python {
+        self.enc.emit(Record::Frame(FrameDef::Python {
             id,
             function: n,
             file: f,
@@ -364,7 +482,7 @@ impl<'p> Converter<'p> {
     fn pool_sample(&mut self, ts_nanos: u64, device: u32) {
         let reserved_bytes = self.reserved.get(&device).copied().unwrap_or(0);
         let used_bytes = self.allocated.get(&device).copied().unwrap_or(0);
-        self.enc.record(&Record::PoolSample(PoolSample {
+        self.enc.emit(Record::PoolSample(PoolSample {
             ts_nanos,
             device: DeviceIdx(device),
             pool: 0,
@@ -383,7 +501,7 @@ impl<'p> Converter<'p> {
         stack: StackId,
         stream: u64,
     ) {
-        let id = self.enc.alloc(&Alloc {
+        let id = self.enc.emit_alloc(&Alloc {
             ts_nanos,
             size_bytes: size,
             address: addr as u64,
@@ -401,7 +519,7 @@ impl<'p> Converter<'p> {
 
     fn free(&mut self, ts_nanos: u64, device: u32, addr: i64, kind: FreeKind, stream: u64) {
         if let Some((id, size)) = self.live.remove(&(device, addr)) {
-            self.enc.record(&Record::Free(Free {
+            self.enc.emit(Record::Free(Free {
                 ts_nanos,
                 alloc: id,
                 kind,
@@ -424,26 +542,28 @@ impl<'p> Converter<'p> {
             since_sample,
         } = r;
         let ts = self.ts(e.time_us);
-        let v = e.value;
         if e.annotation {
-            let name = p.get(v, "name").and_then(|x| p.str(x)).unwrap_or("?");
-            let stage = p.get(v, "stage").and_then(|x| p.str(x)).unwrap_or("");
-            let key = (e.device, name.to_string());
-            if stage.eq_ignore_ascii_case("START") {
+            let name = p.str(e.value).unwrap_or("?");
+            if e.start {
                 let range = RangeId(*next_range);
                 *next_range += 1;
                 let (n, domain) = (self.string(name), self.string("record_function"));
-                self.enc.record(&Record::RangeBegin(RangeBegin {
+                self.enc.emit(Record::RangeBegin(RangeBegin {
                     ts_nanos: ts,
                     range,
                     name: n,
                     domain,
                     ..RangeBegin::default()
                 }));
-                open.entry(key).or_default().push(range);
+                open.entry((e.device, n)).or_default().push(range);
                 self.summary.ranges += 1;
-            } else if let Some(range) = open.get_mut(&key).and_then(Vec::pop) {
-                self.enc.record(&Record::RangeEnd(RangeEnd {
+            } else if let Some(range) = self
+                .interner
+                .lookup(name)
+                .and_then(|n| open.get_mut(&(e.device, n)))
+                .and_then(Vec::pop)
+            {
+                self.enc.emit(Record::RangeEnd(RangeEnd {
                     ts_nanos: ts,
                     range,
                 }));
@@ -455,45 +575,45 @@ impl<'p> Converter<'p> {
         let Some(en) = self.entries.get(e.entry as usize).copied() else {
             return;
         };
-        let (action, addr, stream) = (p.str(en.action).unwrap_or(""), en.addr, en.stream);
-        let size = if action.starts_with("segment") || action == "oom" {
+        let (addr, stream) = (en.addr, en.stream);
+        let size = if en.kind.raw_size() {
             en.size
         } else {
             Self::block_size(en.size)
         };
         let d = e.device;
-        match (action, size) {
-            ("alloc", Some(size)) => {
+        match (en.kind, size) {
+            (Action::Alloc, Some(size)) => {
                 // A block allocated twice without a free: close the old one first.
                 self.free(ts, d, addr, FreeKind::Other, stream);
                 let stack = self.stack(en.frames, None);
                 self.alloc(ts, d, addr, size, stack, stream);
             }
-            ("free_requested", _) => {
+            (Action::FreeRequested, _) => {
                 self.requested.insert((d, addr), ts);
             }
-            ("free_completed" | "free", _) => {
+            (Action::FreeCompleted, _) => {
                 let kind = match self.requested.remove(&(d, addr)) {
                     Some(req) if req < ts => FreeKind::StreamOrdered,
                     _ => FreeKind::Immediate,
                 };
                 self.free(ts, d, addr, kind, stream);
             }
-            ("segment_alloc" | "segment_map", Some(size)) => {
+            (Action::SegmentAdd, Some(size)) => {
                 let r = self.reserved.entry(d).or_default();
                 *r = r.saturating_add(size);
                 self.pool_sample(ts, d);
                 return;
             }
-            ("segment_free" | "segment_unmap", Some(size)) => {
+            (Action::SegmentRemove, Some(size)) => {
                 let r = self.reserved.entry(d).or_default();
                 *r = r.saturating_sub(size);
                 self.pool_sample(ts, d);
                 return;
             }
-            ("oom", _) => {
+            (Action::Oom, _) => {
                 let stack = self.stack(en.frames, None);
-                self.enc.record(&Record::AllocFailed(AllocFailed {
+                self.enc.emit(Record::AllocFailed(AllocFailed {
                     ts_nanos: ts,
                     size_bytes: size.unwrap_or(0),
                     error_code: 2,
@@ -505,17 +625,22 @@ impl<'p> Converter<'p> {
                 self.summary.failed_allocations += 1;
                 return;
             }
-            ("snapshot" | "annotate", _) => {
-                let name = self.string(action);
-                self.enc.record(&Record::Mark(Mark {
+            (Action::Snapshot | Action::Annotate, _) => {
+                let name = self.string(if en.kind == Action::Snapshot {
+                    "snapshot"
+                } else {
+                    "annotate"
+                });
+                self.enc.emit(Record::Mark(Mark {
                     ts_nanos: ts,
                     name,
                     ..Mark::default()
                 }));
                 return;
             }
-            (other, _) => {
-                let what = if other.is_empty() {
+            (kind, _) => {
+                let other = p.str(en.action).unwrap_or("");
+                let what = if kind == Action::Missing {
                     String::from("entry without an action")
                 } else {
                     format!("action `{other}` without a size or unknown")
@@ -533,7 +658,7 @@ impl<'p> Converter<'p> {
         }
     }
 
-    fn run(mut self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+    fn run(mut self) -> Result<(S, ImportSummary), ImportError> {
         let p = self.p;
         let segments = p.get(self.root, "segments");
         let traces = p.get(self.root, "device_traces");
@@ -560,6 +685,7 @@ impl<'p> Converter<'p> {
                     time_us: self.entries.get(entry as usize).map_or(0, |e| e.time_us),
                     device: device as u32,
                     annotation: false,
+                    start: false,
                     value: v,
                     entry,
                 });
@@ -569,11 +695,25 @@ impl<'p> Converter<'p> {
         self.summary.trace_entries = events.len() as u64;
         if let Some(ann) = p.get(self.root, "external_annotations") {
             for &a in p.items(ann) {
+                // One pass over the keys (later keys win, as in Python).
+                let (mut time_us, mut device, mut name, mut start) = (0, 0, Value::None, false);
+                for &(k, v) in p.entries(a) {
+                    match p.str(k) {
+                        Some("time_us") => time_us = p.int(Some(v)).unwrap_or(0),
+                        Some("device") => device = p.int(Some(v)).unwrap_or(0),
+                        Some("name") => name = v,
+                        Some("stage") => {
+                            start = p.str(v).is_some_and(|s| s.eq_ignore_ascii_case("START"));
+                        }
+                        _ => {}
+                    }
+                }
                 events.push(Event {
-                    time_us: p.int(p.get(a, "time_us")).unwrap_or(0),
-                    device: p.int(p.get(a, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32,
+                    time_us,
+                    device: device.clamp(0, 1 << 16) as u32,
                     annotation: true,
-                    value: a,
+                    start,
+                    value: name,
                     entry: 0,
                 });
             }
@@ -589,7 +729,7 @@ impl<'p> Converter<'p> {
             devices = devices.max(d + 1);
         }
         self.summary.devices = devices;
-        self.enc.record(&Record::Process(ProcessInfo {
+        self.enc.emit(Record::Process(ProcessInfo {
             process: ProcessIdx(0),
             pid: 0,
             parent: None,
@@ -597,7 +737,7 @@ impl<'p> Converter<'p> {
             argv: Vec::new(),
         }));
         for d in 0..devices {
-            self.enc.record(&Record::Device(DeviceInfo {
+            self.enc.emit(Record::Device(DeviceInfo {
                 device: DeviceIdx(d),
                 uuid: String::new(),
                 name: format!("cuda:{d}"),
@@ -622,7 +762,7 @@ impl<'p> Converter<'p> {
                 })
                 .collect();
             let name = self.string(&format!("allocator_settings: {}", text.join(", ")));
-            self.enc.record(&Record::Mark(Mark {
+            self.enc.emit(Record::Mark(Mark {
                 ts_nanos: 0,
                 name,
                 ..Mark::default()
@@ -641,28 +781,31 @@ impl<'p> Converter<'p> {
         {
             let en = self.entries.get(e.entry as usize).copied();
             let Some(en) = en else { continue };
-            let (action, addr) = (p.str(en.action).unwrap_or(""), en.addr);
-            let size = if action.starts_with("segment") {
+            let addr = en.addr;
+            let size = if matches!(
+                en.kind,
+                Action::SegmentAdd | Action::SegmentRemove | Action::SegmentOther
+            ) {
                 en.size.unwrap_or(0)
             } else {
                 Self::block_size(en.size).unwrap_or(0)
             };
-            match action {
-                "alloc" => {
+            match en.kind {
+                Action::Alloc => {
                     seen.insert((e.device, addr), true);
                 }
-                "free" | "free_requested" | "free_completed" => {
+                Action::FreeRequested | Action::FreeCompleted => {
                     if !seen.contains_key(&(e.device, addr)) {
                         ghosts.push((e.device, addr, size, en.frames));
                         seen.insert((e.device, addr), false);
-                    } else if action != "free_requested" {
+                    } else if en.kind != Action::FreeRequested {
                         seen.remove(&(e.device, addr));
                     }
                 }
-                "segment_alloc" | "segment_map" => {
+                Action::SegmentAdd => {
                     *reserved_delta.entry(e.device).or_default() += i128::from(size);
                 }
-                "segment_free" | "segment_unmap" => {
+                Action::SegmentRemove => {
                     *reserved_delta.entry(e.device).or_default() -= i128::from(size);
                 }
                 _ => {}
@@ -728,22 +871,22 @@ impl<'p> Converter<'p> {
         }
         // Ranges still open end with the trace; a final sample for every device.
         let end = self.last_ns;
-        for (_, ranges) in replay.open {
-            for range in ranges {
-                self.enc.record(&Record::RangeEnd(RangeEnd {
-                    ts_nanos: end,
-                    range,
-                }));
-            }
+        let mut still_open: Vec<RangeId> = replay.open.into_values().flatten().collect();
+        still_open.sort_unstable();
+        for range in still_open {
+            self.enc.emit(Record::RangeEnd(RangeEnd {
+                ts_nanos: end,
+                range,
+            }));
         }
         for d in 0..devices {
             self.pool_sample(end, d);
         }
-        self.enc.record(&Record::End { ts_nanos: end });
+        self.enc.emit(Record::End { ts_nanos: end });
         let mut skipped: Vec<(String, u64)> = self.skipped.into_iter().collect();
         skipped.sort();
         self.summary.skipped = skipped;
-        Ok((self.enc.into_bytes(), self.summary))
+        Ok((self.enc, self.summary))
     }
 }
 

@@ -159,3 +159,178 @@ fn a_real_pytorch_snapshot_matches_torch_cuda_memory_counters() {
         summary.ranges
     );
 }
+
+/// Everything a replayed model holds, in a form that compares (maps sorted by key).
+fn model_digest(t: &analysis_core::LoadedTrace) -> serde_json::Value {
+    use std::collections::BTreeMap;
+    let m = &t.model;
+    let sorted = |v: Vec<(String, serde_json::Value)>| -> BTreeMap<String, serde_json::Value> {
+        v.into_iter().collect()
+    };
+    let points =
+        |tl: &analysis_core::timeline::Timeline| serde_json::json!([tl.times(), tl.values()]);
+    serde_json::json!({
+        "header": m.header,
+        "processes": m.processes,
+        "devices": m.devices,
+        "strings": sorted(m.strings.iter().map(|(k, v)| (format!("{:08}", k.0), v.as_str().into())).collect()),
+        "frames": sorted(m.frames.iter().map(|(k, v)| (format!("{:08}", k.0), serde_json::json!(v))).collect()),
+        "stacks": sorted(m.stacks.iter().map(|(k, v)| (format!("{:08}", k.0), serde_json::json!(v))).collect()),
+        "stack_stats": sorted(m.stack_stats.iter().map(|(k, v)| (format!("{:08}", k.0), serde_json::json!(v))).collect()),
+        "threads": m.threads,
+        "thread_last_ts": sorted(m.thread_last_ts.iter().map(|(k, v)| (format!("{:?}", k), serde_json::json!(v))).collect()),
+        "allocs": m.allocs,
+        "failed": m.failed,
+        "free_unknown": m.free_unknown,
+        "resets": m.resets,
+        "ranges": m.ranges,
+        "marks": m.marks,
+        "device_samples": m.device_samples,
+        "pool_samples": m.pool_samples,
+        "process_exits": m.process_exits,
+        "notices": m.notices,
+        "series": m.series.iter().map(|s| serde_json::json!({
+            "key": s.key, "live": s.live_bytes, "count": s.live_count, "peak": s.peak_bytes,
+            "peak_ts": s.peak_ts_nanos, "points": points(&s.timeline),
+        })).collect::<Vec<_>>(),
+        "total": points(&m.total),
+        "total_live": m.total_live_bytes,
+        "peak": [m.peak_bytes, m.peak_ts_nanos],
+        "extent": [m.first_ts_nanos, m.last_ts_nanos],
+        "clean_end": m.clean_end,
+        "records": m.records,
+        "dropped": m.dropped_events,
+        "warnings": format!("{:?}", t.warnings),
+        "fatal": format!("{:?}", t.fatal),
+    })
+}
+
+/// The model built directly from a snapshot equals the one decoded from the converted trace
+/// bytes, and so does the report: the viewer (direct) and `gpucollect import` + `report`
+/// (bytes) show the same numbers.
+fn assert_direct_equals_decoded(name: &str, bytes: &[u8]) {
+    let (trace, s1) = convert(bytes).expect("converts");
+    let decoded = load(&trace).expect("loads");
+    let (direct, s2) = analysis_core::torch_snapshot::load(bytes).expect("loads directly");
+    assert_eq!(s1, s2, "{name}: import summaries");
+    assert_eq!(
+        model_digest(&direct),
+        model_digest(&decoded),
+        "{name}: models"
+    );
+    assert_eq!(summarize(&direct), summarize(&decoded), "{name}: reports");
+}
+
+#[test]
+fn direct_models_equal_decoded_ones_for_the_fixtures() {
+    for name in [
+        "two-devices.pickle",
+        "two-devices.json",
+        "ring-buffer.pickle",
+        "real-torch.pickle",
+    ] {
+        assert_direct_equals_decoded(name, &asset(name));
+    }
+}
+
+/// A small deterministic generator (no dependencies).
+fn lcg(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *state >> 33
+}
+
+/// A JSON snapshot with random entries, including what real ones rarely have: out-of-order
+/// times, frees of unseen blocks, double allocations, unknown actions, entries without an action
+/// or a size, unbalanced annotations, blocks that only the final segments know.
+fn random_snapshot(seed: u64) -> Vec<u8> {
+    use serde_json::json;
+    let mut st = seed;
+    let devices = 1 + (lcg(&mut st) % 3) as usize;
+    let stacks = [
+        json!([{"filename": "a.py", "line": 1, "name": "f"}, {"filename": "b.py", "line": 2, "name": "g"}]),
+        json!([{"filename": "c.py", "line": 3, "name": "h"}]),
+        json!([]),
+    ];
+    let actions = [
+        "alloc",
+        "alloc",
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "free_completed",
+        "free",
+        "segment_alloc",
+        "segment_free",
+        "segment_map",
+        "segment_unmap",
+        "oom",
+        "snapshot",
+        "annotate",
+        "weird",
+    ];
+    let mut traces = Vec::new();
+    let mut t: i64 = 1_000_000;
+    for _ in 0..devices {
+        let mut list = Vec::new();
+        for _ in 0..(200 + lcg(&mut st) % 300) {
+            t += (lcg(&mut st) % 50) as i64 - 5;
+            let addr = 0x1000 * (lcg(&mut st) % 40) as i64;
+            let mut e = json!({
+                "addr": addr,
+                "stream": lcg(&mut st) % 2,
+                "time_us": t,
+                "frames": stacks[(lcg(&mut st) % 3) as usize],
+            });
+            match lcg(&mut st) % 20 {
+                0 => {}
+                1 => e["action"] = json!(actions[(lcg(&mut st) % 15) as usize]),
+                _ => {
+                    e["action"] = json!(actions[(lcg(&mut st) % 15) as usize]);
+                    e["size"] = json!(1 + lcg(&mut st) % 5_000_000);
+                }
+            }
+            list.push(e);
+        }
+        traces.push(list);
+    }
+    let mut annotations = Vec::new();
+    for _ in 0..(lcg(&mut st) % 30) {
+        annotations.push(json!({
+            "device": lcg(&mut st) % devices as u64,
+            "stage": if lcg(&mut st).is_multiple_of(2) { "START" } else { "END" },
+            "name": if lcg(&mut st).is_multiple_of(2) { "step" } else { "fwd" },
+            "time_us": 1_000_000 + (lcg(&mut st) % 20_000) as i64,
+        }));
+    }
+    let segments: Vec<_> = (0..devices)
+        .map(|d| {
+            let blocks: Vec<_> = (0..lcg(&mut st) % 6)
+                .map(|_| {
+                    json!({
+                        "address": 0x1000 * (lcg(&mut st) % 60) as i64,
+                        "size": 512 * (1 + lcg(&mut st) % 100),
+                        "state": if lcg(&mut st).is_multiple_of(4) { "inactive" } else { "active_allocated" },
+                        "frames": stacks[(lcg(&mut st) % 3) as usize],
+                    })
+                })
+                .collect();
+            json!({"device": d, "address": 0, "total_size": 20 << 20, "blocks": blocks})
+        })
+        .collect();
+    serde_json::to_vec(&json!({
+        "segments": segments,
+        "device_traces": traces,
+        "external_annotations": annotations,
+        "allocator_settings": {"expandable_segments": false, "max_split_size": 7},
+    }))
+    .expect("serializes")
+}
+
+#[test]
+fn direct_models_equal_decoded_ones_for_random_snapshots() {
+    for seed in 0..40 {
+        assert_direct_equals_decoded(&format!("seed {seed}"), &random_snapshot(seed));
+    }
+}

@@ -61,9 +61,15 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
             if let Some(b) = &bar {
                 b.finish_and_clear();
             }
-            let (trace, _) = convert_snapshot(&all, path)?;
-            return analysis_core::load(&trace)
-                .with_context(|| format!("cannot decode the converted {}", path.display()));
+            // Straight into the model: the same one the viewer builds (and the same as
+            // decoding the bytes `gpucollect import` writes).
+            let (trace, _) = analysis_core::torch_snapshot::load(&all).with_context(|| {
+                format!(
+                    "cannot read {} as a PyTorch memory snapshot",
+                    path.display()
+                )
+            })?;
+            return Ok(trace);
         }
         first = false;
         if loader.push(&buf[..n]).is_err() {

@@ -1,11 +1,12 @@
 //! Loading a trace in the browser: from a dropped or picked file, a URL, or a bundled demo.
-//! Bytes go to `analysis_core::Loader::push` as they arrive; between pieces the loop yields to
+//! Bytes go to `analysis_core::Loader::push` as they arrive (a PyTorch snapshot is read whole and
+//! converted straight into the model by `torch_snapshot::load`); between pieces the loop yields to
 //! the event loop (at most every ~30 ms of work) so the page repaints the progress bar and stays
 //! responsive. Nothing leaves the browser.
 
 use std::sync::Arc;
 
-use analysis_core::Loader;
+use analysis_core::{LoadedTrace, Loader};
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -166,7 +167,8 @@ pub async fn decode(
 ) -> Result<Option<Arc<Analysis>>, String> {
     let started = dom::now_ms();
     let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
-    // A PyTorch memory snapshot (pickle or JSON) is collected whole, converted, then decoded.
+    // A PyTorch memory snapshot (pickle or JSON) is collected whole, then converted into the
+    // model.
     let mut snapshot: Option<Vec<u8>> = None;
     let mut progress = Progress {
         source: source.clone(),
@@ -213,30 +215,36 @@ pub async fn decode(
         progress.phase = "converting snapshot";
         state.set(LoadState::Loading(progress.clone()));
         dom::yield_now().await;
+        // Converted straight into the model (no trace bytes in between).
         let (trace, _) =
-            analysis_core::torch_snapshot::convert(&all).map_err(|e| format!("{e}: {source}"))?;
+            analysis_core::torch_snapshot::load(&all).map_err(|e| format!("{e}: {source}"))?;
         drop(all);
-        loader = Loader::with_size_hint(trace.len() as u64);
-        for piece in trace.chunks(PIECE_BYTES) {
-            if loader.push(piece).is_err() {
-                break;
-            }
-            if !pace(&mut last_yield, &loader, &mut progress, state, &current).await {
-                return Ok(None);
-            }
-        }
+        progress.records = trace.model.records;
+        return Ok(analyse(trace, source, progress, started, state, &current).await);
     }
     progress.records = loader.records_decoded();
+    let trace = loader.finish().map_err(|e| e.to_string())?;
+    Ok(analyse(trace, source, progress, started, state, &current).await)
+}
+
+/// Analyses a loaded trace (after a repaint that says so).
+async fn analyse(
+    trace: LoadedTrace,
+    source: String,
+    mut progress: Progress,
+    started: f64,
+    state: RwSignal<LoadState>,
+    current: &impl Fn() -> bool,
+) -> Option<Arc<Analysis>> {
     progress.phase = "analysing";
     state.set(LoadState::Loading(progress));
     dom::yield_now().await;
     if !current() {
-        return Ok(None);
+        return None;
     }
-    let trace = loader.finish().map_err(|e| e.to_string())?;
     let analysis = Analysis::new(trace, source);
     state.set(LoadState::Done {
         elapsed_ms: dom::now_ms() - started,
     });
-    Ok(Some(Arc::new(analysis)))
+    Some(Arc::new(analysis))
 }
