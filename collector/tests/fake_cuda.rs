@@ -80,33 +80,26 @@ fn fake_dir() -> &'static Path {
             "-l:libcuda.so.1",
             &rpath,
         ]);
-        gcc(&[
-            "-O0",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-o",
-            &o("scenarios"),
-            &src.join("scenarios.c").display().to_string(),
-            &src.join("fake_nvtx.c").display().to_string(),
-            &lib_dir,
-            "-l:libcuda.so.1",
-            &rpath,
-            "-lpthread",
-        ]);
-        // The same scenarios optimized and without frame pointers: only CFI can unwind them.
-        gcc(&[
-            "-O2",
-            "-g",
-            "-fomit-frame-pointer",
-            "-o",
-            &o("scenarios-nofp"),
-            &src.join("scenarios.c").display().to_string(),
-            &src.join("fake_nvtx.c").display().to_string(),
-            &lib_dir,
-            "-l:libcuda.so.1",
-            &rpath,
-            "-lpthread",
-        ]);
+        // The scenarios as written (-O0, frame pointers), and optimized without frame pointers
+        // (only CFI can unwind those).
+        for (opt, frames, name) in [
+            ("-O0", "-fno-omit-frame-pointer", "scenarios"),
+            ("-O2", "-fomit-frame-pointer", "scenarios-nofp"),
+        ] {
+            gcc(&[
+                opt,
+                "-g",
+                frames,
+                "-o",
+                &o(name),
+                &src.join("scenarios.c").display().to_string(),
+                &src.join("fake_nvtx.c").display().to_string(),
+                &lib_dir,
+                "-l:libcuda.so.1",
+                &rpath,
+                "-lpthread",
+            ]);
+        }
         out
     })
 }

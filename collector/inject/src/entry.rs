@@ -404,7 +404,16 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     alloc_kind::MANAGED
                 };
                 let addr = if ok { *p.dptr } else { 0 };
-                alloc(st, d, result, k, addr, p.bytesize as u64, 0, 0);
+                alloc(
+                    st,
+                    st.device_of(d.context),
+                    result,
+                    k,
+                    addr,
+                    p.bytesize as u64,
+                    0,
+                    0,
+                );
             }
             cbid::MEM_ALLOC_PITCH_V2 if exit => {
                 let p = params::<cupti::MemAllocPitchParams>(d);
@@ -413,7 +422,16 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 } else {
                     (0, (p.width_bytes * p.height) as u64)
                 };
-                alloc(st, d, result, alloc_kind::DEVICE, addr, size, 0, 0);
+                alloc(
+                    st,
+                    st.device_of(d.context),
+                    result,
+                    alloc_kind::DEVICE,
+                    addr,
+                    size,
+                    0,
+                    0,
+                );
             }
             cbid::MEM_ALLOC_ASYNC | cbid::MEM_ALLOC_ASYNC_PTSZ if exit => {
                 let p = params::<cupti::MemAllocAsyncParams>(d);
@@ -421,7 +439,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 let k = alloc_kind::STREAM_ORDERED_POOL;
                 let device = st.device_of(d.context);
                 pools::note_default_pool(device);
-                alloc_on(st, device, result, k, addr, p.bytesize as u64, p.stream, 0);
+                alloc(st, device, result, k, addr, p.bytesize as u64, p.stream, 0);
             }
             cbid::MEM_ALLOC_FROM_POOL_ASYNC | cbid::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ if exit => {
                 let p = params::<cupti::MemAllocFromPoolAsyncParams>(d);
@@ -433,7 +451,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     pools::note_pool(p.pool, dev);
                     dev
                 });
-                alloc_on(
+                alloc(
                     st,
                     device,
                     result,
@@ -466,13 +484,31 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 let p = params::<cupti::HostAllocParams>(d);
                 let addr = if ok { *p.pp as u64 } else { 0 };
                 let k = alloc_kind::PINNED_HOST;
-                alloc(st, d, result, k, addr, p.bytesize as u64, 0, 0);
+                alloc(
+                    st,
+                    st.device_of(d.context),
+                    result,
+                    k,
+                    addr,
+                    p.bytesize as u64,
+                    0,
+                    0,
+                );
             }
             cbid::MEM_HOST_REGISTER_V2 if exit => {
                 // {void* p; size_t bytesize; unsigned Flags}
                 let p = params::<cupti::MemUnmapParams>(d);
                 let k = alloc_kind::PINNED_HOST;
-                alloc(st, d, result, k, p.ptr, p.size as u64, 0, 0);
+                alloc(
+                    st,
+                    st.device_of(d.context),
+                    result,
+                    k,
+                    p.ptr,
+                    p.size as u64,
+                    0,
+                    0,
+                );
             }
             cbid::ARRAY_CREATE_V2 | cbid::ARRAY_3D_CREATE_V2 if exit => {
                 let p = params::<cupti::ArrayCreateParams>(d);
@@ -492,11 +528,29 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                         * cupti::array_format_bytes(fmt)
                 };
                 let addr = if ok { *p.handle } else { 0 };
-                alloc(st, d, result, alloc_kind::ARRAY, addr, size, 0, 0);
+                alloc(
+                    st,
+                    st.device_of(d.context),
+                    result,
+                    alloc_kind::ARRAY,
+                    addr,
+                    size,
+                    0,
+                    0,
+                );
             }
             cbid::IPC_OPEN_MEM_HANDLE_V2 if exit && ok => {
                 let p = params::<cupti::IpcOpenParams>(d);
-                alloc(st, d, result, alloc_kind::IPC_IMPORT, *p.pdptr, 0, 0, 0);
+                alloc(
+                    st,
+                    st.device_of(d.context),
+                    result,
+                    alloc_kind::IPC_IMPORT,
+                    *p.pdptr,
+                    0,
+                    0,
+                    0,
+                );
             }
             cbid::MEM_FREE_V2
             | cbid::MEM_FREE_HOST
@@ -596,34 +650,10 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
     }
 }
 
+/// Records an allocation (or a failed one) on `device`, with the caller's stack.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn alloc(
-    st: &State,
-    d: &CallbackData,
-    result: c_int,
-    alloc_kind: u32,
-    addr: u64,
-    size: u64,
-    stream: u64,
-    pool: u64,
-) {
-    alloc_on(
-        st,
-        st.device_of(d.context),
-        result,
-        alloc_kind,
-        addr,
-        size,
-        stream,
-        pool,
-    );
-}
-
-/// [`alloc`] on a known device.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn alloc_on(
     st: &State,
     device: u32,
     result: c_int,

@@ -248,15 +248,43 @@ impl State {
         true
     }
 
+    /// This process's ring slot, or `None` when events cannot be written (collector gone, no
+    /// slot: counted).
+    #[inline]
+    fn writable_slot(&self) -> Option<usize> {
+        if self.collector_gone.load(Ordering::Relaxed) {
+            return None;
+        }
+        let slot = self.slot();
+        if slot.is_none() {
+            self.ring.count_unslotted();
+        }
+        slot
+    }
+
+    /// Pushes one event of thread `tid` into `slot`, waiting (bounded) on a full ring.
+    #[inline]
+    fn push_event(&self, slot: usize, tid: u64, fill: impl FnOnce(&mut Event)) -> bool {
+        let started = Cell::new(0);
+        let pushed = self.ring.push(
+            slot,
+            |n| self.wait_ok(n, &started),
+            |e| {
+                e.reset_header(host::monotonic_nanos(), tid);
+                fill(e);
+            },
+        );
+        if pushed && self.stalled.load(Ordering::Relaxed) {
+            self.stalled.store(false, Ordering::Relaxed);
+        }
+        pushed
+    }
+
     /// Writes one event (callback-safe). `fill` sets the kind-specific fields; time and thread
     /// id are filled here. The first event of a thread is preceded by its name.
     #[inline]
     pub fn emit(&self, fill: impl FnOnce(&mut Event)) -> bool {
-        if self.collector_gone.load(Ordering::Relaxed) {
-            return false;
-        }
-        let Some(slot) = self.slot() else {
-            self.ring.count_unslotted();
+        let Some(slot) = self.writable_slot() else {
             return false;
         };
         let generation = GENERATION.load(Ordering::Acquire);
@@ -274,53 +302,19 @@ impl State {
             let name = CStr::from_bytes_until_nul(&name)
                 .map(CStr::to_bytes)
                 .unwrap_or(b"");
-            let started = Cell::new(0);
-            self.ring.push(
-                slot,
-                |n| self.wait_ok(n, &started),
-                |e| {
-                    e.kind = kind::THREAD;
-                    e.nframes = 0;
-                    e.ts_nanos = host::monotonic_nanos();
-                    e.tid = tid;
-                    e.set_text(name);
-                },
-            );
+            self.push_event(slot, tid, |e| {
+                e.kind = kind::THREAD;
+                e.set_text(name);
+            });
         }
-        let started = Cell::new(0);
-        let pushed = self.ring.push(
-            slot,
-            |n| self.wait_ok(n, &started),
-            |e| {
-                e.reset_header(host::monotonic_nanos(), tid);
-                fill(e);
-            },
-        );
-        if pushed && self.stalled.load(Ordering::Relaxed) {
-            self.stalled.store(false, Ordering::Relaxed);
-        }
-        pushed
+        self.push_event(slot, tid, fill)
     }
 
     /// Writes one event that belongs to no thread of the program (`tid` 0): the pool poller's
     /// samples. Not for callbacks' use (they use [`State::emit`]).
     pub fn emit_unthreaded(&self, fill: impl FnOnce(&mut Event)) -> bool {
-        if self.collector_gone.load(Ordering::Relaxed) {
-            return false;
-        }
-        let Some(slot) = self.slot() else {
-            self.ring.count_unslotted();
-            return false;
-        };
-        let started = Cell::new(0);
-        self.ring.push(
-            slot,
-            |n| self.wait_ok(n, &started),
-            |e| {
-                e.reset_header(host::monotonic_nanos(), 0);
-                fill(e);
-            },
-        )
+        self.writable_slot()
+            .is_some_and(|slot| self.push_event(slot, 0, fill))
     }
 
     /// Whether events can still reach a collector (false once it has exited).

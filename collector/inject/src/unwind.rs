@@ -506,6 +506,21 @@ mod tests {
         ours.clone()
     }
 
+    /// Through the chain `fns`: the walk equals libgcc's and passes through every function, and
+    /// our own walk alone ends as `expect` says.
+    fn check_chain(fns: &[AsmFn], expect: impl Fn(&End) -> bool) {
+        let mut frames = Vec::new();
+        run_chain(fns, || frames = same_as_libgcc());
+        for &f in fns {
+            assert!(inside(&frames, f), "{frames:x?}");
+        }
+        run_chain(fns, || {
+            let mut out = [0u64; 200];
+            let end = walk(here(), &mut out, &NO_SKIP, false, stack_top());
+            assert!(expect(&end), "{end:?}");
+        });
+    }
+
     fn inside(frames: &[u64], f: AsmFn) -> bool {
         let start = f as usize as u64;
         frames.iter().any(|&ip| ip > start && ip - start < 64)
@@ -520,17 +535,8 @@ mod tests {
             gpucollect_test_no_fp,
             gpucollect_test_rbp_frame,
         ];
-        let mut frames = Vec::new();
-        run_chain(&fns, || frames = same_as_libgcc());
-        for f in fns {
-            assert!(inside(&frames, f), "{frames:x?}");
-        }
         // And the walk itself never needed libgcc.
-        run_chain(&fns, || {
-            let mut out = [0u64; 200];
-            let end = walk(here(), &mut out, &NO_SKIP, false, stack_top());
-            assert!(matches!(end, End::Done(n) if n > 10), "{end:?}");
-        });
+        check_chain(&fns, |end| matches!(end, End::Done(n) if *n > 10));
     }
 
     #[test]
@@ -541,16 +547,7 @@ mod tests {
             gpucollect_test_cfa_expression,
             gpucollect_test_rbp_frame,
         ];
-        let mut frames = Vec::new();
-        run_chain(&fns, || frames = same_as_libgcc());
-        for f in fns {
-            assert!(inside(&frames, f), "{frames:x?}");
-        }
-        run_chain(&fns, || {
-            let mut out = [0u64; 200];
-            let end = walk(here(), &mut out, &NO_SKIP, false, stack_top());
-            assert!(matches!(end, End::Resume { .. }), "{end:?}");
-        });
+        check_chain(&fns, |end| matches!(end, End::Resume { .. }));
     }
 
     #[test]
