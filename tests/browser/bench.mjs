@@ -2,6 +2,9 @@
 // Env: BASE_URL (served app), TRACES (dir with bench-<N>.msgpack files), SIZES (e.g. "1000000 10000000").
 // For each trace: time from choosing the file (input change event) to the first drawn timeline,
 // the frame time of zoom steps, and memory (wasm linear memory, JS heap) relative to trace size.
+// The file is chosen once the page has finished its warm-up (`data-warm="done"` on the root
+// element, see viewer/src/app/warmup.rs), like a user who takes a second to pick it; COLD=1
+// chooses it as soon as the picker exists instead.
 import fs from 'node:fs';
 import path from 'node:path';
 import { launch } from './lib.mjs';
@@ -31,6 +34,8 @@ for (const file of inputs) {
   await cdp.send('Performance.enable');
   await page.goto(`${BASE}#view=timeline`);
   await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
+  const warmMs = process.env.COLD ? null : await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 })
+    .then(() => page.evaluate(() => Math.round(performance.now())));
   let heapMax = 0;
   const sampler = setInterval(async () => {
     try {
@@ -65,6 +70,7 @@ for (const file of inputs) {
     input: FILES.length ? n : undefined,
     events: FILES.length ? undefined : Number(n),
     trace_mib: +(bytes / MiB).toFixed(1),
+    warm_up_done_ms: warmMs ?? undefined,
     first_timeline_ms: Math.round(first.drawn - first.chosen),
     first_draw_ms: +first.drawMs.toFixed(1),
     zoom_steps: steps.length,

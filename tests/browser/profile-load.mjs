@@ -1,5 +1,6 @@
 // Profiles loading one file in headless Chromium (CDP sampling profiler) and prints the functions
-// with the most self time. Not a test. Env: BASE_URL, FILE.
+// with the most self time. Not a test. Env: BASE_URL, FILE, CALLERS (a function name part: also
+// prints the call paths into it, three frames deep, by time).
 import { launch } from './lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
@@ -26,4 +27,20 @@ for (const [id, us] of counts) {
 }
 const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30);
 for (const [name, us] of top) console.log((us / 1000).toFixed(1).padStart(8), 'ms', name.slice(0, 150));
+if (process.env.CALLERS) {
+  const parent = new Map();
+  for (const n of profile.nodes) for (const c of n.children || []) parent.set(c, n.id);
+  const paths = new Map();
+  for (const [id, us] of counts) {
+    if (!byId.get(id).callFrame.functionName.includes(process.env.CALLERS)) continue;
+    const names = [];
+    for (let p = parent.get(id); p !== undefined && names.length < Number(process.env.DEPTH || 3); p = parent.get(p)) {
+      names.push(byId.get(p).callFrame.functionName.replace(/::h[0-9a-f]{16}$/, '').slice(-70));
+    }
+    const k = names.join(' <- ');
+    paths.set(k, (paths.get(k) || 0) + us);
+  }
+  console.log(`callers of ${process.env.CALLERS}:`);
+  for (const [k, us] of [...paths].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log((us / 1000).toFixed(1).padStart(8), 'ms', k);
+}
 await close();

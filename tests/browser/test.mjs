@@ -255,6 +255,29 @@ test('demos load without a trace; embed mode hides the chrome', async (ctx) => {
   await embed.screenshot({ path: path.join(ARTIFACTS, 'embed-timeline.png') });
 });
 
+test('idle warm-up: invisible, leaves the page as it was, and a file chosen during it opens', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}#view=timeline`);
+  await page.locator('html[data-warm="done"]').waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
+  // Nothing of the warm-up reached the document: still the welcome screen, no view, no progress.
+  assert.ok(await page.locator(testid('welcome')).isVisible(), 'the welcome screen stays');
+  for (const id of ['view', 'progress', 'error-panel', 'timeline-canvas']) {
+    assert.equal(await page.locator(testid(id)).count(), 0, `no ${id} after the warm-up`);
+  }
+  assert.match(page.url(), /#view=timeline$/, 'the URL is unchanged');
+  // A file chosen while the warm-up runs stops it and opens normally.
+  const early = await newPage(ctx, `${BASE}#view=timeline`);
+  await early.setInputFiles(testid('file-picker'), path.join(TRACES, 'spikes.msgpack'));
+  await early.locator(`${testid('timeline-canvas')}[data-drawn-at]`).waitFor({ timeout: LOAD_TIMEOUT });
+  assert.equal(await early.locator(testid('source')).textContent(), 'spikes.msgpack');
+  await early.waitForTimeout(500);
+  assert.equal(await early.locator('html[data-warm]').count(), 0, 'the warm-up stopped when the file was chosen');
+  // A page that opens a trace at start does not warm up.
+  const demo = await newPage(ctx, `${BASE}?demo=spikes`);
+  await demo.locator(testid('ov-peak')).waitFor({ timeout: LOAD_TIMEOUT });
+  await demo.waitForTimeout(500);
+  assert.equal(await demo.locator('html[data-warm]').count(), 0, 'no warm-up next to a load at start');
+});
+
 test('leaks: live-at-end sites add up and rows expand to a growth chart and stack', async (ctx) => {
   const r = report('multi-device');
   assert.ok(r.live_at_end_bytes > 0, 'the multi-device trace leaves memory live');
@@ -460,7 +483,9 @@ test('Share uploads to gpucollect serve; the link opens the same view in a fresh
 
 const { ctx, close } = await launch();
 let failed = 0;
-for (const t of tests) {
+// ONLY=text runs the tests whose name contains it.
+const chosen = tests.filter((x) => !process.env.ONLY || x.name.includes(process.env.ONLY));
+for (const t of chosen) {
   const started = Date.now();
   try {
     await t.fn(ctx);
@@ -475,5 +500,5 @@ for (const t of tests) {
   for (const p of ctx.pages()) await p.close().catch(() => {});
 }
 await close();
-console.log(`${tests.length - failed} passed, ${failed} failed`);
+console.log(`${chosen.length - failed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -148,6 +148,15 @@ pub async fn yield_now() {
     let _ = JsFuture::from(p).await;
 }
 
+/// Waits for the next animation frame, and then for the tasks it queued.
+pub async fn next_frame() {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let _ = window().request_animation_frame(&resolve);
+    });
+    let _ = JsFuture::from(p).await;
+    yield_now().await;
+}
+
 /// Saves `text` as a file named `name`.
 pub fn download_text(name: &str, mime: &str, text: &str) -> Result<(), String> {
     let parts = js_sys::Array::of1(&JsValue::from_str(text));

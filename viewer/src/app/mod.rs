@@ -9,6 +9,7 @@ mod dom;
 mod load;
 mod timeline;
 mod views;
+mod warmup;
 
 use std::sync::Arc;
 
@@ -171,6 +172,9 @@ pub fn App() -> impl IntoView {
         });
     } else if let Some(s) = dom::query_param("demo").and_then(|d| Scenario::from_name(&d)) {
         open_demo(s, true);
+    } else {
+        // Nothing to open yet: compile and optimize the loading code while the user picks a file.
+        warmup::start(move || generation.try_get_value() == Some(0));
     }
 
     // Drag and drop anywhere on the page.

@@ -1,0 +1,88 @@
+//! Warm-up while the page waits for a file: the browser compiles WebAssembly lazily (a function's
+//! first call compiles it with the baseline compiler, on the main thread) and optimizes hot
+//! functions later, in the background. Opening a first trace would pay for both while the user
+//! waits: at 100k snapshot entries that was about a third of the load. So once the page is idle,
+//! the app opens two small traces nobody sees (a synthetic gpucollect trace and a small PyTorch
+//! snapshot) through the same code as a real file (`load::decode`, the analysis), several times,
+//! and shows each view of the first ones in an element that is never attached to the page, so
+//! every function a load runs is compiled and the hot ones are optimized before a real file
+//! arrives.
+//!
+//! The warm-up yields to the browser between steps (a few milliseconds each) and stops as soon
+//! as a real load starts. It is skipped when the page opens a trace at start (`?trace=`,
+//! `?demo=`, an embedded trace): that load warms the code itself. When it is done the root
+//! element gets `data-warm="done"` (the benchmark waits for it, like a user who takes more than
+//! a second to choose a file).
+
+use analysis_core::synth::{Scenario, generate};
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+
+use super::load::{self, LoadState, Source};
+use super::{Ctx, Loaded, dom};
+use crate::state::{View, ViewState};
+
+/// A small snapshot in PyTorch's shape (the ring-buffer fixture of the tests: ~1,200 trace
+/// entries, 77 KiB).
+const SNAPSHOT: &[u8] =
+    include_bytes!("../../../analysis-core/tests/assets/torch/ring-buffer.pickle");
+/// Events of the synthetic trace.
+const TRACE_EVENTS: u64 = 20_000;
+/// Times each input is opened: enough work for the browser to optimize the hot functions.
+const ROUNDS: usize = 8;
+
+/// Starts the warm-up; `idle` says whether the page is still waiting for a file.
+pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
+    leptos::task::spawn_local(async move {
+        // Let the page paint first.
+        dom::yield_now().await;
+        let (trace, _) = generate(Scenario::TrainingLeak, TRACE_EVENTS, 1);
+        let state = RwSignal::new(LoadState::Idle);
+        for round in 0..ROUNDS {
+            for bytes in [SNAPSHOT, trace.as_slice()] {
+                if !idle() {
+                    return;
+                }
+                let total = Some(bytes.len() as u64);
+                let src = Source::Bytes(Some(bytes.to_vec()));
+                let Ok(Some(a)) = load::decode(src, "warm-up".into(), total, state, idle).await
+                else {
+                    return;
+                };
+                if round == 0 {
+                    show_every_view(a, &idle).await;
+                }
+                dom::yield_now().await;
+            }
+        }
+        if let Some(root) = document().document_element() {
+            let _ = root.set_attribute("data-warm", "done");
+        }
+    });
+}
+
+/// Renders the loaded page for `a`, each view in turn, in an element outside the document.
+async fn show_every_view(a: std::sync::Arc<crate::data::Analysis>, idle: &impl Fn() -> bool) {
+    let Some(parent) = document()
+        .create_element("div")
+        .ok()
+        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
+    else {
+        return;
+    };
+    let ctx = Ctx {
+        vs: RwSignal::new(ViewState::default()),
+        analysis: RwSignal::new(Some(a.clone())),
+        local_trace: StoredValue::new_local(None),
+    };
+    let mounted = leptos::mount::mount_to(parent, move || view! { <Loaded a=a ctx=ctx /> });
+    for v in View::ALL {
+        if !idle() {
+            break;
+        }
+        ctx.vs.update(|s| s.view = v);
+        // Effects run and the timeline draws (in the next animation frame) before the next view.
+        dom::next_frame().await;
+    }
+    drop(mounted);
+}
