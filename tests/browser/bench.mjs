@@ -28,7 +28,15 @@ for (const file of inputs) {
   const page = await ctx.newPage();
   await page.addInitScript(() => {
     addEventListener('TrunkApplicationStarted', (e) => { window.__wasm = e.detail.wasm; });
-    document.addEventListener('change', () => { window.__chosen = performance.now(); }, true);
+    document.addEventListener('change', () => { window.__chosen = performance.now(); window.__firstDraw = null; }, true);
+    // The first draw after choosing the file (the detectors' markers redraw it later).
+    new MutationObserver((records) => {
+      for (const r of records) {
+        if (window.__chosen && !window.__firstDraw && r.target.dataset?.testid === 'timeline-canvas' && r.target.isConnected) {
+          window.__firstDraw = { at: Number(r.target.dataset.drawnAt), ms: Number(r.target.dataset.drawMs) };
+        }
+      }
+    }).observe(document, { attributes: true, attributeFilter: ['data-drawn-at'], subtree: true });
   });
   const cdp = await ctx.newCDPSession(page);
   await cdp.send('Performance.enable');
@@ -46,10 +54,24 @@ for (const file of inputs) {
   }, 100);
   await page.setInputFiles('[data-testid="file-picker"]', file);
   await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]', { timeout: 600_000 });
-  const first = await page.evaluate(() => {
-    const c = document.querySelector('[data-testid="timeline-canvas"]');
-    return { chosen: window.__chosen, drawn: Number(c.dataset.drawnAt), drawMs: Number(c.dataset.drawMs) };
+  await page.waitForFunction(() => window.__firstDraw, null, { timeout: 600_000 });
+  const first = await page.evaluate(() => ({ chosen: window.__chosen, drawn: window.__firstDraw.at, drawMs: window.__firstDraw.ms }));
+  // The detectors run after the first draw: wait for them, then read the viewer's marks
+  // (viewer/src/app/load.rs and mod.rs): file read, decoded or converted, tables built,
+  // detectors done.
+  await page.waitForFunction(() => performance.getEntriesByName('gpucollect:analysed')
+    .some((m) => m.startTime >= window.__chosen), null, { timeout: 600_000 });
+  first.phases = await page.evaluate(() => {
+    const phases = {};
+    for (const m of performance.getEntriesByType('mark')) {
+      if (m.name.startsWith('gpucollect:') && m.startTime >= window.__chosen) {
+        phases[m.name.slice(11)] = Math.round(m.startTime - window.__chosen);
+      }
+    }
+    return phases;
   });
+  // Let the redraw with the detectors' markers happen before the zoom steps.
+  await page.waitForTimeout(200);
   // Zoom steps: key '+' (zoom around the middle), measured from the key event to the next frame.
   const steps = [];
   const draws = [];
@@ -73,6 +95,7 @@ for (const file of inputs) {
     warm_up_done_ms: warmMs ?? undefined,
     first_timeline_ms: Math.round(first.drawn - first.chosen),
     first_draw_ms: +first.drawMs.toFixed(1),
+    phases_ms: first.phases,
     zoom_steps: steps.length,
     zoom_frame_ms_median: +median(steps).toFixed(1),
     zoom_frame_ms_max: +Math.max(...steps).toFixed(1),

@@ -1,6 +1,7 @@
 // Profiles loading one file in headless Chromium (CDP sampling profiler) and prints the functions
 // with the most self time. Not a test. Env: BASE_URL, FILE, CALLERS (a function name part: also
-// prints the call paths into it, three frames deep, by time).
+// prints the call paths into it, DEPTH frames deep (default 3), by time), COLD=1 (do not wait for
+// the page's warm-up).
 import { launch } from './lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
@@ -8,6 +9,8 @@ const page = await ctx.newPage();
 const cdp = await ctx.newCDPSession(page);
 await page.goto(`${process.env.BASE_URL}#view=timeline`);
 await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
+// After the page's warm-up, as the benchmark does (COLD=1: right away).
+if (!process.env.COLD) await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
 await cdp.send('Profiler.start');

@@ -278,6 +278,35 @@ test('idle warm-up: invisible, leaves the page as it was, and a file chosen duri
   assert.equal(await demo.locator('html[data-warm]').count(), 0, 'no warm-up next to a load at start');
 });
 
+test('the timeline is drawn before the detectors run; their markers and views follow', async (ctx) => {
+  const spikes = report('spikes').analysis.timeline_spikes;
+  const page = await newPage(ctx);
+  await page.addInitScript(() => {
+    window.__draws = [];
+    new MutationObserver((records) => {
+      for (const r of records) {
+        if (r.target.dataset?.testid === 'timeline-canvas') window.__draws.push(Number(r.target.dataset.drawnAt));
+      }
+    }).observe(document, { attributes: true, attributeFilter: ['data-drawn-at'], subtree: true });
+  });
+  await page.goto(`${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const marker = `${testid('marker-list')} ${testid('marker')}[data-kind="spike"]`;
+  await page.locator(marker).first().waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
+  assert.equal(await page.locator(marker).count(), spikes.length, 'the markers arrive with the detectors');
+  const { draws, analysed } = await page.evaluate(() => ({
+    draws: window.__draws,
+    analysed: performance.getEntriesByName('gpucollect:analysed').map((m) => m.startTime),
+  }));
+  assert.equal(analysed.length, 1, 'the detectors ran once');
+  assert.ok(draws[0] < analysed[0], `first draw ${draws[0]} before the detectors ${analysed[0]}`);
+  assert.ok(draws.some((d) => d > analysed[0]), 'redrawn with the markers afterwards');
+  // The views built on the report show it (the note while detecting is gone).
+  await page.click(testid('tab-overview'));
+  await page.locator(testid('ov-peak')).waitFor();
+  assert.equal(await page.locator(testid('detecting')).count(), 0);
+  assert.deepEqual(page.errors, []);
+});
+
 test('leaks: live-at-end sites add up and rows expand to a growth chart and stack', async (ctx) => {
   const r = report('multi-device');
   assert.ok(r.live_at_end_bytes > 0, 'the multi-device trace leaves memory live');

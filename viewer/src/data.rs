@@ -138,13 +138,23 @@ pub struct DetectedSpike {
     pub scopes: Vec<String>,
 }
 
-/// A loaded trace and everything derived from it.
+/// What the detectors found: the report, and the timeline markers that depend on it.
+#[derive(Debug)]
+struct Detected {
+    report: Report,
+    /// Failed allocations, teardowns and detected spikes, in time order.
+    markers: Vec<SeriesMarker>,
+}
+
+/// A loaded trace and everything derived from it. The detectors' results (the report and the
+/// markers) can come later than the rest ([`Analysis::without_report`], then
+/// [`Analysis::detect`]), so the viewer draws the timeline first.
 #[derive(Debug)]
 pub struct Analysis {
     /// The file name or URL it came from.
     pub source: String,
     pub trace: LoadedTrace,
-    pub report: Report,
+    detected: std::sync::OnceLock<Detected>,
     /// Every call site, unsorted.
     pub sites: Vec<SiteRow>,
     /// Pool samples as step series per (process, device).
@@ -157,14 +167,18 @@ pub struct Analysis {
     pub total: Timeline,
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
-    /// Failed allocations, teardowns and detected spikes, in time order.
-    pub markers: Vec<SeriesMarker>,
 }
 
 impl Analysis {
     /// Summarizes a loaded trace and builds the derived tables.
     pub fn new(trace: LoadedTrace, source: impl Into<String>) -> Self {
-        let report = summarize(&trace);
+        let a = Self::without_report(trace, source);
+        a.detect();
+        a
+    }
+
+    /// Builds the derived tables, not yet the report ([`Analysis::detect`] adds it).
+    pub fn without_report(trace: LoadedTrace, source: impl Into<String>) -> Self {
         let m = &trace.model;
         let sites = m
             .stack_stats
@@ -233,19 +247,31 @@ impl Analysis {
         let plots = m.series.iter().map(|s| s.timeline.clone()).collect();
         let total = m.total.clone();
         let range_rows = RangeRows::new(&m.ranges);
-        let markers = markers(m, &report);
         Self {
             source: source.into(),
             trace,
-            report,
+            detected: std::sync::OnceLock::new(),
             sites,
             pools,
             device_used,
             plots,
             total,
             range_rows,
-            markers,
         }
+    }
+
+    /// Runs the detectors (the report) and places their markers, once.
+    pub fn detect(&self) {
+        self.detected.get_or_init(|| {
+            let report = summarize(&self.trace);
+            let markers = markers(&self.trace.model, &report);
+            Detected { report, markers }
+        });
+    }
+
+    /// The report, once [`Analysis::detect`] ran.
+    pub fn report(&self) -> Option<&Report> {
+        self.detected.get().map(|d| &d.report)
     }
 
     /// The trace's time extent `[first, last]`, at least 1 ns wide.
@@ -276,9 +302,16 @@ impl Analysis {
             .collect()
     }
 
-    /// Devices that appear in the trace (declared or allocated on).
+    /// Devices that appear in the trace (declared or allocated on), as the report lists them.
     pub fn devices(&self) -> Vec<DeviceIdx> {
-        let mut v: Vec<DeviceIdx> = self.report.devices.iter().map(|d| d.device).collect();
+        let m = &self.trace.model;
+        let mut v: Vec<DeviceIdx> = m.devices.iter().map(|d| d.device).collect();
+        v.extend(
+            m.series
+                .iter()
+                .filter(|s| !s.key.host)
+                .map(|s| s.key.device),
+        );
         v.sort();
         v.dedup();
         v
@@ -408,9 +441,11 @@ impl Analysis {
     }
 
     /// The report's growth scopes with the severity of their findings, in report order
-    /// (largest growth first).
+    /// (largest growth first); none before [`Analysis::detect`].
     pub fn scope_rows(&self) -> Vec<ScopeRow<'_>> {
-        let r = &self.report;
+        let Some(r) = self.report() else {
+            return Vec::new();
+        };
         r.analysis
             .scopes
             .iter()
@@ -468,9 +503,12 @@ impl Analysis {
     }
 
     /// The spikes the report detected (timeline and scope rules), in time order; one row per
-    /// allocation.
+    /// allocation; none before [`Analysis::detect`].
     pub fn detected_spikes(&self) -> Vec<DetectedSpike> {
-        let a = &self.report.analysis;
+        let Some(r) = self.report() else {
+            return Vec::new();
+        };
+        let a = &r.analysis;
         let mut by: BTreeMap<(u64, StackId), DetectedSpike> = BTreeMap::new();
         for s in &a.timeline_spikes {
             let e = by
@@ -511,10 +549,12 @@ impl Analysis {
         by.into_values().collect()
     }
 
-    /// Markers of the series that pass the filter, inside `[t0, t1]`.
+    /// Markers of the series that pass the filter, inside `[t0, t1]`; none before
+    /// [`Analysis::detect`].
     pub fn markers_in(&self, f: &Filter, t0: u64, t1: u64) -> impl Iterator<Item = &Marker> {
-        let from = self.markers.partition_point(|m| m.marker.ts_nanos < t0);
-        self.markers[from..]
+        let markers = self.detected.get().map_or(&[][..], |d| &d.markers);
+        let from = markers.partition_point(|m| m.marker.ts_nanos < t0);
+        markers[from..]
             .iter()
             .take_while(move |m| m.marker.ts_nanos <= t1)
             .filter(move |m| f.admits_series(m.process, m.device))
@@ -758,6 +798,11 @@ mod tests {
     use super::*;
     use analysis_core::synth::{Scenario, generate};
 
+    /// The report of an analysis made by `Analysis::new` (which runs the detectors).
+    fn rep(a: &Analysis) -> &Report {
+        a.report().expect("Analysis::new runs the detectors")
+    }
+
     fn analysis(s: Scenario) -> (Analysis, analysis_core::synth::GroundTruth) {
         let (bytes, truth) = generate(s, 5_000, 7);
         let trace = analysis_core::load(&bytes).expect("synthetic trace loads");
@@ -768,10 +813,10 @@ mod tests {
     fn sites_add_up_to_the_report() {
         let (a, truth) = analysis(Scenario::TrainingLeak);
         let live: u64 = a.sites.iter().map(|s| s.live_bytes).sum();
-        assert_eq!(live, a.report.live_at_end_bytes);
-        assert_eq!(a.report.live_at_end_bytes, truth.live_at_end_bytes);
+        assert_eq!(live, rep(&a).live_at_end_bytes);
+        assert_eq!(rep(&a).live_at_end_bytes, truth.live_at_end_bytes);
         let at_peak: u64 = a.sites.iter().map(|s| s.peak_bytes).sum();
-        assert_eq!(at_peak, a.report.peak_bytes);
+        assert_eq!(at_peak, rep(&a).peak_bytes);
         let top = a.leak_candidates(&Filter::default());
         assert!(
             top.iter().any(|s| s.label.contains("record_loss")),
@@ -783,11 +828,11 @@ mod tests {
     #[test]
     fn live_sites_at_the_peak_match_the_report() {
         let (a, _) = analysis(Scenario::Spikes);
-        let sites = a.live_sites_at(a.report.peak_ts_nanos, &Filter::default(), 10);
-        assert_eq!(sites, a.report.peak_sites);
+        let sites = a.live_sites_at(rep(&a).peak_ts_nanos, &Filter::default(), 10);
+        assert_eq!(sites, rep(&a).peak_sites);
         assert_eq!(
-            a.live_bytes_at(a.report.peak_ts_nanos, &Filter::default()),
-            a.report.peak_bytes
+            a.live_bytes_at(rep(&a).peak_ts_nanos, &Filter::default()),
+            rep(&a).peak_bytes
         );
     }
 
@@ -829,7 +874,7 @@ mod tests {
                     .sum::<u64>()
             })
             .sum();
-        assert_eq!(live, a.report.live_at_end_bytes);
+        assert_eq!(live, rep(&a).live_at_end_bytes);
         assert!(
             a.site_rows(&Filter {
                 device: Some(a.devices()[0]),
@@ -869,11 +914,10 @@ mod tests {
     fn scope_rows_carry_the_reports_severity_and_growth() {
         let (a, _) = analysis(Scenario::NvtxLeak);
         let rows = a.scope_rows();
-        assert_eq!(rows.len(), a.report.analysis.scopes.len());
+        assert_eq!(rows.len(), rep(&a).analysis.scopes.len());
         let by = |name: &str| rows.iter().find(|r| r.scope.scope == name).expect(name);
         let validate = by("validate");
-        let finding = a
-            .report
+        let finding = rep(&a)
             .findings
             .iter()
             .find(|f| f.kind == FindingKind::ScopeGrowth && f.scope.as_deref() == Some("validate"))
@@ -904,7 +948,7 @@ mod tests {
         );
         // A call-site scope's chart is its stack's growth.
         let (m, _) = analysis(Scenario::MultiDevice);
-        let site = &m.report.analysis.scopes[0];
+        let site = &rep(&m).analysis.scopes[0];
         assert!(m.scope_growth(site).is_none());
     }
 
@@ -912,7 +956,7 @@ mod tests {
     fn detected_spikes_and_markers_come_from_the_report() {
         let (a, truth) = analysis(Scenario::Spikes);
         let spikes = a.detected_spikes();
-        let r = &a.report.analysis;
+        let r = &rep(&a).analysis;
         assert!(!r.timeline_spikes.is_empty());
         assert_eq!(
             spikes.iter().filter(|s| s.timeline_rule).count(),
@@ -927,6 +971,9 @@ mod tests {
         }
         assert!(spikes.windows(2).all(|w| w[0].ts_nanos <= w[1].ts_nanos));
         let marked: Vec<u64> = a
+            .detected
+            .get()
+            .expect("Analysis::new runs the detectors")
             .markers
             .iter()
             .filter(|m| m.marker.kind == MarkerKind::Spike)
@@ -948,6 +995,33 @@ mod tests {
             a.markers_in(&Filter::default(), lo, hi).count(),
             marked.len()
         );
+    }
+
+    #[test]
+    fn the_report_can_come_after_the_tables() {
+        for s in [Scenario::Spikes, Scenario::MultiDevice, Scenario::Oom] {
+            let (bytes, _) = generate(s, 20_000, 3);
+            let later = Analysis::without_report(analysis_core::load(&bytes).expect("loads"), "t");
+            let (lo, hi) = later.time_extent();
+            assert!(later.report().is_none());
+            assert_eq!(later.markers_in(&Filter::default(), lo, hi).count(), 0);
+            assert!(later.scope_rows().is_empty() && later.detected_spikes().is_empty());
+            let now = Analysis::new(analysis_core::load(&bytes).expect("loads"), "t");
+            // The device list does not wait for the report, and is the report's.
+            let mut listed: Vec<DeviceIdx> = rep(&now).devices.iter().map(|d| d.device).collect();
+            listed.sort();
+            assert_eq!(later.devices(), listed);
+            later.detect();
+            later.detect();
+            assert_eq!(later.report(), now.report());
+            assert_eq!(
+                later
+                    .markers_in(&Filter::default(), lo, hi)
+                    .collect::<Vec<_>>(),
+                now.markers_in(&Filter::default(), lo, hi)
+                    .collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub fn fragment() -> String {
 
 /// Replaces the fragment without adding a history entry or firing `hashchange`.
 pub fn replace_fragment(fragment: &str) {
+    if window().location().hash().ok().as_deref() == Some(format!("#{fragment}").as_str()) {
+        return;
+    }
     if let Ok(h) = window().history() {
         let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&format!("#{fragment}")));
     }
@@ -56,12 +59,19 @@ pub fn replace_fragment(fragment: &str) {
 /// Replaces the query string (keeps the fragment), e.g. after opening a demo.
 pub fn replace_query(query: &str, fragment: &str) {
     if let Ok(h) = window().history() {
-        let path = window().location().pathname().unwrap_or_default();
+        let loc = window().location();
         let q = if query.is_empty() {
             String::new()
         } else {
             format!("?{query}")
         };
+        // `replaceState` takes milliseconds: not when nothing changes.
+        if loc.search().ok().as_deref() == Some(q.as_str())
+            && loc.hash().ok().as_deref() == Some(format!("#{fragment}").as_str())
+        {
+            return;
+        }
+        let path = loc.pathname().unwrap_or_default();
         let _ =
             h.replace_state_with_url(&JsValue::NULL, "", Some(&format!("{path}{q}#{fragment}")));
     }
@@ -138,6 +148,23 @@ pub async fn copy_text(text: &str) -> Result<(), String> {
 /// Milliseconds since page load (high resolution).
 pub fn now_ms() -> f64 {
     window().performance().map_or(0.0, |p| p.now())
+}
+
+/// A named moment on the page's performance timeline (`performance.mark`), for the benchmark's
+/// phase times.
+pub fn mark(name: &str) {
+    if let Some(p) = window().performance() {
+        let _ = p.mark(name);
+    }
+}
+
+/// Whether the page shows a drawn timeline.
+pub fn timeline_drawn() -> bool {
+    leptos::prelude::document()
+        .query_selector(r#"canvas[data-testid="timeline-canvas"][data-drawn-at]"#)
+        .ok()
+        .flatten()
+        .is_some()
 }
 
 /// Lets the browser run (paint, handle input) before continuing.

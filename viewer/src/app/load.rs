@@ -211,6 +211,7 @@ pub async fn decode(
             }
         }
     }
+    dom::mark("gpucollect:read");
     if let Some(all) = snapshot {
         progress.phase = "converting snapshot";
         state.set(LoadState::Loading(progress.clone()));
@@ -219,11 +220,13 @@ pub async fn decode(
         let (trace, _) =
             analysis_core::torch_snapshot::load(&all).map_err(|e| format!("{e}: {source}"))?;
         drop(all);
+        dom::mark("gpucollect:decoded");
         progress.records = trace.model.records;
         return Ok(analyse(trace, source, progress, started, state, &current).await);
     }
     progress.records = loader.records_decoded();
     let trace = loader.finish().map_err(|e| e.to_string())?;
+    dom::mark("gpucollect:decoded");
     Ok(analyse(trace, source, progress, started, state, &current).await)
 }
 
@@ -242,7 +245,9 @@ async fn analyse(
     if !current() {
         return None;
     }
-    let analysis = Analysis::new(trace, source);
+    // The detectors run later (`Analysis::detect`), once the first view is drawn.
+    let analysis = Analysis::without_report(trace, source);
+    dom::mark("gpucollect:tables");
     state.set(LoadState::Done {
         elapsed_ms: dom::now_ms() - started,
     });

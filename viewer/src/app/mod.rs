@@ -37,6 +37,9 @@ pub struct Ctx {
     /// The bytes of the open trace when they came from this computer (a file, a demo, an
     /// embedded trace), for the Share button; `None` for a trace opened from a URL.
     pub local_trace: StoredValue<Option<web_sys::Blob>, LocalStorage>,
+    /// Counts finished runs of the detectors: the views that show their results (the report,
+    /// the markers) follow it.
+    pub detections: RwSignal<u64>,
 }
 
 impl Ctx {
@@ -82,10 +85,12 @@ pub fn App() -> impl IntoView {
     let load_state = RwSignal::new(LoadState::Idle);
     let generation = StoredValue::new(0u64);
     let local_trace = StoredValue::new_local(None);
+    let detections = RwSignal::new(0u64);
     let ctx = Ctx {
         vs,
         analysis,
         local_trace,
+        detections,
     };
 
     // The URL fragment follows the view state, written once the state has been still for a
@@ -123,7 +128,23 @@ pub fn App() -> impl IntoView {
         leptos::task::spawn_local(async move {
             let current = move || generation.get_value() == my;
             match load::decode(src, name, total, load_state, current).await {
-                Ok(Some(a)) => analysis.set(Some(a)),
+                Ok(Some(a)) => {
+                    analysis.set(Some(a.clone()));
+                    // The detectors run once the first view is on screen (the timeline draws in
+                    // an animation frame, once the view is rendered).
+                    for _ in 0..4 {
+                        dom::next_frame().await;
+                        if vs.with_untracked(|v| v.view) != View::Timeline || dom::timeline_drawn()
+                        {
+                            break;
+                        }
+                    }
+                    if current() {
+                        a.detect();
+                        dom::mark("gpucollect:analysed");
+                        detections.update(|n| *n += 1);
+                    }
+                }
                 Ok(None) => {}
                 Err(msg) => load_state.set(LoadState::Failed(msg)),
             }
@@ -362,9 +383,9 @@ fn ShareButton(ctx: Ctx) -> impl IntoView {
 #[component]
 fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let fatal = a.report.fatal.clone();
-    let warnings = a.report.warnings.clone();
-    let records = a.report.records;
+    let fatal = a.trace.fatal.as_ref().map(ToString::to_string);
+    let warnings: Vec<String> = a.trace.warnings.iter().map(ToString::to_string).collect();
+    let records = a.trace.model.records;
     let tabs = View::ALL
         .into_iter()
         .enumerate()
@@ -382,7 +403,17 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         .collect_view();
     let a2 = a.clone();
     // Only a change of view or filter re-renders the view (zooming must not rebuild it).
-    let shown = Memo::new(move |_| vs.with(|s| (s.view, s.process, s.device, s.thread)));
+    // Views built on the detectors' results wait for them (a note says so meanwhile).
+    let a3 = a.clone();
+    let waiting = Memo::new(move |_| {
+        ctx.detections.track();
+        a3.report().is_none()
+    });
+    let shown = Memo::new(move |_| {
+        let (view, process, device, thread) = vs.with(|s| (s.view, s.process, s.device, s.thread));
+        let needs_report = matches!(view, View::Overview | View::Leaks | View::Spikes);
+        (view, process, device, thread, needs_report && waiting.get())
+    });
     let current = Memo::new(move |_| shown.get().0);
     view! {
         {(fatal.is_some() || !warnings.is_empty()).then(|| view! {
@@ -401,7 +432,11 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         <main data-testid="view" data-view=move || current.get().slug()>
             {move || {
                 let a = a2.clone();
-                match shown.get().0 {
+                let (view, .., wait) = shown.get();
+                if wait {
+                    return view! { <views::Detecting /> }.into_any();
+                }
+                match view {
                     View::Overview => view! { <views::Overview a=a ctx=ctx /> }.into_any(),
                     View::Timeline => view! { <timeline::TimelineView a=a ctx=ctx /> }.into_any(),
                     View::Leaks => view! { <views::Leaks a=a ctx=ctx /> }.into_any(),

@@ -74,6 +74,8 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     Effect::new(move |_| {
         vs.track();
         resize.track();
+        // The detectors' markers arrive after the first draw.
+        ctx.detections.track();
         if canvas.get().is_none() || frame_requested.get_value() {
             return;
         }
@@ -284,6 +286,7 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
     let filter = Memo::new(move |_| vs.with(filter_of));
     move || {
         let f = filter.get();
+        ctx.detections.track();
         let (lo, hi) = a.time_extent();
         let all: Vec<&chart::Marker> = a.markers_in(&f, lo, hi).collect();
         if all.is_empty() {

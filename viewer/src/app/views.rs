@@ -97,11 +97,23 @@ fn Stack(frames: Vec<String>) -> impl IntoView {
     view! { <ol class="stack" data-testid="stack">{frames.into_iter().map(|f| view! { <li>{f}</li> }).collect_view()}</ol> }
 }
 
+/// Shown in place of a view that needs the detectors' results while they run.
+#[component]
+pub fn Detecting() -> impl IntoView {
+    view! {
+        <section class="detecting" data-testid="detecting" aria-busy="true">
+            <p class="muted">"Detecting leaks, spikes and fragmentation…"</p>
+        </section>
+    }
+}
+
 /// Trace facts and the top call sites, each linked to its details.
 #[component]
 pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let r = &a.report;
+    let Some(r) = a.report() else {
+        return view! { <Detecting /> }.into_any();
+    };
     let origin = r.first_ts_nanos;
     let peak_rel = r.peak_ts_nanos.saturating_sub(origin);
     let peak_ts = r.peak_ts_nanos;
@@ -225,13 +237,14 @@ pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             })}
         </section>
     }
+    .into_any()
 }
 
 /// Sortable, searchable table of every call site.
 #[component]
 pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let peak = a.report.peak_bytes;
+    let peak = a.trace.model.peak_bytes;
     let header = move |key: SortKey, label: &'static str| {
         let sort = move || vs.with(|v| (v.sort == key).then_some(v.sort_ascending));
         view! {
@@ -329,7 +342,7 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 fn ScopeGrowthTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let filtered = !filter_of(&vs.get_untracked()).is_all();
-    let count = a.report.analysis.scopes.len();
+    let count = a.report().map_or(0, |r| r.analysis.scopes.len());
     let csv: Vec<Vec<String>> = a
         .scope_rows()
         .iter()
@@ -518,7 +531,7 @@ fn scope_row(
 fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let rows: Vec<SiteRow> = a.leak_candidates(&filter_of(&vs.get_untracked()));
-    let total_live = a.report.live_at_end_bytes;
+    let total_live = a.trace.model.live_at_end_bytes();
     let csv = rows
         .iter()
         .map(|s| {

@@ -49,6 +49,8 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
                 else {
                     return;
                 };
+                // The detectors run after the first draw in a real load: the same here.
+                a.detect();
                 if round == 0 {
                     show_every_view(a, &idle).await;
                 }
@@ -74,6 +76,7 @@ async fn show_every_view(a: std::sync::Arc<crate::data::Analysis>, idle: &impl F
         vs: RwSignal::new(ViewState::default()),
         analysis: RwSignal::new(Some(a.clone())),
         local_trace: StoredValue::new_local(None),
+        detections: RwSignal::new(1),
     };
     let mounted = leptos::mount::mount_to(parent, move || view! { <Loaded a=a ctx=ctx /> });
     for v in View::ALL {
