@@ -738,8 +738,9 @@ impl<'a> Parser<'a> {
 
     fn with_text(text: Cow<'a, [u8]>, hint: usize) -> Self {
         // Sized for PyTorch snapshots, so that nothing is copied as it grows (costly in
-        // WebAssembly, where realloc copies): about one dict and one list item per 64 bytes,
-        // one memoized value per 48 (real snapshots memoize more than synthetic ones).
+        // WebAssembly, where realloc copies): about one list item and one item of a dict not
+        // taken per 64 bytes, one dict and one memoized value per 48 (real snapshots memoize
+        // more than synthetic ones).
         Self {
             p: Pickle {
                 text,
@@ -750,8 +751,9 @@ impl<'a> Parser<'a> {
                     own: Vec::new(),
                 },
                 dicts: Arena {
-                    heads: Vec::with_capacity(hint / 64),
-                    ..Arena::default()
+                    heads: Vec::with_capacity(hint / 48),
+                    flat: Vec::with_capacity(hint / 64),
+                    own: Vec::new(),
                 },
                 root: None,
             },

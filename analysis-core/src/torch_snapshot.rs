@@ -360,6 +360,94 @@ struct Annotation {
     name: Value,
 }
 
+/// A hasher for the integer keys of the conversion's maps (addresses, indexes): one multiply
+/// per word, no 128-bit arithmetic (WebAssembly has none: the default hasher's folded multiply
+/// becomes a library call there). Keys come from the input, but keys made to collide only slow
+/// down their own conversion; memory stays bounded.
+#[derive(Clone, Copy, Debug, Default)]
+struct IntHasher(u64);
+
+impl IntHasher {
+    #[inline(always)]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0xf135_7aea_2e62_a9c5);
+    }
+}
+
+impl core::hash::Hasher for IntHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(u64::from(b));
+        }
+    }
+    #[inline(always)]
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    #[inline(always)]
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    #[inline(always)]
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    #[inline(always)]
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    #[inline(always)]
+    fn finish(&self) -> u64 {
+        // The product's high bits depend on every bit of the key: bring them to the low bits
+        // (the bucket) and to the top 7 (the tag).
+        self.0.rotate_left(26)
+    }
+}
+
+type IntMap<K, V> = HashMap<K, V, core::hash::BuildHasherDefault<IntHasher>>;
+type IntSet<K> = hashbrown::HashSet<K, core::hash::BuildHasherDefault<IntHasher>>;
+
+/// Reads a few named fields of dicts in one pass over their keys, each key string looked at
+/// once (keys are shared through the pickle's memo): what [`Pickle::get`] gives for each name.
+struct Keys<const N: usize> {
+    names: [&'static str; N],
+    /// By string index: 0 not looked at yet, 1 none of the names, `2 + i` the name `i`.
+    of: Vec<u8>,
+}
+
+impl<const N: usize> Keys<N> {
+    fn new(names: [&'static str; N]) -> Self {
+        Self {
+            names,
+            of: Vec::new(),
+        }
+    }
+
+    /// The value of each name in `dict` (the last of a repeated key, as in Python).
+    fn get(&mut self, p: &Pickle<'_>, dict: Value) -> [Option<Value>; N] {
+        let mut out = [None; N];
+        for &(k, v) in p.entries(dict) {
+            let Value::Str(i) = k else { continue };
+            let i = i as usize;
+            if i >= self.of.len() {
+                self.of.resize(i + 1, 0);
+            }
+            if self.of[i] == 0 {
+                let s = p.str(k);
+                self.of[i] = self
+                    .names
+                    .iter()
+                    .position(|&n| s == Some(n))
+                    .map_or(1, |f| f as u8 + 2);
+            }
+            if let Some(slot) = out.get_mut(usize::from(self.of[i]).wrapping_sub(2)) {
+                *slot = Some(v);
+            }
+        }
+        out
+    }
+}
+
 /// State of the replay between events.
 struct Replay {
     /// Open ranges by (device, interned name).
@@ -370,7 +458,7 @@ struct Replay {
     /// The interned `record_function` domain, once used.
     domain: Option<StringId>,
     /// Interned annotation names by pickle string index (names are shared through the memo).
-    names: HashMap<u32, StringId>,
+    names: IntMap<u32, StringId>,
 }
 
 impl Default for Replay {
@@ -380,7 +468,7 @@ impl Default for Replay {
             next_range: 1,
             since_sample: Vec::new(),
             domain: None,
-            names: HashMap::new(),
+            names: IntMap::default(),
         }
     }
 }
@@ -502,7 +590,7 @@ struct EntryReader {
     /// The distinct `stream` values, in order of appearance (`Entry::stream` indexes them),
     /// with their indexes.
     streams: Vec<u64>,
-    stream_index: HashMap<u64, u32>,
+    stream_index: IntMap<u64, u32>,
 }
 
 impl Default for EntryReader {
@@ -512,7 +600,7 @@ impl Default for EntryReader {
             actions: Vec::new(),
             // Stream 0 (the default stream, and entries without one) is index 0.
             streams: alloc::vec![0],
-            stream_index: HashMap::from_iter([(0, 0)]),
+            stream_index: IntMap::from_iter([(0, 0)]),
         }
     }
 }
@@ -618,14 +706,14 @@ struct Converter<'p, S> {
     frames: HashMap<(StringId, StringId, u32), FrameId>,
     /// Frame dicts and `frames` lists already converted, by arena index (PyTorch shares them
     /// between entries through the pickle's memo, so most entries hit these).
-    frame_dicts: HashMap<u32, FrameId>,
-    frame_lists: HashMap<(u32, bool), StackId>,
+    frame_dicts: IntMap<u32, FrameId>,
+    frame_lists: IntMap<(u32, bool), StackId>,
     entries: Vec<Entry>,
     /// `stream` values, indexed by `Entry::stream`.
     streams: Vec<u64>,
     /// Live blocks: (device, address) → (id, size).
-    live: HashMap<(u32, i64), (AllocId, u64)>,
-    requested: HashMap<(u32, i64), u64>,
+    live: IntMap<(u32, i64), (AllocId, u64)>,
+    requested: IntMap<(u32, i64), u64>,
     /// Reserved and allocated bytes, by device.
     reserved: Vec<u64>,
     allocated: Vec<u64>,
@@ -648,7 +736,7 @@ struct Plan {
     /// Active blocks of the final segments.
     final_blocks: Vec<(u32, i64, u64, Option<Value>)>,
     /// Blocks alive at the end of the replayed history (allocated, not freed).
-    alive_in_history: hashbrown::HashSet<(u32, i64)>,
+    alive_in_history: IntSet<(u32, i64)>,
     /// Reserved bytes at the start of the history, by device.
     reserved_start: Vec<u64>,
     hint: SinkHint,
@@ -685,12 +773,12 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             summary: ImportSummary::default(),
             interner: Interner::default(),
             frames: HashMap::new(),
-            frame_dicts: HashMap::new(),
-            frame_lists: HashMap::new(),
+            frame_dicts: IntMap::default(),
+            frame_lists: IntMap::default(),
             entries,
             streams: reader.streams,
-            live: HashMap::new(),
-            requested: HashMap::new(),
+            live: IntMap::default(),
+            requested: IntMap::default(),
             reserved: Vec::new(),
             allocated: Vec::new(),
             skipped: HashMap::new(),
@@ -1102,6 +1190,7 @@ impl Plan {
     ) -> Self {
         let traces = p.get(root, "device_traces");
         let segments = p.get(root, "segments");
+        let has_segments = segments.is_some();
         let lists = traces.map_or(&[][..], |t| p.items(t));
         let traced: usize = lists.iter().map(|l| p.items(*l).len()).sum();
         let annotated = p
@@ -1133,20 +1222,30 @@ impl Plan {
             device_ends.push(slots.len() as u32);
         }
         let mut annotations = Vec::with_capacity(annotated.len());
+        let mut keys = Keys::new(["time_us", "device", "name", "stage"]);
+        // Whether each stage string is START, by string index (1 no, 2 yes).
+        let mut starts: Vec<u8> = Vec::new();
         for &a in annotated {
-            // One pass over the keys (later keys win, as in Python).
-            let (mut time_us, mut device, mut name, mut start) = (0, 0, Value::None, false);
-            for &(k, v) in p.entries(a) {
-                match p.str(k) {
-                    Some("time_us") => time_us = p.int(Some(v)).unwrap_or(0),
-                    Some("device") => device = p.int(Some(v)).unwrap_or(0),
-                    Some("name") => name = v,
-                    Some("stage") => {
-                        start = p.str(v).is_some_and(|s| s.eq_ignore_ascii_case("START"));
+            let [time_us, device, name, stage] = keys.get(p, a);
+            let time_us = p.int(time_us).unwrap_or(0);
+            let device = p.int(device).unwrap_or(0);
+            let name = name.unwrap_or(Value::None);
+            let start = match stage {
+                Some(Value::Str(i)) => {
+                    let i = i as usize;
+                    if i >= starts.len() {
+                        starts.resize(i + 1, 0);
                     }
-                    _ => {}
+                    if starts[i] == 0 {
+                        let start = p
+                            .str(Value::Str(i as u32))
+                            .is_some_and(|s| s.eq_ignore_ascii_case("START"));
+                        starts[i] = 1 + u8::from(start);
+                    }
+                    starts[i] == 2
                 }
-            }
+                _ => false,
+            };
             slots.push(Slot {
                 time_us,
                 pos: slots.len() as u32,
@@ -1164,14 +1263,20 @@ impl Plan {
         let order = replay_order(slots, &bounds);
 
         // Devices: from the traces and the segments.
+        let mut segment_keys = Keys::new(["device", "total_size", "blocks"]);
+        let segments: Vec<[Option<Value>; 3]> = segments
+            .map_or(&[][..], |s| p.items(s))
+            .iter()
+            .map(|&s| segment_keys.get(p, s))
+            .collect();
+        let device_of = |s: &[Option<Value>; 3]| p.int(s[0]).unwrap_or(0).clamp(0, 1 << 16) as u32;
         let mut devices = lists.len() as u32;
-        for &s in segments.map_or(&[][..], |s| p.items(s)) {
-            let d = p.int(p.get(s, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32;
-            devices = devices.max(d + 1);
+        for s in &segments {
+            devices = devices.max(device_of(s) + 1);
         }
 
         // Pass 1.
-        let mut seen: HashMap<(u32, i64), bool> = HashMap::new();
+        let mut seen: IntMap<(u32, i64), bool> = IntMap::default();
         let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
         let mut reserved_delta: Vec<i128> = alloc::vec![0; devices as usize];
         let mut hint = SinkHint {
@@ -1225,21 +1330,23 @@ impl Plan {
         // The final state, from the segments.
         let mut final_reserved: Vec<u64> = alloc::vec![0; devices as usize];
         let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
-        let size = |e: Value, key: &str| p.int(p.get(e, key)).and_then(|v| u64::try_from(v).ok());
-        for &s in segments.map_or(&[][..], |s| p.items(s)) {
-            let d = p.int(p.get(s, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32;
+        let size = |v: Option<Value>| p.int(v).and_then(|v| u64::try_from(v).ok());
+        let mut block_keys = Keys::new(["state", "address", "size", "frames"]);
+        for s in &segments {
+            let d = device_of(s);
             let r = per_device(&mut final_reserved, d);
-            *r = r.saturating_add(size(s, "total_size").unwrap_or(0));
-            for &b in p.items(p.get(s, "blocks").unwrap_or(Value::None)) {
-                let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
+            *r = r.saturating_add(size(s[1]).unwrap_or(0));
+            for &b in p.items(s[2].unwrap_or(Value::None)) {
+                let [state, addr, size_bytes, frames] = block_keys.get(p, b);
+                let state = state.and_then(|v| p.str(v)).unwrap_or("");
                 if state.starts_with("active") {
-                    let addr = p.int(p.get(b, "address")).unwrap_or(0);
-                    let size = size(b, "size").unwrap_or(0);
-                    final_blocks.push((d, addr, size, p.get(b, "frames")));
+                    let addr = p.int(addr).unwrap_or(0);
+                    let size = size(size_bytes).unwrap_or(0);
+                    final_blocks.push((d, addr, size, frames));
                 }
             }
         }
-        let alive_in_history: hashbrown::HashSet<(u32, i64)> = seen
+        let alive_in_history: IntSet<(u32, i64)> = seen
             .iter()
             .filter(|(_, allocated)| **allocated)
             .map(|(k, _)| *k)
@@ -1248,7 +1355,7 @@ impl Plan {
             .map(|d| {
                 let delta = reserved_delta.get(d).copied().unwrap_or(0);
                 let end = i128::from(final_reserved.get(d).copied().unwrap_or(0));
-                let start = if segments.is_some() {
+                let start = if has_segments {
                     (end - delta).max(0)
                 } else {
                     (-delta).max(0)
