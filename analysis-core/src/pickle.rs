@@ -207,40 +207,220 @@ mod op {
     pub const DUP: u8 = b'2';
 }
 
-/// The pickle machine's state between batches of opcodes.
-struct Vm<'a> {
-    p: Pickle<'a>,
-    c: Cursor<'a>,
+/// The pickle machine's state between batches of opcodes: everything but the input and the
+/// arena, which are the [`Pickle`]'s.
+#[derive(Debug)]
+struct Vm {
+    /// Where the next opcode starts.
+    pos: usize,
+    /// Where the opcode being run started: when the input so far ends inside it, the machine
+    /// rewinds to here and runs it again once more bytes are there.
+    at: usize,
     /// The value stack, and where each MARK sits in it (as CPython keeps them).
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// Memo keys are almost always sequential (MEMOIZE): a vector, with a map for the rest.
     memo: Vec<Value>,
     sparse_memo: HashMap<u32, Value>,
+    /// Whether dicts take the fast path ([`dict_items`]); off only in tests that compare.
+    fast_dicts: bool,
 }
 
-impl<'a> Vm<'a> {
-    /// Runs up to `budget` opcodes; the root value once STOP is reached. The work is cut into
-    /// calls like this so a WebAssembly engine that compiles hot functions in the background
-    /// (V8's dynamic tiering) switches to the optimized code after the first few batches,
-    /// instead of running one long call in its baseline code.
+/// Stores `v` under the next MEMOIZE key, as CPython numbers them (the memo's size).
+#[inline(always)]
+fn memoize(memo: &mut Vec<Value>, sparse_memo: &mut HashMap<u32, Value>, v: Value) {
+    if sparse_memo.is_empty() {
+        memo.push(v);
+    } else {
+        let key = (memo.len() + sparse_memo.len()) as u32;
+        sparse_memo.insert(key, v);
+    }
+}
+
+/// A little-endian two's complement integer of up to 8 bytes, sign-extended (LONG1's operand).
+/// `rest` starts at the integer's first byte and may go on past its `n` bytes.
+#[inline(always)]
+fn long_le(rest: &[u8], n: usize) -> i64 {
+    if n == 0 {
+        return 0;
+    }
+    if let Some(&word) = rest.first_chunk::<8>() {
+        // One load and two shifts instead of a variable-length copy.
+        let shift = 64 - 8 * n as u32;
+        return ((u64::from_le_bytes(word) << shift) as i64) >> shift;
+    }
+    let b = &rest[..n];
+    let fill = if b[n - 1] & 0x80 != 0 { 0xff } else { 0 };
+    let mut a = [fill; 8];
+    a[..n].copy_from_slice(b);
+    i64::from_le_bytes(a)
+}
+
+/// Runs one value opcode of the kinds dict items are made of (and a MEMOIZE right after it),
+/// exactly as the generic machine would; false, with nothing done, for any other opcode or one
+/// whose operands are not all there yet.
+#[inline(always)]
+fn dict_item(
+    c: &mut Cursor<'_>,
+    spans: &mut Vec<(u32, u32)>,
+    seqs: &mut Arena<Value>,
+    stack: &mut Vec<Value>,
+    memo: &mut Vec<Value>,
+    sparse_memo: &mut HashMap<u32, Value>,
+) -> bool {
+    let b = c.b;
+    let pos = c.pos;
+    let Some(&code) = b.get(pos) else {
+        return false;
+    };
+    let arg = |n: usize| b.get(pos + 1..pos + 1 + n);
+    let (v, len) = match code {
+        op::BINGET => match arg(1).and_then(|k| memo.get(usize::from(k[0]))) {
+            Some(&v) => (v, 2),
+            None => return false,
+        },
+        op::LONG_BINGET => match arg(4)
+            .and_then(|k| k.first_chunk::<4>())
+            .and_then(|k| memo.get(u32::from_le_bytes(*k) as usize))
+        {
+            Some(&v) => (v, 5),
+            None => return false,
+        },
+        op::BININT1 => match arg(1) {
+            Some(k) => (Value::Int(i64::from(k[0])), 2),
+            None => return false,
+        },
+        op::BININT2 => match arg(2).and_then(|k| k.first_chunk::<2>()) {
+            Some(k) => (Value::Int(i64::from(u16::from_le_bytes(*k))), 3),
+            None => return false,
+        },
+        op::BININT => match arg(4).and_then(|k| k.first_chunk::<4>()) {
+            Some(k) => (Value::Int(i64::from(i32::from_le_bytes(*k))), 5),
+            None => return false,
+        },
+        op::LONG1 => {
+            let Some(n) = arg(1).map(|k| usize::from(k[0])) else {
+                return false;
+            };
+            if b.len() < pos + 2 + n {
+                return false;
+            }
+            let v = if n <= 8 {
+                Value::Int(long_le(&b[pos + 2..], n))
+            } else {
+                Value::BigInt
+            };
+            (v, 2 + n)
+        }
+        op::SHORT_BINUNICODE => {
+            let Some(n) = arg(1).map(|k| usize::from(k[0])) else {
+                return false;
+            };
+            match b.get(pos + 2..pos + 2 + n) {
+                Some(s) if core::str::from_utf8(s).is_ok() => {
+                    spans.push(((pos + 2) as u32, n as u32));
+                    (Value::Str((spans.len() - 1) as u32), 2 + n)
+                }
+                _ => return false,
+            }
+        }
+        op::NONE => (Value::None, 1),
+        op::NEWTRUE => (Value::Bool(true), 1),
+        op::NEWFALSE => (Value::Bool(false), 1),
+        op::BINFLOAT => match arg(8).and_then(|k| k.first_chunk::<8>()) {
+            Some(k) => (Value::Float(f64::from_be_bytes(*k)), 9),
+            None => return false,
+        },
+        op::EMPTY_LIST => (Value::List(seqs.new_container(core::iter::empty())), 1),
+        _ => return false,
+    };
+    stack.push(v);
+    c.pos = pos + len;
+    if b.get(c.pos) == Some(&op::MEMOIZE) {
+        memoize(memo, sparse_memo, v);
+        c.pos += 1;
+    }
+    true
+}
+
+/// The fast path for the dicts PyTorch writes for every trace entry and frame, run right after
+/// their `EMPTY_DICT`: `MEMOIZE? MARK (key MEMOIZE? value MEMOIZE?)*`, keys and values being
+/// memo references, numbers, short strings or empty lists. It stops before the first opcode it
+/// does not handle (the closing `SETITEMS`, a nested list's MARK, anything unusual) or whose
+/// operands are not all there yet. Every opcode it runs has exactly the generic machine's
+/// effect on the stack, the marks, the memo and the arena, so the machine goes on from there as
+/// if it had run them one by one; only the dispatch is cheaper (one well-predicted branch per
+/// position instead of the generic `match` for each opcode).
+#[inline(always)]
+fn dict_items(
+    c: &mut Cursor<'_>,
+    spans: &mut Vec<(u32, u32)>,
+    seqs: &mut Arena<Value>,
+    stack: &mut Vec<Value>,
+    marks: &mut Vec<usize>,
+    memo: &mut Vec<Value>,
+    sparse_memo: &mut HashMap<u32, Value>,
+) {
+    let b = c.b;
+    if b.get(c.pos) == Some(&op::MEMOIZE) {
+        if let Some(&v) = stack.last() {
+            memoize(memo, sparse_memo, v);
+            c.pos += 1;
+        } else {
+            return;
+        }
+    }
+    if b.get(c.pos) != Some(&op::MARK) {
+        return;
+    }
+    marks.push(stack.len());
+    c.pos += 1;
+    while dict_item(c, spans, seqs, stack, memo, sparse_memo)
+        && dict_item(c, spans, seqs, stack, memo, sparse_memo)
+    {}
+}
+
+impl Vm {
+    fn new(fast_dicts: bool) -> Self {
+        Self {
+            pos: 0,
+            at: 0,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            sparse_memo: HashMap::new(),
+            fast_dicts,
+        }
+    }
+
+    /// Runs up to `budget` opcodes (dicts on the fast path count as one) from `pos`; the root
+    /// value once STOP is reached. The work is cut into calls like this so a WebAssembly engine
+    /// that compiles hot functions in the background (V8's dynamic tiering) switches to the
+    /// optimized code after the first few batches, instead of running one long call in its
+    /// baseline code. On an error, `at` is where the failing opcode starts.
     #[inline(never)]
-    fn run(
+    fn run<'a>(
         &mut self,
+        p: &mut Pickle<'a>,
         take: &mut impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
         budget: usize,
     ) -> Result<Option<Value>, PickleError> {
         let Vm {
-            p,
-            c,
+            pos,
+            at: at_slot,
             stack,
             marks,
             memo,
             sparse_memo,
+            fast_dicts,
         } = self;
+        let text: &[u8] = &p.text;
+        let mut c = Cursor { b: text, pos: *pos };
+        let c = &mut c;
         let malformed = |offset, what| PickleError::Malformed { offset, what };
         for _ in 0..budget {
             let at = c.pos;
+            *at_slot = at;
             let code = c.u8()?;
             let floor = marks.last().copied().unwrap_or(0);
             let pop = |stack: &mut Vec<Value>| {
@@ -268,7 +448,11 @@ impl<'a> Vm<'a> {
                     c.take(8)?;
                     continue;
                 }
-                op::STOP => return Ok(Some(pop(stack)?)),
+                op::STOP => {
+                    let root = pop(stack)?;
+                    *pos = c.pos;
+                    return Ok(Some(root));
+                }
                 op::MARK => {
                     marks.push(stack.len());
                     continue;
@@ -304,15 +488,10 @@ impl<'a> Vm<'a> {
                     } else {
                         u32::from_le_bytes(c.le()?) as usize
                     };
-                    let b = c.take(n)?;
-                    if n == 0 {
-                        Value::Int(0)
-                    } else if n <= 8 {
-                        // Little-endian two's complement, sign-extended.
-                        let fill = if b[n - 1] & 0x80 != 0 { 0xff } else { 0 };
-                        let mut a = [fill; 8];
-                        a[..n].copy_from_slice(b);
-                        Value::Int(i64::from_le_bytes(a))
+                    let start = c.pos;
+                    c.take(n)?;
+                    if n <= 8 {
+                        Value::Int(long_le(&c.b[start..], n))
                     } else {
                         Value::BigInt
                     }
@@ -344,7 +523,21 @@ impl<'a> Vm<'a> {
                 }
                 op::EMPTY_LIST => Value::List(p.seqs.new_container(core::iter::empty())),
                 op::EMPTY_TUPLE => Value::Tuple(p.seqs.new_container(core::iter::empty())),
-                op::EMPTY_DICT => Value::Dict(p.dicts.new_container(core::iter::empty())),
+                op::EMPTY_DICT => {
+                    stack.push(Value::Dict(p.dicts.new_container(core::iter::empty())));
+                    if *fast_dicts {
+                        dict_items(
+                            c,
+                            &mut p.spans,
+                            &mut p.seqs,
+                            stack,
+                            marks,
+                            memo,
+                            sparse_memo,
+                        );
+                    }
+                    continue;
+                }
                 op::LIST | op::TUPLE => {
                     let m = pop_mark(marks)?;
                     let i = p.seqs.new_container(stack[m..].iter().copied());
@@ -476,6 +669,7 @@ impl<'a> Vm<'a> {
             };
             stack.push(v);
         }
+        *pos = c.pos;
         Ok(None)
     }
 }
@@ -510,6 +704,133 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Opcodes run per [`Vm::run`] call.
+const BATCH_OPCODES: usize = 1 << 14;
+
+/// A pickle being parsed, from a whole input or from pieces as they arrive.
+///
+/// [`Parser::advance`] runs every opcode whose bytes are all there; an opcode cut by the end of
+/// the input so far is run again from its start once [`Parser::push`] brings the rest, so
+/// the result never depends on how the input was cut. Nothing is trusted beyond the bytes
+/// present, and a truncated pickle is an error only when `advance` is told the input ended.
+#[derive(Debug)]
+pub struct Parser<'a> {
+    p: Pickle<'a>,
+    vm: Vm,
+    done: bool,
+}
+
+impl<'a> Parser<'a> {
+    /// A parser over a whole input, borrowed (nothing is copied).
+    pub fn new(input: &'a [u8]) -> Result<Self, PickleError> {
+        if u32::try_from(input.len()).is_err() {
+            return Err(PickleError::TooLarge);
+        }
+        Ok(Self::with_text(Cow::Borrowed(input), input.len()))
+    }
+
+    /// A parser for input pushed in pieces, about `size_hint_bytes` in all (the hint only
+    /// sizes buffers: the input, and the tables that grow with it).
+    pub fn incremental(size_hint_bytes: usize) -> Parser<'static> {
+        let hint = size_hint_bytes.min(u32::MAX as usize);
+        Parser::with_text(Cow::Owned(Vec::with_capacity(hint)), hint)
+    }
+
+    fn with_text(text: Cow<'a, [u8]>, hint: usize) -> Self {
+        // Sized for PyTorch snapshots, so that nothing is copied as it grows (costly in
+        // WebAssembly, where realloc copies): about one list item and one item of a dict not
+        // taken per 64 bytes, one dict and one memoized value per 48 (real snapshots memoize
+        // more than synthetic ones).
+        Self {
+            p: Pickle {
+                text,
+                spans: Vec::with_capacity(hint / 96),
+                seqs: Arena {
+                    heads: Vec::with_capacity(hint / 256),
+                    flat: Vec::with_capacity(hint / 64),
+                    own: Vec::new(),
+                },
+                dicts: Arena {
+                    heads: Vec::with_capacity(hint / 48),
+                    flat: Vec::with_capacity(hint / 64),
+                    own: Vec::new(),
+                },
+                root: None,
+            },
+            vm: Vm {
+                memo: Vec::with_capacity(hint / 48),
+                stack: Vec::with_capacity(64),
+                ..Vm::new(true)
+            },
+            done: false,
+        }
+    }
+
+    /// Turns the fast path for dicts off (tests compare it with the generic machine).
+    #[cfg(test)]
+    fn generic_only(mut self) -> Self {
+        self.vm.fast_dicts = false;
+        self
+    }
+
+    /// Appends a piece of input (copying it; the input of [`Parser::new`] is copied here
+    /// the first time).
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), PickleError> {
+        let total = self.p.text.len().checked_add(chunk.len());
+        if total.is_none_or(|n| u32::try_from(n).is_err()) {
+            return Err(PickleError::TooLarge);
+        }
+        if !self.done {
+            self.p.text.to_mut().extend_from_slice(chunk);
+        }
+        Ok(())
+    }
+
+    /// Runs every opcode whose bytes are all there, offering dicts to `take` as
+    /// [`Pickle::parse_with`] does. Returns whether the pickle is complete (STOP was reached).
+    /// `at_end` says no more input will come: then an opcode cut short is an error
+    /// ([`PickleError::Truncated`]), else it waits for more.
+    pub fn advance(
+        &mut self,
+        take: &mut impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
+        at_end: bool,
+    ) -> Result<bool, PickleError> {
+        if self.done {
+            return Ok(true);
+        }
+        match self.p.text.first() {
+            Some(&op::PROTO) => {}
+            None if !at_end => return Ok(false),
+            _ => return Err(PickleError::NotAPickle),
+        }
+        loop {
+            match self.vm.run(&mut self.p, take, BATCH_OPCODES) {
+                Ok(Some(root)) => {
+                    self.p.root = Some(root);
+                    self.done = true;
+                    return Ok(true);
+                }
+                Ok(None) => {}
+                Err(PickleError::Truncated { .. }) if !at_end => {
+                    self.vm.pos = self.vm.at;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The pickle so far (complete once [`Parser::advance`] returned true).
+    pub fn pickle(&self) -> &Pickle<'a> {
+        &self.p
+    }
+
+    /// The pickle (its `root` is `None` unless [`Parser::advance`] returned true).
+    pub fn into_pickle(self) -> Pickle<'a> {
+        self.p
+    }
+}
+
 impl<'a> Pickle<'a> {
     /// Parses a whole pickle.
     pub fn parse(input: &'a [u8]) -> Result<Self, PickleError> {
@@ -525,36 +846,9 @@ impl<'a> Pickle<'a> {
         input: &'a [u8],
         mut take: impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
     ) -> Result<Self, PickleError> {
-        if input.first() != Some(&op::PROTO) {
-            return Err(PickleError::NotAPickle);
-        }
-        if u32::try_from(input.len()).is_err() {
-            return Err(PickleError::TooLarge);
-        }
-        let mut vm = Vm {
-            p: Pickle {
-                text: Cow::Borrowed(input),
-                // About one dict per 50 bytes too (see `memo`).
-                dicts: Arena {
-                    heads: Vec::with_capacity(input.len() / 64),
-                    ..Arena::default()
-                },
-                ..Pickle::default()
-            },
-            c: Cursor { b: input, pos: 0 },
-            stack: Vec::new(),
-            marks: Vec::new(),
-            // PyTorch snapshots memoize about one value per 50 bytes: reserving that up front
-            // saves copying the memo as it grows (costly in WebAssembly, where realloc copies).
-            memo: Vec::with_capacity(input.len() / 64),
-            sparse_memo: HashMap::new(),
-        };
-        loop {
-            if let Some(root) = vm.run(&mut take, 1 << 14)? {
-                vm.p.root = Some(root);
-                return Ok(vm.p);
-            }
-        }
+        let mut parser = Parser::new(input)?;
+        parser.advance(&mut take, true)?;
+        Ok(parser.into_pickle())
     }
 
     fn span(&self, i: u32) -> &[u8] {
@@ -781,5 +1075,132 @@ mod tests {
         }
         // A value pushed after a MARK cannot be popped past it.
         assert!(Pickle::parse(b"\x80\x04K\x01(\x86.").is_err());
+    }
+
+    /// What a parse gives: the pickle (arena, memo-shared values and all), or the error, and
+    /// every dict offered to the callback. The callback takes dicts with an `action` key, as
+    /// the snapshot reader does.
+    fn outcome(parser: Parser<'_>, chunks: &[&[u8]]) -> alloc::string::String {
+        use alloc::string::String;
+        let mut parser = parser;
+        let mut offered = String::new();
+        let mut take = |p: &Pickle<'_>, kv: &[Value]| {
+            offered.push_str(&alloc::format!("{kv:?};"));
+            let n = offered.len() as u32;
+            (p.str(kv[0]) == Some("action")).then_some(n)
+        };
+        let mut result = Ok(false);
+        for chunk in chunks {
+            result = parser
+                .push(chunk)
+                .and_then(|()| parser.advance(&mut take, false));
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = parser.advance(&mut take, true);
+        }
+        let p = parser.into_pickle();
+        let text = alloc::format!(
+            "{:?} {:?} {:?} {:?} {:?}",
+            p.root,
+            p.spans,
+            p.seqs,
+            p.dicts,
+            result
+        );
+        alloc::format!("{text}\n{offered}")
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/torch/");
+        std::fs::read(alloc::format!("{dir}{name}")).expect("fixture exists")
+    }
+
+    /// The fast path for dicts has exactly the generic machine's effect: same arena, memo,
+    /// callback calls and errors, on the snapshot fixtures and on every truncation of them.
+    #[test]
+    fn the_fast_path_for_dicts_equals_the_generic_machine() {
+        for name in [
+            "two-devices.pickle",
+            "ring-buffer.pickle",
+            "real-torch.pickle",
+        ] {
+            let b = fixture(name);
+            let cuts = (1..120)
+                .chain((120..b.len()).step_by(4999))
+                .chain([b.len()]);
+            for cut in cuts {
+                let b = &b[..cut];
+                let fast = outcome(Parser::new(b).expect("small"), &[]);
+                let generic = outcome(Parser::new(b).expect("small").generic_only(), &[]);
+                assert_eq!(fast, generic, "{name} cut at {cut}");
+            }
+        }
+        for b in [
+            SAMPLE,
+            b"\x80\x04](}\x94(\x8c\x01a\x94K\x01u}\x94(\x8c\x01b\x94K\x02ue.",
+        ] {
+            let fast = outcome(Parser::new(b).expect("small"), &[]);
+            let generic = outcome(Parser::new(b).expect("small").generic_only(), &[]);
+            assert_eq!(fast, generic);
+        }
+    }
+
+    /// Dicts the fast path leaves half-way: a memo reference to a sparse key, a string that is
+    /// not UTF-8, an odd SETITEMS, a nested list and tuple, a BINPUT: same as generic.
+    #[test]
+    fn the_fast_path_falls_back_anywhere_like_the_generic_machine() {
+        let cases: [&[u8]; 6] = [
+            b"\x80\x04K\x07r\x10\x00\x00\x00}\x94(j\x10\x00\x00\x00K\x01u.",
+            b"\x80\x04}\x94(\x8c\x01\xffK\x01u.",
+            b"\x80\x04}\x94(\x8c\x01aK\x01\x8c\x01bu.",
+            b"\x80\x04}\x94(\x8c\x01a](K\x01K\x02e\x8c\x01bK\x01K\x02\x86\x94u.",
+            b"\x80\x04}q\x00(\x8c\x01aq\x01\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01h\x01\x8a\x02\xff\x7fu.",
+            b"\x80\x04}(\x8c\x01aG?\xf0\x00\x00\x00\x00\x00\x00\x8c\x01bN\x8c\x01c\x88u.",
+        ];
+        for b in cases {
+            let fast = outcome(Parser::new(b).expect("small"), &[]);
+            let generic = outcome(Parser::new(b).expect("small").generic_only(), &[]);
+            assert_eq!(fast, generic, "{b:?}");
+        }
+    }
+
+    /// Pushed in pieces, a pickle parses exactly as in one piece, wherever it is cut: in two
+    /// pieces at every point, and byte by byte; cut short, it fails at the end as the whole
+    /// truncated input does.
+    #[test]
+    fn pieces_parse_like_the_whole() {
+        let ring = fixture("ring-buffer.pickle");
+        for b in [SAMPLE, &ring[..3000], &ring[..]] {
+            let whole = outcome(Parser::new(b).expect("small"), &[]);
+            let step = if b.len() > 4000 { 1999 } else { 1 };
+            for cut in (0..=b.len()).step_by(step) {
+                let (x, y) = b.split_at(cut);
+                assert_eq!(
+                    outcome(Parser::incremental(b.len()), &[x, y]),
+                    whole,
+                    "cut at {cut}"
+                );
+            }
+            let bytes: Vec<&[u8]> = b.chunks(1).collect();
+            assert_eq!(outcome(Parser::incremental(0), &bytes), whole);
+        }
+        // Truncated: the same error at the end, never before.
+        for cut in [1, 5, SAMPLE.len() / 2, SAMPLE.len() - 1] {
+            let b = &SAMPLE[..cut];
+            let whole = outcome(Parser::new(b).expect("small"), &[]);
+            assert!(whole.contains("Truncated"), "{whole}");
+            let bytes: Vec<&[u8]> = b.chunks(1).collect();
+            assert_eq!(outcome(Parser::incremental(0), &bytes), whole);
+        }
+        // Errors other than truncation come as soon as the opcode is there.
+        let mut p = Parser::incremental(0);
+        p.push(b"\x80\x04\x93").expect("small");
+        assert!(matches!(
+            p.advance(&mut |_, _| None, false),
+            Err(PickleError::Unsupported { opcode: 0x93, .. })
+        ));
     }
 }

@@ -16,6 +16,8 @@
 //!   the start of the history. Both are allocated from a stack whose innermost frame says so, and
 //!   counted in the [`ImportSummary`], never dropped or counted twice.
 
+use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -24,7 +26,7 @@ use hashbrown::HashMap;
 use crate::encode::{Encoder, Interner, RecordSink};
 use crate::format::*;
 use crate::model::{LoadedTrace, TraceModel};
-use crate::pickle::{Pickle, PickleError, Value};
+use crate::pickle::{Parser, Pickle, PickleError, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
@@ -75,11 +77,9 @@ pub fn looks_like_snapshot(bytes: &[u8]) -> bool {
 
 /// Converts a snapshot (pickle or JSON) to trace bytes.
 pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
-    let (enc, summary) = convert_into(bytes, |entries| {
+    let (enc, summary) = Load::over(bytes).finish_into(|hint| {
         let mut enc = Encoder::new(&header());
-        // About 12 bytes per allocation or free record (FORMAT.md), most entries being one of
-        // them.
-        enc.reserve(entries.saturating_mul(12));
+        enc.reserve(hint.trace_bytes());
         enc
     })?;
     Ok((enc.into_bytes(), summary))
@@ -87,25 +87,251 @@ pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
 
 /// Converts a snapshot (pickle or JSON) straight into a replayed model: the same model that
 /// loading the bytes of [`convert`] gives, without encoding and decoding them. `bytes` of the
-/// result is the snapshot's size.
+/// result is the snapshot's size. The same as pushing `bytes` into a [`SnapshotLoader`] and
+/// finishing it, without copying them.
 pub fn load(bytes: &[u8]) -> Result<(LoadedTrace, ImportSummary), ImportError> {
-    let (mut model, summary) = convert_into(bytes, |entries| {
-        let mut m = TraceModel::new(header());
-        // About a third of the entries are allocations, two thirds change live bytes.
-        m.allocs.reserve(entries / 3 + 1);
-        m.total.reserve(entries * 2 / 3 + 1);
-        m
-    })?;
-    let warnings = model.finish();
-    Ok((
-        LoadedTrace {
-            model,
-            warnings,
-            fatal: None,
-            bytes: bytes.len() as u64,
-        },
-        summary,
-    ))
+    Load::over(bytes).finish_model(bytes.len() as u64)
+}
+
+/// Reads a snapshot from pieces of its bytes as they arrive (a file read in slices, a network
+/// stream), parsing while the rest is still coming, and converts it into a replayed model at
+/// [`SnapshotLoader::finish`]: the result equals [`load`] of the whole, wherever the pieces
+/// are cut.
+///
+/// A pickle is parsed as far as its bytes go at every [`SnapshotLoader::push`] (an opcode cut
+/// by the end of a piece waits for the next one); JSON is kept and parsed at the end. The
+/// first byte tells them apart, as in [`load`]: `0x80` (the pickle PROTO opcode) or anything
+/// else (JSON). Memory stays a small multiple of the bytes pushed, and nothing is executed.
+///
+/// ```
+/// # use analysis_core::torch_snapshot::SnapshotLoader;
+/// # let file: &[u8] = b"{\"segments\": [], \"device_traces\": []}";
+/// let mut loader = SnapshotLoader::new(Some(file.len()));
+/// for piece in file.chunks(4 << 20) {
+///     loader.push(piece)?; // yield to the event loop between pieces
+/// }
+/// let (trace, summary) = loader.finish()?;
+/// # Ok::<(), analysis_core::torch_snapshot::ImportError>(())
+/// ```
+#[derive(Debug)]
+pub struct SnapshotLoader {
+    load: Load<'static>,
+    bytes_read: u64,
+}
+
+impl SnapshotLoader {
+    /// A loader for a snapshot of about `size_hint_bytes` (the file's size, a
+    /// Content-Length), if known: the input buffer and the parser's tables are reserved for
+    /// it up front instead of being copied as they grow. The hint only sizes buffers.
+    pub fn new(size_hint_bytes: Option<usize>) -> Self {
+        Self {
+            load: Load::Start {
+                size_hint_bytes: size_hint_bytes.unwrap_or(0),
+            },
+            bytes_read: 0,
+        }
+    }
+
+    /// Appends the next piece of the snapshot and parses every complete pickle opcode in it.
+    /// An error here (the input is not a pickle this reads, or uses code) is final: `finish`
+    /// and later pushes return it again. A pickle that ends early is an error only at
+    /// `finish`, since more may come.
+    pub fn push(&mut self, piece: &[u8]) -> Result<(), ImportError> {
+        self.bytes_read += piece.len() as u64;
+        let result = self.load.push(piece);
+        if let Err(e) = &result {
+            self.load = Load::Failed(e.clone());
+        }
+        result
+    }
+
+    /// Bytes pushed so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// Ends the input: completes the parse and converts the snapshot exactly as [`load`]
+    /// does. A pickle cut short is an error ([`PickleError::Truncated`]).
+    pub fn finish(self) -> Result<(LoadedTrace, ImportSummary), ImportError> {
+        self.load.finish_model(self.bytes_read)
+    }
+}
+
+/// A snapshot being read: the one state machine behind [`load`], [`convert`] and
+/// [`SnapshotLoader`].
+#[derive(Debug)]
+enum Load<'a> {
+    /// Nothing read yet.
+    Start {
+        size_hint_bytes: usize,
+    },
+    Pickle(Box<PickleLoad<'a>>),
+    /// JSON, parsed at the end.
+    Json(Cow<'a, [u8]>),
+    Failed(ImportError),
+}
+
+/// A pickle being parsed, with the trace entries read from it so far.
+#[derive(Debug)]
+struct PickleLoad<'a> {
+    parser: Parser<'a>,
+    reader: EntryReader,
+    entries: Vec<Entry>,
+}
+
+impl<'a> PickleLoad<'a> {
+    fn new(parser: Parser<'a>, size_hint_bytes: usize) -> Self {
+        Self {
+            parser,
+            reader: EntryReader::default(),
+            // A trace entry takes at least ~60 bytes of pickle (synthetic snapshots with
+            // shared frames; real ones with their own frames lists take more): reserved for
+            // that, not to be copied as it grows.
+            entries: Vec::with_capacity(size_hint_bytes / 64),
+        }
+    }
+
+    /// Parses as far as the input goes. Trace entries (dicts with an `action`) are read as
+    /// they are parsed, into compact entries, instead of being kept as dicts: most of a
+    /// snapshot is trace entries.
+    fn advance(&mut self, at_end: bool) -> Result<bool, PickleError> {
+        let PickleLoad {
+            parser,
+            reader,
+            entries,
+        } = self;
+        parser.advance(
+            &mut |p, kv| {
+                let (entry, has_action) = reader.read(p, kv.chunks_exact(2).map(|x| (x[0], x[1])));
+                has_action.then(|| {
+                    entries.push(entry);
+                    (entries.len() - 1) as u32
+                })
+            },
+            at_end,
+        )
+    }
+}
+
+impl<'a> Load<'a> {
+    /// A whole input, borrowed.
+    fn over(bytes: &'a [u8]) -> Self {
+        if bytes.first() == Some(&0x80) {
+            match Parser::new(bytes) {
+                Ok(parser) => Load::Pickle(Box::new(PickleLoad::new(parser, bytes.len()))),
+                Err(e) => Load::Failed(e.into()),
+            }
+        } else {
+            Load::Json(Cow::Borrowed(bytes))
+        }
+    }
+
+    fn push(&mut self, piece: &[u8]) -> Result<(), ImportError> {
+        match self {
+            Load::Start { size_hint_bytes } => {
+                let hint = *size_hint_bytes;
+                match piece.first() {
+                    None => return Ok(()),
+                    Some(0x80) => {
+                        *self = Load::Pickle(Box::new(PickleLoad::new(
+                            Parser::incremental(hint.max(piece.len())),
+                            hint,
+                        )));
+                    }
+                    Some(_) => *self = Load::Json(Cow::Owned(Vec::with_capacity(hint))),
+                }
+                self.push(piece)
+            }
+            Load::Pickle(pl) => {
+                pl.parser.push(piece)?;
+                pl.advance(false)?;
+                Ok(())
+            }
+            Load::Json(text) => {
+                text.to_mut().extend_from_slice(piece);
+                Ok(())
+            }
+            Load::Failed(e) => Err(e.clone()),
+        }
+    }
+
+    /// Ends the input and converts into the sink `make_sink` returns when given what the
+    /// conversion will write, for sizing its buffers.
+    fn finish_into<S: RecordSink>(
+        self,
+        make_sink: impl FnOnce(&SinkHint) -> S,
+    ) -> Result<(S, ImportSummary), ImportError> {
+        match self {
+            Load::Start { .. } => Load::Json(Cow::Borrowed(&[])).finish_into(make_sink),
+            Load::Pickle(mut pl) => {
+                pl.advance(true)?;
+                let PickleLoad {
+                    parser,
+                    reader,
+                    entries,
+                } = *pl;
+                let p = parser.into_pickle();
+                Converter::convert(&p, reader, entries, make_sink)
+            }
+            Load::Json(text) => {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&text).map_err(|e| ImportError::Json(e.to_string()))?;
+                drop(text);
+                let p = Pickle::from_json(&v);
+                drop(v);
+                Converter::convert(&p, EntryReader::default(), Vec::new(), make_sink)
+            }
+            Load::Failed(e) => Err(e),
+        }
+    }
+
+    /// Ends the input and converts into a replayed model; `bytes` is the snapshot's size.
+    fn finish_model(self, bytes: u64) -> Result<(LoadedTrace, ImportSummary), ImportError> {
+        let (mut model, summary) = self.finish_into(|hint| {
+            let mut m = TraceModel::new(header());
+            m.allocs.reserve(hint.allocs);
+            m.total.reserve(hint.changes);
+            m.pool_samples.reserve(hint.pool_samples);
+            m.marks.reserve(hint.marks);
+            m.ranges.reserve(hint.ranges);
+            m.failed.reserve(hint.failed);
+            m
+        })?;
+        let warnings = model.finish();
+        Ok((
+            LoadedTrace {
+                model,
+                warnings,
+                fatal: None,
+                bytes,
+            },
+            summary,
+        ))
+    }
+}
+
+/// What a conversion will write, counted before it starts (upper bounds or close estimates),
+/// for sizing the sink's buffers.
+#[derive(Clone, Copy, Debug, Default)]
+struct SinkHint {
+    allocs: usize,
+    /// Changes of the live bytes (allocations and frees).
+    changes: usize,
+    pool_samples: usize,
+    marks: usize,
+    ranges: usize,
+    failed: usize,
+}
+
+impl SinkHint {
+    /// Bytes of the encoded trace: about 12 per allocation or free (FORMAT.md), more for
+    /// samples.
+    fn trace_bytes(&self) -> usize {
+        self.changes
+            .saturating_mul(12)
+            .saturating_add(self.pool_samples.saturating_mul(16))
+            .saturating_add(4096)
+    }
 }
 
 /// The header of a converted snapshot.
@@ -115,46 +341,111 @@ fn header() -> Header {
     header
 }
 
-/// Converts a snapshot into the sink `make_sink` returns when given the number of trace entries
-/// read while parsing (0 for JSON), for sizing its buffers.
-fn convert_into<S: RecordSink>(
-    bytes: &[u8],
-    make_sink: impl FnOnce(usize) -> S,
-) -> Result<(S, ImportSummary), ImportError> {
-    let mut reader = EntryReader::default();
-    // A trace entry takes at least ~60 bytes of pickle (synthetic snapshots with shared frames;
-    // real ones with their own frames lists take more): reserve for that, not to copy as it grows.
-    let mut entries: Vec<Entry> = Vec::with_capacity(bytes.len() / 64);
-    let p = if bytes.first() == Some(&0x80) {
-        // Trace entries (dicts with an `action`) are read as they are parsed, into compact
-        // entries, instead of being kept as dicts: most of a snapshot is trace entries.
-        Pickle::parse_with(bytes, |p, kv| {
-            let (entry, has_action) = reader.read(p, kv.chunks_exact(2).map(|x| (x[0], x[1])));
-            has_action.then(|| {
-                entries.push(entry);
-                (entries.len() - 1) as u32
-            })
-        })?
-    } else {
-        let v: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| ImportError::Json(e.to_string()))?;
-        Pickle::from_json(&v)
-    };
-    let sink = make_sink(entries.len());
-    Converter::new(&p, sink, reader, entries).run()
+/// Where an event of the replay is: its time and position (a device's trace entries in order,
+/// devices in order, then the annotations), which order the replay, and the trace entry's
+/// index in the converter's entries (unused for annotations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Slot {
+    time_us: i64,
+    pos: u32,
+    entry: u32,
 }
 
-/// One event to replay: a trace entry or an annotation.
-struct Event {
-    time_us: i64,
+/// A `record_function` annotation (its time is in its [`Slot`]).
+#[derive(Clone, Copy, Debug)]
+struct Annotation {
     device: u32,
-    annotation: bool,
-    /// An annotation's `stage` is `START` (else it ends a range).
+    /// The `stage` is `START` (else it ends a range).
     start: bool,
-    /// An annotation's `name`.
-    value: Value,
-    /// The trace entry, an index into the converter's entries.
-    entry: u32,
+    name: Value,
+}
+
+/// A hasher for the integer keys of the conversion's maps (addresses, indexes): one multiply
+/// per word, no 128-bit arithmetic (WebAssembly has none: the default hasher's folded multiply
+/// becomes a library call there). Keys come from the input, but keys made to collide only slow
+/// down their own conversion; memory stays bounded.
+#[derive(Clone, Copy, Debug, Default)]
+struct IntHasher(u64);
+
+impl IntHasher {
+    #[inline(always)]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0xf135_7aea_2e62_a9c5);
+    }
+}
+
+impl core::hash::Hasher for IntHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(u64::from(b));
+        }
+    }
+    #[inline(always)]
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    #[inline(always)]
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    #[inline(always)]
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    #[inline(always)]
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    #[inline(always)]
+    fn finish(&self) -> u64 {
+        // The product's high bits depend on every bit of the key: bring them to the low bits
+        // (the bucket) and to the top 7 (the tag).
+        self.0.rotate_left(26)
+    }
+}
+
+type IntMap<K, V> = HashMap<K, V, core::hash::BuildHasherDefault<IntHasher>>;
+type IntSet<K> = hashbrown::HashSet<K, core::hash::BuildHasherDefault<IntHasher>>;
+
+/// Reads a few named fields of dicts in one pass over their keys, each key string looked at
+/// once (keys are shared through the pickle's memo): what [`Pickle::get`] gives for each name.
+struct Keys<const N: usize> {
+    names: [&'static str; N],
+    /// By string index: 0 not looked at yet, 1 none of the names, `2 + i` the name `i`.
+    of: Vec<u8>,
+}
+
+impl<const N: usize> Keys<N> {
+    fn new(names: [&'static str; N]) -> Self {
+        Self {
+            names,
+            of: Vec::new(),
+        }
+    }
+
+    /// The value of each name in `dict` (the last of a repeated key, as in Python).
+    fn get(&mut self, p: &Pickle<'_>, dict: Value) -> [Option<Value>; N] {
+        let mut out = [None; N];
+        for &(k, v) in p.entries(dict) {
+            let Value::Str(i) = k else { continue };
+            let i = i as usize;
+            if i >= self.of.len() {
+                self.of.resize(i + 1, 0);
+            }
+            if self.of[i] == 0 {
+                let s = p.str(k);
+                self.of[i] = self
+                    .names
+                    .iter()
+                    .position(|&n| s == Some(n))
+                    .map_or(1, |f| f as u8 + 2);
+            }
+            if let Some(slot) = out.get_mut(usize::from(self.of[i]).wrapping_sub(2)) {
+                *slot = Some(v);
+            }
+        }
+        out
+    }
 }
 
 /// State of the replay between events.
@@ -162,7 +453,12 @@ struct Replay {
     /// Open ranges by (device, interned name).
     open: HashMap<(u32, StringId), Vec<RangeId>>,
     next_range: u64,
-    since_sample: HashMap<u32, u32>,
+    /// Changes of the allocated bytes since the last pool sample, by device.
+    since_sample: Vec<u32>,
+    /// The interned `record_function` domain, once used.
+    domain: Option<StringId>,
+    /// Interned annotation names by pickle string index (names are shared through the memo).
+    names: IntMap<u32, StringId>,
 }
 
 impl Default for Replay {
@@ -170,27 +466,61 @@ impl Default for Replay {
         Self {
             open: HashMap::new(),
             next_range: 1,
-            since_sample: HashMap::new(),
+            since_sample: Vec::new(),
+            domain: None,
+            names: IntMap::default(),
         }
     }
 }
 
-/// The fields of a trace entry the conversion reads, read once.
+/// `Entry::size` of an entry without a (non-negative integer) size.
+const NO_SIZE: u64 = u64::MAX;
+/// `Entry::frames` and `Entry::action` of an entry without a list, or a string.
+const NONE_INDEX: u32 = u32::MAX;
+
+/// The fields of a trace entry the conversion reads, read once (40 bytes: there is one per
+/// trace entry, a million or more).
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     time_us: i64,
-    /// The `action` as written (for messages about unknown ones) and what it is.
-    action: Value,
-    kind: Action,
     addr: i64,
-    /// The `size` field as written (requested bytes for blocks).
-    size: Option<u64>,
-    stream: u64,
-    frames: Option<Value>,
+    /// The `size` field as written (requested bytes for blocks), [`NO_SIZE`] if none: sizes
+    /// come from `i64`s, so they never reach it.
+    size: u64,
+    /// An index into [`EntryReader::streams`] (streams are pointers, but few).
+    stream: u32,
+    /// The `frames` list or tuple, as an index of the pickle's sequences, or [`NONE_INDEX`]
+    /// (anything else has no frames either).
+    frames: u32,
+    /// The `action` as written (for messages about unknown ones), as an index of the
+    /// pickle's strings, or [`NONE_INDEX`] when it is not a string.
+    action: u32,
+    kind: Action,
+}
+
+impl Entry {
+    const EMPTY: Entry = Entry {
+        time_us: 0,
+        addr: 0,
+        size: NO_SIZE,
+        stream: 0,
+        frames: NONE_INDEX,
+        action: NONE_INDEX,
+        kind: Action::Missing,
+    };
+
+    fn size(&self) -> Option<u64> {
+        (self.size != NO_SIZE).then_some(self.size)
+    }
+
+    fn frames(&self) -> Option<Value> {
+        (self.frames != NONE_INDEX).then_some(Value::List(self.frames))
+    }
 }
 
 /// The actions the conversion knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum Action {
     /// No `action`, or not a string, or an empty one.
     Missing,
@@ -238,7 +568,7 @@ impl Action {
 }
 
 /// The fields of a trace entry the conversion reads.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Field {
     Unknown = 0,
     Action,
@@ -251,26 +581,34 @@ enum Field {
 }
 
 /// Reads trace entries in one pass over their keys.
-#[derive(Default)]
+#[derive(Debug)]
 struct EntryReader {
     /// Which field each key string is, by string index (keys are shared through the memo).
     key_fields: Vec<Field>,
     /// Which action each string is, by string index (`None`: not looked at yet).
     actions: Vec<Option<Action>>,
+    /// The distinct `stream` values, in order of appearance (`Entry::stream` indexes them),
+    /// with their indexes.
+    streams: Vec<u64>,
+    stream_index: IntMap<u64, u32>,
+}
+
+impl Default for EntryReader {
+    fn default() -> Self {
+        Self {
+            key_fields: Vec::new(),
+            actions: Vec::new(),
+            // Stream 0 (the default stream, and entries without one) is index 0.
+            streams: alloc::vec![0],
+            stream_index: IntMap::from_iter([(0, 0)]),
+        }
+    }
 }
 
 impl EntryReader {
     /// The entry, and whether the dict has an `action` (is a trace entry at all).
     fn read(&mut self, p: &Pickle<'_>, kv: impl Iterator<Item = (Value, Value)>) -> (Entry, bool) {
-        let mut e = Entry {
-            time_us: 0,
-            action: Value::None,
-            kind: Action::Missing,
-            addr: 0,
-            size: None,
-            stream: 0,
-            frames: None,
-        };
+        let mut e = Entry::EMPTY;
         let mut has_action = false;
         for (k, v) in kv {
             let Value::Str(i) = k else { continue };
@@ -292,24 +630,52 @@ impl EntryReader {
             // Later keys win, as in Python.
             match self.key_fields[i] {
                 Field::Action => {
-                    e.action = v;
+                    e.action = match v {
+                        Value::Str(s) => s,
+                        _ => NONE_INDEX,
+                    };
                     e.kind = self.action(p, v);
                     has_action = true;
                 }
                 Field::Addr => e.addr = p.int(Some(v)).unwrap_or(0),
-                Field::Size => e.size = p.int(Some(v)).and_then(|n| u64::try_from(n).ok()),
+                Field::Size => {
+                    e.size = p
+                        .int(Some(v))
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(NO_SIZE);
+                }
                 Field::Stream => {
-                    e.stream = p
+                    let s = p
                         .int(Some(v))
                         .and_then(|n| u64::try_from(n).ok())
                         .unwrap_or(0);
+                    e.stream = self.stream(s);
                 }
                 Field::TimeUs => e.time_us = p.int(Some(v)).unwrap_or(0),
-                Field::Frames => e.frames = Some(v),
+                Field::Frames => {
+                    e.frames = match v {
+                        Value::List(i) | Value::Tuple(i) => i,
+                        _ => NONE_INDEX,
+                    };
+                }
                 Field::Unknown | Field::Other => {}
             }
         }
         (e, has_action)
+    }
+
+    /// The index of a stream value.
+    #[inline]
+    fn stream(&mut self, s: u64) -> u32 {
+        if s == 0 {
+            return 0;
+        }
+        let next = self.streams.len() as u32;
+        let i = *self.stream_index.entry(s).or_insert(next);
+        if i == next {
+            self.streams.push(s);
+        }
+        i
     }
 
     /// What an `action` value is, looked up once per string (actions are shared through the
@@ -340,41 +706,86 @@ struct Converter<'p, S> {
     frames: HashMap<(StringId, StringId, u32), FrameId>,
     /// Frame dicts and `frames` lists already converted, by arena index (PyTorch shares them
     /// between entries through the pickle's memo, so most entries hit these).
-    frame_dicts: HashMap<u32, FrameId>,
-    frame_lists: HashMap<(u32, bool), StackId>,
-    reader: EntryReader,
+    frame_dicts: IntMap<u32, FrameId>,
+    frame_lists: IntMap<(u32, bool), StackId>,
     entries: Vec<Entry>,
+    /// `stream` values, indexed by `Entry::stream`.
+    streams: Vec<u64>,
     /// Live blocks: (device, address) → (id, size).
-    live: HashMap<(u32, i64), (AllocId, u64)>,
-    requested: HashMap<(u32, i64), u64>,
-    reserved: HashMap<u32, u64>,
-    allocated: HashMap<u32, u64>,
+    live: IntMap<(u32, i64), (AllocId, u64)>,
+    requested: IntMap<(u32, i64), u64>,
+    /// Reserved and allocated bytes, by device.
+    reserved: Vec<u64>,
+    allocated: Vec<u64>,
     skipped: HashMap<String, u64>,
     t0_us: i64,
     last_ns: u64,
 }
 
+/// What the conversion knows before it writes anything: the replay order, the blocks from
+/// before the history, and counts for sizing the sink.
+struct Plan {
+    order: Vec<Slot>,
+    /// Where each device's trace entries end, in positions (they start where the previous
+    /// device's end, the first at 0); annotations come after the last.
+    device_ends: Vec<u32>,
+    annotations: Vec<Annotation>,
+    devices: u32,
+    /// Blocks freed before the history allocates them: (device, address, size, frames).
+    ghosts: Vec<(u32, i64, u64, Option<Value>)>,
+    /// Active blocks of the final segments.
+    final_blocks: Vec<(u32, i64, u64, Option<Value>)>,
+    /// Blocks alive at the end of the replayed history (allocated, not freed).
+    alive_in_history: IntSet<(u32, i64)>,
+    /// Reserved bytes at the start of the history, by device.
+    reserved_start: Vec<u64>,
+    hint: SinkHint,
+}
+
+/// The slot of a device's list (`v`, growing as needed: devices are bounded by the input).
+fn per_device<T: Default + Clone>(v: &mut Vec<T>, device: u32) -> &mut T {
+    let i = device as usize;
+    if i >= v.len() {
+        v.resize(i + 1, T::default());
+    }
+    &mut v[i]
+}
+
 impl<'p, S: RecordSink> Converter<'p, S> {
-    fn new(p: &'p Pickle<'p>, enc: S, reader: EntryReader, entries: Vec<Entry>) -> Self {
-        Self {
+    /// Converts a parsed snapshot into the sink `make_sink` returns, given what the conversion
+    /// will write. `entries` are the trace entries taken while parsing.
+    fn convert(
+        p: &'p Pickle<'p>,
+        mut reader: EntryReader,
+        mut entries: Vec<Entry>,
+        make_sink: impl FnOnce(&SinkHint) -> S,
+    ) -> Result<(S, ImportSummary), ImportError> {
+        let root = p.root.unwrap_or(Value::None);
+        if p.get(root, "segments").is_none() && p.get(root, "device_traces").is_none() {
+            return Err(ImportError::NotASnapshot);
+        }
+        let plan = Plan::new(p, root, &mut reader, &mut entries);
+        let enc = make_sink(&plan.hint);
+        let converter = Self {
             p,
-            root: p.root.unwrap_or(Value::None),
+            root,
             enc,
             summary: ImportSummary::default(),
             interner: Interner::default(),
             frames: HashMap::new(),
-            frame_dicts: HashMap::new(),
-            frame_lists: HashMap::new(),
-            reader,
+            frame_dicts: IntMap::default(),
+            frame_lists: IntMap::default(),
             entries,
-            live: HashMap::new(),
-            requested: HashMap::new(),
-            reserved: HashMap::new(),
-            allocated: HashMap::new(),
+            streams: reader.streams,
+            live: IntMap::default(),
+            requested: IntMap::default(),
+            reserved: Vec::new(),
+            allocated: Vec::new(),
             skipped: HashMap::new(),
             t0_us: 0,
             last_ns: 0,
-        }
+        };
+        converter.run(plan)
     }
 
     fn skip(&mut self, what: &str) {
@@ -460,28 +871,9 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         ns
     }
 
-    /// The block size the caching allocator reserves for a request: trace entries carry the
-    /// requested size, while `memory_allocated()` and the segments count blocks, which are at
-    /// least 512 bytes and multiples of 512 (`round_size` in CUDACachingAllocator.cpp).
-    fn block_size(requested: Option<u64>) -> Option<u64> {
-        requested.map(|n| {
-            if n == 0 {
-                0
-            } else {
-                n.div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
-            }
-        })
-    }
-
-    fn size(&self, e: Value, key: &str) -> Option<u64> {
-        self.p
-            .int(self.p.get(e, key))
-            .and_then(|v| u64::try_from(v).ok())
-    }
-
     fn pool_sample(&mut self, ts_nanos: u64, device: u32) {
-        let reserved_bytes = self.reserved.get(&device).copied().unwrap_or(0);
-        let used_bytes = self.allocated.get(&device).copied().unwrap_or(0);
+        let reserved_bytes = self.reserved.get(device as usize).copied().unwrap_or(0);
+        let used_bytes = self.allocated.get(device as usize).copied().unwrap_or(0);
         self.enc.emit(Record::PoolSample(PoolSample {
             ts_nanos,
             device: DeviceIdx(device),
@@ -512,7 +904,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             ..Alloc::default()
         });
         self.live.insert((device, addr), (id, size));
-        let a = self.allocated.entry(device).or_default();
+        let a = per_device(&mut self.allocated, device);
         *a = a.saturating_add(size);
         self.summary.allocations += 1;
     }
@@ -526,67 +918,75 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 stream,
                 ..Free::default()
             }));
-            let a = self.allocated.entry(device).or_default();
+            let a = per_device(&mut self.allocated, device);
             *a = a.saturating_sub(size);
         }
     }
 
-    /// Replays one event (a method of its own so that WebAssembly engines that tier up hot
-    /// functions run it optimized after the first few thousand events).
-    #[inline(never)]
-    fn replay(&mut self, e: &Event, r: &mut Replay) {
+    /// Replays an annotation: a `record_function` range begins or ends.
+    fn replay_annotation(&mut self, ts: u64, a: &Annotation, r: &mut Replay) {
         let p = self.p;
-        let Replay {
-            open,
-            next_range,
-            since_sample,
-        } = r;
-        let ts = self.ts(e.time_us);
-        if e.annotation {
-            let name = p.str(e.value).unwrap_or("?");
-            if e.start {
-                let range = RangeId(*next_range);
-                *next_range += 1;
-                let (n, domain) = (self.string(name), self.string("record_function"));
-                self.enc.emit(Record::RangeBegin(RangeBegin {
-                    ts_nanos: ts,
-                    range,
-                    name: n,
-                    domain,
-                    ..RangeBegin::default()
-                }));
-                open.entry((e.device, n)).or_default().push(range);
-                self.summary.ranges += 1;
-            } else if let Some(range) = self
-                .interner
-                .lookup(name)
-                .and_then(|n| open.get_mut(&(e.device, n)))
-                .and_then(Vec::pop)
-            {
-                self.enc.emit(Record::RangeEnd(RangeEnd {
-                    ts_nanos: ts,
-                    range,
-                }));
-            } else {
-                self.skip("annotation end without start");
-            }
-            return;
-        }
-        let Some(en) = self.entries.get(e.entry as usize).copied() else {
-            return;
+        let name = p.str(a.name).unwrap_or("?");
+        let cached = match a.name {
+            Value::Str(i) => r.names.get(&i).copied(),
+            _ => None,
         };
-        let (addr, stream) = (en.addr, en.stream);
-        let size = if en.kind.raw_size() {
-            en.size
+        if a.start {
+            let range = RangeId(r.next_range);
+            r.next_range += 1;
+            let n = match cached {
+                Some(n) => n,
+                None => {
+                    let n = self.string(name);
+                    if let Value::Str(i) = a.name {
+                        r.names.insert(i, n);
+                    }
+                    n
+                }
+            };
+            let domain = match r.domain {
+                Some(d) => d,
+                None => *r.domain.insert(self.string("record_function")),
+            };
+            self.enc.emit(Record::RangeBegin(RangeBegin {
+                ts_nanos: ts,
+                range,
+                name: n,
+                domain,
+                ..RangeBegin::default()
+            }));
+            r.open.entry((a.device, n)).or_default().push(range);
+            self.summary.ranges += 1;
+        } else if let Some(range) = cached
+            .or_else(|| self.interner.lookup(name))
+            .and_then(|n| r.open.get_mut(&(a.device, n)))
+            .and_then(Vec::pop)
+        {
+            self.enc.emit(Record::RangeEnd(RangeEnd {
+                ts_nanos: ts,
+                range,
+            }));
         } else {
-            Self::block_size(en.size)
+            self.skip("annotation end without start");
+        }
+    }
+
+    /// Replays one trace entry (a method of its own so that WebAssembly engines that tier up
+    /// hot functions run it optimized after the first few thousand entries).
+    #[inline(never)]
+    fn replay_entry(&mut self, ts: u64, d: u32, en: &Entry, since_sample: &mut Vec<u32>) {
+        let addr = en.addr;
+        let stream = self.streams.get(en.stream as usize).copied().unwrap_or(0);
+        let size = if en.kind.raw_size() {
+            en.size()
+        } else {
+            block_size(en.size())
         };
-        let d = e.device;
         match (en.kind, size) {
             (Action::Alloc, Some(size)) => {
                 // A block allocated twice without a free: close the old one first.
                 self.free(ts, d, addr, FreeKind::Other, stream);
-                let stack = self.stack(en.frames, None);
+                let stack = self.stack(en.frames(), None);
                 self.alloc(ts, d, addr, size, stack, stream);
             }
             (Action::FreeRequested, _) => {
@@ -600,19 +1000,19 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 self.free(ts, d, addr, kind, stream);
             }
             (Action::SegmentAdd, Some(size)) => {
-                let r = self.reserved.entry(d).or_default();
+                let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_add(size);
                 self.pool_sample(ts, d);
                 return;
             }
             (Action::SegmentRemove, Some(size)) => {
-                let r = self.reserved.entry(d).or_default();
+                let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_sub(size);
                 self.pool_sample(ts, d);
                 return;
             }
             (Action::Oom, _) => {
-                let stack = self.stack(en.frames, None);
+                let stack = self.stack(en.frames(), None);
                 self.enc.emit(Record::AllocFailed(AllocFailed {
                     ts_nanos: ts,
                     size_bytes: size.unwrap_or(0),
@@ -639,7 +1039,11 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 return;
             }
             (kind, _) => {
-                let other = p.str(en.action).unwrap_or("");
+                let other = if en.action == NONE_INDEX {
+                    ""
+                } else {
+                    self.p.str(Value::Str(en.action)).unwrap_or("")
+                };
                 let what = if kind == Action::Missing {
                     String::from("entry without an action")
                 } else {
@@ -650,7 +1054,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             }
         }
         // Allocated bytes changed: sample now and then so the ratio has a time course.
-        let n = since_sample.entry(d).or_default();
+        let n = per_device(since_sample, d);
         *n += 1;
         if *n >= 64 {
             *n = 0;
@@ -658,76 +1062,21 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         }
     }
 
-    fn run(mut self) -> Result<(S, ImportSummary), ImportError> {
+    fn run(mut self, plan: Plan) -> Result<(S, ImportSummary), ImportError> {
         let p = self.p;
-        let segments = p.get(self.root, "segments");
-        let traces = p.get(self.root, "device_traces");
-        if segments.is_none() && traces.is_none() {
-            return Err(ImportError::NotASnapshot);
-        }
-        // Every event, merged across devices in time order (stable for equal times).
-        let mut events: Vec<Event> = Vec::new();
-        // Where each source (a device's entries, then the annotations) starts and ends.
-        let mut bounds = alloc::vec![0usize];
-        for (device, list) in traces.map_or(&[][..], |t| p.items(t)).iter().enumerate() {
-            events.reserve(p.items(*list).len());
-            for &v in p.items(*list) {
-                let entry = match p.taken(v) {
-                    Some(tag) => tag,
-                    None => {
-                        // Not taken while parsing (JSON, or a dict without an action).
-                        let (e, _) = self.reader.read(p, p.entries(v).iter().copied());
-                        self.entries.push(e);
-                        (self.entries.len() - 1) as u32
-                    }
-                };
-                events.push(Event {
-                    time_us: self.entries.get(entry as usize).map_or(0, |e| e.time_us),
-                    device: device as u32,
-                    annotation: false,
-                    start: false,
-                    value: v,
-                    entry,
-                });
-            }
-            bounds.push(events.len());
-        }
-        self.summary.trace_entries = events.len() as u64;
-        if let Some(ann) = p.get(self.root, "external_annotations") {
-            for &a in p.items(ann) {
-                // One pass over the keys (later keys win, as in Python).
-                let (mut time_us, mut device, mut name, mut start) = (0, 0, Value::None, false);
-                for &(k, v) in p.entries(a) {
-                    match p.str(k) {
-                        Some("time_us") => time_us = p.int(Some(v)).unwrap_or(0),
-                        Some("device") => device = p.int(Some(v)).unwrap_or(0),
-                        Some("name") => name = v,
-                        Some("stage") => {
-                            start = p.str(v).is_some_and(|s| s.eq_ignore_ascii_case("START"));
-                        }
-                        _ => {}
-                    }
-                }
-                events.push(Event {
-                    time_us,
-                    device: device.clamp(0, 1 << 16) as u32,
-                    annotation: true,
-                    start,
-                    value: name,
-                    entry: 0,
-                });
-            }
-        }
-        bounds.push(events.len());
-        let order = replay_order(&events, &bounds);
-        self.t0_us = order.first().map_or(0, |o| o.0);
-
-        // Devices: from the traces and the segments.
-        let mut devices = traces.map_or(0, |t| p.items(t).len() as u32);
-        for &s in segments.map_or(&[][..], |s| p.items(s)) {
-            let d = p.int(p.get(s, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32;
-            devices = devices.max(d + 1);
-        }
+        let Plan {
+            order,
+            device_ends,
+            annotations,
+            devices,
+            ghosts,
+            final_blocks,
+            alive_in_history,
+            reserved_start,
+            hint: _,
+        } = plan;
+        self.summary.trace_entries = u64::from(device_ends.last().copied().unwrap_or(0));
+        self.t0_us = order.first().map_or(0, |o| o.time_us);
         self.summary.devices = devices;
         self.enc.emit(Record::Process(ProcessInfo {
             process: ProcessIdx(0),
@@ -769,84 +1118,9 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             }));
         }
 
-        // Pass 1: which blocks are freed before the history allocates them (ghosts), and how
-        // much reserved memory changes during the history.
-        let mut seen: HashMap<(u32, i64), bool> = HashMap::new();
-        let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
-        let mut reserved_delta: HashMap<u32, i128> = HashMap::new();
-        for e in order
-            .iter()
-            .map(|o| &events[o.1 as usize])
-            .filter(|e| !e.annotation)
-        {
-            let en = self.entries.get(e.entry as usize).copied();
-            let Some(en) = en else { continue };
-            let addr = en.addr;
-            let size = if matches!(
-                en.kind,
-                Action::SegmentAdd | Action::SegmentRemove | Action::SegmentOther
-            ) {
-                en.size.unwrap_or(0)
-            } else {
-                Self::block_size(en.size).unwrap_or(0)
-            };
-            match en.kind {
-                Action::Alloc => {
-                    seen.insert((e.device, addr), true);
-                }
-                Action::FreeRequested | Action::FreeCompleted => {
-                    if !seen.contains_key(&(e.device, addr)) {
-                        ghosts.push((e.device, addr, size, en.frames));
-                        seen.insert((e.device, addr), false);
-                    } else if en.kind != Action::FreeRequested {
-                        seen.remove(&(e.device, addr));
-                    }
-                }
-                Action::SegmentAdd => {
-                    *reserved_delta.entry(e.device).or_default() += i128::from(size);
-                }
-                Action::SegmentRemove => {
-                    *reserved_delta.entry(e.device).or_default() -= i128::from(size);
-                }
-                _ => {}
-            }
-        }
-        // The final state, from the segments.
-        let mut final_reserved: HashMap<u32, u64> = HashMap::new();
-        let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
-        for &s in segments.map_or(&[][..], |s| p.items(s)) {
-            let d = p.int(p.get(s, "device")).unwrap_or(0).clamp(0, 1 << 16) as u32;
-            let r = final_reserved.entry(d).or_default();
-            *r = r.saturating_add(self.size(s, "total_size").unwrap_or(0));
-            for &b in p.items(p.get(s, "blocks").unwrap_or(Value::None)) {
-                let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
-                if state.starts_with("active") {
-                    let addr = p.int(p.get(b, "address")).unwrap_or(0);
-                    let size = self.size(b, "size").unwrap_or(0);
-                    final_blocks.push((d, addr, size, p.get(b, "frames")));
-                }
-            }
-        }
-        // Blocks alive at the end of the replayed history (allocated, not freed), to tell which
-        // final blocks predate the history.
-        let alive_in_history: hashbrown::HashSet<(u32, i64)> = seen
-            .iter()
-            .filter(|(_, allocated)| **allocated)
-            .map(|(k, _)| *k)
-            .collect();
-
         // Time 0: reserved memory and blocks from before the history.
-        for d in 0..devices {
-            let delta = reserved_delta.get(&d).copied().unwrap_or(0);
-            let end = i128::from(final_reserved.get(&d).copied().unwrap_or(0));
-            let start = if segments.is_some() {
-                (end - delta).max(0)
-            } else {
-                (-delta).max(0)
-            };
-            self.reserved
-                .insert(d, u64::try_from(start).unwrap_or(u64::MAX));
-        }
+        self.reserved = reserved_start;
+        self.allocated = alloc::vec![0; devices as usize];
         for (d, addr, size, frames) in ghosts {
             let stack = self.stack(frames, Some(BEFORE_HISTORY));
             self.alloc(0, d, addr, size, stack, 0);
@@ -860,14 +1134,27 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             self.alloc(0, d, addr, size, stack, 0);
             self.summary.reconstructed_blocks += 1;
         }
+        drop(alive_in_history);
         for d in 0..devices {
             self.pool_sample(0, d);
         }
 
         // Pass 2: replay.
-        let mut replay = Replay::default();
+        let mut replay = Replay {
+            since_sample: alloc::vec![0; devices as usize],
+            ..Replay::default()
+        };
+        let traced = device_ends.last().copied().unwrap_or(0);
         for o in &order {
-            self.replay(&events[o.1 as usize], &mut replay);
+            let ts = self.ts(o.time_us);
+            if o.pos < traced {
+                let d = device_ends.partition_point(|&end| end <= o.pos) as u32;
+                if let Some(en) = self.entries.get(o.entry as usize).copied() {
+                    self.replay_entry(ts, d, &en, &mut replay.since_sample);
+                }
+            } else if let Some(a) = annotations.get((o.pos - traced) as usize) {
+                self.replay_annotation(ts, a, &mut replay);
+            }
         }
         // Ranges still open end with the trace; a final sample for every device.
         let end = self.last_ns;
@@ -890,36 +1177,258 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     }
 }
 
-/// (time, position) of every event in replay order: by time, then by position (devices in
-/// order, annotations last). Each source (a device's entries, the annotations) is nearly in time
-/// order already, so each is ordered by insertion with a bounded reach (a full sort when an
-/// entry is far out of place), then the sources are merged. Positions are unique, so this is
-/// exactly the order a full sort of the pairs gives, in about linear time.
-fn replay_order(events: &[Event], bounds: &[usize]) -> Vec<(i64, u32)> {
-    let mut runs: Vec<Vec<(i64, u32)>> = bounds
-        .windows(2)
-        .filter_map(|w| Some((w[0], events.get(w[0]..w[1])?)))
-        .map(|(start, run)| {
-            let mut r: Vec<(i64, u32)> = (start..)
-                .zip(run)
-                .map(|(i, e)| (e.time_us, i as u32))
-                .collect();
-            sort_nearly_sorted(&mut r);
-            r
-        })
-        .collect();
-    while runs.len() > 1 {
-        let mut merged = Vec::with_capacity(runs.len().div_ceil(2));
-        let mut it = runs.into_iter();
-        while let Some(a) = it.next() {
-            merged.push(match it.next() {
-                Some(b) => merge_sorted(&a, &b),
-                None => a,
+impl Plan {
+    /// Orders the events, and runs pass 1: which blocks are freed before the history allocates
+    /// them (ghosts), how much reserved memory changes during the history, how much each kind
+    /// of record the conversion will write. Trace entries not taken while parsing (JSON, or
+    /// dicts without an action) are read here, into `entries`.
+    fn new(
+        p: &Pickle<'_>,
+        root: Value,
+        reader: &mut EntryReader,
+        entries: &mut Vec<Entry>,
+    ) -> Self {
+        let traces = p.get(root, "device_traces");
+        let segments = p.get(root, "segments");
+        let has_segments = segments.is_some();
+        let lists = traces.map_or(&[][..], |t| p.items(t));
+        let traced: usize = lists.iter().map(|l| p.items(*l).len()).sum();
+        let annotated = p
+            .get(root, "external_annotations")
+            .map_or(&[][..], |a| p.items(a));
+        // Every event, in position order: each device's entries, then the annotations.
+        let mut slots: Vec<Slot> = Vec::with_capacity(traced + annotated.len());
+        let mut device_ends = Vec::with_capacity(lists.len());
+        for &list in lists {
+            for &v in p.items(list) {
+                let entry = match p.taken(v) {
+                    Some(tag) => tag,
+                    None => {
+                        // Not taken while parsing (JSON, or a dict without an action).
+                        if entries.capacity() == entries.len() {
+                            entries.reserve(traced.saturating_sub(slots.len()));
+                        }
+                        let (e, _) = reader.read(p, p.entries(v).iter().copied());
+                        entries.push(e);
+                        (entries.len() - 1) as u32
+                    }
+                };
+                slots.push(Slot {
+                    time_us: entries.get(entry as usize).map_or(0, |e| e.time_us),
+                    pos: slots.len() as u32,
+                    entry,
+                });
+            }
+            device_ends.push(slots.len() as u32);
+        }
+        let mut annotations = Vec::with_capacity(annotated.len());
+        let mut keys = Keys::new(["time_us", "device", "name", "stage"]);
+        // Whether each stage string is START, by string index (1 no, 2 yes).
+        let mut starts: Vec<u8> = Vec::new();
+        for &a in annotated {
+            let [time_us, device, name, stage] = keys.get(p, a);
+            let time_us = p.int(time_us).unwrap_or(0);
+            let device = p.int(device).unwrap_or(0);
+            let name = name.unwrap_or(Value::None);
+            let start = match stage {
+                Some(Value::Str(i)) => {
+                    let i = i as usize;
+                    if i >= starts.len() {
+                        starts.resize(i + 1, 0);
+                    }
+                    if starts[i] == 0 {
+                        let start = p
+                            .str(Value::Str(i as u32))
+                            .is_some_and(|s| s.eq_ignore_ascii_case("START"));
+                        starts[i] = 1 + u8::from(start);
+                    }
+                    starts[i] == 2
+                }
+                _ => false,
+            };
+            slots.push(Slot {
+                time_us,
+                pos: slots.len() as u32,
+                entry: 0,
+            });
+            annotations.push(Annotation {
+                device: device.clamp(0, 1 << 16) as u32,
+                start,
+                name,
             });
         }
+        let mut bounds = alloc::vec![0];
+        bounds.extend(device_ends.iter().map(|&e| e as usize));
+        bounds.push(slots.len());
+        let order = replay_order(slots, &bounds);
+
+        // Devices: from the traces and the segments.
+        let mut segment_keys = Keys::new(["device", "total_size", "blocks"]);
+        let segments: Vec<[Option<Value>; 3]> = segments
+            .map_or(&[][..], |s| p.items(s))
+            .iter()
+            .map(|&s| segment_keys.get(p, s))
+            .collect();
+        let device_of = |s: &[Option<Value>; 3]| p.int(s[0]).unwrap_or(0).clamp(0, 1 << 16) as u32;
+        let mut devices = lists.len() as u32;
+        for s in &segments {
+            devices = devices.max(device_of(s) + 1);
+        }
+
+        // Pass 1.
+        let mut seen: IntMap<(u32, i64), bool> = IntMap::default();
+        let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
+        let mut reserved_delta: Vec<i128> = alloc::vec![0; devices as usize];
+        let mut hint = SinkHint {
+            marks: 1,
+            ranges: annotations.len(),
+            ..SinkHint::default()
+        };
+        let (mut frees, mut segment_changes) = (0, 0);
+        let traced = traced as u32;
+        for o in order.iter().filter(|o| o.pos < traced) {
+            let Some(en) = entries.get(o.entry as usize) else {
+                continue;
+            };
+            let d = device_ends.partition_point(|&end| end <= o.pos) as u32;
+            let addr = en.addr;
+            let size = if matches!(
+                en.kind,
+                Action::SegmentAdd | Action::SegmentRemove | Action::SegmentOther
+            ) {
+                en.size().unwrap_or(0)
+            } else {
+                block_size(en.size()).unwrap_or(0)
+            };
+            match en.kind {
+                Action::Alloc => {
+                    hint.allocs += usize::from(en.size().is_some());
+                    seen.insert((d, addr), true);
+                }
+                Action::FreeRequested | Action::FreeCompleted => {
+                    frees += usize::from(en.kind == Action::FreeCompleted);
+                    if !seen.contains_key(&(d, addr)) {
+                        ghosts.push((d, addr, size, en.frames()));
+                        seen.insert((d, addr), false);
+                    } else if en.kind != Action::FreeRequested {
+                        seen.remove(&(d, addr));
+                    }
+                }
+                Action::SegmentAdd => {
+                    segment_changes += 1;
+                    *per_device(&mut reserved_delta, d) += i128::from(size);
+                }
+                Action::SegmentRemove => {
+                    segment_changes += 1;
+                    *per_device(&mut reserved_delta, d) -= i128::from(size);
+                }
+                Action::Oom => hint.failed += 1,
+                Action::Snapshot | Action::Annotate => hint.marks += 1,
+                _ => {}
+            }
+        }
+        // The final state, from the segments.
+        let mut final_reserved: Vec<u64> = alloc::vec![0; devices as usize];
+        let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
+        let size = |v: Option<Value>| p.int(v).and_then(|v| u64::try_from(v).ok());
+        let mut block_keys = Keys::new(["state", "address", "size", "frames"]);
+        for s in &segments {
+            let d = device_of(s);
+            let r = per_device(&mut final_reserved, d);
+            *r = r.saturating_add(size(s[1]).unwrap_or(0));
+            for &b in p.items(s[2].unwrap_or(Value::None)) {
+                let [state, addr, size_bytes, frames] = block_keys.get(p, b);
+                let state = state.and_then(|v| p.str(v)).unwrap_or("");
+                if state.starts_with("active") {
+                    let addr = p.int(addr).unwrap_or(0);
+                    let size = size(size_bytes).unwrap_or(0);
+                    final_blocks.push((d, addr, size, frames));
+                }
+            }
+        }
+        let alive_in_history: IntSet<(u32, i64)> = seen
+            .iter()
+            .filter(|(_, allocated)| **allocated)
+            .map(|(k, _)| *k)
+            .collect();
+        let reserved_start = (0..devices as usize)
+            .map(|d| {
+                let delta = reserved_delta.get(d).copied().unwrap_or(0);
+                let end = i128::from(final_reserved.get(d).copied().unwrap_or(0));
+                let start = if has_segments {
+                    (end - delta).max(0)
+                } else {
+                    (-delta).max(0)
+                };
+                u64::try_from(start).unwrap_or(u64::MAX)
+            })
+            .collect();
+        hint.allocs += ghosts.len() + final_blocks.len();
+        hint.changes = hint.allocs + frees;
+        hint.pool_samples = segment_changes + hint.changes / 64 + 3 * devices as usize + 16;
+        Plan {
+            order,
+            device_ends,
+            annotations,
+            devices,
+            ghosts,
+            final_blocks,
+            alive_in_history,
+            reserved_start,
+            hint,
+        }
+    }
+}
+
+/// The block size the caching allocator reserves for a request: trace entries carry the
+/// requested size, while `memory_allocated()` and the segments count blocks, which are at
+/// least 512 bytes and multiples of 512 (`round_size` in CUDACachingAllocator.cpp).
+fn block_size(requested: Option<u64>) -> Option<u64> {
+    requested.map(|n| {
+        if n == 0 {
+            0
+        } else {
+            n.div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
+        }
+    })
+}
+
+/// Every event in replay order: by time, then by position (devices in order, annotations
+/// last). Each source (`bounds` has where each starts and ends: a device's entries, the
+/// annotations) is nearly in time order already, so each is ordered by insertion with a bounded
+/// reach (a full sort when an entry is far out of place), then the sources are merged.
+/// Positions are unique, so this is exactly the order a full sort gives, in about linear time.
+fn replay_order(mut slots: Vec<Slot>, bounds: &[usize]) -> Vec<Slot> {
+    let mut runs: Vec<(usize, usize)> = bounds
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|&(start, end)| start < end && end <= slots.len())
+        .collect();
+    for &(start, end) in &runs {
+        sort_nearly_sorted(&mut slots[start..end]);
+    }
+    // Merged in pairs, between two buffers.
+    let mut out: Vec<Slot> = Vec::new();
+    while runs.len() > 1 {
+        out.clear();
+        out.reserve(slots.len());
+        let mut merged = Vec::with_capacity(runs.len().div_ceil(2));
+        for pair in runs.chunks(2) {
+            let start = out.len();
+            match *pair {
+                [(a0, a1), (b0, b1)] => merge_into(&slots[a0..a1], &slots[b0..b1], &mut out),
+                _ => {
+                    for &(s0, s1) in pair {
+                        out.extend_from_slice(&slots[s0..s1]);
+                    }
+                }
+            }
+            merged.push((start, out.len()));
+        }
+        core::mem::swap(&mut slots, &mut out);
         runs = merged;
     }
-    runs.pop().unwrap_or_default()
+    slots
 }
 
 /// Insertion sort that gives up (and sorts fully) once an item would move more than 64 places.
@@ -940,8 +1449,8 @@ fn sort_nearly_sorted<T: Ord + Copy>(v: &mut [T]) {
     }
 }
 
-fn merge_sorted<T: Ord + Copy>(a: &[T], b: &[T]) -> Vec<T> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
+/// Appends the merge of two sorted slices to `out`.
+fn merge_into<T: Ord + Copy>(a: &[T], b: &[T], out: &mut Vec<T>) {
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
         if a[i] <= b[j] {
@@ -954,7 +1463,6 @@ fn merge_sorted<T: Ord + Copy>(a: &[T], b: &[T]) -> Vec<T> {
     }
     out.extend_from_slice(&a[i..]);
     out.extend_from_slice(&b[j..]);
-    out
 }
 
 #[cfg(test)]
@@ -985,6 +1493,8 @@ mod tests {
         let b: Vec<u32> = (0..50).map(|i| i * 3 + 1).collect();
         let mut want: Vec<u32> = a.iter().chain(&b).copied().collect();
         want.sort_unstable();
-        assert_eq!(merge_sorted(&a, &b), want);
+        let mut merged = Vec::new();
+        merge_into(&a, &b, &mut merged);
+        assert_eq!(merged, want);
     }
 }

@@ -1,7 +1,9 @@
 //! PyTorch memory snapshots (pickle and JSON) convert to traces whose numbers equal what the
 //! snapshot's own segments and blocks say. Fixtures: tests/assets/torch (see its README).
 
-use analysis_core::torch_snapshot::{BEFORE_HISTORY, ImportError, convert, looks_like_snapshot};
+use analysis_core::torch_snapshot::{
+    BEFORE_HISTORY, ImportError, SnapshotLoader, convert, looks_like_snapshot,
+};
 use analysis_core::{load, summarize};
 
 fn asset(name: &str) -> Vec<u8> {
@@ -333,4 +335,136 @@ fn direct_models_equal_decoded_ones_for_random_snapshots() {
     for seed in 0..40 {
         assert_direct_equals_decoded(&format!("seed {seed}"), &random_snapshot(seed));
     }
+}
+
+/// Pushes `pieces` into a [`SnapshotLoader`] (the first error from a push is kept and the rest
+/// skipped) and finishes it.
+fn load_in_pieces(
+    size_hint: Option<usize>,
+    pieces: &[&[u8]],
+) -> Result<
+    (
+        analysis_core::LoadedTrace,
+        analysis_core::torch_snapshot::ImportSummary,
+    ),
+    ImportError,
+> {
+    let mut loader = SnapshotLoader::new(size_hint);
+    for piece in pieces {
+        if loader.push(piece).is_err() {
+            break;
+        }
+    }
+    loader.finish()
+}
+
+/// What a load gives, in a form that compares.
+fn outcome(
+    r: Result<
+        (
+            analysis_core::LoadedTrace,
+            analysis_core::torch_snapshot::ImportSummary,
+        ),
+        ImportError,
+    >,
+) -> Result<
+    (
+        serde_json::Value,
+        u64,
+        analysis_core::torch_snapshot::ImportSummary,
+    ),
+    ImportError,
+> {
+    r.map(|(t, s)| (model_digest(&t), t.bytes, s))
+}
+
+/// Random piece sizes from 1 to `max` bytes.
+fn random_pieces(bytes: &[u8], seed: u64, max: u64) -> Vec<&[u8]> {
+    let mut st = seed;
+    let mut pieces = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = (1 + lcg(&mut st) % max).min(rest.len() as u64) as usize;
+        let (a, b) = rest.split_at(n);
+        pieces.push(a);
+        rest = b;
+    }
+    pieces
+}
+
+/// Loading a snapshot pushed in pieces gives exactly what loading it whole gives, wherever
+/// the pieces are cut: byte by byte (a cut at every point), in two pieces at many points, and
+/// in random pieces; with and without a size hint.
+#[test]
+fn a_snapshot_pushed_in_pieces_loads_like_the_whole() {
+    for name in [
+        "ring-buffer.pickle",
+        "two-devices.pickle",
+        "real-torch.pickle",
+        "two-devices.json",
+    ] {
+        let bytes = asset(name);
+        let whole = outcome(analysis_core::torch_snapshot::load(&bytes));
+        assert!(whole.is_ok(), "{name}");
+        if name == "ring-buffer.pickle" {
+            let one_by_one: Vec<&[u8]> = bytes.chunks(1).collect();
+            assert_eq!(outcome(load_in_pieces(None, &one_by_one)), whole, "{name}");
+        }
+        let cuts = (0..24).chain((24..bytes.len()).step_by(bytes.len() / 7 + 1));
+        for cut in cuts.chain([bytes.len() - 1, bytes.len()]) {
+            let (a, b) = bytes.split_at(cut);
+            assert_eq!(
+                outcome(load_in_pieces(Some(bytes.len()), &[a, b])),
+                whole,
+                "{name} cut at {cut}"
+            );
+        }
+        for seed in 0..3 {
+            let pieces = random_pieces(&bytes, seed, 1 << (4 + 4 * seed));
+            assert_eq!(
+                outcome(load_in_pieces(None, &pieces)),
+                whole,
+                "{name} seed {seed}"
+            );
+        }
+    }
+}
+
+/// A truncated pickle pushed in pieces is accepted piece by piece (more could come) and fails
+/// at `finish` with the error loading it whole gives; an error that does not depend on what
+/// comes next (code) fails the push that brings it, and stays.
+#[test]
+fn a_truncated_or_refused_snapshot_pushed_in_pieces_fails_like_the_whole() {
+    let two = asset("two-devices.pickle");
+    for cut in [1, 2, 10, 11, two.len() / 3, two.len() / 2, two.len() - 1] {
+        let b = &two[..cut];
+        let whole = analysis_core::torch_snapshot::load(b).expect_err("truncated");
+        let mut loader = SnapshotLoader::new(Some(two.len()));
+        for piece in b.chunks(4093) {
+            loader.push(piece).expect("more may come");
+        }
+        assert_eq!(loader.bytes_read(), cut as u64);
+        let e = loader.finish().expect_err("truncated");
+        assert_eq!(e, whole, "cut at {cut}");
+        assert!(e.to_string().contains("truncated"), "{cut}: {e}");
+    }
+    let code =
+        b"\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00\x8c\x05posix\x94\x8c\x06system\x94\x93\x94.";
+    let whole = analysis_core::torch_snapshot::load(code).expect_err("refused");
+    let mut loader = SnapshotLoader::new(None);
+    let (a, b) = code.split_at(10);
+    loader.push(a).expect("data so far");
+    assert_eq!(loader.push(b).expect_err("refused"), whole);
+    assert_eq!(loader.push(b"more").expect_err("stays refused"), whole);
+    assert_eq!(loader.finish().expect_err("refused"), whole);
+    // Nothing at all, and JSON that is not a snapshot: as `load`.
+    assert_eq!(
+        SnapshotLoader::new(None).finish().err(),
+        analysis_core::torch_snapshot::load(b"").err()
+    );
+    let mut loader = SnapshotLoader::new(None);
+    loader.push(b"").expect("nothing");
+    loader.push(b"{\"x\"").expect("json");
+    loader.push(b": 1}").expect("json");
+    assert_eq!(loader.finish().err(), Some(ImportError::NotASnapshot));
 }
