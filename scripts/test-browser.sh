@@ -31,6 +31,11 @@ done
 cp analysis-core/tests/assets/torch/two-devices.pickle "$TRACES/snapshot.pickle"
 "$GC" report "$TRACES/snapshot.pickle" --format json > "$TRACES/snapshot.json"
 "$GC" html "$TRACES/spikes.msgpack" --assets "$ROOT/dist" -o "$TRACES/report.html"
+# Files of several MiB, read in several slices: a snapshot and a trace.
+python3 analysis-core/tests/assets/torch/make_fixtures.py 60000 "$TRACES/big-snapshot.pickle" > /dev/null
+"$GC" report "$TRACES/big-snapshot.pickle" --format json > "$TRACES/big-snapshot.json"
+"$GC" synth training-leak --events 400000 --seed 2 -o "$TRACES/big.msgpack"
+"$GC" report "$TRACES/big.msgpack" --format json > "$TRACES/big.json"
 # A trace cut at 60 %: decodes up to the cut, with a warning.
 size=$(stat -c %s "$TRACES/spikes.msgpack")
 head -c $((size * 6 / 10)) "$TRACES/spikes.msgpack" > "$TRACES/truncated.msgpack"

@@ -469,6 +469,17 @@ test('a PyTorch memory snapshot dropped on the page opens like a trace', async (
   assert.deepEqual(page.errors, []);
 });
 
+test('files of several MiB (a snapshot, a trace) picked from the file dialog open with the report\'s numbers', async (ctx) => {
+  for (const name of ['big-snapshot.pickle', 'big.msgpack']) {
+    const file = path.join(TRACES, name);
+    assert.ok(fs.statSync(file).size > 3 * 1024 * 1024, `${name} spans several read slices`);
+    const page = await newPage(ctx, BASE);
+    await page.setInputFiles(testid('file-picker'), file);
+    await checkOverview(page, report(name.replace(/\.[a-z]+$/, '')));
+    assert.deepEqual(page.errors, []);
+  }
+});
+
 test('gpucollect html: the single-file report opens offline with the same numbers', async () => {
   const offline = await launch();
   try {

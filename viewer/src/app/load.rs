@@ -1,11 +1,13 @@
 //! Loading a trace in the browser: from a dropped or picked file, a URL, or a bundled demo.
-//! Bytes go to `analysis_core::Loader::push` as they arrive (a PyTorch snapshot is read whole and
-//! converted straight into the model by `torch_snapshot::load`); between pieces the loop yields to
-//! the event loop (at most every ~30 ms of work) so the page repaints the progress bar and stays
-//! responsive. Nothing leaves the browser.
+//! Bytes go to `analysis_core::Loader::push` as they arrive (a PyTorch snapshot to
+//! `torch_snapshot::SnapshotLoader::push`, which parses it as it comes and converts it straight
+//! into the model at the end); a file's next slice is already being read while the current one
+//! is decoded. Between pieces the loop yields to the event loop (at most every ~30 ms of work)
+//! so the page repaints the progress bar and stays responsive. Nothing leaves the browser.
 
 use std::sync::Arc;
 
+use analysis_core::torch_snapshot::{self, SnapshotLoader};
 use analysis_core::{LoadedTrace, Loader};
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
@@ -16,11 +18,12 @@ use crate::data::Analysis;
 
 /// Bytes handed to the decoder between checks of the time budget.
 const PIECE_BYTES: usize = 64 * 1024;
-/// Bytes read from a file at a time.
-const READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
-/// Bytes read from a snapshot file at a time: the whole file is needed before converting, and
-/// browsers hand large slices over faster (66 MiB: 130 ms at once, 220 ms in 8 MiB slices).
-const SNAPSHOT_READ_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
+/// Bytes of a snapshot handed to its parser between checks of the time budget.
+const SNAPSHOT_PIECE_BYTES: usize = 1024 * 1024;
+/// Bytes read from a file at a time: the first read is small, so decoding starts early, and
+/// each next one doubles up to the largest (browsers hand large slices over with less overhead).
+const FIRST_READ_BYTES: f64 = 1024.0 * 1024.0;
+const MAX_READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// Work between yields to the event loop.
 const BUDGET_MS: f64 = 30.0;
 
@@ -51,40 +54,79 @@ pub struct Progress {
 
 /// Where bytes come from.
 pub enum Source {
-    Blob { blob: web_sys::Blob, offset: f64 },
+    /// A file: read in slices, the next one already requested while the current one is
+    /// decoded, so reading and decoding overlap.
+    Blob(BlobReader),
     Stream(web_sys::ReadableStreamDefaultReader),
     Bytes(Option<Vec<u8>>),
 }
 
-impl Source {
-    /// The next chunk, or None at the end.
-    async fn next(&mut self) -> Result<Option<Vec<u8>>, String> {
-        if let Self::Bytes(b) = self {
-            return Ok(b.take());
+/// Reads a file (a `Blob`) slice by slice, one slice ahead.
+pub struct BlobReader {
+    blob: web_sys::Blob,
+    /// Where the next slice to request starts, and its size.
+    offset: f64,
+    read_bytes: f64,
+    /// The slice requested and not yet taken.
+    ahead: Option<JsFuture>,
+}
+
+impl BlobReader {
+    pub fn new(blob: web_sys::Blob) -> Self {
+        Self {
+            blob,
+            offset: 0.0,
+            read_bytes: FIRST_READ_BYTES,
+            ahead: None,
         }
-        let mut out = Vec::new();
-        Ok(self.append_next(&mut out, READ_BYTES).await?.then_some(out))
     }
 
-    /// Appends the next chunk to `out` (one copy, straight from the browser's buffer); false at
-    /// the end.
-    async fn append_next(&mut self, out: &mut Vec<u8>, read_bytes: f64) -> Result<bool, String> {
+    pub fn blob(&self) -> &web_sys::Blob {
+        &self.blob
+    }
+
+    /// Asks the browser for the next slice (none at the end of the file).
+    fn request(&mut self) -> Result<Option<JsFuture>, String> {
+        let size = self.blob.size();
+        if self.offset >= size {
+            return Ok(None);
+        }
+        let end = (self.offset + self.read_bytes).min(size);
+        let part = self
+            .blob
+            .slice_with_f64_and_f64(self.offset, end)
+            .map_err(|e| format!("cannot read the file: {e:?}"))?;
+        self.offset = end;
+        self.read_bytes = (self.read_bytes * 2.0).min(MAX_READ_BYTES);
+        Ok(Some(JsFuture::from(part.array_buffer())))
+    }
+
+    /// The next slice, having asked for the one after it.
+    async fn next(&mut self) -> Result<Option<js_sys::Uint8Array>, String> {
+        let current = match self.ahead.take() {
+            Some(f) => Some(f),
+            None => self.request()?,
+        };
+        let Some(current) = current else {
+            return Ok(None);
+        };
+        let buf = current
+            .await
+            .map_err(|e| format!("cannot read the file: {e:?}"))?;
+        self.ahead = self.request()?;
+        Ok(Some(js_sys::Uint8Array::new(&buf)))
+    }
+}
+
+impl Source {
+    /// The next chunk, or None at the end (one copy, straight from the browser's buffer).
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, String> {
         let chunk = match self {
-            Self::Blob { blob, offset } => {
-                let size = blob.size();
-                if *offset >= size {
-                    return Ok(false);
-                }
-                let end = (*offset + read_bytes).min(size);
-                let part = blob
-                    .slice_with_f64_and_f64(*offset, end)
-                    .map_err(|e| format!("cannot read the file: {e:?}"))?;
-                let buf = JsFuture::from(part.array_buffer())
-                    .await
-                    .map_err(|e| format!("cannot read the file: {e:?}"))?;
-                *offset = end;
-                js_sys::Uint8Array::new(&buf)
-            }
+            Self::Bytes(b) => return Ok(b.take()),
+            Self::Blob(reader) => match reader.next().await? {
+                Some(chunk) => chunk,
+                None => return Ok(None),
+            },
             Self::Stream(reader) => {
                 let res = JsFuture::from(reader.read())
                     .await
@@ -94,20 +136,14 @@ impl Source {
                     .and_then(|v| v.as_bool())
                     .unwrap_or(true);
                 if done {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let value = js_sys::Reflect::get(&res, &"value".into())
                     .map_err(|e| format!("the download failed: {e:?}"))?;
                 js_sys::Uint8Array::new(&value)
             }
-            Self::Bytes(b) => {
-                return Ok(b.take().map(|b| out.extend_from_slice(&b)).is_some());
-            }
         };
-        let start = out.len();
-        out.resize(start + chunk.length() as usize, 0);
-        chunk.copy_to(&mut out[start..]);
-        Ok(true)
+        Ok(Some(chunk.to_vec()))
     }
 }
 
@@ -141,7 +177,7 @@ pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
 /// load has started.
 async fn pace(
     last_yield: &mut f64,
-    loader: &Loader,
+    records: impl Fn() -> u64,
     progress: &mut Progress,
     state: RwSignal<LoadState>,
     current: &impl Fn() -> bool,
@@ -149,7 +185,7 @@ async fn pace(
     if dom::now_ms() - *last_yield <= BUDGET_MS {
         return true;
     }
-    progress.records = loader.records_decoded();
+    progress.records = records();
     state.set(LoadState::Loading(progress.clone()));
     dom::yield_now().await;
     *last_yield = dom::now_ms();
@@ -167,9 +203,9 @@ pub async fn decode(
 ) -> Result<Option<Arc<Analysis>>, String> {
     let started = dom::now_ms();
     let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
-    // A PyTorch memory snapshot (pickle or JSON) is collected whole, then converted into the
-    // model.
-    let mut snapshot: Option<Vec<u8>> = None;
+    // A PyTorch memory snapshot (pickle or JSON) is parsed as it is read, then converted into
+    // the model.
+    let mut snapshot: Option<SnapshotLoader> = None;
     let mut progress = Progress {
         source: source.clone(),
         total_bytes,
@@ -179,26 +215,21 @@ pub async fn decode(
     state.set(LoadState::Loading(progress.clone()));
     let mut last_yield = dom::now_ms();
     'read: while let Some(chunk) = src.next().await? {
-        if progress.bytes_read == 0 && analysis_core::torch_snapshot::looks_like_snapshot(&chunk) {
-            // Read the rest straight into one buffer of the file's size.
-            let mut all = Vec::with_capacity(
-                total_bytes.map_or(chunk.len(), |t| usize::try_from(t).unwrap_or(usize::MAX)),
-            );
-            all.extend_from_slice(&chunk);
+        if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk) {
             progress.phase = "reading snapshot";
-            loop {
-                progress.bytes_read = all.len() as u64;
-                state.set(LoadState::Loading(progress.clone()));
-                dom::yield_now().await;
-                if !current() {
+            snapshot = Some(SnapshotLoader::new(
+                total_bytes.and_then(|t| usize::try_from(t).ok()),
+            ));
+        }
+        if let Some(s) = snapshot.as_mut() {
+            for piece in chunk.chunks(SNAPSHOT_PIECE_BYTES) {
+                s.push(piece).map_err(|e| format!("{e}: {source}"))?;
+                progress.bytes_read += piece.len() as u64;
+                if !pace(&mut last_yield, || 0, &mut progress, state, &current).await {
                     return Ok(None);
                 }
-                if !src.append_next(&mut all, SNAPSHOT_READ_BYTES).await? {
-                    break;
-                }
             }
-            snapshot = Some(all);
-            break 'read;
+            continue;
         }
         for piece in chunk.chunks(PIECE_BYTES) {
             let stopped = loader.push(piece).is_err();
@@ -206,20 +237,22 @@ pub async fn decode(
             if stopped {
                 break 'read;
             }
-            if !pace(&mut last_yield, &loader, &mut progress, state, &current).await {
+            let records = || loader.records_decoded();
+            if !pace(&mut last_yield, records, &mut progress, state, &current).await {
                 return Ok(None);
             }
         }
     }
     dom::mark("gpucollect:read");
-    if let Some(all) = snapshot {
+    if let Some(s) = snapshot {
         progress.phase = "converting snapshot";
         state.set(LoadState::Loading(progress.clone()));
         dom::yield_now().await;
+        if !current() {
+            return Ok(None);
+        }
         // Converted straight into the model (no trace bytes in between).
-        let (trace, _) =
-            analysis_core::torch_snapshot::load(&all).map_err(|e| format!("{e}: {source}"))?;
-        drop(all);
+        let (trace, _) = s.finish().map_err(|e| format!("{e}: {source}"))?;
         dom::mark("gpucollect:decoded");
         progress.records = trace.model.records;
         return Ok(analyse(trace, source, progress, started, state, &current).await);

@@ -121,7 +121,7 @@ pub fn App() -> impl IntoView {
         }
         analysis.set(None);
         local_trace.set_value(match &src {
-            Source::Blob { blob, .. } => Some(blob.clone()),
+            Source::Blob(reader) => Some(reader.blob().clone()),
             Source::Bytes(Some(b)) => dom::blob_of(b),
             _ => None,
         });
@@ -155,7 +155,12 @@ pub fn App() -> impl IntoView {
         let total = file.size() as u64;
         dom::replace_query("", &vs.with_untracked(ViewState::to_fragment));
         let blob: web_sys::Blob = file.into();
-        start(Source::Blob { blob, offset: 0.0 }, name, Some(total), false);
+        start(
+            Source::Blob(load::BlobReader::new(blob)),
+            name,
+            Some(total),
+            false,
+        );
     };
     let open_demo = move |scenario: Scenario, keep_view: bool| {
         let (bytes, _) = generate(scenario, DEMO_EVENTS, 1);
