@@ -738,21 +738,22 @@ impl<'a> Parser<'a> {
 
     fn with_text(text: Cow<'a, [u8]>, hint: usize) -> Self {
         // Sized for PyTorch snapshots, so that nothing is copied as it grows (costly in
-        // WebAssembly, where realloc copies): about one list item and one item of a dict not
-        // taken per 64 bytes, one dict and one memoized value per 48 (real snapshots memoize
-        // more than synthetic ones).
+        // WebAssembly, where realloc copies): up to about one list item per 40 bytes (the
+        // device traces, the annotations), one item of a dict not taken (annotations, blocks,
+        // frames), one dict and one memoized value per 48 (real snapshots memoize more than
+        // synthetic ones). Untouched reserve costs address space, not time.
         Self {
             p: Pickle {
                 text,
                 spans: Vec::with_capacity(hint / 96),
                 seqs: Arena {
                     heads: Vec::with_capacity(hint / 256),
-                    flat: Vec::with_capacity(hint / 64),
+                    flat: Vec::with_capacity(hint / 40),
                     own: Vec::new(),
                 },
                 dicts: Arena {
                     heads: Vec::with_capacity(hint / 48),
-                    flat: Vec::with_capacity(hint / 64),
+                    flat: Vec::with_capacity(hint / 48),
                     own: Vec::new(),
                 },
                 root: None,
