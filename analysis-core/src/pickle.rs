@@ -6,6 +6,10 @@
 //! bounded by the input: every opcode creates at most one node in an arena, memo references copy
 //! an index (so shared or even cyclic structures cost nothing extra), and no length prefix is
 //! trusted beyond the bytes present.
+//!
+//! [`Parser`] reads a whole input or one that arrives in pieces (an opcode cut by the end of the
+//! input so far is rerun once the rest is there), with the same result. The dicts PyTorch writes
+//! for every trace entry and frame take a fast path with exactly the generic opcodes' effect.
 
 use alloc::borrow::Cow;
 use alloc::vec::Vec;
@@ -813,6 +817,9 @@ impl<'a> Parser<'a> {
                 }
                 Ok(None) => {}
                 Err(PickleError::Truncated { .. }) if !at_end => {
+                    // Every opcode (and the fast path) reads all its operands before it changes
+                    // anything, so the machine is as it was before the cut opcode: rerun it
+                    // from its start once more input is there.
                     self.vm.pos = self.vm.at;
                     return Ok(false);
                 }
