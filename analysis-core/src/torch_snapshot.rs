@@ -15,6 +15,11 @@
 //!   final `segments` state, and frees of never-seen blocks ("ghost blocks") get an allocation at
 //!   the start of the history. Both are allocated from a stack whose innermost frame says so, and
 //!   counted in the [`ImportSummary`], never dropped or counted twice.
+//!
+//! [`load`] and [`convert`] take the whole snapshot; [`SnapshotLoader`] takes it in pieces and
+//! parses while the rest is still being read (same result). Trace entries are read into compact
+//! entries while the pickle is parsed; everything the conversion writes is counted before it
+//! starts, so the sink's buffers are reserved once (WebAssembly copies on every realloc).
 
 use alloc::borrow::Cow;
 use alloc::boxed::Box;
