@@ -46,7 +46,14 @@ pub fn build(viewer: &ViewerFiles<'_>, trace: &[u8], title: &str) -> Result<Stri
             .find(|(n, _)| n.ends_with(suffix) && !n.contains('/'))
             .copied()
     };
-    let (Some((_, js)), Some((_, wasm))) = (find(".js"), find("_bg.wasm")) else {
+    // The glue is the script named like the WebAssembly file (`viewer-<hash>.js` next to
+    // `viewer-<hash>_bg.wasm`), not another script of the build (the file-reading worker).
+    let wasm_file = find("_bg.wasm");
+    let glue = wasm_file.and_then(|(name, _)| {
+        let stem = name.strip_suffix("_bg.wasm")?;
+        find(&format!("{stem}.js")).filter(|(n, _)| *n == format!("{stem}.js"))
+    });
+    let (Some((_, js)), Some((_, wasm))) = (glue, wasm_file) else {
         bail!(
             "the viewer build has no JavaScript glue or WebAssembly file: rebuild it with `trunk build --release`"
         );
@@ -128,12 +135,23 @@ mod tests {
         let v = ViewerFiles {
             index_html: INDEX,
             files: vec![
+                // Another script of the build comes first: the glue is the one named like the
+                // WebAssembly file.
+                ("read-worker.js", b"onmessage = () => {};"),
                 ("viewer-1.js", b"export default async function init() {}"),
                 ("viewer-1_bg.wasm", b"\0asm"),
                 ("style-1.css", b"body { color: red }"),
             ],
         };
         let html = build(&v, b"TRACE", "run <1>").expect("builds");
+        let inlined = |s: &[u8]| {
+            html.contains(&b64(s)) || html.contains(core::str::from_utf8(s).unwrap_or("-"))
+        };
+        assert!(
+            inlined(b"export default async function init() {}"),
+            "{html}"
+        );
+        assert!(!inlined(b"onmessage = () => {};"), "{html}");
         assert!(!html.contains("./viewer-1"), "{html}");
         assert!(!html.contains("style-1.css"), "{html}");
         assert!(html.contains("<style>body { color: red }</style>"));

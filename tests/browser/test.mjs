@@ -477,6 +477,11 @@ test('files of several MiB (a snapshot, a trace) picked from the file dialog ope
     await page.setInputFiles(testid('file-picker'), file);
     await checkOverview(page, report(name.replace(/\.[a-z]+$/, '')));
     assert.deepEqual(page.errors, []);
+    // Every slice was read by the worker (www/read-worker.js), none on the page's thread.
+    const slices = await page.evaluate(() => performance.getEntriesByType('mark').map((m) => m.name)
+      .filter((n) => n.startsWith('gpucollect:slice-read-by-')));
+    assert.ok(slices.length >= 3, `several slices: ${slices}`);
+    assert.ok(slices.every((n) => n.endsWith('worker')), `read by the worker: ${slices}`);
   }
 });
 
@@ -486,6 +491,15 @@ test('gpucollect html: the single-file report opens offline with the same number
     // No network at all: every http(s) request fails.
     await offline.ctx.route(/^https?:/, (route) => route.abort());
     const page = await newPage(offline.ctx, `file://${path.join(TRACES, 'report.html')}`);
+    await checkOverview(page, report('spikes'));
+    // A file opened there is read without the worker (no worker script next to the report).
+    await page.setInputFiles(testid('file-picker'), path.join(TRACES, 'big-snapshot.pickle'));
+    await page.locator(testid('source')).filter({ hasText: 'big-snapshot.pickle' }).waitFor({ timeout: LOAD_TIMEOUT });
+    await checkOverview(page, report('big-snapshot'));
+    const slices = await page.evaluate(() => performance.getEntriesByType('mark').map((m) => m.name)
+      .filter((n) => n.startsWith('gpucollect:slice-read-by-')));
+    assert.ok(slices.length >= 3 && slices.every((n) => n.endsWith('page')), `read on the page: ${slices}`);
+    await page.goto(`file://${path.join(TRACES, 'report.html')}`);
     await checkOverview(page, report('spikes'));
     await page.screenshot({ path: path.join(ARTIFACTS, 'single-file-report.png'), fullPage: true });
   } finally {

@@ -82,3 +82,10 @@ if (process.env.LAZY) {
   const lazy = main.filter((e) => e.name === 'wasm.CompileLazy' && e.ts >= chosen).sort((a, b) => b.dur - a.dur);
   for (const e of lazy.slice(0, Number(process.env.LAZY))) console.log('lazy', (e.dur / 1000).toFixed(2), JSON.stringify(e.args));
 }
+if (process.env.TIMELINE) {
+  // Every main-thread top-level task and the worker's tasks, in order, over 0.5 ms.
+  const wk = [...names].find(([, n]) => n === 'DedicatedWorker thread')?.[0];
+  const rows = [...top.map((e) => ['main', e]), ...events.filter((e) => `${e.pid}:${e.tid}` === wk && e.ph === 'X' && e.dur > 500 && e.ts >= chosen && e.name === 'RunTask').map((e) => ['worker', e])];
+  rows.sort((a, b) => a[1].ts - b[1].ts);
+  for (const [w, e] of rows) if (e.dur > 500) console.log(w.padEnd(7), ((e.ts - chosen) / 1000).toFixed(1).padStart(8), (e.dur / 1000).toFixed(1).padStart(7), 'ms');
+}

@@ -167,10 +167,18 @@ pub fn timeline_drawn() -> bool {
         .is_some()
 }
 
-/// Lets the browser run (paint, handle input) before continuing.
+/// Lets the browser run (paint, handle input) before continuing: a message to ourselves, which
+/// queues a task like `setTimeout(0)` does, without the 4 ms minimum browsers impose on timers
+/// set from timers (a load yields dozens of times).
 pub async fn yield_now() {
-    let p = js_sys::Promise::new(&mut |resolve, _| {
-        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+    let p = js_sys::Promise::new(&mut |resolve, _| match web_sys::MessageChannel::new() {
+        Ok(ch) => {
+            ch.port1().set_onmessage(Some(&resolve));
+            let _ = ch.port2().post_message(&JsValue::NULL);
+        }
+        Err(_) => {
+            let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+        }
     });
     let _ = JsFuture::from(p).await;
 }

@@ -61,59 +61,126 @@ pub enum Source {
     Bytes(Option<Vec<u8>>),
 }
 
-/// Reads a file (a `Blob`) slice by slice, one slice ahead.
+/// Reads a file (a `Blob`) slice by slice, `AHEAD` slices ahead, in a worker where one can run
+/// (`read_worker`).
 pub struct BlobReader {
     blob: web_sys::Blob,
     /// Where the next slice to request starts, and its size.
     offset: f64,
     read_bytes: f64,
-    /// The slice requested and not yet taken.
-    ahead: Option<JsFuture>,
+    /// Slices requested and not yet taken, in file order.
+    ahead: std::collections::VecDeque<Slice>,
+}
+
+/// Slices being read at once.
+const AHEAD: usize = 2;
+
+/// A slice being read.
+struct Slice {
+    bytes: JsFuture,
+    start: f64,
+    end: f64,
+    by_worker: bool,
 }
 
 impl BlobReader {
+    /// Starts reading the file right away (while the page redraws for the new load).
     pub fn new(blob: web_sys::Blob) -> Self {
-        Self {
+        let mut r = Self {
             blob,
             offset: 0.0,
             read_bytes: FIRST_READ_BYTES,
-            ahead: None,
-        }
+            ahead: std::collections::VecDeque::new(),
+        };
+        r.fill();
+        r
     }
 
     pub fn blob(&self) -> &web_sys::Blob {
         &self.blob
     }
 
-    /// Asks the browser for the next slice (none at the end of the file).
-    fn request(&mut self) -> Result<Option<JsFuture>, String> {
+    /// Requests slices until `AHEAD` are being read (a failed request is retried, and
+    /// reported, by `next`).
+    fn fill(&mut self) {
+        while self.ahead.len() < AHEAD {
+            match self.request() {
+                Ok(Some(s)) => self.ahead.push_back(s),
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+
+    /// Asks for the next slice (none at the end of the file).
+    fn request(&mut self) -> Result<Option<Slice>, String> {
         let size = self.blob.size();
         if self.offset >= size {
             return Ok(None);
         }
-        let end = (self.offset + self.read_bytes).min(size);
-        let part = self
-            .blob
-            .slice_with_f64_and_f64(self.offset, end)
-            .map_err(|e| format!("cannot read the file: {e:?}"))?;
+        let (start, end) = (self.offset, (self.offset + self.read_bytes).min(size));
         self.offset = end;
         self.read_bytes = (self.read_bytes * 2.0).min(MAX_READ_BYTES);
-        Ok(Some(JsFuture::from(part.array_buffer())))
+        if let Some(p) = super::read_worker::read(&self.blob, start, end) {
+            return Ok(Some(Slice {
+                bytes: JsFuture::from(p),
+                start,
+                end,
+                by_worker: true,
+            }));
+        }
+        self.read_here(start, end).map(Some)
     }
 
-    /// The next slice, having asked for the one after it.
+    /// Reads a slice on this thread.
+    fn read_here(&self, start: f64, end: f64) -> Result<Slice, String> {
+        let part = self
+            .blob
+            .slice_with_f64_and_f64(start, end)
+            .map_err(|e| format!("cannot read the file: {e:?}"))?;
+        Ok(Slice {
+            bytes: JsFuture::from(part.array_buffer()),
+            start,
+            end,
+            by_worker: false,
+        })
+    }
+
+    /// The next slice, having asked for the ones after it.
     async fn next(&mut self) -> Result<Option<js_sys::Uint8Array>, String> {
-        let current = match self.ahead.take() {
-            Some(f) => Some(f),
-            None => self.request()?,
-        };
-        let Some(current) = current else {
+        if self.ahead.is_empty()
+            && let Some(s) = self.request()?
+        {
+            self.ahead.push_back(s);
+        }
+        let Some(current) = self.ahead.pop_front() else {
             return Ok(None);
         };
-        let buf = current
-            .await
-            .map_err(|e| format!("cannot read the file: {e:?}"))?;
-        self.ahead = self.request()?;
+        let buf = match current.bytes.await {
+            Ok(buf) => {
+                // Which thread read it (the browser tests check the worker is used).
+                dom::mark(if current.by_worker {
+                    "gpucollect:slice-read-by-worker"
+                } else {
+                    "gpucollect:slice-read-by-page"
+                });
+                buf
+            }
+            // The worker could not read it: read it here, and everything after it too.
+            Err(_) if current.by_worker => {
+                super::read_worker::give_up();
+                self.offset = current.end;
+                self.ahead.clear();
+                let buf = self
+                    .read_here(current.start, current.end)?
+                    .bytes
+                    .await
+                    .map_err(|e| format!("cannot read the file: {e:?}"))?;
+                dom::mark("gpucollect:slice-read-by-page");
+                buf
+            }
+            Err(e) => return Err(format!("cannot read the file: {e:?}")),
+        };
+        self.fill();
         Ok(Some(js_sys::Uint8Array::new(&buf)))
     }
 }

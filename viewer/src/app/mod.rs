@@ -7,6 +7,7 @@
 mod canvas;
 mod dom;
 mod load;
+mod read_worker;
 mod timeline;
 mod views;
 mod warmup;

@@ -36,6 +36,8 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
     leptos::task::spawn_local(async move {
         // Let the page paint first.
         dom::yield_now().await;
+        // The worker that will read the file (`read_worker`) starts now, not when it is chosen.
+        super::read_worker::prepare();
         let (trace, _) = generate(Scenario::TrainingLeak, TRACE_EVENTS, 1);
         let state = RwSignal::new(LoadState::Idle);
         for round in 0..ROUNDS {
