@@ -781,12 +781,25 @@ impl<'a> Parser<'a> {
     /// Appends a piece of input (copying it; the input of [`Parser::new`] is copied here
     /// the first time).
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), PickleError> {
-        let total = self.p.text.len().checked_add(chunk.len());
+        self.push_with(chunk.len(), |to| to.copy_from_slice(chunk))
+    }
+
+    /// Appends `len` bytes that `fill` writes in place (straight from where the caller has
+    /// them, e.g. a browser's buffer, without a copy in between), like [`Parser::push`].
+    pub fn push_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), PickleError> {
+        let total = self.p.text.len().checked_add(len);
         if total.is_none_or(|n| u32::try_from(n).is_err()) {
             return Err(PickleError::TooLarge);
         }
         if !self.done {
-            self.p.text.to_mut().extend_from_slice(chunk);
+            let text = self.p.text.to_mut();
+            let start = text.len();
+            text.resize(start + len, 0);
+            fill(&mut text[start..]);
         }
         Ok(())
     }

@@ -142,8 +142,18 @@ impl SnapshotLoader {
     /// and later pushes return it again. A pickle that ends early is an error only at
     /// `finish`, since more may come.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), ImportError> {
-        self.bytes_read += piece.len() as u64;
-        let result = self.load.push(piece);
+        self.push_with(piece.len(), |to| to.copy_from_slice(piece))
+    }
+
+    /// Pushes `len` bytes that `fill` writes straight into the loader's buffer (from a
+    /// browser's buffer, say, without a copy in between); otherwise as [`SnapshotLoader::push`].
+    pub fn push_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), ImportError> {
+        self.bytes_read += len as u64;
+        let result = self.load.push_with(len, fill);
         if let Err(e) = &result {
             self.load = Load::Failed(e.clone());
         }
@@ -232,28 +242,40 @@ impl<'a> Load<'a> {
     }
 
     fn push(&mut self, piece: &[u8]) -> Result<(), ImportError> {
+        self.push_with(piece.len(), |to| to.copy_from_slice(piece))
+    }
+
+    /// Takes `len` more bytes, written in place by `fill`.
+    fn push_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), ImportError> {
         match self {
             Load::Start { size_hint_bytes } => {
-                let hint = *size_hint_bytes;
-                match piece.first() {
-                    None => return Ok(()),
-                    Some(0x80) => {
-                        *self = Load::Pickle(Box::new(PickleLoad::new(
-                            Parser::incremental(hint.max(piece.len())),
-                            hint,
-                        )));
-                    }
-                    Some(_) => *self = Load::Json(Cow::Owned(Vec::with_capacity(hint))),
+                if len == 0 {
+                    return Ok(());
                 }
-                self.push(piece)
+                // The first byte says what this is: the first piece goes through a buffer.
+                let mut first = alloc::vec![0; len];
+                fill(&mut first);
+                let hint = *size_hint_bytes;
+                if first[0] == 0x80 {
+                    *self = Load::Pickle(Box::new(PickleLoad::new(
+                        Parser::incremental(hint.max(len)),
+                        hint,
+                    )));
+                } else {
+                    *self = Load::Json(Cow::Owned(Vec::with_capacity(hint)));
+                }
+                self.push(&first)
             }
             Load::Pickle(pl) => {
-                pl.parser.push(piece)?;
+                pl.parser.push_with(len, fill)?;
                 pl.advance(false)?;
                 Ok(())
             }
             Load::Json(text) => {
-                text.to_mut().extend_from_slice(piece);
+                let text = text.to_mut();
+                let start = text.len();
+                text.resize(start + len, 0);
+                fill(&mut text[start..]);
                 Ok(())
             }
             Load::Failed(e) => Err(e.clone()),

@@ -185,11 +185,49 @@ impl BlobReader {
     }
 }
 
+/// A chunk of input: in the browser's memory (a file's slice, a download's piece) or in ours.
+enum Chunk {
+    Js(js_sys::Uint8Array),
+    Ours(Vec<u8>),
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Self::Js(a) => a.length() as usize,
+            Self::Ours(v) => v.len(),
+        }
+    }
+
+    /// Its first bytes (to tell a snapshot from a trace).
+    fn head(&self, n: usize) -> Vec<u8> {
+        match self {
+            Self::Js(a) => a.subarray(0, n.min(a.length() as usize) as u32).to_vec(),
+            Self::Ours(v) => v[..n.min(v.len())].to_vec(),
+        }
+    }
+
+    /// Copies `[start, end)` into `to` (one copy, straight from the browser's buffer).
+    fn copy_range(&self, start: usize, end: usize, to: &mut [u8]) {
+        match self {
+            Self::Js(a) => a.subarray(start as u32, end as u32).copy_to(to),
+            Self::Ours(v) => to.copy_from_slice(&v[start..end]),
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            Self::Js(a) => a.to_vec(),
+            Self::Ours(v) => v,
+        }
+    }
+}
+
 impl Source {
-    /// The next chunk, or None at the end (one copy, straight from the browser's buffer).
-    async fn next(&mut self) -> Result<Option<Vec<u8>>, String> {
+    /// The next chunk, or None at the end.
+    async fn next(&mut self) -> Result<Option<Chunk>, String> {
         let chunk = match self {
-            Self::Bytes(b) => return Ok(b.take()),
+            Self::Bytes(b) => return Ok(b.take().map(Chunk::Ours)),
             Self::Blob(reader) => match reader.next().await? {
                 Some(chunk) => chunk,
                 None => return Ok(None),
@@ -210,7 +248,7 @@ impl Source {
                 js_sys::Uint8Array::new(&value)
             }
         };
-        Ok(Some(chunk.to_vec()))
+        Ok(Some(Chunk::Js(chunk)))
     }
 }
 
@@ -282,22 +320,26 @@ pub async fn decode(
     state.set(LoadState::Loading(progress.clone()));
     let mut last_yield = dom::now_ms();
     'read: while let Some(chunk) = src.next().await? {
-        if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk) {
+        if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk.head(4096)) {
             progress.phase = "reading snapshot";
             snapshot = Some(SnapshotLoader::new(
                 total_bytes.and_then(|t| usize::try_from(t).ok()),
             ));
         }
         if let Some(s) = snapshot.as_mut() {
-            for piece in chunk.chunks(SNAPSHOT_PIECE_BYTES) {
-                s.push(piece).map_err(|e| format!("{e}: {source}"))?;
-                progress.bytes_read += piece.len() as u64;
+            let len = chunk.len();
+            for start in (0..len).step_by(SNAPSHOT_PIECE_BYTES) {
+                let end = (start + SNAPSHOT_PIECE_BYTES).min(len);
+                s.push_with(end - start, |to| chunk.copy_range(start, end, to))
+                    .map_err(|e| format!("{e}: {source}"))?;
+                progress.bytes_read += (end - start) as u64;
                 if !pace(&mut last_yield, || 0, &mut progress, state, &current).await {
                     return Ok(None);
                 }
             }
             continue;
         }
+        let chunk = chunk.into_vec();
         for piece in chunk.chunks(PIECE_BYTES) {
             let stopped = loader.push(piece).is_err();
             progress.bytes_read += piece.len() as u64;
