@@ -250,6 +250,19 @@ struct ProcLive {
 }
 
 impl TraceModel {
+    /// Devices allocated on (a device series) without a device record, in order of their
+    /// first series.
+    pub fn undeclared_devices(&self) -> Vec<DeviceIdx> {
+        let mut out: Vec<DeviceIdx> = Vec::new();
+        for s in self.series.iter().filter(|s| !s.key.host) {
+            let d = s.key.device;
+            if !self.devices.iter().any(|x| x.device == d) && !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
     pub fn new(header: Header) -> Self {
         Self {
             header,

@@ -198,14 +198,14 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
             ..DeviceSummary::default()
         })
         .collect();
-    for s in m.series.iter().filter(|s| !s.key.host) {
-        if !devices.iter().any(|d| d.device == s.key.device) {
-            devices.push(DeviceSummary {
-                device: s.key.device,
+    devices.extend(
+        m.undeclared_devices()
+            .into_iter()
+            .map(|device| DeviceSummary {
+                device,
                 ..DeviceSummary::default()
-            });
-        }
-    }
+            }),
+    );
     for d in &mut devices {
         // Per-device peak: merge the device's series (all processes) in time order.
         let mut points: Vec<(u64, i128)> = Vec::new();

@@ -436,6 +436,7 @@ type IntSet<K> = hashbrown::HashSet<K, core::hash::BuildHasherDefault<IntHasher>
 
 /// Reads a few named fields of dicts in one pass over their keys, each key string looked at
 /// once (keys are shared through the pickle's memo): what [`Pickle::get`] gives for each name.
+#[derive(Debug)]
 struct Keys<const N: usize> {
     names: [&'static str; N],
     /// By string index: 0 not looked at yet, 1 none of the names, `2 + i` the name `i`.
@@ -450,24 +451,30 @@ impl<const N: usize> Keys<N> {
         }
     }
 
+    /// Which of the names the key `k` is (its position in `names`).
+    #[inline]
+    fn field(&mut self, p: &Pickle<'_>, k: Value) -> Option<usize> {
+        let Value::Str(i) = k else { return None };
+        let i = i as usize;
+        if i >= self.of.len() {
+            self.of.resize(i + 1, 0);
+        }
+        if self.of[i] == 0 {
+            let s = p.str(k);
+            self.of[i] = self
+                .names
+                .iter()
+                .position(|&n| s == Some(n))
+                .map_or(1, |f| f as u8 + 2);
+        }
+        usize::from(self.of[i]).checked_sub(2)
+    }
+
     /// The value of each name in `dict` (the last of a repeated key, as in Python).
     fn get(&mut self, p: &Pickle<'_>, dict: Value) -> [Option<Value>; N] {
         let mut out = [None; N];
         for &(k, v) in p.entries(dict) {
-            let Value::Str(i) = k else { continue };
-            let i = i as usize;
-            if i >= self.of.len() {
-                self.of.resize(i + 1, 0);
-            }
-            if self.of[i] == 0 {
-                let s = p.str(k);
-                self.of[i] = self
-                    .names
-                    .iter()
-                    .position(|&n| s == Some(n))
-                    .map_or(1, |f| f as u8 + 2);
-            }
-            if let Some(slot) = out.get_mut(usize::from(self.of[i]).wrapping_sub(2)) {
+            if let Some(slot) = self.field(p, k).and_then(|f| out.get_mut(f)) {
                 *slot = Some(v);
             }
         }
@@ -594,24 +601,32 @@ impl Action {
     }
 }
 
-/// The fields of a trace entry the conversion reads.
+/// The fields of a trace entry the conversion reads, in the order of [`ENTRY_KEYS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Field {
-    Unknown = 0,
     Action,
     Addr,
     Size,
     Stream,
     TimeUs,
     Frames,
-    Other,
 }
+
+const ENTRY_KEYS: [&str; 6] = ["action", "addr", "size", "stream", "time_us", "frames"];
+const ENTRY_FIELDS: [Field; 6] = [
+    Field::Action,
+    Field::Addr,
+    Field::Size,
+    Field::Stream,
+    Field::TimeUs,
+    Field::Frames,
+];
 
 /// Reads trace entries in one pass over their keys.
 #[derive(Debug)]
 struct EntryReader {
-    /// Which field each key string is, by string index (keys are shared through the memo).
-    key_fields: Vec<Field>,
+    /// Which field each key string is (keys are shared through the memo).
+    keys: Keys<6>,
     /// Which action each string is, by string index (`None`: not looked at yet).
     actions: Vec<Option<Action>>,
     /// The distinct `stream` values, in order of appearance (`Entry::stream` indexes them),
@@ -623,7 +638,7 @@ struct EntryReader {
 impl Default for EntryReader {
     fn default() -> Self {
         Self {
-            key_fields: Vec::new(),
+            keys: Keys::new(ENTRY_KEYS),
             actions: Vec::new(),
             // Stream 0 (the default stream, and entries without one) is index 0.
             streams: alloc::vec![0],
@@ -638,24 +653,11 @@ impl EntryReader {
         let mut e = Entry::EMPTY;
         let mut has_action = false;
         for (k, v) in kv {
-            let Value::Str(i) = k else { continue };
-            let i = i as usize;
-            if i >= self.key_fields.len() {
-                self.key_fields.resize(i + 1, Field::Unknown);
-            }
-            if self.key_fields[i] == Field::Unknown {
-                self.key_fields[i] = match p.str(k).unwrap_or("") {
-                    "action" => Field::Action,
-                    "addr" => Field::Addr,
-                    "size" => Field::Size,
-                    "stream" => Field::Stream,
-                    "time_us" => Field::TimeUs,
-                    "frames" => Field::Frames,
-                    _ => Field::Other,
-                };
-            }
+            let Some(field) = self.keys.field(p, k).and_then(|f| ENTRY_FIELDS.get(f)) else {
+                continue;
+            };
             // Later keys win, as in Python.
-            match self.key_fields[i] {
+            match field {
                 Field::Action => {
                     e.action = match v {
                         Value::Str(s) => s,
@@ -685,7 +687,6 @@ impl EntryReader {
                         _ => NONE_INDEX,
                     };
                 }
-                Field::Unknown | Field::Other => {}
             }
         }
         (e, has_action)

@@ -306,12 +306,7 @@ impl Analysis {
     pub fn devices(&self) -> Vec<DeviceIdx> {
         let m = &self.trace.model;
         let mut v: Vec<DeviceIdx> = m.devices.iter().map(|d| d.device).collect();
-        v.extend(
-            m.series
-                .iter()
-                .filter(|s| !s.key.host)
-                .map(|s| s.key.device),
-        );
+        v.extend(m.undeclared_devices());
         v.sort();
         v.dedup();
         v

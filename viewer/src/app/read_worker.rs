@@ -91,38 +91,34 @@ fn start_worker() -> Option<Reader> {
     })
 }
 
-/// Starts the worker now (its script loads while the page waits for a file), unless it runs.
-pub fn prepare() {
+/// Runs `f` on the worker, started first if it does not run yet; `None` where no worker can
+/// run (remembered: later calls do not try again).
+fn with_worker<T>(f: impl FnOnce(&mut Reader) -> Option<T>) -> Option<T> {
     if UNAVAILABLE.with(|u| u.get()) {
-        return;
+        return None;
     }
     READER.with(|r| {
-        if let Ok(mut r) = r.try_borrow_mut()
-            && r.is_none()
-        {
+        let mut r = r.try_borrow_mut().ok()?;
+        if r.is_none() {
             *r = start_worker();
         }
-    });
+        let Some(reader) = r.as_mut() else {
+            UNAVAILABLE.with(|u| u.set(true));
+            return None;
+        };
+        f(reader)
+    })
+}
+
+/// Starts the worker now (its script loads while the page waits for a file), unless it runs.
+pub fn prepare() {
+    with_worker(|_| Some(()));
 }
 
 /// A promise of bytes `[start, end)` of `blob` (an `ArrayBuffer`), read by the worker; `None`
 /// when no worker can read them, or it has not said it runs yet (read them on this thread).
 pub fn read(blob: &web_sys::Blob, start: f64, end: f64) -> Option<js_sys::Promise> {
-    if UNAVAILABLE.with(|u| u.get()) {
-        return None;
-    }
-    READER.with(|r| {
-        let Ok(mut r) = r.try_borrow_mut() else {
-            return None;
-        };
-        if r.is_none() {
-            *r = start_worker();
-            if r.is_none() {
-                UNAVAILABLE.with(|u| u.set(true));
-                return None;
-            }
-        }
-        let reader = r.as_mut()?;
+    with_worker(|reader| {
         if !reader.ready.get() {
             return None;
         }
