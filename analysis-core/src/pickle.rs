@@ -8,7 +8,9 @@
 //! trusted beyond the bytes present.
 //!
 //! [`Parser`] reads a whole input or one that arrives in pieces (an opcode cut by the end of the
-//! input so far is rerun once the rest is there), with the same result. The dicts PyTorch writes
+//! input so far is rerun once the rest is there), with the same result. Pieces are dropped once
+//! parsed: only the strings are kept (copied out; PyTorch memoizes them, so there are few), so
+//! the parser's memory does not include the input's size. The dicts PyTorch writes
 //! for every trace entry and frame take a fast path with exactly the generic opcodes' effect.
 
 use alloc::borrow::Cow;
@@ -43,6 +45,35 @@ enum Items {
     Own(u32),
     /// A dict a [`Pickle::parse_with`] callback took: it keeps only this tag (and items set later).
     Taken(u32),
+}
+
+/// The strings and byte strings of a pickle, copied out of its input one after the other.
+#[derive(Debug, Default)]
+struct Texts {
+    bytes: Vec<u8>,
+    /// (start, length) in `bytes` of each.
+    spans: Vec<(u32, u32)>,
+}
+
+impl Texts {
+    /// Adds a string; its index. The bytes of all strings are at most the input's, which is
+    /// under 4 GiB ([`PickleError::TooLarge`]).
+    #[inline(always)]
+    fn add(&mut self, s: &[u8]) -> u32 {
+        self.spans.push((self.bytes.len() as u32, s.len() as u32));
+        self.bytes.extend_from_slice(s);
+        (self.spans.len() - 1) as u32
+    }
+
+    fn get(&self, i: u32) -> &[u8] {
+        self.spans
+            .get(i as usize)
+            .and_then(|&(start, len)| {
+                self.bytes
+                    .get(start as usize..(start as usize + len as usize))
+            })
+            .unwrap_or(&[])
+    }
 }
 
 /// Containers of one kind (sequences or dicts) in one flat arena.
@@ -139,13 +170,11 @@ impl<T: Copy> Arena<T> {
 }
 
 /// A decoded pickle: the root value and the arena it points into. Strings and bytes are spans
-/// of the input (or, for JSON, of one owned buffer), so reading one allocates nothing.
+/// of one buffer, so reading one allocates nothing.
 #[derive(Debug, Default)]
-pub struct Pickle<'a> {
+pub struct Pickle {
     pub root: Option<Value>,
-    text: Cow<'a, [u8]>,
-    /// (start, length) in `text` of each string and byte string.
-    spans: Vec<(u32, u32)>,
+    texts: Texts,
     seqs: Arena<Value>,
     dicts: Arena<(Value, Value)>,
 }
@@ -266,7 +295,7 @@ fn long_le(rest: &[u8], n: usize) -> i64 {
 #[inline(always)]
 fn dict_item(
     c: &mut Cursor<'_>,
-    spans: &mut Vec<(u32, u32)>,
+    texts: &mut Texts,
     seqs: &mut Arena<Value>,
     stack: &mut Vec<Value>,
     memo: &mut Vec<Value>,
@@ -321,10 +350,7 @@ fn dict_item(
                 return false;
             };
             match b.get(pos + 2..pos + 2 + n) {
-                Some(s) if core::str::from_utf8(s).is_ok() => {
-                    spans.push(((pos + 2) as u32, n as u32));
-                    (Value::Str((spans.len() - 1) as u32), 2 + n)
-                }
+                Some(s) if core::str::from_utf8(s).is_ok() => (Value::Str(texts.add(s)), 2 + n),
                 _ => return false,
             }
         }
@@ -358,7 +384,7 @@ fn dict_item(
 #[inline(always)]
 fn dict_items(
     c: &mut Cursor<'_>,
-    spans: &mut Vec<(u32, u32)>,
+    texts: &mut Texts,
     seqs: &mut Arena<Value>,
     stack: &mut Vec<Value>,
     marks: &mut Vec<usize>,
@@ -379,8 +405,8 @@ fn dict_items(
     }
     marks.push(stack.len());
     c.pos += 1;
-    while dict_item(c, spans, seqs, stack, memo, sparse_memo)
-        && dict_item(c, spans, seqs, stack, memo, sparse_memo)
+    while dict_item(c, texts, seqs, stack, memo, sparse_memo)
+        && dict_item(c, texts, seqs, stack, memo, sparse_memo)
     {}
 }
 
@@ -397,16 +423,18 @@ impl Vm {
         }
     }
 
-    /// Runs up to `budget` opcodes (dicts on the fast path count as one) from `pos`; the root
+    /// Runs up to `budget` opcodes of `input` (dicts on the fast path count as one) from `pos`
+    /// (`pos` and `at` are offsets in `input`, the input not yet dropped); the root
     /// value once STOP is reached. The work is cut into calls like this so a WebAssembly engine
     /// that compiles hot functions in the background (V8's dynamic tiering) switches to the
     /// optimized code after the first few batches, instead of running one long call in its
     /// baseline code. On an error, `at` is where the failing opcode starts.
     #[inline(never)]
-    fn run<'a>(
+    fn run(
         &mut self,
-        p: &mut Pickle<'a>,
-        take: &mut impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
+        input: &[u8],
+        p: &mut Pickle,
+        take: &mut impl FnMut(&Pickle, &[Value]) -> Option<u32>,
         budget: usize,
     ) -> Result<Option<Value>, PickleError> {
         let Vm {
@@ -418,8 +446,10 @@ impl Vm {
             sparse_memo,
             fast_dicts,
         } = self;
-        let text: &[u8] = &p.text;
-        let mut c = Cursor { b: text, pos: *pos };
+        let mut c = Cursor {
+            b: input,
+            pos: *pos,
+        };
         let c = &mut c;
         let malformed = |offset, what| PickleError::Malformed { offset, what };
         for _ in 0..budget {
@@ -507,12 +537,11 @@ impl Vm {
                         op::BINUNICODE => u32::from_le_bytes(c.le()?) as usize,
                         _ => c.len_u64()?,
                     };
-                    let start = c.pos;
-                    if core::str::from_utf8(c.take(n)?).is_err() {
+                    let s = c.take(n)?;
+                    if core::str::from_utf8(s).is_err() {
                         return Err(malformed(at, "a string that is not UTF-8"));
                     }
-                    p.spans.push((start as u32, n as u32));
-                    Value::Str((p.spans.len() - 1) as u32)
+                    Value::Str(p.texts.add(s))
                 }
                 op::BINBYTES | op::SHORT_BINBYTES | op::BINBYTES8 => {
                     let n = match code {
@@ -520,10 +549,7 @@ impl Vm {
                         op::BINBYTES => u32::from_le_bytes(c.le()?) as usize,
                         _ => c.len_u64()?,
                     };
-                    let start = c.pos;
-                    c.take(n)?;
-                    p.spans.push((start as u32, n as u32));
-                    Value::Bytes((p.spans.len() - 1) as u32)
+                    Value::Bytes(p.texts.add(c.take(n)?))
                 }
                 op::EMPTY_LIST => Value::List(p.seqs.new_container(core::iter::empty())),
                 op::EMPTY_TUPLE => Value::Tuple(p.seqs.new_container(core::iter::empty())),
@@ -532,7 +558,7 @@ impl Vm {
                     if *fast_dicts {
                         dict_items(
                             c,
-                            &mut p.spans,
+                            &mut p.texts,
                             &mut p.seqs,
                             stack,
                             marks,
@@ -717,30 +743,37 @@ const BATCH_OPCODES: usize = 1 << 14;
 /// the input so far is run again from its start once [`Parser::push`] brings the rest, so
 /// the result never depends on how the input was cut. Nothing is trusted beyond the bytes
 /// present, and a truncated pickle is an error only when `advance` is told the input ended.
+/// Pushed input is dropped once parsed (the next push reuses its buffer), so memory grows with
+/// the pickle's values, not with its size.
 #[derive(Debug)]
 pub struct Parser<'a> {
-    p: Pickle<'a>,
+    p: Pickle,
     vm: Vm,
+    /// The input not parsed yet (and the opcode being rerun): all of it, borrowed, for
+    /// [`Parser::new`]; the pieces pushed, from the first byte not dropped, otherwise.
+    input: Cow<'a, [u8]>,
+    /// Where `input` starts in the whole (errors give offsets in the whole).
+    base: usize,
     done: bool,
 }
 
 impl<'a> Parser<'a> {
-    /// A parser over a whole input, borrowed (nothing is copied).
+    /// A parser over a whole input, borrowed (nothing is copied but strings).
     pub fn new(input: &'a [u8]) -> Result<Self, PickleError> {
         if u32::try_from(input.len()).is_err() {
             return Err(PickleError::TooLarge);
         }
-        Ok(Self::with_text(Cow::Borrowed(input), input.len()))
+        Ok(Self::with_input(Cow::Borrowed(input), input.len()))
     }
 
     /// A parser for input pushed in pieces, about `size_hint_bytes` in all (the hint only
-    /// sizes buffers: the input, and the tables that grow with it).
+    /// sizes the tables that grow with the input).
     pub fn incremental(size_hint_bytes: usize) -> Parser<'static> {
         let hint = size_hint_bytes.min(u32::MAX as usize);
-        Parser::with_text(Cow::Owned(Vec::with_capacity(hint)), hint)
+        Parser::with_input(Cow::Owned(Vec::new()), hint)
     }
 
-    fn with_text(text: Cow<'a, [u8]>, hint: usize) -> Self {
+    fn with_input(input: Cow<'a, [u8]>, hint: usize) -> Self {
         // Sized for PyTorch snapshots, so that nothing is copied as it grows (costly in
         // WebAssembly, where realloc copies): up to about one list item per 40 bytes (the
         // device traces, the annotations), one item of a dict not taken (annotations, blocks,
@@ -748,8 +781,10 @@ impl<'a> Parser<'a> {
         // synthetic ones). Untouched reserve costs address space, not time.
         Self {
             p: Pickle {
-                text,
-                spans: Vec::with_capacity(hint / 96),
+                texts: Texts {
+                    bytes: Vec::with_capacity(hint / 256),
+                    spans: Vec::with_capacity(hint / 1024),
+                },
                 seqs: Arena {
                     heads: Vec::with_capacity(hint / 256),
                     flat: Vec::with_capacity(hint / 40),
@@ -767,6 +802,8 @@ impl<'a> Parser<'a> {
                 stack: Vec::with_capacity(64),
                 ..Vm::new(true)
             },
+            input,
+            base: 0,
             done: false,
         }
     }
@@ -791,17 +828,32 @@ impl<'a> Parser<'a> {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), PickleError> {
-        let total = self.p.text.len().checked_add(len);
+        let total = (self.base + self.input.len()).checked_add(len);
         if total.is_none_or(|n| u32::try_from(n).is_err()) {
             return Err(PickleError::TooLarge);
         }
         if !self.done {
-            let text = self.p.text.to_mut();
-            let start = text.len();
-            text.resize(start + len, 0);
-            fill(&mut text[start..]);
+            self.drop_parsed();
+            let input = self.input.to_mut();
+            let start = input.len();
+            input.resize(start + len, 0);
+            fill(&mut input[start..]);
         }
         Ok(())
+    }
+
+    /// Drops the input parsed so far from a buffer of pushed pieces; an opcode to be rerun
+    /// moves to the front (a few bytes: the buffer is reused for the next piece).
+    fn drop_parsed(&mut self) {
+        let parsed = self.vm.at.min(self.vm.pos);
+        if let Cow::Owned(input) = &mut self.input
+            && parsed > 0
+        {
+            input.drain(..parsed);
+            self.base += parsed;
+            self.vm.pos -= parsed;
+            self.vm.at -= parsed;
+        }
     }
 
     /// Runs every opcode whose bytes are all there, offering dicts to `take` as
@@ -810,22 +862,24 @@ impl<'a> Parser<'a> {
     /// ([`PickleError::Truncated`]), else it waits for more.
     pub fn advance(
         &mut self,
-        take: &mut impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
+        take: &mut impl FnMut(&Pickle, &[Value]) -> Option<u32>,
         at_end: bool,
     ) -> Result<bool, PickleError> {
         if self.done {
             return Ok(true);
         }
-        match self.p.text.first() {
-            Some(&op::PROTO) => {}
+        match self.input.first() {
+            Some(&op::PROTO) if self.base == 0 => {}
+            _ if self.base > 0 => {}
             None if !at_end => return Ok(false),
             _ => return Err(PickleError::NotAPickle),
         }
         loop {
-            match self.vm.run(&mut self.p, take, BATCH_OPCODES) {
+            match self.vm.run(&self.input, &mut self.p, take, BATCH_OPCODES) {
                 Ok(Some(root)) => {
                     self.p.root = Some(root);
                     self.done = true;
+                    self.input = Cow::Owned(Vec::new());
                     return Ok(true);
                 }
                 Ok(None) => {}
@@ -834,27 +888,48 @@ impl<'a> Parser<'a> {
                     // anything, so the machine is as it was before the cut opcode: rerun it
                     // from its start once more input is there.
                     self.vm.pos = self.vm.at;
+                    self.drop_parsed();
                     return Ok(false);
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.shifted(self.base)),
             }
         }
     }
 
     /// The pickle so far (complete once [`Parser::advance`] returned true).
-    pub fn pickle(&self) -> &Pickle<'a> {
+    pub fn pickle(&self) -> &Pickle {
         &self.p
     }
 
     /// The pickle (its `root` is `None` unless [`Parser::advance`] returned true).
-    pub fn into_pickle(self) -> Pickle<'a> {
+    pub fn into_pickle(self) -> Pickle {
         self.p
     }
 }
 
-impl<'a> Pickle<'a> {
+impl PickleError {
+    /// The error with its offset moved by `base` (from a piece of the input to the whole).
+    fn shifted(self, base: usize) -> Self {
+        match self {
+            Self::Truncated { offset } => Self::Truncated {
+                offset: offset + base,
+            },
+            Self::Unsupported { opcode, offset } => Self::Unsupported {
+                opcode,
+                offset: offset + base,
+            },
+            Self::Malformed { offset, what } => Self::Malformed {
+                offset: offset + base,
+                what,
+            },
+            other => other,
+        }
+    }
+}
+
+impl Pickle {
     /// Parses a whole pickle.
-    pub fn parse(input: &'a [u8]) -> Result<Self, PickleError> {
+    pub fn parse(input: &[u8]) -> Result<Self, PickleError> {
         Self::parse_with(input, |_, _| None)
     }
 
@@ -864,8 +939,8 @@ impl<'a> Pickle<'a> {
     /// small records into its own compact form while they are parsed, instead of keeping them
     /// all as generic dicts.
     pub fn parse_with(
-        input: &'a [u8],
-        mut take: impl FnMut(&Pickle<'a>, &[Value]) -> Option<u32>,
+        input: &[u8],
+        mut take: impl FnMut(&Pickle, &[Value]) -> Option<u32>,
     ) -> Result<Self, PickleError> {
         let mut parser = Parser::new(input)?;
         parser.advance(&mut take, true)?;
@@ -873,15 +948,8 @@ impl<'a> Pickle<'a> {
     }
 
     fn span(&self, i: u32) -> &[u8] {
-        self.spans
-            .get(i as usize)
-            .and_then(|&(start, len)| {
-                self.text
-                    .get(start as usize..(start as usize + len as usize))
-            })
-            .unwrap_or(&[])
+        self.texts.get(i)
     }
-
     pub fn str(&self, v: Value) -> Option<&str> {
         match v {
             Value::Str(i) => core::str::from_utf8(self.span(i)).ok(),
@@ -947,28 +1015,22 @@ impl<'a> Pickle<'a> {
     }
 
     /// Builds an arena from JSON (the same data PyTorch's viewer accepts as JSON).
-    pub fn from_json(v: &serde_json::Value) -> Pickle<'static> {
-        let mut text = Vec::new();
+    pub fn from_json(v: &serde_json::Value) -> Pickle {
         let mut p = Pickle::default();
-        let root = p.add_json(v, 0, &mut text);
+        let root = p.add_json(v, 0);
         p.root = Some(root);
-        p.text = Cow::Owned(text);
         p
     }
 
-    fn add_text(&mut self, s: &str, text: &mut Vec<u8>) -> Value {
-        let (Ok(start), Ok(len)) = (u32::try_from(text.len()), u32::try_from(s.len())) else {
-            return Value::None;
-        };
-        if start.checked_add(len).is_none() {
+    fn add_text(&mut self, s: &str) -> Value {
+        let fits = (self.texts.bytes.len() as u64 + s.len() as u64) <= u64::from(u32::MAX);
+        if !fits {
             return Value::None;
         }
-        text.extend_from_slice(s.as_bytes());
-        self.spans.push((start, len));
-        Value::Str((self.spans.len() - 1) as u32)
+        Value::Str(self.texts.add(s.as_bytes()))
     }
 
-    fn add_json(&mut self, v: &serde_json::Value, depth: usize, text: &mut Vec<u8>) -> Value {
+    fn add_json(&mut self, v: &serde_json::Value, depth: usize) -> Value {
         use serde_json::Value as J;
         if depth > 256 {
             return Value::None;
@@ -983,19 +1045,16 @@ impl<'a> Pickle<'a> {
                     None => Value::Float(n.as_f64().unwrap_or(0.0)),
                 },
             },
-            J::String(s) => self.add_text(s, text),
+            J::String(s) => self.add_text(s),
             J::Array(a) => {
-                let items: Vec<Value> = a
-                    .iter()
-                    .map(|x| self.add_json(x, depth + 1, text))
-                    .collect();
+                let items: Vec<Value> = a.iter().map(|x| self.add_json(x, depth + 1)).collect();
                 Value::List(self.seqs.new_container(items.into_iter()))
             }
             J::Object(o) => {
                 let mut entries = Vec::with_capacity(o.len());
                 for (k, x) in o {
-                    let key = self.add_text(k, text);
-                    entries.push((key, self.add_json(x, depth + 1, text)));
+                    let key = self.add_text(k);
+                    entries.push((key, self.add_json(x, depth + 1)));
                 }
                 Value::Dict(self.dicts.new_container(entries.into_iter()))
             }
@@ -1105,7 +1164,7 @@ mod tests {
         use alloc::string::String;
         let mut parser = parser;
         let mut offered = String::new();
-        let mut take = |p: &Pickle<'_>, kv: &[Value]| {
+        let mut take = |p: &Pickle, kv: &[Value]| {
             offered.push_str(&alloc::format!("{kv:?};"));
             let n = offered.len() as u32;
             (p.str(kv[0]) == Some("action")).then_some(n)
@@ -1126,7 +1185,7 @@ mod tests {
         let text = alloc::format!(
             "{:?} {:?} {:?} {:?} {:?}",
             p.root,
-            p.spans,
+            p.texts,
             p.seqs,
             p.dicts,
             result
@@ -1216,12 +1275,39 @@ mod tests {
             let bytes: Vec<&[u8]> = b.chunks(1).collect();
             assert_eq!(outcome(Parser::incremental(0), &bytes), whole);
         }
-        // Errors other than truncation come as soon as the opcode is there.
+        // Errors other than truncation come as soon as the opcode is there, at their offset in
+        // the whole input (not in the piece).
         let mut p = Parser::incremental(0);
-        p.push(b"\x80\x04\x93").expect("small");
+        for piece in [&b"\x80\x04"[..], b"N", b"\x8c\x01"] {
+            p.push(piece).expect("small");
+            assert_eq!(p.advance(&mut |_, _| None, false), Ok(false));
+        }
+        p.push(b"a\x93").expect("small");
         assert!(matches!(
             p.advance(&mut |_, _| None, false),
-            Err(PickleError::Unsupported { opcode: 0x93, .. })
+            Err(PickleError::Unsupported {
+                opcode: 0x93,
+                offset: 6
+            })
         ));
+    }
+
+    /// Parsed input is dropped as pieces come: the parser keeps the strings, never the file.
+    #[test]
+    fn pieces_are_dropped_once_parsed() {
+        let ring = fixture("ring-buffer.pickle");
+        let mut parser = Parser::incremental(ring.len());
+        for piece in ring.chunks(4096) {
+            parser.push(piece).expect("small");
+            parser.advance(&mut |_, _| None, false).expect("parses");
+            // At most the opcode cut by the end of the piece waits (the fixture's are short).
+            assert!(parser.input.len() < 64, "{}", parser.input.len());
+        }
+        assert_eq!(parser.advance(&mut |_, _| None, true), Ok(true));
+        assert!(parser.p.texts.bytes.len() < ring.len() / 10);
+        let whole = outcome(Parser::new(&ring).expect("small"), &[]);
+        let mut pieces = Parser::incremental(0);
+        pieces.push(&ring[..ring.len() / 2]).expect("small");
+        assert_eq!(outcome(pieces, &[&ring[ring.len() / 2..]]), whole);
     }
 }

@@ -453,7 +453,7 @@ impl<const N: usize> Keys<N> {
 
     /// Which of the names the key `k` is (its position in `names`).
     #[inline]
-    fn field(&mut self, p: &Pickle<'_>, k: Value) -> Option<usize> {
+    fn field(&mut self, p: &Pickle, k: Value) -> Option<usize> {
         let Value::Str(i) = k else { return None };
         let i = i as usize;
         if i >= self.of.len() {
@@ -471,7 +471,7 @@ impl<const N: usize> Keys<N> {
     }
 
     /// The value of each name in `dict` (the last of a repeated key, as in Python).
-    fn get(&mut self, p: &Pickle<'_>, dict: Value) -> [Option<Value>; N] {
+    fn get(&mut self, p: &Pickle, dict: Value) -> [Option<Value>; N] {
         let mut out = [None; N];
         for &(k, v) in p.entries(dict) {
             if let Some(slot) = self.field(p, k).and_then(|f| out.get_mut(f)) {
@@ -649,7 +649,7 @@ impl Default for EntryReader {
 
 impl EntryReader {
     /// The entry, and whether the dict has an `action` (is a trace entry at all).
-    fn read(&mut self, p: &Pickle<'_>, kv: impl Iterator<Item = (Value, Value)>) -> (Entry, bool) {
+    fn read(&mut self, p: &Pickle, kv: impl Iterator<Item = (Value, Value)>) -> (Entry, bool) {
         let mut e = Entry::EMPTY;
         let mut has_action = false;
         for (k, v) in kv {
@@ -708,7 +708,7 @@ impl EntryReader {
 
     /// What an `action` value is, looked up once per string (actions are shared through the
     /// memo).
-    fn action(&mut self, p: &Pickle<'_>, v: Value) -> Action {
+    fn action(&mut self, p: &Pickle, v: Value) -> Action {
         let Value::Str(i) = v else {
             return Action::Missing;
         };
@@ -726,7 +726,7 @@ impl EntryReader {
 }
 
 struct Converter<'p, S> {
-    p: &'p Pickle<'p>,
+    p: &'p Pickle,
     root: Value,
     enc: S,
     summary: ImportSummary,
@@ -783,7 +783,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     /// Converts a parsed snapshot into the sink `make_sink` returns, given what the conversion
     /// will write. `entries` are the trace entries taken while parsing.
     fn convert(
-        p: &'p Pickle<'p>,
+        p: &'p Pickle,
         mut reader: EntryReader,
         mut entries: Vec<Entry>,
         make_sink: impl FnOnce(&SinkHint) -> S,
@@ -1210,12 +1210,7 @@ impl Plan {
     /// them (ghosts), how much reserved memory changes during the history, how much each kind
     /// of record the conversion will write. Trace entries not taken while parsing (JSON, or
     /// dicts without an action) are read here, into `entries`.
-    fn new(
-        p: &Pickle<'_>,
-        root: Value,
-        reader: &mut EntryReader,
-        entries: &mut Vec<Entry>,
-    ) -> Self {
+    fn new(p: &Pickle, root: Value, reader: &mut EntryReader, entries: &mut Vec<Entry>) -> Self {
         let traces = p.get(root, "device_traces");
         let segments = p.get(root, "segments");
         let has_segments = segments.is_some();
