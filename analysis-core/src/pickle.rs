@@ -17,9 +17,10 @@ use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-/// A value: scalars inline, strings and containers as indexes into the arena of a [`Pickle`].
+/// What a [`Value`] is (match on [`Value::kind`]): scalars inline, strings and containers as
+/// indexes into the arena of a [`Pickle`].
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Value {
+pub enum Kind {
     None,
     Bool(bool),
     Int(i64),
@@ -31,6 +32,165 @@ pub enum Value {
     List(u32),
     Tuple(u32),
     Dict(u32),
+}
+
+/// A value ([`Value::kind`] says what it is), made with the constructors named like the kinds
+/// (`Value::Int(3)`, `Value::None`).
+///
+/// Two scalars, a tag and 64 bits, rather than an enum with payloads of several types: such
+/// an enum is copied through memory, written piecewise and read back whole, which stalls the
+/// processor's store-to-load forwarding on every opcode (a third of the parser's time), while
+/// two scalars stay in registers (in WebAssembly too).
+#[derive(Clone, Copy)]
+pub struct Value {
+    tag: u8,
+    bits: u64,
+}
+
+#[allow(non_upper_case_globals, non_snake_case)]
+impl Value {
+    const NONE: u8 = 0;
+    const BOOL: u8 = 1;
+    const INT: u8 = 2;
+    const BIG_INT: u8 = 3;
+    const FLOAT: u8 = 4;
+    const STR: u8 = 5;
+    const BYTES: u8 = 6;
+    const LIST: u8 = 7;
+    const TUPLE: u8 = 8;
+    const DICT: u8 = 9;
+
+    pub const None: Value = Value {
+        tag: Self::NONE,
+        bits: 0,
+    };
+    /// An integer that does not fit in 64 bits.
+    pub const BigInt: Value = Value {
+        tag: Self::BIG_INT,
+        bits: 0,
+    };
+    #[inline(always)]
+    pub const fn Bool(b: bool) -> Value {
+        Value {
+            tag: Self::BOOL,
+            bits: b as u64,
+        }
+    }
+    #[inline(always)]
+    pub const fn Int(i: i64) -> Value {
+        Value {
+            tag: Self::INT,
+            bits: i as u64,
+        }
+    }
+    #[inline(always)]
+    pub const fn Float(f: f64) -> Value {
+        Value {
+            tag: Self::FLOAT,
+            bits: f.to_bits(),
+        }
+    }
+    #[inline(always)]
+    pub const fn Str(i: u32) -> Value {
+        Value {
+            tag: Self::STR,
+            bits: i as u64,
+        }
+    }
+    #[inline(always)]
+    pub const fn Bytes(i: u32) -> Value {
+        Value {
+            tag: Self::BYTES,
+            bits: i as u64,
+        }
+    }
+    #[inline(always)]
+    pub const fn List(i: u32) -> Value {
+        Value {
+            tag: Self::LIST,
+            bits: i as u64,
+        }
+    }
+    #[inline(always)]
+    pub const fn Tuple(i: u32) -> Value {
+        Value {
+            tag: Self::TUPLE,
+            bits: i as u64,
+        }
+    }
+    #[inline(always)]
+    pub const fn Dict(i: u32) -> Value {
+        Value {
+            tag: Self::DICT,
+            bits: i as u64,
+        }
+    }
+
+    /// What the value is.
+    #[inline(always)]
+    pub const fn kind(self) -> Kind {
+        let i = self.bits as u32;
+        match self.tag {
+            Self::BOOL => Kind::Bool(self.bits != 0),
+            Self::INT => Kind::Int(self.bits as i64),
+            Self::BIG_INT => Kind::BigInt,
+            Self::FLOAT => Kind::Float(f64::from_bits(self.bits)),
+            Self::STR => Kind::Str(i),
+            Self::BYTES => Kind::Bytes(i),
+            Self::LIST => Kind::List(i),
+            Self::TUPLE => Kind::Tuple(i),
+            Self::DICT => Kind::Dict(i),
+            _ => Kind::None,
+        }
+    }
+
+    /// The string index of a string.
+    #[inline(always)]
+    pub const fn as_str(self) -> Option<u32> {
+        match self.tag {
+            Self::STR => Some(self.bits as u32),
+            _ => Option::None,
+        }
+    }
+
+    /// The sequence index of a list or tuple.
+    #[inline(always)]
+    pub const fn as_seq(self) -> Option<u32> {
+        match self.tag {
+            Self::LIST | Self::TUPLE => Some(self.bits as u32),
+            _ => Option::None,
+        }
+    }
+
+    /// The dict index of a dict.
+    #[inline(always)]
+    pub const fn as_dict(self) -> Option<u32> {
+        match self.tag {
+            Self::DICT => Some(self.bits as u32),
+            _ => Option::None,
+        }
+    }
+
+    /// The index of a list (to append to).
+    #[inline(always)]
+    const fn as_list(self) -> Option<u32> {
+        match self.tag {
+            Self::LIST => Some(self.bits as u32),
+            _ => Option::None,
+        }
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind() == other.kind()
+    }
+}
+
+impl core::fmt::Debug for Value {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.kind().fmt(f)
+    }
 }
 
 /// Where a container's items are: a range of the shared flat arena while the container grows
@@ -307,29 +467,42 @@ fn dict_item(
         return false;
     };
     let arg = |n: usize| b.get(pos + 1..pos + 1 + n);
-    let (v, len) = match code {
+    // Pushes the value, skips its `len` bytes and the MEMOIZE after it, if any.
+    macro_rules! emit {
+        ($v:expr, $len:expr) => {{
+            let v = $v;
+            stack.push(v);
+            c.pos = pos + $len;
+            if b.get(c.pos) == Some(&op::MEMOIZE) {
+                memoize(memo, sparse_memo, v);
+                c.pos += 1;
+            }
+            true
+        }};
+    }
+    match code {
         op::BINGET => match arg(1).and_then(|k| memo.get(usize::from(k[0]))) {
-            Some(&v) => (v, 2),
-            None => return false,
+            Some(&v) => emit!(v, 2),
+            None => false,
         },
         op::LONG_BINGET => match arg(4)
             .and_then(|k| k.first_chunk::<4>())
             .and_then(|k| memo.get(u32::from_le_bytes(*k) as usize))
         {
-            Some(&v) => (v, 5),
-            None => return false,
+            Some(&v) => emit!(v, 5),
+            None => false,
         },
         op::BININT1 => match arg(1) {
-            Some(k) => (Value::Int(i64::from(k[0])), 2),
-            None => return false,
+            Some(k) => emit!(Value::Int(i64::from(k[0])), 2),
+            None => false,
         },
         op::BININT2 => match arg(2).and_then(|k| k.first_chunk::<2>()) {
-            Some(k) => (Value::Int(i64::from(u16::from_le_bytes(*k))), 3),
-            None => return false,
+            Some(k) => emit!(Value::Int(i64::from(u16::from_le_bytes(*k))), 3),
+            None => false,
         },
         op::BININT => match arg(4).and_then(|k| k.first_chunk::<4>()) {
-            Some(k) => (Value::Int(i64::from(i32::from_le_bytes(*k))), 5),
-            None => return false,
+            Some(k) => emit!(Value::Int(i64::from(i32::from_le_bytes(*k))), 5),
+            None => false,
         },
         op::LONG1 => {
             let Some(n) = arg(1).map(|k| usize::from(k[0])) else {
@@ -338,39 +511,33 @@ fn dict_item(
             if b.len() < pos + 2 + n {
                 return false;
             }
-            let v = if n <= 8 {
-                Value::Int(long_le(&b[pos + 2..], n))
+            if n <= 8 {
+                emit!(Value::Int(long_le(&b[pos + 2..], n)), 2 + n)
             } else {
-                Value::BigInt
-            };
-            (v, 2 + n)
+                emit!(Value::BigInt, 2 + n)
+            }
         }
         op::SHORT_BINUNICODE => {
             let Some(n) = arg(1).map(|k| usize::from(k[0])) else {
                 return false;
             };
             match b.get(pos + 2..pos + 2 + n) {
-                Some(s) if core::str::from_utf8(s).is_ok() => (Value::Str(texts.add(s)), 2 + n),
-                _ => return false,
+                Some(s) if core::str::from_utf8(s).is_ok() => {
+                    emit!(Value::Str(texts.add(s)), 2 + n)
+                }
+                _ => false,
             }
         }
-        op::NONE => (Value::None, 1),
-        op::NEWTRUE => (Value::Bool(true), 1),
-        op::NEWFALSE => (Value::Bool(false), 1),
+        op::NONE => emit!(Value::None, 1),
+        op::NEWTRUE => emit!(Value::Bool(true), 1),
+        op::NEWFALSE => emit!(Value::Bool(false), 1),
         op::BINFLOAT => match arg(8).and_then(|k| k.first_chunk::<8>()) {
-            Some(k) => (Value::Float(f64::from_be_bytes(*k)), 9),
-            None => return false,
+            Some(k) => emit!(Value::Float(f64::from_be_bytes(*k)), 9),
+            None => false,
         },
-        op::EMPTY_LIST => (Value::List(seqs.new_container(core::iter::empty())), 1),
-        _ => return false,
-    };
-    stack.push(v);
-    c.pos = pos + len;
-    if b.get(c.pos) == Some(&op::MEMOIZE) {
-        memoize(memo, sparse_memo, v);
-        c.pos += 1;
+        op::EMPTY_LIST => emit!(Value::List(seqs.new_container(core::iter::empty())), 1),
+        _ => false,
     }
-    true
 }
 
 /// The fast path for the dicts PyTorch writes for every trace entry and frame, run right after
@@ -393,12 +560,9 @@ fn dict_items(
 ) {
     let b = c.b;
     if b.get(c.pos) == Some(&op::MEMOIZE) {
-        if let Some(&v) = stack.last() {
-            memoize(memo, sparse_memo, v);
-            c.pos += 1;
-        } else {
-            return;
-        }
+        let Some(&dict) = stack.last() else { return };
+        memoize(memo, sparse_memo, dict);
+        c.pos += 1;
     }
     if b.get(c.pos) != Some(&op::MARK) {
         return;
@@ -618,9 +782,11 @@ impl Vm {
                     } else {
                         pop_mark(marks)?
                     };
-                    match m.checked_sub(1).and_then(|t| stack.get(t)) {
-                        Some(&Value::List(i)) => p.seqs.extend(i, stack[m..].iter().copied()),
-                        _ => return Err(malformed(at, "APPEND to something that is not a list")),
+                    match m.checked_sub(1).and_then(|t| stack.get(t)?.as_list()) {
+                        Some(i) => p.seqs.extend(i, stack[m..].iter().copied()),
+                        None => {
+                            return Err(malformed(at, "APPEND to something that is not a list"));
+                        }
                     }
                     stack.truncate(m);
                     continue;
@@ -640,8 +806,8 @@ impl Vm {
                     if !(stack.len() - m).is_multiple_of(2) {
                         return Err(malformed(at, "SETITEMS with an odd number of items"));
                     }
-                    match m.checked_sub(1).and_then(|t| stack.get(t)) {
-                        Some(&Value::Dict(i)) => {
+                    match m.checked_sub(1).and_then(|t| stack.get(t)?.as_dict()) {
+                        Some(i) => {
                             let tag = if p.dicts.is_empty(i) {
                                 take(p, &stack[m..])
                             } else {
@@ -654,7 +820,9 @@ impl Vm {
                                     .extend(i, stack[m..].chunks_exact(2).map(|kv| (kv[0], kv[1]))),
                             }
                         }
-                        _ => return Err(malformed(at, "SETITEM on something that is not a dict")),
+                        None => {
+                            return Err(malformed(at, "SETITEM on something that is not a dict"));
+                        }
                     }
                     stack.truncate(m);
                     continue;
@@ -951,40 +1119,34 @@ impl Pickle {
         self.texts.get(i)
     }
     pub fn str(&self, v: Value) -> Option<&str> {
-        match v {
-            Value::Str(i) => core::str::from_utf8(self.span(i)).ok(),
-            _ => None,
-        }
+        core::str::from_utf8(self.span(v.as_str()?)).ok()
     }
 
     pub fn bytes(&self, v: Value) -> Option<&[u8]> {
-        match v {
-            Value::Bytes(i) => Some(self.span(i)),
+        match v.kind() {
+            Kind::Bytes(i) => Some(self.span(i)),
             _ => None,
         }
     }
 
     /// Items of a list or tuple (empty for anything else).
     pub fn items(&self, v: Value) -> &[Value] {
-        match v {
-            Value::List(i) | Value::Tuple(i) => self.seqs.get(i),
-            _ => &[],
+        match v.as_seq() {
+            Some(i) => self.seqs.get(i),
+            None => &[],
         }
     }
 
     /// The tag of a dict the [`Pickle::parse_with`] callback took.
     pub fn taken(&self, v: Value) -> Option<u32> {
-        match v {
-            Value::Dict(i) => self.dicts.taken(i),
-            _ => None,
-        }
+        self.dicts.taken(v.as_dict()?)
     }
 
     /// Entries of a dict (empty for anything else, and for a dict the callback took).
     pub fn entries(&self, v: Value) -> &[(Value, Value)] {
-        match v {
-            Value::Dict(i) => self.dicts.get(i),
-            _ => &[],
+        match v.as_dict() {
+            Some(i) => self.dicts.get(i),
+            None => &[],
         }
     }
 
@@ -993,23 +1155,23 @@ impl Pickle {
         self.entries(dict)
             .iter()
             .rev()
-            .find(|(k, _)| matches!(*k, Value::Str(i) if self.span(i) == key.as_bytes()))
+            .find(|(k, _)| k.as_str().is_some_and(|i| self.span(i) == key.as_bytes()))
             .map(|(_, v)| *v)
     }
 
     pub fn int(&self, v: Option<Value>) -> Option<i64> {
-        match v? {
-            Value::Int(i) => Some(i),
-            Value::Float(f) if f.is_finite() => Some(f as i64),
-            Value::Bool(b) => Some(i64::from(b)),
+        match v?.kind() {
+            Kind::Int(i) => Some(i),
+            Kind::Float(f) if f.is_finite() => Some(f as i64),
+            Kind::Bool(b) => Some(i64::from(b)),
             _ => None,
         }
     }
 
     pub fn float(&self, v: Option<Value>) -> Option<f64> {
-        match v? {
-            Value::Int(i) => Some(i as f64),
-            Value::Float(f) => Some(f),
+        match v?.kind() {
+            Kind::Int(i) => Some(i as f64),
+            Kind::Float(f) => Some(f),
             _ => None,
         }
     }

@@ -31,7 +31,7 @@ use hashbrown::HashMap;
 use crate::encode::{Encoder, Interner, RecordSink};
 use crate::format::*;
 use crate::model::{LoadedTrace, TraceModel};
-use crate::pickle::{Parser, Pickle, PickleError, Value};
+use crate::pickle::{Kind, Parser, Pickle, PickleError, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
@@ -454,7 +454,7 @@ impl<const N: usize> Keys<N> {
     /// Which of the names the key `k` is (its position in `names`).
     #[inline]
     fn field(&mut self, p: &Pickle, k: Value) -> Option<usize> {
-        let Value::Str(i) = k else { return None };
+        let i = k.as_str()?;
         let i = i as usize;
         if i >= self.of.len() {
             self.of.resize(i + 1, 0);
@@ -659,10 +659,7 @@ impl EntryReader {
             // Later keys win, as in Python.
             match field {
                 Field::Action => {
-                    e.action = match v {
-                        Value::Str(s) => s,
-                        _ => NONE_INDEX,
-                    };
+                    e.action = v.as_str().unwrap_or(NONE_INDEX);
                     e.kind = self.action(p, v);
                     has_action = true;
                 }
@@ -682,10 +679,7 @@ impl EntryReader {
                 }
                 Field::TimeUs => e.time_us = p.int(Some(v)).unwrap_or(0),
                 Field::Frames => {
-                    e.frames = match v {
-                        Value::List(i) | Value::Tuple(i) => i,
-                        _ => NONE_INDEX,
-                    };
+                    e.frames = v.as_seq().unwrap_or(NONE_INDEX);
                 }
             }
         }
@@ -709,7 +703,7 @@ impl EntryReader {
     /// What an `action` value is, looked up once per string (actions are shared through the
     /// memo).
     fn action(&mut self, p: &Pickle, v: Value) -> Action {
-        let Value::Str(i) = v else {
+        let Some(i) = v.as_str() else {
             return Action::Missing;
         };
         let i = i as usize;
@@ -847,8 +841,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     /// The stack of a `frames` list (innermost first), optionally under a marker frame.
     fn stack(&mut self, frames: Option<Value>, marker: Option<&str>) -> StackId {
         let list_key = match frames {
-            Some(Value::List(i) | Value::Tuple(i)) => Some((i, marker.is_some())),
-            _ => None,
+            Some(v) => v.as_seq().map(|i| (i, marker.is_some())),
+            None => None,
         };
         if let Some(&s) = list_key.and_then(|k| self.frame_lists.get(&k)) {
             return s;
@@ -857,8 +851,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         let mut s = StackId(0);
         let list = frames.map_or(&[][..], |f| p.items(f));
         for &fr in list.iter().rev().take(crate::model::MAX_STACK_DEPTH) {
-            let f = match fr {
-                Value::Dict(i) => match self.frame_dicts.get(&i) {
+            let f = match fr.as_dict() {
+                Some(i) => match self.frame_dicts.get(&i) {
                     Some(&f) => f,
                     None => {
                         let f = self.frame_of(fr);
@@ -955,10 +949,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     fn replay_annotation(&mut self, ts: u64, a: &Annotation, r: &mut Replay) {
         let p = self.p;
         let name = p.str(a.name).unwrap_or("?");
-        let cached = match a.name {
-            Value::Str(i) => r.names.get(&i).copied(),
-            _ => None,
-        };
+        let cached = a.name.as_str().and_then(|i| r.names.get(&i).copied());
         if a.start {
             let range = RangeId(r.next_range);
             r.next_range += 1;
@@ -966,7 +957,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 Some(n) => n,
                 None => {
                     let n = self.string(name);
-                    if let Value::Str(i) = a.name {
+                    if let Some(i) = a.name.as_str() {
                         r.names.insert(i, n);
                     }
                     n
@@ -1127,12 +1118,12 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 .iter()
                 .filter_map(|(k, v)| {
                     let k = p.str(*k)?;
-                    let v = match *v {
-                        Value::Str(_) => String::from(p.str(*v).unwrap_or("")),
-                        Value::Int(i) => format!("{i}"),
-                        Value::Float(f) => format!("{f}"),
-                        Value::Bool(b) => format!("{b}"),
-                        Value::None => String::from("None"),
+                    let v = match v.kind() {
+                        Kind::Str(_) => String::from(p.str(*v).unwrap_or("")),
+                        Kind::Int(i) => format!("{i}"),
+                        Kind::Float(f) => format!("{f}"),
+                        Kind::Bool(b) => format!("{b}"),
+                        Kind::None => String::from("None"),
                         _ => String::from("…"),
                     };
                     Some(format!("{k}={v}"))
@@ -1253,8 +1244,8 @@ impl Plan {
             let time_us = p.int(time_us).unwrap_or(0);
             let device = p.int(device).unwrap_or(0);
             let name = name.unwrap_or(Value::None);
-            let start = match stage {
-                Some(Value::Str(i)) => {
+            let start = match stage.and_then(Value::as_str) {
+                Some(i) => {
                     let i = i as usize;
                     if i >= starts.len() {
                         starts.resize(i + 1, 0);
