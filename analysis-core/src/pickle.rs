@@ -38,9 +38,9 @@ pub enum Kind {
 /// (`Value::Int(3)`, `Value::None`).
 ///
 /// Two scalars, a tag and 64 bits, rather than an enum with payloads of several types: such
-/// an enum is copied through memory, written piecewise and read back whole, which stalls the
-/// processor's store-to-load forwarding on every opcode (a third of the parser's time), while
-/// two scalars stay in registers (in WebAssembly too).
+/// an enum is copied through memory, written piecewise and read back whole (a store-forwarding
+/// stall on every opcode), while two scalars stay in registers. In WebAssembly the parse of a
+/// 1M-entry snapshot got 15–25 % faster.
 #[derive(Clone, Copy)]
 pub struct Value {
     tag: u8,
