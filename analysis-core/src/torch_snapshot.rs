@@ -451,23 +451,32 @@ impl<const N: usize> Keys<N> {
         }
     }
 
-    /// Which of the names the key `k` is (its position in `names`).
-    #[inline]
+    /// Which of the names the key `k` is (its position in `names`). Inlined: it runs for
+    /// every key of every trace entry, and the key was almost always looked at before.
+    #[inline(always)]
     fn field(&mut self, p: &Pickle, k: Value) -> Option<usize> {
-        let i = k.as_str()?;
-        let i = i as usize;
+        let i = k.as_str()? as usize;
+        let of = match self.of.get(i) {
+            Some(&of) if of != 0 => of,
+            _ => self.look_up(p, k, i),
+        };
+        usize::from(of).checked_sub(2)
+    }
+
+    /// Looks at key string `i` the first time it comes.
+    #[cold]
+    #[inline(never)]
+    fn look_up(&mut self, p: &Pickle, k: Value, i: usize) -> u8 {
         if i >= self.of.len() {
             self.of.resize(i + 1, 0);
         }
-        if self.of[i] == 0 {
-            let s = p.str(k);
-            self.of[i] = self
-                .names
-                .iter()
-                .position(|&n| s == Some(n))
-                .map_or(1, |f| f as u8 + 2);
-        }
-        usize::from(self.of[i]).checked_sub(2)
+        let s = p.str(k);
+        self.of[i] = self
+            .names
+            .iter()
+            .position(|&n| s == Some(n))
+            .map_or(1, |f| f as u8 + 2);
+        self.of[i]
     }
 
     /// The value of each name in `dict` (the last of a repeated key, as in Python).
