@@ -30,20 +30,7 @@ fn main() {
     };
     if mode.as_deref() == Some("pieces") {
         for round in 0..rounds {
-            let t = Instant::now();
-            let mut loader = torch_snapshot::SnapshotLoader::new(Some(bytes.len()));
-            for piece in bytes.chunks(1 << 20) {
-                if let Err(e) = loader.push(piece) {
-                    eprintln!("{path}: {e}");
-                    std::process::exit(1);
-                }
-            }
-            let parsed = t.elapsed().as_secs_f64();
-            let Ok((trace, _)) = loader.finish() else {
-                eprintln!("the snapshot does not load in pieces");
-                std::process::exit(1);
-            };
-            let all = t.elapsed().as_secs_f64();
+            let (trace, parsed, all) = load_in_pieces(&bytes, 1 << 20, &path);
             std::hint::black_box(&trace);
             println!(
                 "{{\"round\":{round},\"parse_secs\":{parsed:.4},\"convert_secs\":{:.4},\"total_secs\":{all:.4}}}",
@@ -93,19 +80,8 @@ fn main() {
         best[4] = best[4].min(t4.elapsed().as_secs_f64());
         std::hint::black_box(&direct);
         drop(direct);
-        let t5 = Instant::now();
-        let mut loader = torch_snapshot::SnapshotLoader::new(Some(bytes.len()));
-        for piece in bytes.chunks(4 << 20) {
-            if let Err(e) = loader.push(piece) {
-                eprintln!("{path}: {e}");
-                std::process::exit(1);
-            }
-        }
-        let Ok((pieces, _)) = loader.finish() else {
-            eprintln!("the snapshot does not load in pieces");
-            std::process::exit(1);
-        };
-        best[5] = best[5].min(t5.elapsed().as_secs_f64());
+        let (pieces, _, all) = load_in_pieces(&bytes, 4 << 20, &path);
+        best[5] = best[5].min(all);
         std::hint::black_box(&pieces);
         let phases = [t1 - t0, t2 - t1, t3 - t2];
         for (b, p) in best.iter_mut().zip(phases) {
@@ -130,4 +106,27 @@ fn main() {
         secs(best[4]),
         secs(best[5])
     );
+}
+
+/// Pushes `bytes` into a `SnapshotLoader` in pieces of `piece` bytes and finishes it: the trace,
+/// the seconds the pushes (the parse) took, and the seconds in all. Exits on an error.
+fn load_in_pieces(
+    bytes: &[u8],
+    piece: usize,
+    path: &str,
+) -> (analysis_core::LoadedTrace, f64, f64) {
+    let t = Instant::now();
+    let mut loader = torch_snapshot::SnapshotLoader::new(Some(bytes.len()));
+    for p in bytes.chunks(piece) {
+        if let Err(e) = loader.push(p) {
+            eprintln!("{path}: {e}");
+            std::process::exit(1);
+        }
+    }
+    let parsed = t.elapsed().as_secs_f64();
+    let Ok((trace, _)) = loader.finish() else {
+        eprintln!("the snapshot does not load in pieces");
+        std::process::exit(1);
+    };
+    (trace, parsed, t.elapsed().as_secs_f64())
 }

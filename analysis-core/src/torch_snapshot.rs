@@ -849,10 +849,9 @@ impl<'p, S: RecordSink> Converter<'p, S> {
 
     /// The stack of a `frames` list (innermost first), optionally under a marker frame.
     fn stack(&mut self, frames: Option<Value>, marker: Option<&str>) -> StackId {
-        let list_key = match frames {
-            Some(v) => v.as_seq().map(|i| (i, marker.is_some())),
-            None => None,
-        };
+        let list_key = frames
+            .and_then(Value::as_seq)
+            .map(|i| (i, marker.is_some()));
         if let Some(&s) = list_key.and_then(|k| self.frame_lists.get(&k)) {
             return s;
         }
