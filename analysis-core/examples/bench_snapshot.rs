@@ -5,7 +5,9 @@
 //! while it reads the file), and the report. Natively or as wasm32-wasip1 under Node.
 //! Usage: bench_snapshot FILE [ROUNDS] [direct|pieces]   (`direct`: only the direct load, for
 //! profiling; `pieces`: only `SnapshotLoader` fed 1 MiB pieces as the viewer does, printing the
-//! parse (pushes) and the conversion (`finish`) of every round, the first one cold)
+//! parse (pushes) and the conversion (`finish`) of every round, the first one cold; as wasm,
+//! also the linear memory after each (it only grows: memory first touched costs a page fault
+//! per 4 KiB, a large part of a cold load)
 
 use std::time::Instant;
 
@@ -29,12 +31,14 @@ fn main() {
         }
     };
     if mode.as_deref() == Some("pieces") {
+        let start = memory_mib();
         for round in 0..rounds {
-            let (trace, parsed, all) = load_in_pieces(&bytes, 1 << 20, &path);
+            let (trace, parsed, all, parse_mem) = load_in_pieces(&bytes, 1 << 20, &path);
             std::hint::black_box(&trace);
             println!(
-                "{{\"round\":{round},\"parse_secs\":{parsed:.4},\"convert_secs\":{:.4},\"total_secs\":{all:.4}}}",
-                all - parsed
+                "{{\"round\":{round},\"parse_secs\":{parsed:.4},\"convert_secs\":{:.4},\"total_secs\":{all:.4},\"memory_mib\":{{\"start\":{start},\"parsed\":{parse_mem},\"converted\":{}}}}}",
+                all - parsed,
+                memory_mib(),
             );
         }
         return;
@@ -80,7 +84,7 @@ fn main() {
         best[4] = best[4].min(t4.elapsed().as_secs_f64());
         std::hint::black_box(&direct);
         drop(direct);
-        let (pieces, _, all) = load_in_pieces(&bytes, 4 << 20, &path);
+        let (pieces, _, all, _) = load_in_pieces(&bytes, 4 << 20, &path);
         best[5] = best[5].min(all);
         std::hint::black_box(&pieces);
         let phases = [t1 - t0, t2 - t1, t3 - t2];
@@ -109,12 +113,13 @@ fn main() {
 }
 
 /// Pushes `bytes` into a `SnapshotLoader` in pieces of `piece` bytes and finishes it: the trace,
-/// the seconds the pushes (the parse) took, and the seconds in all. Exits on an error.
+/// the seconds the pushes (the parse) took, the seconds in all, and the memory after the parse
+/// ([`memory_mib`]). Exits on an error.
 fn load_in_pieces(
     bytes: &[u8],
     piece: usize,
     path: &str,
-) -> (analysis_core::LoadedTrace, f64, f64) {
+) -> (analysis_core::LoadedTrace, f64, f64, String) {
     let t = Instant::now();
     let mut loader = torch_snapshot::SnapshotLoader::new(Some(bytes.len()));
     for p in bytes.chunks(piece) {
@@ -124,9 +129,22 @@ fn load_in_pieces(
         }
     }
     let parsed = t.elapsed().as_secs_f64();
+    let parse_mem = memory_mib();
     let Ok((trace, _)) = loader.finish() else {
         eprintln!("the snapshot does not load in pieces");
         std::process::exit(1);
     };
-    (trace, parsed, t.elapsed().as_secs_f64())
+    (trace, parsed, t.elapsed().as_secs_f64(), parse_mem)
+}
+
+/// The WebAssembly linear memory in MiB, as JSON (`null` natively).
+fn memory_mib() -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        format!("{}", core::arch::wasm32::memory_size(0) / 16)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        String::from("null")
+    }
 }

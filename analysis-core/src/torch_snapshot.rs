@@ -378,6 +378,75 @@ struct Slot {
     entry: u32,
 }
 
+/// The block a trace entry's replay frees (an allocation frees a block still at its address
+/// first): an allocation of the history by ordinal (in replay order, from 0), a block alive at
+/// time 0 (numbered down from [`Link::FIRST_START`]), or none. Resolved in pass 1, so the
+/// replay finds blocks by index instead of by address. Either kind is fewer than the trace
+/// entries plus the final blocks, which the input's 4 GiB bounds below 2^31, so they never meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Link(u32);
+
+impl Link {
+    const NONE: u32 = u32::MAX;
+    const FIRST_START: u32 = u32::MAX - 1;
+    const LAST_HISTORY: u32 = u32::MAX / 2;
+}
+
+/// A block alive at time 0.
+#[derive(Clone, Copy, Debug)]
+struct StartBlock {
+    device: u32,
+    addr: i64,
+    size: u64,
+    frames: Option<Value>,
+    /// A ghost (else a final block the history does not allocate).
+    ghost: bool,
+}
+
+/// What pass 1 knows of an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// Not allocated in the history so far, or freed since.
+    Not,
+    /// Allocated (and not freed since).
+    Allocated,
+    /// A ghost block: freed before the history allocated it.
+    Ghost,
+}
+
+/// An address in pass 1: what the replay will have there. Kept for every address the history
+/// uses (far fewer than its entries: the caching allocator reuses blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockState {
+    seen: Seen,
+    /// The block of the history the replay has there ([`Link::NONE`] when a block alive at time
+    /// 0 may be, until the first close).
+    live: Link,
+    /// The position of the first entry that closes a block there (an allocation with a size,
+    /// a completed free), `u32::MAX` before it: a block alive at time 0 there ends then.
+    first_close: u32,
+    /// When the free of the block there was requested, if it was (in replay nanoseconds).
+    requested_ns: Option<u64>,
+}
+
+impl BlockState {
+    const EMPTY: BlockState = BlockState {
+        seen: Seen::Not,
+        live: Link(Link::NONE),
+        first_close: u32::MAX,
+        requested_ns: None,
+    };
+
+    /// The entry at `pos` closes the block there: what it frees.
+    #[inline]
+    fn close(&mut self, pos: usize) -> Link {
+        if self.first_close == u32::MAX {
+            self.first_close = pos as u32;
+        }
+        core::mem::replace(&mut self.live, Link(Link::NONE))
+    }
+}
+
 /// A `record_function` annotation (its time is in its [`Slot`]).
 #[derive(Clone, Copy, Debug)]
 struct Annotation {
@@ -742,9 +811,11 @@ struct Converter<'p, S> {
     entries: Vec<Entry>,
     /// `stream` values, indexed by `Entry::stream`.
     streams: Vec<u64>,
-    /// Live blocks: (device, address) → (id, size).
-    live: IntMap<(u32, i64), (AllocId, u64)>,
-    requested: IntMap<(u32, i64), u64>,
+    /// The id and size of each block alive at time 0 (as numbered in `Plan::at_start`) and of
+    /// each allocation of the history (by [`Link`] ordinal), once allocated: frees find their
+    /// block here.
+    start_ids: Vec<(AllocId, u64)>,
+    history_ids: Vec<(AllocId, u64)>,
     /// Reserved and allocated bytes, by device.
     reserved: Vec<u64>,
     allocated: Vec<u64>,
@@ -762,12 +833,13 @@ struct Plan {
     device_ends: Vec<u32>,
     annotations: Vec<Annotation>,
     devices: u32,
-    /// Blocks freed before the history allocates them: (device, address, size, frames).
-    ghosts: Vec<(u32, i64, u64, Option<Value>)>,
-    /// Active blocks of the final segments.
-    final_blocks: Vec<(u32, i64, u64, Option<Value>)>,
-    /// Blocks alive at the end of the replayed history (allocated, not freed).
-    alive_in_history: IntSet<(u32, i64)>,
+    /// Blocks alive at time 0: ghosts (freed before the history allocates them), then final
+    /// blocks the history does not allocate. A [`Link`] from the top numbers them.
+    at_start: Vec<StartBlock>,
+    /// What each trace entry's replay frees, by position ([`Link`]); stream-ordered frees, by
+    /// position (a bit each).
+    links: Vec<Link>,
+    stream_ordered: Vec<u64>,
     /// Reserved bytes at the start of the history, by device.
     reserved_start: Vec<u64>,
     hint: SinkHint,
@@ -808,8 +880,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             frame_lists: IntMap::default(),
             entries,
             streams: reader.streams,
-            live: IntMap::default(),
-            requested: IntMap::default(),
+            start_ids: Vec::new(),
+            history_ids: Vec::new(),
             reserved: Vec::new(),
             allocated: Vec::new(),
             skipped: HashMap::new(),
@@ -894,9 +966,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     }
 
     fn ts(&mut self, time_us: i64) -> u64 {
-        let ns = u64::try_from(time_us.saturating_sub(self.t0_us))
-            .unwrap_or(0)
-            .saturating_mul(1000);
+        let ns = ns_since(time_us, self.t0_us);
         self.last_ns = self.last_ns.max(ns);
         ns
     }
@@ -922,7 +992,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         size: u64,
         stack: StackId,
         stream: u64,
-    ) {
+    ) -> (AllocId, u64) {
         let id = self.enc.emit_alloc(&Alloc {
             ts_nanos,
             size_bytes: size,
@@ -933,14 +1003,20 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             stream,
             ..Alloc::default()
         });
-        self.live.insert((device, addr), (id, size));
         let a = per_device(&mut self.allocated, device);
         *a = a.saturating_add(size);
         self.summary.allocations += 1;
+        (id, size)
     }
 
-    fn free(&mut self, ts_nanos: u64, device: u32, addr: i64, kind: FreeKind, stream: u64) {
-        if let Some((id, size)) = self.live.remove(&(device, addr)) {
+    /// Frees the block `link` names, if any.
+    fn free(&mut self, ts_nanos: u64, device: u32, link: Link, kind: FreeKind, stream: u64) {
+        let block = match link.0 {
+            Link::NONE => None,
+            l if l > Link::LAST_HISTORY => self.start_ids.get((Link::FIRST_START - l) as usize),
+            l => self.history_ids.get(l as usize),
+        };
+        if let Some(&(id, size)) = block {
             self.enc.emit(Record::Free(Free {
                 ts_nanos,
                 alloc: id,
@@ -1001,7 +1077,15 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     /// Replays one trace entry (a method of its own so that WebAssembly engines that tier up
     /// hot functions run it optimized after the first few thousand entries).
     #[inline(never)]
-    fn replay_entry(&mut self, ts: u64, d: u32, en: &Entry, since_sample: &mut Vec<u32>) {
+    fn replay_entry(
+        &mut self,
+        ts: u64,
+        d: u32,
+        en: &Entry,
+        link: Link,
+        stream_ordered: bool,
+        since_sample: &mut Vec<u32>,
+    ) {
         let addr = en.addr;
         let stream = self.streams.get(en.stream as usize).copied().unwrap_or(0);
         let size = if en.kind.raw_size() {
@@ -1011,21 +1095,22 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         };
         match (en.kind, size) {
             (Action::Alloc, Some(size)) => {
-                // A block allocated twice without a free: close the old one first.
-                self.free(ts, d, addr, FreeKind::Other, stream);
+                // A block allocated twice without a free: the old one is closed first.
+                self.free(ts, d, link, FreeKind::Other, stream);
                 let stack = self.stack(en.frames(), None);
-                self.alloc(ts, d, addr, size, stack, stream);
-            }
-            (Action::FreeRequested, _) => {
-                self.requested.insert((d, addr), ts);
+                let block = self.alloc(ts, d, addr, size, stack, stream);
+                self.history_ids.push(block);
             }
             (Action::FreeCompleted, _) => {
-                let kind = match self.requested.remove(&(d, addr)) {
-                    Some(req) if req < ts => FreeKind::StreamOrdered,
-                    _ => FreeKind::Immediate,
+                let kind = if stream_ordered {
+                    FreeKind::StreamOrdered
+                } else {
+                    FreeKind::Immediate
                 };
-                self.free(ts, d, addr, kind, stream);
+                self.free(ts, d, link, kind, stream);
             }
+            // Counted below like the other frees (`since_sample`), though nothing changes yet.
+            (Action::FreeRequested, _) => {}
             (Action::SegmentAdd, Some(size)) => {
                 let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_add(size);
@@ -1096,12 +1181,14 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             device_ends,
             annotations,
             devices,
-            ghosts,
-            final_blocks,
-            alive_in_history,
+            at_start,
+            links,
+            stream_ordered,
             reserved_start,
-            hint: _,
+            hint,
         } = plan;
+        self.start_ids.reserve(at_start.len());
+        self.history_ids.reserve(hint.allocs);
         self.summary.trace_entries = u64::from(device_ends.last().copied().unwrap_or(0));
         self.t0_us = order.first().map_or(0, |o| o.time_us);
         self.summary.devices = devices;
@@ -1148,20 +1235,16 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         // Time 0: reserved memory and blocks from before the history.
         self.reserved = reserved_start;
         self.allocated = alloc::vec![0; devices as usize];
-        for (d, addr, size, frames) in ghosts {
-            let stack = self.stack(frames, Some(BEFORE_HISTORY));
-            self.alloc(0, d, addr, size, stack, 0);
-            self.summary.ghost_frees += 1;
-        }
-        for (d, addr, size, frames) in final_blocks {
-            if alive_in_history.contains(&(d, addr)) || self.live.contains_key(&(d, addr)) {
-                continue;
+        for b in at_start {
+            let stack = self.stack(b.frames, Some(BEFORE_HISTORY));
+            let block = self.alloc(0, b.device, b.addr, b.size, stack, 0);
+            self.start_ids.push(block);
+            if b.ghost {
+                self.summary.ghost_frees += 1;
+            } else {
+                self.summary.reconstructed_blocks += 1;
             }
-            let stack = self.stack(frames, Some(BEFORE_HISTORY));
-            self.alloc(0, d, addr, size, stack, 0);
-            self.summary.reconstructed_blocks += 1;
         }
-        drop(alive_in_history);
         for d in 0..devices {
             self.pool_sample(0, d);
         }
@@ -1177,7 +1260,12 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             if o.pos < traced {
                 let d = device_ends.partition_point(|&end| end <= o.pos) as u32;
                 if let Some(en) = self.entries.get(o.entry as usize).copied() {
-                    self.replay_entry(ts, d, &en, &mut replay.since_sample);
+                    let i = o.pos as usize;
+                    let link = links.get(i).copied().unwrap_or(Link(Link::NONE));
+                    let so = stream_ordered
+                        .get(i / 64)
+                        .is_some_and(|w| w >> (i % 64) & 1 != 0);
+                    self.replay_entry(ts, d, &en, link, so, &mut replay.since_sample);
                 }
             } else if let Some(a) = annotations.get((o.pos - traced) as usize) {
                 self.replay_annotation(ts, a, &mut replay);
@@ -1297,8 +1385,32 @@ impl Plan {
             devices = devices.max(device_of(s) + 1);
         }
 
-        // Pass 1.
-        let mut seen: IntMap<(u32, i64), bool> = IntMap::default();
+        // The final state, from the segments.
+        let mut final_reserved: Vec<u64> = alloc::vec![0; devices as usize];
+        let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
+        let size = |v: Option<Value>| p.int(v).and_then(|v| u64::try_from(v).ok());
+        let mut block_keys = Keys::new(["state", "address", "size", "frames"]);
+        for s in &segments {
+            let d = device_of(s);
+            let r = per_device(&mut final_reserved, d);
+            *r = r.saturating_add(size(s[1]).unwrap_or(0));
+            for &b in p.items(s[2].unwrap_or(Value::None)) {
+                let [state, addr, size_bytes, frames] = block_keys.get(p, b);
+                let state = state.and_then(|v| p.str(v)).unwrap_or("");
+                if state.starts_with("active") {
+                    let addr = p.int(addr).unwrap_or(0);
+                    let size = size(size_bytes).unwrap_or(0);
+                    final_blocks.push((d, addr, size, frames));
+                }
+            }
+        }
+        // Pass 1: the replay's blocks, by (device, address), so that the replay itself needs
+        // no map.
+        let mut blocks: IntMap<(u32, i64), BlockState> = IntMap::default();
+        let mut links = alloc::vec![Link(Link::NONE); traced];
+        let mut stream_ordered = alloc::vec![0u64; traced.div_ceil(64)];
+        let mut history_allocs: u32 = 0;
+        let t0_us = order.first().map_or(0, |o| o.time_us);
         let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
         let mut reserved_delta: Vec<i128> = alloc::vec![0; devices as usize];
         let mut hint = SinkHint {
@@ -1322,19 +1434,47 @@ impl Plan {
             } else {
                 block_size(en.size()).unwrap_or(0)
             };
+            let pos = o.pos as usize;
             match en.kind {
                 Action::Alloc => {
-                    hint.allocs += usize::from(en.size().is_some());
-                    seen.insert((d, addr), true);
+                    let b = blocks.entry((d, addr)).or_insert(BlockState::EMPTY);
+                    b.seen = Seen::Allocated;
+                    if en.size().is_some() {
+                        hint.allocs += 1;
+                        // The replay allocates it (and frees a block still there first).
+                        links[pos] = b.close(pos);
+                        b.live = Link(history_allocs);
+                        history_allocs += 1;
+                    }
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    frees += usize::from(en.kind == Action::FreeCompleted);
-                    if !seen.contains_key(&(d, addr)) {
+                    let completed = en.kind == Action::FreeCompleted;
+                    frees += usize::from(completed);
+                    let key = (d, addr);
+                    let b = blocks.entry(key).or_insert(BlockState::EMPTY);
+                    if b.seen == Seen::Not {
+                        // Freed before the history allocates it: a ghost, alive from time 0
+                        // until the replay first closes a block at its address, which may have
+                        // been earlier (a later ghost there replaces an earlier one).
+                        let ghost = Link(Link::FIRST_START - ghosts.len() as u32);
+                        match b.first_close {
+                            u32::MAX => b.live = ghost,
+                            q => links[q as usize] = ghost,
+                        }
+                        b.seen = Seen::Ghost;
                         ghosts.push((d, addr, size, en.frames()));
-                        seen.insert((d, addr), false);
-                    } else if en.kind != Action::FreeRequested {
-                        seen.remove(&(d, addr));
+                    } else if completed {
+                        b.seen = Seen::Not;
                     }
+                    let ns = ns_since(en.time_us, t0_us);
+                    if !completed {
+                        b.requested_ns = Some(ns);
+                        continue;
+                    }
+                    if b.requested_ns.take().is_some_and(|req| req < ns) {
+                        stream_ordered[pos / 64] |= 1 << (pos % 64);
+                    }
+                    links[pos] = b.close(pos);
                 }
                 Action::SegmentAdd => {
                     segment_changes += 1;
@@ -1349,30 +1489,37 @@ impl Plan {
                 _ => {}
             }
         }
-        // The final state, from the segments.
-        let mut final_reserved: Vec<u64> = alloc::vec![0; devices as usize];
-        let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
-        let size = |v: Option<Value>| p.int(v).and_then(|v| u64::try_from(v).ok());
-        let mut block_keys = Keys::new(["state", "address", "size", "frames"]);
-        for s in &segments {
-            let d = device_of(s);
-            let r = per_device(&mut final_reserved, d);
-            *r = r.saturating_add(size(s[1]).unwrap_or(0));
-            for &b in p.items(s[2].unwrap_or(Value::None)) {
-                let [state, addr, size_bytes, frames] = block_keys.get(p, b);
-                let state = state.and_then(|v| p.str(v)).unwrap_or("");
-                if state.starts_with("active") {
-                    let addr = p.int(addr).unwrap_or(0);
-                    let size = size(size_bytes).unwrap_or(0);
-                    final_blocks.push((d, addr, size, frames));
-                }
-            }
-        }
-        let alive_in_history: IntSet<(u32, i64)> = seen
+        // Blocks alive at time 0: the ghosts, then the final blocks the history does not
+        // leave allocated (each once): the replay frees them where it first closes a block at
+        // their address while it has none there.
+        let mut at_start: Vec<StartBlock> = ghosts
             .iter()
-            .filter(|(_, allocated)| **allocated)
-            .map(|(k, _)| *k)
+            .map(|&(device, addr, size, frames)| StartBlock {
+                device,
+                addr,
+                size,
+                frames,
+                ghost: true,
+            })
             .collect();
+        let mut started: IntSet<(u32, i64)> = ghosts.iter().map(|g| (g.0, g.1)).collect();
+        for (device, addr, size, frames) in final_blocks {
+            let key = (device, addr);
+            let b = blocks.get(&key).copied().unwrap_or(BlockState::EMPTY);
+            if b.seen == Seen::Allocated || !started.insert(key) {
+                continue;
+            }
+            if let Some(link) = links.get_mut(b.first_close as usize) {
+                *link = Link(Link::FIRST_START - at_start.len() as u32);
+            }
+            at_start.push(StartBlock {
+                device,
+                addr,
+                size,
+                frames,
+                ghost: false,
+            });
+        }
         let reserved_start = (0..devices as usize)
             .map(|d| {
                 let delta = reserved_delta.get(d).copied().unwrap_or(0);
@@ -1385,7 +1532,7 @@ impl Plan {
                 u64::try_from(start).unwrap_or(u64::MAX)
             })
             .collect();
-        hint.allocs += ghosts.len() + final_blocks.len();
+        hint.allocs += at_start.len();
         hint.changes = hint.allocs + frees;
         hint.pool_samples = segment_changes + hint.changes / 64 + 3 * devices as usize + 16;
         Plan {
@@ -1393,13 +1540,20 @@ impl Plan {
             device_ends,
             annotations,
             devices,
-            ghosts,
-            final_blocks,
-            alive_in_history,
+            at_start,
+            links,
+            stream_ordered,
             reserved_start,
             hint,
         }
     }
+}
+
+/// Nanoseconds from `t0_us` to `time_us` (0 before it), as the replay writes times.
+fn ns_since(time_us: i64, t0_us: i64) -> u64 {
+    u64::try_from(time_us.saturating_sub(t0_us))
+        .unwrap_or(0)
+        .saturating_mul(1000)
 }
 
 /// The block size the caching allocator reserves for a request: trace entries carry the

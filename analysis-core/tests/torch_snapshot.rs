@@ -1,6 +1,7 @@
 //! PyTorch memory snapshots (pickle and JSON) convert to traces whose numbers equal what the
 //! snapshot's own segments and blocks say. Fixtures: tests/assets/torch (see its README).
 
+use analysis_core::format::FreeKind;
 use analysis_core::torch_snapshot::{
     BEFORE_HISTORY, ImportError, SnapshotLoader, convert, looks_like_snapshot,
 };
@@ -334,6 +335,139 @@ fn random_snapshot(seed: u64) -> Vec<u8> {
 fn direct_models_equal_decoded_ones_for_random_snapshots() {
     for seed in 0..40 {
         assert_direct_equals_decoded(&format!("seed {seed}"), &random_snapshot(seed));
+    }
+}
+
+/// An allocation as replayed: its time, size, and free (time, kind).
+type Replayed = (u64, u64, Option<(u64, FreeKind)>);
+
+/// The replay's rules, written plainly with maps by address (the converter resolves them in
+/// one pass before the replay, so the replay needs no map): each allocation's time, size, and
+/// free (time, kind), in id order. Blocks alive at time 0 come first: ghosts (freed before the
+/// history allocates them, in replay order), then the final segments' active blocks the history
+/// does not leave allocated; any of them ends where the replay first closes a block at its
+/// address. An allocation at an address still allocated closes the old block ("other"); a
+/// completed free is stream-ordered when its free was requested earlier.
+fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
+    use std::collections::HashMap;
+    let block = |n: u64| n.div_ceil(512) * 512;
+    let mut entries = Vec::new();
+    for (d, list) in snapshot["device_traces"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .enumerate()
+    {
+        for e in list.as_array().expect("list") {
+            entries.push((e["time_us"].as_i64().unwrap_or(0), entries.len(), d, e));
+        }
+    }
+    entries.sort_by_key(|&(t, pos, ..)| (t, pos));
+    let t0 = entries.first().map_or(0, |e| e.0);
+    let ns = |t: i64| (t - t0).max(0) as u64 * 1000;
+    fn action(e: &serde_json::Value) -> &str {
+        match e["action"].as_str().unwrap_or("") {
+            "free" => "free_completed",
+            a => a,
+        }
+    }
+    let key = |d: usize, e: &serde_json::Value| (d, e["addr"].as_i64().unwrap_or(0));
+    // Ghosts, and which addresses the history leaves allocated.
+    let mut seen: HashMap<(usize, i64), bool> = HashMap::new();
+    let mut start: Vec<((usize, i64), u64)> = Vec::new();
+    for &(_, _, d, e) in &entries {
+        let k = key(d, e);
+        match action(e) {
+            "alloc" => {
+                seen.insert(k, true);
+            }
+            a @ ("free_requested" | "free_completed") => {
+                if let std::collections::hash_map::Entry::Vacant(v) = seen.entry(k) {
+                    start.push((k, block(e["size"].as_u64().unwrap_or(0))));
+                    v.insert(false);
+                } else if a == "free_completed" {
+                    seen.remove(&k);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut started: std::collections::HashSet<_> = start.iter().map(|s| s.0).collect();
+    for (d, seg) in snapshot["segments"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            seg["device"].as_u64(),
+            Some(d as u64),
+            "one segment per device here"
+        );
+        for b in seg["blocks"].as_array().expect("list") {
+            let k = (d, b["address"].as_i64().expect("address"));
+            if b["state"].as_str().unwrap_or("").starts_with("active")
+                && seen.get(&k) != Some(&true)
+                && started.insert(k)
+            {
+                start.push((k, b["size"].as_u64().expect("size")));
+            }
+        }
+    }
+    let mut out: Vec<Replayed> = Vec::new();
+    let mut live: HashMap<(usize, i64), usize> = HashMap::new();
+    for &(k, size) in &start {
+        live.insert(k, out.len());
+        out.push((0, size, None));
+    }
+    let mut requested: HashMap<(usize, i64), u64> = HashMap::new();
+    for &(t, _, d, e) in &entries {
+        let (k, ts) = (key(d, e), ns(t));
+        match action(e) {
+            "alloc" => {
+                let Some(size) = e["size"].as_u64() else {
+                    continue;
+                };
+                if let Some(old) = live.remove(&k) {
+                    out[old].2 = Some((ts, FreeKind::Other));
+                }
+                live.insert(k, out.len());
+                out.push((ts, block(size), None));
+            }
+            "free_requested" => {
+                requested.insert(k, ts);
+            }
+            "free_completed" => {
+                let kind = match requested.remove(&k) {
+                    Some(r) if r < ts => FreeKind::StreamOrdered,
+                    _ => FreeKind::Immediate,
+                };
+                if let Some(id) = live.remove(&k) {
+                    out[id].2 = Some((ts, kind));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn the_replay_follows_its_rules_for_random_snapshots() {
+    for seed in 0..60 {
+        let bytes = random_snapshot(seed);
+        let snapshot: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        let (t, _) = analysis_core::torch_snapshot::load(&bytes).expect("loads");
+        let got: Vec<_> = t
+            .model
+            .allocs
+            .iter()
+            .map(|a| {
+                let free = (!a.is_live()).then_some((a.free_ts_nanos, a.free_kind));
+                (a.ts_nanos, a.size_bytes, free)
+            })
+            .collect();
+        assert_eq!(got, reference_replay(&snapshot), "seed {seed}");
     }
 }
 

@@ -17,7 +17,9 @@ export async function launch(options = {}) {
     viewport: { width: 1280, height: 900 },
     ...options,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync', '--no-first-run', '--disable-quic', '--enable-precise-memory-info'],
+      '--disable-sync', '--no-first-run', '--disable-quic', '--enable-precise-memory-info',
+      // Extra flags for diagnosis (e.g. CHROMIUM_ARGS="--js-flags=--no-liftoff"), never in tests.
+      ...(process.env.CHROMIUM_ARGS || '').split(/\s+/).filter(Boolean)],
   });
   return { ctx, close: async () => { await ctx.close(); fs.rmSync(dir, { recursive: true, force: true }); } };
 }

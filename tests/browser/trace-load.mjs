@@ -82,6 +82,12 @@ if (process.env.LAZY) {
   const lazy = main.filter((e) => e.name === 'wasm.CompileLazy' && e.ts >= chosen).sort((a, b) => b.dur - a.dur);
   for (const e of lazy.slice(0, Number(process.env.LAZY))) console.log('lazy', (e.dur / 1000).toFixed(2), JSON.stringify(e.args));
 }
+if (process.env.TOPTIER) {
+  // Functions optimized (top tier) during the load, on any thread, by duration.
+  const tt = events.filter((e) => e.name === 'wasm.TopTierCompilation' || e.name === 'wasm.CompileTopTier' || (e.name || '').includes('TopTier'))
+    .filter((e) => e.ts >= chosen && e.ts <= end).sort((a, b) => (b.dur || 0) - (a.dur || 0));
+  for (const e of tt.slice(0, Number(process.env.TOPTIER))) console.log('toptier', e.name, ((e.dur || 0) / 1000).toFixed(2), ((e.ts - chosen) / 1000).toFixed(1), JSON.stringify(e.args));
+}
 if (process.env.TIMELINE) {
   // Every main-thread top-level task and the worker's tasks, in order, over 0.5 ms.
   const wk = [...names].find(([, n]) => n === 'DedicatedWorker thread')?.[0];
