@@ -425,8 +425,9 @@ struct BlockState {
     /// The position of the first entry that closes a block there (an allocation with a size,
     /// a completed free), `u32::MAX` before it: a block alive at time 0 there ends then.
     first_close: u32,
-    /// When the free of the block there was requested, if it was (in replay nanoseconds).
-    requested_ns: Option<u64>,
+    /// When the free of the block there was requested (in replay nanoseconds), `u64::MAX` if
+    /// it was not: no free completes before that, so a request then changes nothing.
+    requested_ns: u64,
 }
 
 impl BlockState {
@@ -434,7 +435,7 @@ impl BlockState {
         seen: Seen::Not,
         live: Link(Link::NONE),
         first_close: u32::MAX,
-        requested_ns: None,
+        requested_ns: u64::MAX,
     };
 
     /// The entry at `pos` closes the block there: what it frees.
@@ -1468,10 +1469,10 @@ impl Plan {
                     }
                     let ns = ns_since(en.time_us, t0_us);
                     if !completed {
-                        b.requested_ns = Some(ns);
+                        b.requested_ns = ns;
                         continue;
                     }
-                    if b.requested_ns.take().is_some_and(|req| req < ns) {
+                    if core::mem::replace(&mut b.requested_ns, u64::MAX) < ns {
                         stream_ordered[pos / 64] |= 1 << (pos % 64);
                     }
                     links[pos] = b.close(pos);
@@ -1583,7 +1584,18 @@ fn replay_order(mut slots: Vec<Slot>, bounds: &[usize]) -> Vec<Slot> {
     for &(start, end) in &runs {
         sort_nearly_sorted(&mut slots[start..end]);
     }
-    // Merged in pairs, between two buffers.
+    if runs.len() <= MERGE_IN_PLACE_RUNS {
+        // Each run merged into the ones before it, in place, from the back: only the run is
+        // copied (the annotations are few; devices are few), not every event.
+        let mut run = Vec::new();
+        for &(start, end) in runs.iter().skip(1) {
+            run.clear();
+            run.extend_from_slice(&slots[start..end]);
+            merge_back(&mut slots[..end], &run);
+        }
+        return slots;
+    }
+    // Many runs: merged in pairs, between two buffers (linear per round, whatever the runs).
     let mut out: Vec<Slot> = Vec::new();
     while runs.len() > 1 {
         out.clear();
@@ -1622,6 +1634,26 @@ fn sort_nearly_sorted<T: Ord + Copy>(v: &mut [T]) {
             j -= 1;
         }
         v[j] = x;
+    }
+}
+
+/// Up to this many runs are merged in place by [`merge_back`] (each pass may move every event
+/// before the run, so many runs are merged in pairs instead).
+const MERGE_IN_PLACE_RUNS: usize = 8;
+
+/// Merges `run` (sorted) into `v`, whose sorted events come first and whose last `run.len()`
+/// places hold a copy of `run`: from the back, so only the events after `run`'s first move.
+fn merge_back<T: Ord + Copy>(v: &mut [T], run: &[T]) {
+    let (mut i, mut j, mut w) = (v.len() - run.len(), run.len(), v.len());
+    while j > 0 {
+        w -= 1;
+        if i > 0 && v[i - 1] > run[j - 1] {
+            v[w] = v[i - 1];
+            i -= 1;
+        } else {
+            v[w] = run[j - 1];
+            j -= 1;
+        }
     }
 }
 
@@ -1672,5 +1704,41 @@ mod tests {
         let mut merged = Vec::new();
         merge_into(&a, &b, &mut merged);
         assert_eq!(merged, want);
+        let mut v: Vec<u32> = a.iter().chain(&b).copied().collect();
+        merge_back(&mut v, &b);
+        assert_eq!(v, want);
+    }
+
+    #[test]
+    fn the_replay_order_is_a_full_sort_for_few_and_many_runs() {
+        let mut st = 11u64;
+        for runs in [
+            1usize,
+            2,
+            3,
+            MERGE_IN_PLACE_RUNS,
+            MERGE_IN_PLACE_RUNS + 1,
+            40,
+        ] {
+            let mut slots = Vec::new();
+            let mut bounds = alloc::vec![0];
+            for _ in 0..runs {
+                let n = lcg(&mut st) % 300;
+                let mut t = (lcg(&mut st) % 1000) as i64;
+                for _ in 0..n {
+                    t += (lcg(&mut st) % 20) as i64 - 3;
+                    let pos = slots.len() as u32;
+                    slots.push(Slot {
+                        time_us: t,
+                        pos,
+                        entry: pos,
+                    });
+                }
+                bounds.push(slots.len());
+            }
+            let mut want = slots.clone();
+            want.sort_unstable();
+            assert_eq!(replay_order(slots, &bounds), want, "{runs} runs");
+        }
     }
 }
