@@ -92,6 +92,8 @@ for (const file of inputs) {
   const wasmBytes = await page.evaluate(() => window.__wasm?.memory?.buffer?.byteLength ?? 0);
   clearInterval(sampler);
   const out = {
+    build: process.env.BUILD || undefined,
+    round: process.env.ROUND ? Number(process.env.ROUND) : undefined,
     input: FILES.length ? n : undefined,
     events: FILES.length ? undefined : Number(n),
     trace_mib: +(bytes / MiB).toFixed(1),
