@@ -1,7 +1,12 @@
 // Profiles loading one file in headless Chromium (CDP sampling profiler) and prints the functions
 // with the most self time. Not a test. Env: BASE_URL, FILE, CALLERS (a function name part: also
 // prints the call paths into it, DEPTH frames deep (default 3), by time), COLD=1 (do not wait for
-// the page's warm-up).
+// the page's warm-up), TWICE=1 (then loads the file again in the same page and profiles that
+// too: the second load runs in memory the first one already touched, so the difference is what
+// first touches of memory cost).
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { launch } from './lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
@@ -13,10 +18,17 @@ await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' })
 if (!process.env.COLD) await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
+// The same file under a second name for TWICE (choosing the same path again changes nothing).
+const again = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'gpucollect-profile-')), `again-${path.basename(process.env.FILE)}`);
+if (process.env.TWICE) fs.copyFileSync(process.env.FILE, again);
+for (const [round, file] of (process.env.TWICE ? [process.env.FILE, again] : [process.env.FILE]).entries()) {
 await cdp.send('Profiler.start');
-await page.setInputFiles('[data-testid="file-picker"]', process.env.FILE);
-await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]', { timeout: 600_000 });
+const t0 = Date.now();
+await page.setInputFiles('[data-testid="file-picker"]', file);
+await page.waitForFunction((n) => document.querySelector('canvas[data-testid="timeline-canvas"][data-drawn-at]')
+  && performance.getEntriesByName('gpucollect:tables').length > n, round, { timeout: 600_000 });
 const { profile } = await cdp.send('Profiler.stop');
+if (process.env.TWICE) console.log(`load ${round + 1}: ${Date.now() - t0} ms (wall clock, with the profiler)`);
 const self = new Map();
 const dt = new Map();
 for (let i = 0; i < profile.samples.length; i++) dt.set(i, profile.timeDeltas[i] || 0);
@@ -46,4 +58,7 @@ if (process.env.CALLERS) {
   console.log(`callers of ${process.env.CALLERS}:`);
   for (const [k, us] of [...paths].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log((us / 1000).toFixed(1).padStart(8), 'ms', k);
 }
+if (process.env.TWICE) await page.waitForTimeout(1500);
+}
+if (process.env.TWICE) fs.rmSync(path.dirname(again), { recursive: true, force: true });
 await close();
