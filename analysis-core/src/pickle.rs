@@ -17,8 +17,8 @@ use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-/// What a [`Value`] is (match on [`Value::kind`]): scalars inline, strings and containers as
-/// indexes into the arena of a [`Pickle`].
+/// What a [`Value`] is (match on [`Pickle::kind`]): numbers and flags, strings and containers
+/// as indexes into the arena of a [`Pickle`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind {
     None,
@@ -34,121 +34,106 @@ pub enum Kind {
     Dict(u32),
 }
 
-/// A value ([`Value::kind`] says what it is), made with the constructors named like the kinds
+/// A value ([`Pickle::kind`] says what it is), made with the constructors named like the kinds
 /// (`Value::Int(3)`, `Value::None`).
 ///
-/// Two scalars, a tag and 64 bits, rather than an enum with payloads of several types: such
-/// an enum is copied through memory, written piecewise and read back whole (a store-forwarding
-/// stall on every opcode), while two scalars stay in registers. In WebAssembly the parse of a
-/// 1M-entry snapshot got 15–25 % faster.
-#[derive(Clone, Copy)]
-pub struct Value {
-    tag: u8,
-    bits: u64,
-}
+/// Eight bytes: a 4-bit tag and 60 bits of payload (an integer within ±2^59, a flag, or an
+/// index). Floats and larger integers sit in the pickle's table of numbers, the payload being
+/// their index ([`Pickle::kind`] reads them). A 1M-entry snapshot memoizes and lists millions of
+/// values, and every page of memory they take is a page fault the first time it is written;
+/// two 8-byte scalars before this were 16 bytes. One integer, not an enum with payloads of
+/// several types: such an enum is copied through memory, written piecewise and read back whole
+/// (a store-forwarding stall on every opcode).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Value(u64);
 
 #[allow(non_upper_case_globals, non_snake_case)]
 impl Value {
-    const NONE: u8 = 0;
-    const BOOL: u8 = 1;
-    const INT: u8 = 2;
-    const BIG_INT: u8 = 3;
-    const FLOAT: u8 = 4;
-    const STR: u8 = 5;
-    const BYTES: u8 = 6;
-    const LIST: u8 = 7;
-    const TUPLE: u8 = 8;
-    const DICT: u8 = 9;
+    const NONE: u64 = 0;
+    const BOOL: u64 = 1;
+    const INT: u64 = 2;
+    /// An integer beyond ±2^59, in the table of numbers.
+    const WIDE_INT: u64 = 3;
+    const BIG_INT: u64 = 4;
+    /// A float, in the table of numbers.
+    const FLOAT: u64 = 5;
+    const STR: u64 = 6;
+    const BYTES: u64 = 7;
+    const LIST: u64 = 8;
+    const TUPLE: u64 = 9;
+    const DICT: u64 = 10;
+    const PAYLOAD_BITS: u32 = 60;
+    const PAYLOAD: u64 = (1 << Self::PAYLOAD_BITS) - 1;
 
-    pub const None: Value = Value {
-        tag: Self::NONE,
-        bits: 0,
-    };
+    #[inline(always)]
+    const fn new(tag: u64, payload: u64) -> Value {
+        Value(tag << Self::PAYLOAD_BITS | (payload & Self::PAYLOAD))
+    }
+    #[inline(always)]
+    const fn tag(self) -> u64 {
+        self.0 >> Self::PAYLOAD_BITS
+    }
+    #[inline(always)]
+    const fn index(self) -> u32 {
+        self.0 as u32
+    }
+
+    pub const None: Value = Value::new(Self::NONE, 0);
     /// An integer that does not fit in 64 bits.
-    pub const BigInt: Value = Value {
-        tag: Self::BIG_INT,
-        bits: 0,
-    };
+    pub const BigInt: Value = Value::new(Self::BIG_INT, 0);
     #[inline(always)]
     pub const fn Bool(b: bool) -> Value {
-        Value {
-            tag: Self::BOOL,
-            bits: b as u64,
-        }
+        Value::new(Self::BOOL, b as u64)
     }
+    /// An integer within ±2^59 ([`Value::fits`]); the parser keeps larger ones in its table
+    /// of numbers. Larger ones given here become [`Value::BigInt`].
     #[inline(always)]
     pub const fn Int(i: i64) -> Value {
-        Value {
-            tag: Self::INT,
-            bits: i as u64,
+        if Self::fits(i) {
+            Value::new(Self::INT, i as u64)
+        } else {
+            Self::BigInt
         }
     }
+    /// Whether `i` fits in a value's payload.
     #[inline(always)]
-    pub const fn Float(f: f64) -> Value {
-        Value {
-            tag: Self::FLOAT,
-            bits: f.to_bits(),
-        }
+    pub const fn fits(i: i64) -> bool {
+        let shift = 64 - Self::PAYLOAD_BITS;
+        (i << shift) >> shift == i
     }
     #[inline(always)]
     pub const fn Str(i: u32) -> Value {
-        Value {
-            tag: Self::STR,
-            bits: i as u64,
-        }
+        Value::new(Self::STR, i as u64)
     }
     #[inline(always)]
     pub const fn Bytes(i: u32) -> Value {
-        Value {
-            tag: Self::BYTES,
-            bits: i as u64,
-        }
+        Value::new(Self::BYTES, i as u64)
     }
     #[inline(always)]
     pub const fn List(i: u32) -> Value {
-        Value {
-            tag: Self::LIST,
-            bits: i as u64,
-        }
+        Value::new(Self::LIST, i as u64)
     }
     #[inline(always)]
     pub const fn Tuple(i: u32) -> Value {
-        Value {
-            tag: Self::TUPLE,
-            bits: i as u64,
-        }
+        Value::new(Self::TUPLE, i as u64)
     }
     #[inline(always)]
     pub const fn Dict(i: u32) -> Value {
-        Value {
-            tag: Self::DICT,
-            bits: i as u64,
-        }
+        Value::new(Self::DICT, i as u64)
     }
 
-    /// What the value is.
+    /// The integer of a value made by [`Value::Int`] (sign-extended payload).
     #[inline(always)]
-    pub const fn kind(self) -> Kind {
-        let i = self.bits as u32;
-        match self.tag {
-            Self::BOOL => Kind::Bool(self.bits != 0),
-            Self::INT => Kind::Int(self.bits as i64),
-            Self::BIG_INT => Kind::BigInt,
-            Self::FLOAT => Kind::Float(f64::from_bits(self.bits)),
-            Self::STR => Kind::Str(i),
-            Self::BYTES => Kind::Bytes(i),
-            Self::LIST => Kind::List(i),
-            Self::TUPLE => Kind::Tuple(i),
-            Self::DICT => Kind::Dict(i),
-            _ => Kind::None,
-        }
+    const fn small_int(self) -> i64 {
+        let shift = 64 - Self::PAYLOAD_BITS;
+        ((self.0 << shift) as i64) >> shift
     }
 
     /// The string index of a string.
     #[inline(always)]
     pub const fn as_str(self) -> Option<u32> {
-        match self.tag {
-            Self::STR => Some(self.bits as u32),
+        match self.tag() {
+            Self::STR => Some(self.index()),
             _ => Option::None,
         }
     }
@@ -156,8 +141,8 @@ impl Value {
     /// The sequence index of a list or tuple.
     #[inline(always)]
     pub const fn as_seq(self) -> Option<u32> {
-        match self.tag {
-            Self::LIST | Self::TUPLE => Some(self.bits as u32),
+        match self.tag() {
+            Self::LIST | Self::TUPLE => Some(self.index()),
             _ => Option::None,
         }
     }
@@ -165,8 +150,8 @@ impl Value {
     /// The dict index of a dict.
     #[inline(always)]
     pub const fn as_dict(self) -> Option<u32> {
-        match self.tag {
-            Self::DICT => Some(self.bits as u32),
+        match self.tag() {
+            Self::DICT => Some(self.index()),
             _ => Option::None,
         }
     }
@@ -174,23 +159,48 @@ impl Value {
     /// The index of a list (to append to).
     #[inline(always)]
     const fn as_list(self) -> Option<u32> {
-        match self.tag {
-            Self::LIST => Some(self.bits as u32),
+        match self.tag() {
+            Self::LIST => Some(self.index()),
             _ => Option::None,
         }
     }
 }
 
-impl PartialEq for Value {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind() == other.kind()
+impl core::fmt::Debug for Value {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let i = self.index();
+        match self.tag() {
+            Self::BOOL => write!(f, "Bool({})", self.0 & 1 != 0),
+            Self::INT => write!(f, "Int({})", self.small_int()),
+            Self::WIDE_INT => write!(f, "WideInt(#{i})"),
+            Self::BIG_INT => write!(f, "BigInt"),
+            Self::FLOAT => write!(f, "Float(#{i})"),
+            Self::STR => write!(f, "Str({i})"),
+            Self::BYTES => write!(f, "Bytes({i})"),
+            Self::LIST => write!(f, "List({i})"),
+            Self::TUPLE => write!(f, "Tuple({i})"),
+            Self::DICT => write!(f, "Dict({i})"),
+            _ => write!(f, "None"),
+        }
     }
 }
 
-impl core::fmt::Debug for Value {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.kind().fmt(f)
+/// An integer as a value: inline when it fits, else in `numbers`.
+#[inline(always)]
+fn int_value(numbers: &mut Vec<u64>, i: i64) -> Value {
+    if Value::fits(i) {
+        Value::new(Value::INT, i as u64)
+    } else {
+        numbers.push(i as u64);
+        Value::new(Value::WIDE_INT, (numbers.len() - 1) as u64)
     }
+}
+
+/// A float as a value (in `numbers`).
+#[inline(always)]
+fn float_value(numbers: &mut Vec<u64>, f: f64) -> Value {
+    numbers.push(f.to_bits());
+    Value::new(Value::FLOAT, (numbers.len() - 1) as u64)
 }
 
 /// Where a container's items are: a range of the shared flat arena while the container grows
@@ -335,6 +345,8 @@ impl<T: Copy> Arena<T> {
 pub struct Pickle {
     pub root: Option<Value>,
     texts: Texts,
+    /// Floats and integers beyond a value's payload, as bits.
+    numbers: Vec<u64>,
     seqs: Arena<Value>,
     dicts: Arena<(Value, Value)>,
 }
@@ -455,8 +467,7 @@ fn long_le(rest: &[u8], n: usize) -> i64 {
 #[inline(always)]
 fn dict_item(
     c: &mut Cursor<'_>,
-    texts: &mut Texts,
-    seqs: &mut Arena<Value>,
+    p: &mut Pickle,
     stack: &mut Vec<Value>,
     memo: &mut Vec<Value>,
     sparse_memo: &mut HashMap<u32, Value>,
@@ -512,7 +523,7 @@ fn dict_item(
                 return false;
             }
             if n <= 8 {
-                emit!(Value::Int(long_le(&b[pos + 2..], n)), 2 + n)
+                emit!(int_value(&mut p.numbers, long_le(&b[pos + 2..], n)), 2 + n)
             } else {
                 emit!(Value::BigInt, 2 + n)
             }
@@ -523,7 +534,7 @@ fn dict_item(
             };
             match b.get(pos + 2..pos + 2 + n) {
                 Some(s) if core::str::from_utf8(s).is_ok() => {
-                    emit!(Value::Str(texts.add(s)), 2 + n)
+                    emit!(Value::Str(p.texts.add(s)), 2 + n)
                 }
                 _ => false,
             }
@@ -532,10 +543,10 @@ fn dict_item(
         op::NEWTRUE => emit!(Value::Bool(true), 1),
         op::NEWFALSE => emit!(Value::Bool(false), 1),
         op::BINFLOAT => match arg(8).and_then(|k| k.first_chunk::<8>()) {
-            Some(k) => emit!(Value::Float(f64::from_be_bytes(*k)), 9),
+            Some(k) => emit!(float_value(&mut p.numbers, f64::from_be_bytes(*k)), 9),
             None => false,
         },
-        op::EMPTY_LIST => emit!(Value::List(seqs.new_container(core::iter::empty())), 1),
+        op::EMPTY_LIST => emit!(Value::List(p.seqs.new_container(core::iter::empty())), 1),
         _ => false,
     }
 }
@@ -551,8 +562,7 @@ fn dict_item(
 #[inline(always)]
 fn dict_items(
     c: &mut Cursor<'_>,
-    texts: &mut Texts,
-    seqs: &mut Arena<Value>,
+    p: &mut Pickle,
     stack: &mut Vec<Value>,
     marks: &mut Vec<usize>,
     memo: &mut Vec<Value>,
@@ -569,9 +579,7 @@ fn dict_items(
     }
     marks.push(stack.len());
     c.pos += 1;
-    while dict_item(c, texts, seqs, stack, memo, sparse_memo)
-        && dict_item(c, texts, seqs, stack, memo, sparse_memo)
-    {}
+    while dict_item(c, p, stack, memo, sparse_memo) && dict_item(c, p, stack, memo, sparse_memo) {}
 }
 
 impl Vm {
@@ -689,12 +697,12 @@ impl Vm {
                     let start = c.pos;
                     c.take(n)?;
                     if n <= 8 {
-                        Value::Int(long_le(&c.b[start..], n))
+                        int_value(&mut p.numbers, long_le(&c.b[start..], n))
                     } else {
                         Value::BigInt
                     }
                 }
-                op::BINFLOAT => Value::Float(f64::from_be_bytes(c.le()?)),
+                op::BINFLOAT => float_value(&mut p.numbers, f64::from_be_bytes(c.le()?)),
                 op::BINUNICODE | op::SHORT_BINUNICODE | op::BINUNICODE8 => {
                     let n = match code {
                         op::SHORT_BINUNICODE => usize::from(c.u8()?),
@@ -720,15 +728,7 @@ impl Vm {
                 op::EMPTY_DICT => {
                     stack.push(Value::Dict(p.dicts.new_container(core::iter::empty())));
                     if *fast_dicts {
-                        dict_items(
-                            c,
-                            &mut p.texts,
-                            &mut p.seqs,
-                            stack,
-                            marks,
-                            memo,
-                            sparse_memo,
-                        );
+                        dict_items(c, p, stack, marks, memo, sparse_memo);
                     }
                     continue;
                 }
@@ -953,6 +953,7 @@ impl<'a> Parser<'a> {
                     bytes: Vec::with_capacity(hint / 256),
                     spans: Vec::with_capacity(hint / 1024),
                 },
+                numbers: Vec::new(),
                 seqs: Arena {
                     heads: Vec::with_capacity(hint / 256),
                     flat: Vec::with_capacity(hint / 40),
@@ -1123,9 +1124,28 @@ impl Pickle {
     }
 
     pub fn bytes(&self, v: Value) -> Option<&[u8]> {
-        match v.kind() {
-            Kind::Bytes(i) => Some(self.span(i)),
+        match v.tag() {
+            Value::BYTES => Some(self.span(v.index())),
             _ => None,
+        }
+    }
+
+    /// What a value is.
+    pub fn kind(&self, v: Value) -> Kind {
+        let i = v.index();
+        let number = || self.numbers.get(i as usize).copied().unwrap_or(0);
+        match v.tag() {
+            Value::BOOL => Kind::Bool(v.0 & 1 != 0),
+            Value::INT => Kind::Int(v.small_int()),
+            Value::WIDE_INT => Kind::Int(number() as i64),
+            Value::BIG_INT => Kind::BigInt,
+            Value::FLOAT => Kind::Float(f64::from_bits(number())),
+            Value::STR => Kind::Str(i),
+            Value::BYTES => Kind::Bytes(i),
+            Value::LIST => Kind::List(i),
+            Value::TUPLE => Kind::Tuple(i),
+            Value::DICT => Kind::Dict(i),
+            _ => Kind::None,
         }
     }
 
@@ -1159,8 +1179,18 @@ impl Pickle {
             .map(|(_, v)| *v)
     }
 
+    #[inline]
     pub fn int(&self, v: Option<Value>) -> Option<i64> {
-        match v?.kind() {
+        let v = v?;
+        if v.tag() == Value::INT {
+            return Some(v.small_int());
+        }
+        self.other_int(v)
+    }
+
+    #[cold]
+    fn other_int(&self, v: Value) -> Option<i64> {
+        match self.kind(v) {
             Kind::Int(i) => Some(i),
             Kind::Float(f) if f.is_finite() => Some(f as i64),
             Kind::Bool(b) => Some(i64::from(b)),
@@ -1169,7 +1199,7 @@ impl Pickle {
     }
 
     pub fn float(&self, v: Option<Value>) -> Option<f64> {
-        match v?.kind() {
+        match self.kind(v?) {
             Kind::Int(i) => Some(i as f64),
             Kind::Float(f) => Some(f),
             _ => None,
@@ -1201,10 +1231,10 @@ impl Pickle {
             J::Null => Value::None,
             J::Bool(b) => Value::Bool(*b),
             J::Number(n) => match n.as_i64() {
-                Some(i) => Value::Int(i),
+                Some(i) => int_value(&mut self.numbers, i),
                 None => match n.as_u64() {
                     Some(_) => Value::BigInt,
-                    None => Value::Float(n.as_f64().unwrap_or(0.0)),
+                    None => float_value(&mut self.numbers, n.as_f64().unwrap_or(0.0)),
                 },
             },
             J::String(s) => self.add_text(s),
@@ -1241,7 +1271,8 @@ mod tests {
         assert_eq!(items.len(), 6);
         assert_eq!(items[0], Value::Int(1));
         assert_eq!(items[1], Value::Int(-2));
-        assert_eq!(items[2], Value::Float(3.5));
+        assert_eq!(p.float(Some(items[2])), Some(3.5));
+        assert_eq!(p.kind(items[2]), Kind::Float(3.5));
         assert_eq!(p.str(items[3]), Some("x"));
         assert_eq!(items[4], Value::None);
         assert_eq!(items[5], Value::Bool(true));
@@ -1250,6 +1281,55 @@ mod tests {
             b,
             alloc::vec![Value::Int(300), Value::Int(70000), Value::Int(1 << 40)]
         );
+    }
+
+    #[test]
+    fn integers_beyond_a_values_payload_and_floats_keep_every_bit() {
+        // `pickle.dumps([2**62, -2**62 - 5, 2**63 - 1, -2**63, 2**59 - 1, 0.1], protocol=2)`,
+        // written by hand: LONG1 with 8 bytes, then BINFLOAT.
+        let mut b = alloc::vec![0x80, 2, b']', b'('];
+        for i in [
+            1i64 << 62,
+            -(1 << 62) - 5,
+            i64::MAX,
+            i64::MIN,
+            (1 << 59) - 1,
+        ] {
+            b.extend([op::LONG1, 8]);
+            b.extend(i.to_le_bytes());
+        }
+        b.push(op::BINFLOAT);
+        b.extend(0.1f64.to_be_bytes());
+        b.extend([b'e', b'.']);
+        let p = Pickle::parse(&b).expect("parses");
+        let items = p.items(p.root.expect("root"));
+        let ints: Vec<Option<i64>> = items[..5].iter().map(|v| p.int(Some(*v))).collect();
+        assert_eq!(
+            ints,
+            [
+                1i64 << 62,
+                -(1 << 62) - 5,
+                i64::MAX,
+                i64::MIN,
+                (1 << 59) - 1
+            ]
+            .map(Some)
+        );
+        assert_eq!(items[4], Value::Int((1 << 59) - 1), "fits inline");
+        assert_eq!(p.kind(items[2]), Kind::Int(i64::MAX));
+        assert_eq!(p.float(Some(items[5])), Some(0.1));
+        assert_eq!(
+            Value::Int(1 << 60),
+            Value::BigInt,
+            "too wide to make without a pickle"
+        );
+        // The same numbers from JSON.
+        let j = serde_json::json!([4611686018427387904i64, i64::MIN, 0.1]);
+        let p = Pickle::from_json(&j);
+        let items = p.items(p.root.expect("root"));
+        assert_eq!(p.int(Some(items[0])), Some(1 << 62));
+        assert_eq!(p.int(Some(items[1])), Some(i64::MIN));
+        assert_eq!(p.float(Some(items[2])), Some(0.1));
     }
 
     #[test]

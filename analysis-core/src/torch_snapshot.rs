@@ -1214,7 +1214,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 .iter()
                 .filter_map(|(k, v)| {
                     let k = p.str(*k)?;
-                    let v = match v.kind() {
+                    let v = match p.kind(*v) {
                         Kind::Str(_) => String::from(p.str(*v).unwrap_or("")),
                         Kind::Int(i) => format!("{i}"),
                         Kind::Float(f) => format!("{f}"),
