@@ -3,6 +3,12 @@ documented in torch/cuda/_memory_viz.py and shared/design/anchors.md) with known
 
     python3 make_fixtures.py            # writes the fixtures next to this file
     python3 make_fixtures.py N OUT      # a synthetic training snapshot with N trace entries
+    python3 make_fixtures.py N OUT real # the same, shaped like real snapshots' frames
+
+Real snapshots (see real-torch.pickle) give every trace entry a list of its own of ~27 frames
+(C++ and Python), the frame dicts themselves shared between entries; the synthetic ones share
+whole lists. `real` writes lists of their own: 23 C++ frames drawn from a pool of 256 shared
+frame dicts, then the entry's 2-4 Python frames.
 
 The simulated caching allocator carves 2 MiB-aligned blocks out of 20 MiB segments. The ring
 buffer keeps only the last entries, so some blocks were allocated before the history starts
@@ -30,8 +36,20 @@ LEAK = frames(("record_loss", "train.py", 42), ("train_step", "train.py", 64),
 OLD = frames(("build_model", "model.py", 14), ("<module>", "train.py", 120))
 
 
-def make(entries, seed=1, devices=1, ring=None):
+CPP_POOL = [{"filename": "??" if i % 3 else "CUDACachingAllocator.cpp", "line": 0,
+             "name": f"c10::native::frame_{i}(at::Tensor const&)"} for i in range(256)]
+
+
+def make(entries, seed=1, devices=1, ring=None, real=False):
     rnd = random.Random(seed)
+    # Real-shaped frames: a new list per entry, of shared frame dicts.
+    cpp = random.Random(seed + 1)
+
+    def own(fr):
+        if not real or not fr:
+            return fr
+        start = cpp.randrange(len(CPP_POOL) - 23)
+        return CPP_POOL[start:start + 23] + fr
     t = 1_700_000_000_000_000
     traces = [[] for _ in range(devices)]
     segments = {}  # (device, seg_addr) -> {"top", "free": {size: [addr]}, "blocks": {addr: (size, frames)}}
@@ -64,7 +82,7 @@ def make(entries, seed=1, devices=1, ring=None):
             seg["blocks"][fa] = (size, fr)
             live[d][fa] = (size, fr, sa)
             traces[d].append({"action": "alloc", "addr": fa, "size": size, "stream": 0,
-                              "time_us": t, "frames": fr})
+                              "time_us": t, "frames": own(fr)})
             return fa
         new_segment(d)
         return alloc(d, size, fr)
@@ -75,9 +93,9 @@ def make(entries, seed=1, devices=1, ring=None):
         del seg["blocks"][addr]
         seg["free"].setdefault(size, []).append(addr)
         traces[d].append({"action": "free_requested", "addr": addr, "size": size, "stream": 0,
-                          "time_us": t, "frames": fr})
+                          "time_us": t, "frames": own(fr)})
         traces[d].append({"action": "free_completed", "addr": addr, "size": size, "stream": 0,
-                          "time_us": t + 5, "frames": fr})
+                          "time_us": t + 5, "frames": own(fr)})
 
     # Warm-up: the model's weights (allocated long before the ring buffer's window).
     for d in range(devices):
@@ -192,9 +210,10 @@ def write(name, snap, protocol):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3:
+    if len(sys.argv) in (3, 4):
+        real = sys.argv[3:] == ["real"]
         with open(sys.argv[2], "wb") as f:
-            pickle.dump(make(int(sys.argv[1]), seed=3, devices=1), f, protocol=4)
+            pickle.dump(make(int(sys.argv[1]), seed=3, devices=1, real=real), f, protocol=4)
         sys.exit(0)
     full = make(2000, seed=1, devices=2)
     write("two-devices", full, 4)
