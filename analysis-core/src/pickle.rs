@@ -189,7 +189,7 @@ impl core::fmt::Debug for Value {
 #[inline(always)]
 fn int_value(numbers: &mut Vec<u64>, i: i64) -> Value {
     if Value::fits(i) {
-        Value::new(Value::INT, i as u64)
+        Value::Int(i)
     } else {
         numbers.push(i as u64);
         Value::new(Value::WIDE_INT, (numbers.len() - 1) as u64)

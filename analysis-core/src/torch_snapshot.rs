@@ -416,7 +416,7 @@ enum Seen {
 
 /// An address in pass 1: what the replay will have there. Kept for every address the history
 /// uses (far fewer than its entries: the caching allocator reuses blocks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 struct BlockState {
     seen: Seen,
     /// The block of the history the replay has there ([`Link::NONE`] when a block alive at time
@@ -1412,7 +1412,8 @@ impl Plan {
         let mut stream_ordered = alloc::vec![0u64; traced.div_ceil(64)];
         let mut history_allocs: u32 = 0;
         let t0_us = order.first().map_or(0, |o| o.time_us);
-        let mut ghosts: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
+        // Blocks alive at time 0: the ghosts, found here, then final blocks (below).
+        let mut at_start: Vec<StartBlock> = Vec::new();
         let mut reserved_delta: Vec<i128> = alloc::vec![0; devices as usize];
         let mut hint = SinkHint {
             marks: 1,
@@ -1457,13 +1458,19 @@ impl Plan {
                         // Freed before the history allocates it: a ghost, alive from time 0
                         // until the replay first closes a block at its address, which may have
                         // been earlier (a later ghost there replaces an earlier one).
-                        let ghost = Link(Link::FIRST_START - ghosts.len() as u32);
+                        let ghost = Link(Link::FIRST_START - at_start.len() as u32);
                         match b.first_close {
                             u32::MAX => b.live = ghost,
                             q => links[q as usize] = ghost,
                         }
                         b.seen = Seen::Ghost;
-                        ghosts.push((d, addr, size, en.frames()));
+                        at_start.push(StartBlock {
+                            device: d,
+                            addr,
+                            size,
+                            frames: en.frames(),
+                            ghost: true,
+                        });
                     } else if completed {
                         b.seen = Seen::Not;
                     }
@@ -1493,17 +1500,7 @@ impl Plan {
         // Blocks alive at time 0: the ghosts, then the final blocks the history does not
         // leave allocated (each once): the replay frees them where it first closes a block at
         // their address while it has none there.
-        let mut at_start: Vec<StartBlock> = ghosts
-            .iter()
-            .map(|&(device, addr, size, frames)| StartBlock {
-                device,
-                addr,
-                size,
-                frames,
-                ghost: true,
-            })
-            .collect();
-        let mut started: IntSet<(u32, i64)> = ghosts.iter().map(|g| (g.0, g.1)).collect();
+        let mut started: IntSet<(u32, i64)> = at_start.iter().map(|b| (b.device, b.addr)).collect();
         for (device, addr, size, frames) in final_blocks {
             let key = (device, addr);
             let b = blocks.get(&key).copied().unwrap_or(BlockState::EMPTY);
