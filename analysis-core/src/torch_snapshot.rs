@@ -425,9 +425,10 @@ struct BlockState {
     /// The position of the first entry that closes a block there (an allocation with a size,
     /// a completed free), `u32::MAX` before it: a block alive at time 0 there ends then.
     first_close: u32,
-    /// When the free of the block there was requested (in replay nanoseconds), `u64::MAX` if
-    /// it was not: no free completes before that, so a request then changes nothing.
-    requested_ns: u64,
+    /// The entry that requested the free of the block there (its index in the entries),
+    /// `u32::MAX` if none did: no free completes before that, so a request then changes
+    /// nothing. An index rather than a time keeps the state at 16 bytes.
+    requested: u32,
 }
 
 impl BlockState {
@@ -435,7 +436,7 @@ impl BlockState {
         seen: Seen::Not,
         live: Link(Link::NONE),
         first_close: u32::MAX,
-        requested_ns: u64::MAX,
+        requested: u32::MAX,
     };
 
     /// The entry at `pos` closes the block there: what it frees.
@@ -1405,9 +1406,25 @@ impl Plan {
                 }
             }
         }
-        // Pass 1: the replay's blocks, by (device, address), so that the replay itself needs
-        // no map.
-        let mut blocks: IntMap<(u32, i64), BlockState> = IntMap::default();
+        // Pass 1: the replay's blocks, by device and address, so that the replay itself needs
+        // no map. One map per device, keyed by the address alone: one word to hash and 24-byte
+        // buckets. Each is sized for the addresses its device's entries are likely to use (the
+        // caching allocator reuses blocks, so about one per 16 entries), so that it does not
+        // rehash as it grows.
+        let mut blocks: Vec<IntMap<i64, BlockState>> = Vec::new();
+        fn block_map<'a>(
+            blocks: &'a mut Vec<IntMap<i64, BlockState>>,
+            device_ends: &[u32],
+            d: u32,
+        ) -> &'a mut IntMap<i64, BlockState> {
+            let map = per_device(blocks, d);
+            if map.capacity() == 0 {
+                let start = d.checked_sub(1).map_or(0, |p| device_ends[p as usize]);
+                let len = device_ends.get(d as usize).map_or(0, |&end| end - start);
+                map.reserve(len as usize / 16);
+            }
+            map
+        }
         let mut links = alloc::vec![Link(Link::NONE); traced];
         let mut stream_ordered = alloc::vec![0u64; traced.div_ceil(64)];
         let mut history_allocs: u32 = 0;
@@ -1439,7 +1456,9 @@ impl Plan {
             let pos = o.pos as usize;
             match en.kind {
                 Action::Alloc => {
-                    let b = blocks.entry((d, addr)).or_insert(BlockState::EMPTY);
+                    let b = block_map(&mut blocks, &device_ends, d)
+                        .entry(addr)
+                        .or_insert(BlockState::EMPTY);
                     b.seen = Seen::Allocated;
                     if en.size().is_some() {
                         hint.allocs += 1;
@@ -1452,8 +1471,9 @@ impl Plan {
                 Action::FreeRequested | Action::FreeCompleted => {
                     let completed = en.kind == Action::FreeCompleted;
                     frees += usize::from(completed);
-                    let key = (d, addr);
-                    let b = blocks.entry(key).or_insert(BlockState::EMPTY);
+                    let b = block_map(&mut blocks, &device_ends, d)
+                        .entry(addr)
+                        .or_insert(BlockState::EMPTY);
                     if b.seen == Seen::Not {
                         // Freed before the history allocates it: a ghost, alive from time 0
                         // until the replay first closes a block at its address, which may have
@@ -1474,12 +1494,14 @@ impl Plan {
                     } else if completed {
                         b.seen = Seen::Not;
                     }
-                    let ns = ns_since(en.time_us, t0_us);
                     if !completed {
-                        b.requested_ns = ns;
+                        b.requested = o.entry;
                         continue;
                     }
-                    if core::mem::replace(&mut b.requested_ns, u64::MAX) < ns {
+                    let requested = core::mem::replace(&mut b.requested, u32::MAX);
+                    if let Some(r) = entries.get(requested as usize)
+                        && ns_since(r.time_us, t0_us) < ns_since(en.time_us, t0_us)
+                    {
                         stream_ordered[pos / 64] |= 1 << (pos % 64);
                     }
                     links[pos] = b.close(pos);
@@ -1503,7 +1525,11 @@ impl Plan {
         let mut started: IntSet<(u32, i64)> = at_start.iter().map(|b| (b.device, b.addr)).collect();
         for (device, addr, size, frames) in final_blocks {
             let key = (device, addr);
-            let b = blocks.get(&key).copied().unwrap_or(BlockState::EMPTY);
+            let b = blocks
+                .get(device as usize)
+                .and_then(|m| m.get(&addr))
+                .copied()
+                .unwrap_or(BlockState::EMPTY);
             if b.seen == Seen::Allocated || !started.insert(key) {
                 continue;
             }
