@@ -18,6 +18,7 @@ pub mod analysis;
 pub mod decode;
 pub mod encode;
 pub mod format;
+mod int_hash;
 pub mod model;
 pub mod msgpack;
 pub mod pickle;

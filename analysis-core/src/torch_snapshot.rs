@@ -30,6 +30,7 @@ use hashbrown::HashMap;
 
 use crate::encode::{Encoder, Interner, RecordSink};
 use crate::format::*;
+use crate::int_hash::{IntMap, IntSet};
 use crate::model::{LoadedTrace, TraceModel};
 use crate::pickle::{Kind, Parser, Pickle, PickleError, Value};
 
@@ -458,53 +459,6 @@ struct Annotation {
     name: Value,
 }
 
-/// A hasher for the integer keys of the conversion's maps (addresses, indexes): one multiply
-/// per word, no 128-bit arithmetic (WebAssembly has none: the default hasher's folded multiply
-/// becomes a library call there). Keys come from the input, but keys made to collide only slow
-/// down their own conversion; memory stays bounded.
-#[derive(Clone, Copy, Debug, Default)]
-struct IntHasher(u64);
-
-impl IntHasher {
-    #[inline(always)]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0xf135_7aea_2e62_a9c5);
-    }
-}
-
-impl core::hash::Hasher for IntHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
-        }
-    }
-    #[inline(always)]
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-    #[inline(always)]
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-    #[inline(always)]
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-    #[inline(always)]
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-    #[inline(always)]
-    fn finish(&self) -> u64 {
-        // The product's high bits depend on every bit of the key: bring them to the low bits
-        // (the bucket) and to the top 7 (the tag).
-        self.0.rotate_left(26)
-    }
-}
-
-type IntMap<K, V> = HashMap<K, V, core::hash::BuildHasherDefault<IntHasher>>;
-type IntSet<K> = hashbrown::HashSet<K, core::hash::BuildHasherDefault<IntHasher>>;
-
 /// Reads a few named fields of dicts in one pass over their keys, each key string looked at
 /// once (keys are shared through the pickle's memo): what [`Pickle::get`] gives for each name.
 #[derive(Debug)]
@@ -806,10 +760,11 @@ struct Converter<'p, S> {
     summary: ImportSummary,
     interner: Interner,
     frames: HashMap<(StringId, StringId, u32), FrameId>,
-    /// Frame dicts and `frames` lists already converted, by arena index (PyTorch shares them
-    /// between entries through the pickle's memo, so most entries hit these).
+    /// Frame dicts already converted, by arena index (PyTorch shares them between entries
+    /// through the pickle's memo), and `frames` lists, by where their items are
+    /// ([`Pickle::items_key`]: lists with the same frames share them). Most entries hit these.
     frame_dicts: IntMap<u32, FrameId>,
-    frame_lists: IntMap<(u32, bool), StackId>,
+    frame_lists: IntMap<(u32, u32, bool), StackId>,
     entries: Vec<Entry>,
     /// `stream` values, indexed by `Entry::stream`.
     streams: Vec<u64>,
@@ -924,8 +879,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     /// The stack of a `frames` list (innermost first), optionally under a marker frame.
     fn stack(&mut self, frames: Option<Value>, marker: Option<&str>) -> StackId {
         let list_key = frames
-            .and_then(Value::as_seq)
-            .map(|i| (i, marker.is_some()));
+            .and_then(|f| self.p.items_key(f))
+            .map(|(at, len)| (at, len, marker.is_some()));
         if let Some(&s) = list_key.and_then(|k| self.frame_lists.get(&k)) {
             return s;
         }
