@@ -1248,14 +1248,31 @@ impl Pickle {
             return;
         }
         let items = &self.seqs.flat[start as usize..];
+        // Four lanes, each a chain of multiplies over every fourth item: one chain over all of
+        // them would wait for each multiply in turn (frames lists have dozens of items).
+        let [mut a, mut b, mut c, mut d] = [IntHasher::default(); 4];
+        let quads = items.chunks_exact(4);
+        for v in quads.remainder() {
+            a.write_u64(v.0);
+        }
+        for q in quads {
+            a.write_u64(q[0].0);
+            b.write_u64(q[1].0);
+            c.write_u64(q[2].0);
+            d.write_u64(q[3].0);
+        }
         let mut h = IntHasher::default();
-        for v in items {
-            h.write_u64(v.0);
+        for lane in [a, b, c, d] {
+            h.write_u64(lane.finish());
         }
         match self.shared.entry(h.finish()) {
             hashbrown::hash_map::Entry::Occupied(e) => {
                 let (s, n) = *e.get();
-                if n == len && self.seqs.flat[s as usize..(s + n) as usize] == *items {
+                // Without a branch per item (they almost always match).
+                let differ = |x: &[Value], y: &[Value]| {
+                    x.iter().zip(y).fold(0, |acc, (x, y)| acc | (x.0 ^ y.0)) != 0
+                };
+                if n == len && !differ(&self.seqs.flat[s as usize..(s + n) as usize], items) {
                     self.seqs.heads[i as usize] = Items::Flat { start: s, len };
                     self.seqs.flat.truncate(start as usize);
                 }
