@@ -207,6 +207,28 @@ fn float_value(numbers: &mut Vec<u64>, f: f64) -> Value {
     Value::new(Value::FLOAT, (numbers.len() - 1) as u64)
 }
 
+/// A hash of a list's items: four lanes, each a chain of multiplies over every fourth item
+/// (one chain over all of them would wait for each multiply in turn; frames lists have dozens
+/// of items).
+fn items_hash(items: &[Value]) -> u64 {
+    let [mut a, mut b, mut c, mut d] = [IntHasher::default(); 4];
+    let quads = items.chunks_exact(4);
+    for v in quads.remainder() {
+        a.write_u64(v.0);
+    }
+    for q in quads {
+        a.write_u64(q[0].0);
+        b.write_u64(q[1].0);
+        c.write_u64(q[2].0);
+        d.write_u64(q[3].0);
+    }
+    let mut h = IntHasher::default();
+    for lane in [a, b, c, d] {
+        h.write_u64(lane.finish());
+    }
+    h.finish()
+}
+
 /// Where a container's items are: a range of the shared flat arena while the container grows
 /// at its end (the usual case: one `SETITEMS`/`APPENDS` right after the values), or a vector of
 /// its own once it grows after something else was added (long lists pickled in batches).
@@ -354,7 +376,7 @@ pub struct Pickle {
     seqs: Arena<Value>,
     dicts: Arena<(Value, Value)>,
     /// The flat range of each distinct list content filled so far, by a hash of its items
-    /// ([`Pickle::share_items`]).
+    /// ([`Pickle::fill_list`]).
     shared: IntMap<u64, (u32, u32)>,
 }
 
@@ -790,13 +812,8 @@ impl Vm {
                         pop_mark(marks)?
                     };
                     match m.checked_sub(1).and_then(|t| stack.get(t)?.as_list()) {
-                        Some(i) => {
-                            let fresh = p.seqs.is_empty(i);
-                            p.seqs.extend(i, stack[m..].iter().copied());
-                            if fresh {
-                                p.share_items(i);
-                            }
-                        }
+                        Some(i) if p.seqs.is_empty(i) => p.fill_list(i, &stack[m..]),
+                        Some(i) => p.seqs.extend(i, stack[m..].iter().copied()),
                         None => {
                             return Err(malformed(at, "APPEND to something that is not a list"));
                         }
@@ -1172,7 +1189,7 @@ impl Pickle {
     }
 
     /// Where a list's or tuple's items are, as a key: two sequences with the same key have the
-    /// same items (lists that share items, [`Pickle::share_items`], have the same key), so a
+    /// same items (lists that share items, [`Pickle::fill_list`], have the same key), so a
     /// reader can cache what it makes of them by it.
     pub fn items_key(&self, v: Value) -> Option<(u32, u32)> {
         match self.seqs.heads.get(v.as_seq()? as usize)? {
@@ -1232,54 +1249,36 @@ impl Pickle {
         }
     }
 
-    /// Lets list `i`, just filled at the end of the flat arena, share the items of an earlier
-    /// list with the same items instead of keeping a copy. Real snapshots give every trace
-    /// entry a frames list of its own, but of few distinct contents (a training loop
-    /// allocates from the same call paths step after step): `real-torch.pickle` has 30
-    /// distinct lists for 1,667 entries. Without this, their items are most of the memory a
-    /// real snapshot takes. Nothing can tell a shared list from a copy: ranges of the flat
-    /// arena never change (a list grows in place only past its end, and one that shares an
-    /// earlier range moves to a vector of its own when it grows).
-    fn share_items(&mut self, i: u32) {
-        let Some(&Items::Flat { start, len }) = self.seqs.heads.get(i as usize) else {
-            return;
-        };
-        if len == 0 || (start + len) as usize != self.seqs.flat.len() {
+    /// Fills the empty list `i` with `items`, or lets it share the items of an earlier list
+    /// with the same items instead of keeping a copy. Real snapshots give every trace entry a
+    /// frames list of its own, but of few distinct contents (a training loop allocates from
+    /// the same call paths step after step): `real-torch.pickle` has 30 distinct lists for
+    /// 1,667 entries. Without this, their items are most of the memory a real snapshot takes.
+    /// Nothing can tell a shared list from a copy: ranges of the flat arena never change (a
+    /// list grows in place only past its end, and one that shares an earlier range moves to a
+    /// vector of its own when it grows).
+    fn fill_list(&mut self, i: u32, items: &[Value]) {
+        if items.is_empty() {
             return;
         }
-        let items = &self.seqs.flat[start as usize..];
-        // Four lanes, each a chain of multiplies over every fourth item: one chain over all of
-        // them would wait for each multiply in turn (frames lists have dozens of items).
-        let [mut a, mut b, mut c, mut d] = [IntHasher::default(); 4];
-        let quads = items.chunks_exact(4);
-        for v in quads.remainder() {
-            a.write_u64(v.0);
-        }
-        for q in quads {
-            a.write_u64(q[0].0);
-            b.write_u64(q[1].0);
-            c.write_u64(q[2].0);
-            d.write_u64(q[3].0);
-        }
-        let mut h = IntHasher::default();
-        for lane in [a, b, c, d] {
-            h.write_u64(lane.finish());
-        }
-        match self.shared.entry(h.finish()) {
-            hashbrown::hash_map::Entry::Occupied(e) => {
-                let (s, n) = *e.get();
-                // Without a branch per item (they almost always match).
-                let differ = |x: &[Value], y: &[Value]| {
-                    x.iter().zip(y).fold(0, |acc, (x, y)| acc | (x.0 ^ y.0)) != 0
-                };
-                if n == len && !differ(&self.seqs.flat[s as usize..(s + n) as usize], items) {
-                    self.seqs.heads[i as usize] = Items::Flat { start: s, len };
-                    self.seqs.flat.truncate(start as usize);
-                }
+        let hash = items_hash(items);
+        if let Some(&(s, n)) = self.shared.get(&hash) {
+            // Without a branch per item (they almost always match).
+            let shared = &self.seqs.flat[s as usize..(s + n) as usize];
+            if shared.len() == items.len()
+                && shared
+                    .iter()
+                    .zip(items)
+                    .fold(0, |acc, (x, y)| acc | (x.0 ^ y.0))
+                    == 0
+            {
+                self.seqs.heads[i as usize] = Items::Flat { start: s, len: n };
+                return;
             }
-            hashbrown::hash_map::Entry::Vacant(e) => {
-                e.insert((start, len));
-            }
+        }
+        self.seqs.extend(i, items.iter().copied());
+        if let Some(&Items::Flat { start, len }) = self.seqs.heads.get(i as usize) {
+            self.shared.entry(hash).or_insert((start, len));
         }
     }
 
@@ -1317,8 +1316,8 @@ impl Pickle {
             J::String(s) => self.add_text(s),
             J::Array(a) => {
                 let items: Vec<Value> = a.iter().map(|x| self.add_json(x, depth + 1)).collect();
-                let i = self.seqs.new_container(items.into_iter());
-                self.share_items(i);
+                let i = self.seqs.new_container(core::iter::empty());
+                self.fill_list(i, &items);
                 Value::List(i)
             }
             J::Object(o) => {
