@@ -102,8 +102,13 @@ impl Value {
     /// Whether `i` fits in a value's payload.
     #[inline(always)]
     pub const fn fits(i: i64) -> bool {
+        Self::sign_extend(i as u64) == i
+    }
+    /// The payload's low 60 bits as a signed integer.
+    #[inline(always)]
+    const fn sign_extend(bits: u64) -> i64 {
         let shift = 64 - Self::PAYLOAD_BITS;
-        (i << shift) >> shift == i
+        ((bits << shift) as i64) >> shift
     }
     #[inline(always)]
     pub const fn Str(i: u32) -> Value {
@@ -129,8 +134,7 @@ impl Value {
     /// The integer of a value made by [`Value::Int`] (sign-extended payload).
     #[inline(always)]
     const fn small_int(self) -> i64 {
-        let shift = 64 - Self::PAYLOAD_BITS;
-        ((self.0 << shift) as i64) >> shift
+        Self::sign_extend(self.0)
     }
 
     /// The string index of a string.

@@ -1366,20 +1366,16 @@ impl Plan {
         // buckets. Each is sized for the addresses its device's entries are likely to use (the
         // caching allocator reuses blocks, so about one per 16 entries), so that it does not
         // rehash as it grows.
-        let mut blocks: Vec<IntMap<i64, BlockState>> = Vec::new();
-        fn block_map<'a>(
-            blocks: &'a mut Vec<IntMap<i64, BlockState>>,
-            device_ends: &[u32],
-            d: u32,
-        ) -> &'a mut IntMap<i64, BlockState> {
-            let map = per_device(blocks, d);
-            if map.capacity() == 0 {
-                let start = d.checked_sub(1).map_or(0, |p| device_ends[p as usize]);
-                let len = device_ends.get(d as usize).map_or(0, |&end| end - start);
-                map.reserve(len as usize / 16);
-            }
-            map
-        }
+        let mut blocks: Vec<IntMap<i64, BlockState>> = device_ends
+            .iter()
+            .scan(0, |start, &end| {
+                let len = end - core::mem::replace(start, end);
+                Some(IntMap::with_capacity_and_hasher(
+                    len as usize / 16,
+                    Default::default(),
+                ))
+            })
+            .collect();
         let mut links = alloc::vec![Link(Link::NONE); traced];
         let mut stream_ordered = alloc::vec![0u64; traced.div_ceil(64)];
         let mut history_allocs: u32 = 0;
@@ -1411,7 +1407,7 @@ impl Plan {
             let pos = o.pos as usize;
             match en.kind {
                 Action::Alloc => {
-                    let b = block_map(&mut blocks, &device_ends, d)
+                    let b = per_device(&mut blocks, d)
                         .entry(addr)
                         .or_insert(BlockState::EMPTY);
                     b.seen = Seen::Allocated;
@@ -1426,7 +1422,7 @@ impl Plan {
                 Action::FreeRequested | Action::FreeCompleted => {
                     let completed = en.kind == Action::FreeCompleted;
                     frees += usize::from(completed);
-                    let b = block_map(&mut blocks, &device_ends, d)
+                    let b = per_device(&mut blocks, d)
                         .entry(addr)
                         .or_insert(BlockState::EMPTY);
                     if b.seen == Seen::Not {

@@ -19,9 +19,11 @@ if (!process.env.COLD) await page.waitForSelector('html[data-warm="done"]', { st
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
 // The same file under a second name for TWICE (choosing the same path again changes nothing).
-const again = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'gpucollect-profile-')), `again-${path.basename(process.env.FILE)}`);
-if (process.env.TWICE) fs.copyFileSync(process.env.FILE, again);
-for (const [round, file] of (process.env.TWICE ? [process.env.FILE, again] : [process.env.FILE]).entries()) {
+const again = process.env.TWICE
+  ? path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'gpucollect-profile-')), `again-${path.basename(process.env.FILE)}`)
+  : null;
+if (again) fs.copyFileSync(process.env.FILE, again);
+for (const [round, file] of (again ? [process.env.FILE, again] : [process.env.FILE]).entries()) {
 await cdp.send('Profiler.start');
 const t0 = Date.now();
 await page.setInputFiles('[data-testid="file-picker"]', file);
@@ -60,5 +62,5 @@ if (process.env.CALLERS) {
 }
 if (process.env.TWICE) await page.waitForTimeout(1500);
 }
-if (process.env.TWICE) fs.rmSync(path.dirname(again), { recursive: true, force: true });
+if (again) fs.rmSync(path.dirname(again), { recursive: true, force: true });
 await close();
