@@ -382,6 +382,109 @@ pub struct Pickle {
     /// The flat range of each distinct list content filled so far, by a hash of its items
     /// ([`Pickle::fill_list`]).
     shared: IntMap<u64, (u32, u32)>,
+    /// The same for lists of memo references, by their bytes ([`RefLists`]); parse-time only.
+    ref_lists: RefLists,
+}
+
+/// The most bytes of memo-reference lists [`RefLists`] keeps (the distinct ones: a few KiB
+/// in real snapshots); past it, lists not seen yet are only parsed.
+const REF_LIST_BYTES_MAX: usize = 16 << 20;
+
+/// The flat ranges of lists made only of memo references (`MARK (BINGET | LONG_BINGET)*
+/// APPENDS`: PyTorch's frames lists, which point at frame dicts pickled once), by the bytes of
+/// those references. A list whose bytes equal an earlier one's has the same items, as long as
+/// no memo key they use was bound again in between (which clears this), so it takes that
+/// list's range without looking its references up, pushing them or hashing its items.
+#[derive(Debug, Default)]
+struct RefLists {
+    /// By a hash of the bytes: where they are in `bytes`, and the list's flat range.
+    by_hash: IntMap<u64, RefList>,
+    bytes: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RefList {
+    at: u32,
+    len: u32,
+    start: u32,
+    items: u32,
+}
+
+/// A hash of a byte string: four lanes over its 8-byte words, then the rest and the length.
+fn bytes_hash(b: &[u8]) -> u64 {
+    let [mut l0, mut l1, mut l2, mut l3] = [IntHasher::default(); 4];
+    let word = |w: &[u8]| {
+        let mut a = [0u8; 8];
+        a[..w.len()].copy_from_slice(w);
+        u64::from_le_bytes(a)
+    };
+    let quads = b.chunks_exact(32);
+    let rest = quads.remainder();
+    for q in quads {
+        l0.write_u64(word(&q[..8]));
+        l1.write_u64(word(&q[8..16]));
+        l2.write_u64(word(&q[16..24]));
+        l3.write_u64(word(&q[24..]));
+    }
+    for w in rest.chunks(8) {
+        l0.write_u64(word(w));
+    }
+    let mut h = IntHasher::default();
+    for lane in [l0, l1, l2, l3] {
+        h.write_u64(lane.finish());
+    }
+    h.write_usize(b.len());
+    h.finish()
+}
+
+/// Whether two byte strings are equal, compared a word at a time without a branch per word
+/// (WebAssembly's `memcmp` goes byte by byte).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let rest = wa.remainder() != wb.remainder();
+    let diff = wa.zip(wb).fold(0, |acc, (x, y)| {
+        acc | (u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]])
+            ^ u64::from_le_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]))
+    });
+    diff == 0 && !rest
+}
+
+impl RefLists {
+    /// The flat range of the list with these reference bytes, if one was recorded.
+    #[inline(always)]
+    fn get(&self, refs: &[u8]) -> Option<(u32, u32)> {
+        let r = self.by_hash.get(&bytes_hash(refs))?;
+        let kept = self.bytes.get(r.at as usize..(r.at + r.len) as usize)?;
+        same_bytes(kept, refs).then_some((r.start, r.items))
+    }
+
+    fn insert(&mut self, refs: &[u8], start: u32, items: u32) {
+        if self.bytes.len() + refs.len() > REF_LIST_BYTES_MAX {
+            return;
+        }
+        let at = self.bytes.len() as u32;
+        self.by_hash.entry(bytes_hash(refs)).or_insert_with(|| {
+            self.bytes.extend_from_slice(refs);
+            RefList {
+                at,
+                len: refs.len() as u32,
+                start,
+                items,
+            }
+        });
+    }
+
+    /// Forgets every list: a memo key was bound again, so equal bytes may not mean equal items.
+    fn clear(&mut self) {
+        if !self.by_hash.is_empty() {
+            self.by_hash.clear();
+            self.bytes.clear();
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -502,6 +605,7 @@ fn dict_item(
     c: &mut Cursor<'_>,
     p: &mut Pickle,
     stack: &mut Vec<Value>,
+    marks: &mut Vec<usize>,
     memo: &mut Vec<Value>,
     sparse_memo: &mut HashMap<u32, Value>,
 ) -> bool {
@@ -579,9 +683,71 @@ fn dict_item(
             Some(k) => emit!(float_value(&mut p.numbers, f64::from_be_bytes(*k)), 9),
             None => false,
         },
-        op::EMPTY_LIST => emit!(Value::List(p.seqs.new_container(core::iter::empty())), 1),
+        op::EMPTY_LIST => {
+            let list = p.seqs.new_container(core::iter::empty());
+            emit!(Value::List(list), 1);
+            list_of_memo_refs(c, p, stack, marks, memo, list)
+        }
         _ => false,
     }
+}
+
+/// Right after an empty list (and its MEMOIZE): fills it from `MARK (BINGET | LONG_BINGET)*
+/// APPENDS` (PyTorch's frames lists), exactly as the generic machine would. False once it
+/// meets anything else; the opcodes run by then have had their effect, as in [`dict_item`].
+#[inline(always)]
+fn list_of_memo_refs(
+    c: &mut Cursor<'_>,
+    p: &mut Pickle,
+    stack: &mut Vec<Value>,
+    marks: &mut Vec<usize>,
+    memo: &[Value],
+    list: u32,
+) -> bool {
+    let b = c.b;
+    if b.get(c.pos) != Some(&op::MARK) {
+        return false;
+    }
+    let first = c.pos + 1;
+    // Where the references end: at an APPENDS that closes them, their bytes key the list.
+    let mut end = first;
+    loop {
+        match b.get(end) {
+            Some(&op::LONG_BINGET) => end += 5,
+            Some(&op::BINGET) => end += 2,
+            _ => break,
+        }
+    }
+    let refs = match b.get(end) {
+        Some(&op::APPENDS) if end > first => Some(&b[first..end]),
+        _ => None,
+    };
+    if let Some((start, len)) = refs.and_then(|r| p.ref_lists.get(r)) {
+        // The generic machine's MARK, lookups and APPENDS would give these items.
+        p.seqs.heads[list as usize] = Items::Flat { start, len };
+        c.pos = end + 1;
+        return true;
+    }
+    let m = stack.len();
+    marks.push(m);
+    c.pos = first;
+    memo_refs(c, stack, memo);
+    if b.get(c.pos) != Some(&op::APPENDS) {
+        return false;
+    }
+    let resolved = c.pos == end;
+    c.pos += 1;
+    marks.pop();
+    p.fill_list(list, &stack[m..]);
+    stack.truncate(m);
+    // Every reference was in the dense memo, so the same bytes give the same items until a
+    // key is bound again.
+    if let (true, Some(refs), Some(&Items::Flat { start, len })) =
+        (resolved, refs, p.seqs.heads.get(list as usize))
+    {
+        p.ref_lists.insert(refs, start, len);
+    }
+    true
 }
 
 /// The fast path for the dicts PyTorch writes for every trace entry and frame, run right after
@@ -612,7 +778,41 @@ fn dict_items(
     }
     marks.push(stack.len());
     c.pos += 1;
-    while dict_item(c, p, stack, memo, sparse_memo) && dict_item(c, p, stack, memo, sparse_memo) {}
+    while dict_item(c, p, stack, marks, memo, sparse_memo)
+        && dict_item(c, p, stack, marks, memo, sparse_memo)
+    {}
+}
+
+/// Pushes the memo references that follow a MARK (the items of PyTorch's frames lists), as the
+/// generic machine would, stopping before anything else.
+#[inline(always)]
+fn memo_refs(c: &mut Cursor<'_>, stack: &mut Vec<Value>, memo: &[Value]) {
+    let b = c.b;
+    let mut pos = c.pos;
+    loop {
+        let v = match b.get(pos) {
+            Some(&op::LONG_BINGET) => match b.get(pos + 1..pos + 5) {
+                Some(k) => match memo.get(u32::from_le_bytes([k[0], k[1], k[2], k[3]]) as usize) {
+                    Some(&v) => {
+                        pos += 5;
+                        v
+                    }
+                    None => break,
+                },
+                None => break,
+            },
+            Some(&op::BINGET) => match b.get(pos + 1).and_then(|&k| memo.get(usize::from(k))) {
+                Some(&v) => {
+                    pos += 2;
+                    v
+                }
+                None => break,
+            },
+            _ => break,
+        };
+        stack.push(v);
+    }
+    c.pos = pos;
 }
 
 impl Vm {
@@ -694,6 +894,9 @@ impl Vm {
                 }
                 op::MARK => {
                     marks.push(stack.len());
+                    if *fast_dicts {
+                        memo_refs(c, stack, memo);
+                    }
                     continue;
                 }
                 op::POP => {
@@ -876,6 +1079,7 @@ impl Vm {
                         memo.push(v);
                     } else if k < memo.len() {
                         memo[k] = v;
+                        p.ref_lists.clear();
                     } else {
                         sparse_memo.insert(key, v);
                     }
@@ -999,6 +1203,7 @@ impl<'a> Parser<'a> {
                     own: Vec::new(),
                 },
                 shared: IntMap::default(),
+                ref_lists: RefLists::default(),
                 root: None,
             },
             vm: Vm {
@@ -1083,6 +1288,7 @@ impl<'a> Parser<'a> {
                 Ok(Some(root)) => {
                     self.p.root = Some(root);
                     self.done = true;
+                    self.p.ref_lists = RefLists::default();
                     self.input = Cow::Owned(Vec::new());
                     return Ok(true);
                 }
@@ -1514,6 +1720,38 @@ mod tests {
     /// What a parse gives: the pickle (arena, memo-shared values and all), or the error, and
     /// every dict offered to the callback. The callback takes dicts with an `action` key, as
     /// the snapshot reader does.
+    #[test]
+    fn lists_of_the_same_memo_references_share_until_a_key_is_bound_again() {
+        // ['a', 'b', {'f': ['a', 'b']}, {'f': ['a', 'b']}, 'c', {'f': ['c', 'b']}], the three
+        // lists written with the same bytes (`BINGET 1, BINGET 2`) but memo key 1 bound to 'c'
+        // (BINPUT) before the third; checked against CPython's `pickle.loads`.
+        let b = b"\x80\x04]\x94(\x8c\x01a\x94\x8c\x01b\x94}\x94(\x8c\x01f\x94]\x94(h\x01h\x02eu}\x94(h\x04]\x94(h\x01h\x02eu\x8c\x01cq\x01}\x94(h\x04]\x94(h\x01h\x02eue.";
+        let p = Pickle::parse(b).expect("parses");
+        let items = p.items(p.root.expect("root"));
+        let lists: Vec<Value> = [2, 3, 5]
+            .iter()
+            .map(|&i| p.get(items[i], "f").expect("a list under f"))
+            .collect();
+        let strs = |l: Value| -> Vec<&str> {
+            p.items(l).iter().map(|&v| p.str(v).expect("str")).collect()
+        };
+        assert_eq!(strs(lists[0]), ["a", "b"]);
+        assert_eq!(strs(lists[1]), ["a", "b"]);
+        assert_eq!(strs(lists[2]), ["c", "b"]);
+        // The second list takes the first one's items; the third has its own.
+        assert_eq!(p.items_key(lists[0]), p.items_key(lists[1]));
+        assert_ne!(p.items_key(lists[0]), p.items_key(lists[2]));
+        // As the generic machine has it, cut anywhere.
+        for cut in 0..b.len() {
+            let chunks = [&b[..cut], &b[cut..]];
+            assert_eq!(
+                outcome(Parser::incremental(0), &chunks),
+                outcome(Parser::incremental(0).generic_only(), &chunks),
+                "cut at {cut}"
+            );
+        }
+    }
+
     fn outcome(parser: Parser<'_>, chunks: &[&[u8]]) -> alloc::string::String {
         use alloc::string::String;
         let mut parser = parser;

@@ -2,7 +2,7 @@
 // the first drawn timeline) and prints the renderer main thread's time by top-level event
 // (script, wasm compilation, style, layout, paint, GC, …) and the longest tasks in order.
 // Env: BASE_URL (a served build), FILE, CATS (trace categories), COLD=1 (do not wait for the
-// page's warm-up).
+// page's warm-up), EVENTS_OUT (a file for every event).
 import { launch } from './lib.mjs';
 
 const CATS = process.env.CATS || 'devtools.timeline,disabled-by-default-devtools.timeline,blink,v8,v8.wasm,toplevel,disabled-by-default-v8.compile';
@@ -27,6 +27,8 @@ await cdp.send('Tracing.end');
 await done;
 await close();
 
+// EVENTS_OUT: also writes every trace event there (JSON), for a closer look.
+if (process.env.EVENTS_OUT) (await import('node:fs')).writeFileSync(process.env.EVENTS_OUT, JSON.stringify(events));
 const names = new Map();
 for (const e of events) if (e.name === 'thread_name') names.set(`${e.pid}:${e.tid}`, e.args.name);
 // The page's renderer main thread: the busiest one (an idle renderer may exist too).
