@@ -295,6 +295,16 @@ impl<T> Default for Arena<T> {
 }
 
 impl<T: Copy> Arena<T> {
+    /// A new empty container (`EMPTY_LIST`, `EMPTY_DICT`: two per trace entry).
+    #[inline(always)]
+    fn new_empty(&mut self) -> u32 {
+        self.heads.push(Items::Flat {
+            start: self.flat.len() as u32,
+            len: 0,
+        });
+        (self.heads.len() - 1) as u32
+    }
+
     fn new_container(&mut self, items: impl Iterator<Item = T>) -> u32 {
         let start = self.flat.len() as u32;
         self.flat.extend(items);
@@ -410,30 +420,28 @@ struct RefList {
     items: u32,
 }
 
-/// A hash of a byte string: four lanes over its 8-byte words, then the rest and the length.
-fn bytes_hash(b: &[u8]) -> u64 {
-    let [mut l0, mut l1, mut l2, mut l3] = [IntHasher::default(); 4];
-    let word = |w: &[u8]| {
-        let mut a = [0u8; 8];
-        a[..w.len()].copy_from_slice(w);
-        u64::from_le_bytes(a)
+/// A hash of a memo-reference list's bytes for [`RefLists`]: its length and three of its 8-byte
+/// words (first, middle, last), enough to tell the lists of a snapshot apart (lists whose
+/// sampled words agree are still compared in full: a collision only costs a lookup).
+#[inline(always)]
+fn refs_hash(b: &[u8]) -> u64 {
+    let word = |at: usize| {
+        b.get(at..at + 8)
+            .and_then(|w| w.first_chunk::<8>())
+            .map_or(0, |w| u64::from_le_bytes(*w))
     };
-    let quads = b.chunks_exact(32);
-    let rest = quads.remainder();
-    for q in quads {
-        l0.write_u64(word(&q[..8]));
-        l1.write_u64(word(&q[8..16]));
-        l2.write_u64(word(&q[16..24]));
-        l3.write_u64(word(&q[24..]));
-    }
-    for w in rest.chunks(8) {
-        l0.write_u64(word(w));
-    }
     let mut h = IntHasher::default();
-    for lane in [l0, l1, l2, l3] {
-        h.write_u64(lane.finish());
-    }
     h.write_usize(b.len());
+    if b.len() < 8 {
+        let mut a = [0u8; 8];
+        a[..b.len()].copy_from_slice(b);
+        h.write_u64(u64::from_le_bytes(a));
+    } else {
+        let last = b.len() - 8;
+        h.write_u64(word(0));
+        h.write_u64(word(last / 2));
+        h.write_u64(word(last));
+    }
     h.finish()
 }
 
@@ -444,20 +452,23 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let rest = wa.remainder() != wb.remainder();
-    let diff = wa.zip(wb).fold(0, |acc, (x, y)| {
-        acc | (u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]])
-            ^ u64::from_le_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]))
-    });
-    diff == 0 && !rest
+    let (mut a, mut b) = (a, b);
+    let mut diff = 0;
+    while let (Some((x, rest_a)), Some((y, rest_b))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        diff |= u64::from_le_bytes(*x) ^ u64::from_le_bytes(*y);
+        (a, b) = (rest_a, rest_b);
+    }
+    let rest = a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y));
+    diff == 0 && rest == 0
 }
 
 impl RefLists {
     /// The flat range of the list with these reference bytes, if one was recorded.
     #[inline(always)]
     fn get(&self, refs: &[u8]) -> Option<(u32, u32)> {
-        let r = self.by_hash.get(&bytes_hash(refs))?;
+        let r = self.by_hash.get(&refs_hash(refs))?;
         let kept = self.bytes.get(r.at as usize..(r.at + r.len) as usize)?;
         same_bytes(kept, refs).then_some((r.start, r.items))
     }
@@ -467,7 +478,7 @@ impl RefLists {
             return;
         }
         let at = self.bytes.len() as u32;
-        self.by_hash.entry(bytes_hash(refs)).or_insert_with(|| {
+        self.by_hash.entry(refs_hash(refs)).or_insert_with(|| {
             self.bytes.extend_from_slice(refs);
             RefList {
                 at,
@@ -684,7 +695,7 @@ fn dict_item(
             None => false,
         },
         op::EMPTY_LIST => {
-            let list = p.seqs.new_container(core::iter::empty());
+            let list = p.seqs.new_empty();
             emit!(Value::List(list), 1);
             list_of_memo_refs(c, p, stack, marks, memo, list)
         }
@@ -959,10 +970,10 @@ impl Vm {
                     };
                     Value::Bytes(p.texts.add(c.take(n)?))
                 }
-                op::EMPTY_LIST => Value::List(p.seqs.new_container(core::iter::empty())),
-                op::EMPTY_TUPLE => Value::Tuple(p.seqs.new_container(core::iter::empty())),
+                op::EMPTY_LIST => Value::List(p.seqs.new_empty()),
+                op::EMPTY_TUPLE => Value::Tuple(p.seqs.new_empty()),
                 op::EMPTY_DICT => {
-                    stack.push(Value::Dict(p.dicts.new_container(core::iter::empty())));
+                    stack.push(Value::Dict(p.dicts.new_empty()));
                     if *fast_dicts {
                         dict_items(c, p, stack, marks, memo, sparse_memo);
                     }
@@ -1184,7 +1195,8 @@ impl<'a> Parser<'a> {
         // WebAssembly, where realloc copies): up to about one list item per 40 bytes (the
         // device traces, the annotations), one item of a dict not taken (annotations, blocks,
         // frames), one dict and one memoized value per 48 (real snapshots memoize more than
-        // synthetic ones). Untouched reserve costs address space, not time.
+        // synthetic ones), one list per 160 (real snapshots have a frames list per trace
+        // entry, about 200 bytes). Untouched reserve costs address space, not time.
         Self {
             p: Pickle {
                 texts: Texts {
@@ -1193,7 +1205,7 @@ impl<'a> Parser<'a> {
                 },
                 numbers: Vec::new(),
                 seqs: Arena {
-                    heads: Vec::with_capacity(hint / 256),
+                    heads: Vec::with_capacity(hint / 160),
                     flat: Vec::with_capacity(hint / 40),
                     own: Vec::new(),
                 },
@@ -1526,7 +1538,7 @@ impl Pickle {
             J::String(s) => self.add_text(s),
             J::Array(a) => {
                 let items: Vec<Value> = a.iter().map(|x| self.add_json(x, depth + 1)).collect();
-                let i = self.seqs.new_container(core::iter::empty());
+                let i = self.seqs.new_empty();
                 self.fill_list(i, &items);
                 Value::List(i)
             }
