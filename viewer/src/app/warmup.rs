@@ -26,6 +26,9 @@ use crate::state::{View, ViewState};
 /// entries, 77 KiB).
 const SNAPSHOT: &[u8] =
     include_bytes!("../../../analysis-core/tests/assets/torch/ring-buffer.pickle");
+/// A real snapshot (1,667 trace entries, every one with a frames list of memo references).
+const REAL_SNAPSHOT: &[u8] =
+    include_bytes!("../../../analysis-core/tests/assets/torch/real-torch.pickle");
 /// Events of the synthetic trace.
 const TRACE_EVENTS: u64 = 20_000;
 /// Times each input is opened: enough work for the browser to optimize the hot functions.
@@ -41,7 +44,7 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
         let (trace, _) = generate(Scenario::TrainingLeak, TRACE_EVENTS, 1);
         let state = RwSignal::new(LoadState::Idle);
         for round in 0..ROUNDS {
-            for bytes in [SNAPSHOT, trace.as_slice()] {
+            for bytes in [SNAPSHOT, REAL_SNAPSHOT, trace.as_slice()] {
                 if !idle() {
                     return;
                 }
