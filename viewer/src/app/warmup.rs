@@ -2,11 +2,11 @@
 //! first call compiles it with the baseline compiler, on the main thread) and optimizes hot
 //! functions later, in the background. Opening a first trace would pay for both while the user
 //! waits: at 100k snapshot entries that was about a third of the load. So once the page is idle,
-//! the app opens two small traces nobody sees (a synthetic gpucollect trace and a small PyTorch
-//! snapshot) through the same code as a real file (`load::decode`, the analysis), several times,
-//! and shows each view of the first ones in an element that is never attached to the page, so
-//! every function a load runs is compiled and the hot ones are optimized before a real file
-//! arrives.
+//! the app opens small traces nobody sees (a synthetic gpucollect trace and two small PyTorch
+//! snapshots, one synthetic and one real) through the same code as a real file
+//! (`load::decode`, the analysis), several times, and shows each view of the first ones in an
+//! element that is never attached to the page, so every function a load runs is compiled and
+//! the hot ones are optimized before a real file arrives.
 //!
 //! The warm-up yields to the browser between steps (a few milliseconds each) and stops as soon
 //! as a real load starts. It is skipped when the page opens a trace at start (`?trace=`,
