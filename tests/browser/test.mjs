@@ -485,6 +485,32 @@ test('files of several MiB (a snapshot, a trace) picked from the file dialog ope
   }
 });
 
+test('a file whose reading worker fails part-way is read on by the page, with the same numbers', async (ctx) => {
+  // A worker that hands over the file's first 100,003 bytes, then fails.
+  const failing = `onmessage = async ({ data }) => {
+    if (!data.stream) return;
+    const buf = await data.blob.slice(0, 100003).arrayBuffer();
+    postMessage({ id: data.id, bufs: [buf] }, [buf]);
+    postMessage({ id: data.id, error: 'simulated failure' });
+  };
+  postMessage({ ready: true });`;
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.route('**/read-worker.js', (route) => route.fulfill({ contentType: 'text/javascript', body: failing }));
+  await page.goto(BASE);
+  // The worker has said it runs once the warm-up is done (it is started first).
+  await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: LOAD_TIMEOUT });
+  await page.setInputFiles(testid('file-picker'), path.join(TRACES, 'big-snapshot.pickle'));
+  await checkOverview(page, report('big-snapshot'));
+  const slices = await page.evaluate(() => performance.getEntriesByType('mark').map((m) => m.name)
+    .filter((n) => n.startsWith('gpucollect:slice-read-by-')));
+  assert.equal(slices[0], 'gpucollect:slice-read-by-worker', `first by the worker: ${slices}`);
+  assert.ok(slices.slice(1).length >= 1 && slices.slice(1).every((n) => n.endsWith('page')), `then on the page: ${slices}`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('gpucollect html: the single-file report opens offline with the same numbers', async () => {
   const offline = await launch();
   try {

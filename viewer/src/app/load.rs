@@ -1,8 +1,9 @@
 //! Loading a trace in the browser: from a dropped or picked file, a URL, or a bundled demo.
 //! Bytes go to `analysis_core::Loader::push` as they arrive (a PyTorch snapshot to
 //! `torch_snapshot::SnapshotLoader::push`, which parses it as it comes and converts it straight
-//! into the model at the end); a file's next slice is already being read while the current one
-//! is decoded. Between pieces the loop yields to the event loop (at most every ~30 ms of work)
+//! into the model at the end). A file is streamed by a worker while the page decodes it (where
+//! no worker runs, its next slice is already being read while the current one is decoded).
+//! Between pieces the loop yields to the event loop (at most every ~30 ms of work)
 //! so the page repaints the progress bar and stays responsive. Nothing leaves the browser.
 
 use std::sync::Arc;
@@ -13,15 +14,16 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use super::dom;
+use super::{dom, read_worker};
 use crate::data::Analysis;
 
 /// Bytes handed to the decoder between checks of the time budget.
 const PIECE_BYTES: usize = 64 * 1024;
 /// Bytes of a snapshot handed to its parser between checks of the time budget.
 const SNAPSHOT_PIECE_BYTES: usize = 1024 * 1024;
-/// Bytes read from a file at a time: the first read is small, so decoding starts early, and
-/// each next one doubles up to the largest (browsers hand large slices over with less overhead).
+/// Bytes read from a file at a time on the page's thread: the first read is small, so decoding
+/// starts early, and each next one doubles up to the largest (browsers hand large slices over
+/// with less overhead).
 const FIRST_READ_BYTES: f64 = 1024.0 * 1024.0;
 const MAX_READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// Work between yields to the event loop.
@@ -54,45 +56,54 @@ pub struct Progress {
 
 /// Where bytes come from.
 pub enum Source {
-    /// A file: read in slices, the next one already requested while the current one is
-    /// decoded, so reading and decoding overlap.
+    /// A file: streamed by a worker while the page decodes, or read in slices on the page's
+    /// thread, the next one already requested while the current one is decoded.
     Blob(BlobReader),
     Stream(web_sys::ReadableStreamDefaultReader),
     Bytes(Option<Vec<u8>>),
 }
 
-/// Reads a file (a `Blob`) slice by slice, `AHEAD` slices ahead, in a worker where one can run
-/// (`read_worker`).
+/// Reads a file (a `Blob`): streamed by the worker where one runs (`read_worker`), else (or from
+/// where the worker failed) in slices on this thread, `AHEAD` slices ahead.
 pub struct BlobReader {
     blob: web_sys::Blob,
-    /// Where the next slice to request starts, and its size.
+    /// The worker's stream, while it reads the file.
+    stream: Option<read_worker::Stream>,
+    /// Buffers of the worker's last batch not handed out yet.
+    batch: std::collections::VecDeque<js_sys::Uint8Array>,
+    /// Where the next slice to request starts (the bytes the worker delivered, while it reads),
+    /// and its size.
     offset: f64,
     read_bytes: f64,
-    /// Slices requested and not yet taken, in file order.
+    /// Slices requested on this thread and not yet taken, in file order.
     ahead: std::collections::VecDeque<Slice>,
 }
 
-/// Slices being read at once.
+/// Slices being read at once on this thread.
 const AHEAD: usize = 2;
 
-/// A slice being read.
+/// A slice being read on this thread.
 struct Slice {
     bytes: JsFuture,
     start: f64,
     end: f64,
-    by_worker: bool,
 }
 
 impl BlobReader {
     /// Starts reading the file right away (while the page redraws for the new load).
     pub fn new(blob: web_sys::Blob) -> Self {
+        let stream = read_worker::stream(&blob);
         let mut r = Self {
             blob,
+            stream,
+            batch: std::collections::VecDeque::new(),
             offset: 0.0,
             read_bytes: FIRST_READ_BYTES,
             ahead: std::collections::VecDeque::new(),
         };
-        r.fill();
+        if r.stream.is_none() {
+            r.fill();
+        }
         r
     }
 
@@ -120,33 +131,46 @@ impl BlobReader {
         let (start, end) = (self.offset, (self.offset + self.read_bytes).min(size));
         self.offset = end;
         self.read_bytes = (self.read_bytes * 2.0).min(MAX_READ_BYTES);
-        if let Some(p) = super::read_worker::read(&self.blob, start, end) {
-            return Ok(Some(Slice {
-                bytes: JsFuture::from(p),
-                start,
-                end,
-                by_worker: true,
-            }));
-        }
-        self.read_here(start, end).map(Some)
-    }
-
-    /// Reads a slice on this thread.
-    fn read_here(&self, start: f64, end: f64) -> Result<Slice, String> {
         let part = self
             .blob
             .slice_with_f64_and_f64(start, end)
             .map_err(|e| format!("cannot read the file: {e:?}"))?;
-        Ok(Slice {
+        Ok(Some(Slice {
             bytes: JsFuture::from(part.array_buffer()),
             start,
             end,
-            by_worker: false,
-        })
+        }))
     }
 
-    /// The next slice, having asked for the ones after it.
+    /// The next piece of the file, in order.
     async fn next(&mut self) -> Result<Option<js_sys::Uint8Array>, String> {
+        if let Some(piece) = self.batch.pop_front() {
+            return Ok(Some(piece));
+        }
+        if let Some(stream) = &self.stream {
+            match stream.next().await {
+                Ok(Some(batch)) => {
+                    // Which thread read it (the browser tests check the worker is used).
+                    dom::mark("gpucollect:slice-read-by-worker");
+                    for buf in batch.iter() {
+                        let piece = js_sys::Uint8Array::new(&buf);
+                        self.offset += f64::from(piece.length());
+                        self.batch.push_back(piece);
+                    }
+                    return Ok(self.batch.pop_front());
+                }
+                Ok(None) => {
+                    self.stream = None;
+                    return Ok(None);
+                }
+                // The worker could not read it: read the rest here.
+                Err(_) => {
+                    read_worker::give_up();
+                    self.stream = None;
+                    self.fill();
+                }
+            }
+        }
         if self.ahead.is_empty()
             && let Some(s) = self.request()?
         {
@@ -155,31 +179,13 @@ impl BlobReader {
         let Some(current) = self.ahead.pop_front() else {
             return Ok(None);
         };
-        let buf = match current.bytes.await {
-            Ok(buf) => {
-                // Which thread read it (the browser tests check the worker is used).
-                dom::mark(if current.by_worker {
-                    "gpucollect:slice-read-by-worker"
-                } else {
-                    "gpucollect:slice-read-by-page"
-                });
-                buf
-            }
-            // The worker could not read it: read it here, and everything after it too.
-            Err(_) if current.by_worker => {
-                super::read_worker::give_up();
-                self.offset = current.end;
-                self.ahead.clear();
-                let buf = self
-                    .read_here(current.start, current.end)?
-                    .bytes
-                    .await
-                    .map_err(|e| format!("cannot read the file: {e:?}"))?;
-                dom::mark("gpucollect:slice-read-by-page");
-                buf
-            }
-            Err(e) => return Err(format!("cannot read the file: {e:?}")),
-        };
+        let buf = current.bytes.await.map_err(|e| {
+            format!(
+                "cannot read the file (bytes {} to {}): {e:?}",
+                current.start, current.end
+            )
+        })?;
+        dom::mark("gpucollect:slice-read-by-page");
         self.fill();
         Ok(Some(js_sys::Uint8Array::new(&buf)))
     }

@@ -1,28 +1,50 @@
-//! Slices of a file read by a worker (`www/read-worker.js`). The browser hands a file's bytes
-//! over on the thread that asked for them, in tasks of that thread: asked from the page, the next
-//! slice only arrives in the gaps between the tasks that decode the current one, so reading and
-//! decoding take turns. Asked from a worker, the slice is read while the page decodes, and the
-//! worker transfers the buffer (no copy).
+//! Files read by a worker (`www/read-worker.js`). The browser hands a file's bytes over on the
+//! thread that asked for them, in tasks of that thread: asked from the page, bytes only arrive in
+//! the gaps between the tasks that decode them, so reading and decoding take turns. The worker
+//! reads the file as a stream while the page decodes, and transfers the stream's chunks in
+//! batches (no copy): the first batch a few milliseconds after the file is chosen, the next ones
+//! as they come. The page acknowledges each batch it takes, and the worker stops reading while
+//! too many bytes are untaken, so a file read faster than it is decoded does not pile up in the
+//! page's memory.
 //!
 //! Where no worker can run (the single-file report of `gpucollect html` opened from disk, a
-//! browser without workers), [`read`] answers `None`, or its promise fails, and the caller reads
+//! browser without workers), [`stream`] answers `None`, or the stream fails, and the caller reads
 //! on the page's thread instead.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
 
-/// Resolve and reject functions of the promises waiting for the worker, by request id.
-type Waiting = Rc<RefCell<HashMap<u32, (js_sys::Function, js_sys::Function)>>>;
+/// What the worker sent for one stream and the page has not taken yet.
+#[derive(Default)]
+struct Inbox {
+    /// In order: a batch of buffers (`ArrayBuffer`s), the end (`None`), or an error.
+    messages: VecDeque<Result<Option<js_sys::Array>, JsValue>>,
+    /// Resolves the promise [`Stream::next`] waits on while there is nothing to take.
+    wake: Option<js_sys::Function>,
+}
+
+impl Inbox {
+    fn put(&mut self, message: Result<Option<js_sys::Array>, JsValue>) {
+        self.messages.push_back(message);
+        if let Some(wake) = self.wake.take() {
+            let _ = wake.call0(&JsValue::NULL);
+        }
+    }
+}
+
+/// Inboxes of the streams being read, by stream id.
+type Inboxes = Rc<RefCell<HashMap<u32, Rc<RefCell<Inbox>>>>>;
 
 struct Reader {
     worker: web_sys::Worker,
     /// The worker said it runs (a worker whose script cannot load may fail silently).
     ready: Rc<Cell<bool>>,
-    waiting: Waiting,
+    inboxes: Inboxes,
     next_id: u32,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
@@ -34,57 +56,54 @@ thread_local! {
     static UNAVAILABLE: Rc<Cell<bool>> = Rc::new(Cell::new(false));
 }
 
-/// Fails every waiting promise (the worker is gone).
-fn fail_all(waiting: &Waiting, why: &str) {
-    for (_, (_, reject)) in waiting.borrow_mut().drain() {
-        let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(why));
+/// Ends every stream with an error (the worker is gone).
+fn fail_all(inboxes: &Inboxes, why: &str) {
+    for (_, inbox) in inboxes.borrow_mut().drain() {
+        inbox.borrow_mut().put(Err(JsValue::from_str(why)));
     }
 }
 
 fn start_worker() -> Option<Reader> {
     let worker = web_sys::Worker::new("read-worker.js").ok()?;
-    let waiting: Waiting = Rc::default();
+    let inboxes: Inboxes = Rc::default();
     let ready = Rc::new(Cell::new(false));
-    let (w, r) = (waiting.clone(), ready.clone());
+    let (boxes, r) = (inboxes.clone(), ready.clone());
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
             let data = e.data();
-            if js_sys::Reflect::get(&data, &"ready".into()).is_ok_and(|v| v.is_truthy()) {
+            let get = |k: &str| js_sys::Reflect::get(&data, &k.into()).ok();
+            if get("ready").is_some_and(|v| v.is_truthy()) {
                 r.set(true);
                 return;
             }
-            let id = js_sys::Reflect::get(&data, &"id".into())
-                .ok()
+            let id = get("id")
                 .and_then(|v| v.as_f64())
                 .map_or(u32::MAX, |v| v as u32);
-            let Some((resolve, reject)) = w.borrow_mut().remove(&id) else {
+            let Some(inbox) = boxes.borrow().get(&id).cloned() else {
                 return;
             };
-            match js_sys::Reflect::get(&data, &"buf".into()) {
-                Ok(buf) if buf.is_instance_of::<js_sys::ArrayBuffer>() => {
-                    let _ = resolve.call1(&JsValue::NULL, &buf);
-                }
-                _ => {
-                    let why = js_sys::Reflect::get(&data, &"error".into()).unwrap_or_else(|_| {
-                        JsValue::from_str("the worker could not read the file")
-                    });
-                    let _ = reject.call1(&JsValue::NULL, &why);
-                }
-            }
+            let message = match get("bufs") {
+                Some(bufs) if bufs.is_instance_of::<js_sys::Array>() => Ok(Some(bufs.into())),
+                _ if get("done").is_some_and(|v| v.is_truthy()) => Ok(None),
+                _ => Err(get("error")
+                    .filter(|v| !v.is_undefined())
+                    .unwrap_or_else(|| JsValue::from_str("the worker could not read the file"))),
+            };
+            inbox.borrow_mut().put(message);
         });
-    let w = waiting.clone();
+    let boxes = inboxes.clone();
     let unavailable = UNAVAILABLE.with(Rc::clone);
     // The script could not be loaded or failed: nothing more goes to this worker.
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |_: web_sys::Event| {
         unavailable.set(true);
-        fail_all(&w, "the file-reading worker is not available");
+        fail_all(&boxes, "the file-reading worker is not available");
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     Some(Reader {
         worker,
         ready,
-        waiting,
+        inboxes,
         next_id: 0,
         _on_message: on_message,
         _on_error: on_error,
@@ -115,9 +134,29 @@ pub fn prepare() {
     with_worker(|_| Some(()));
 }
 
-/// A promise of bytes `[start, end)` of `blob` (an `ArrayBuffer`), read by the worker; `None`
-/// when no worker can read them, or it has not said it runs yet (read them on this thread).
-pub fn read(blob: &web_sys::Blob, start: f64, end: f64) -> Option<js_sys::Promise> {
+/// Sends `{id, key: value}` to the worker, if it runs.
+fn tell(id: u32, key: &str, value: JsValue) {
+    READER.with(|r| {
+        let Ok(r) = r.try_borrow() else { return };
+        let Some(reader) = r.as_ref() else { return };
+        let msg = js_sys::Object::new();
+        if js_sys::Reflect::set(&msg, &"id".into(), &JsValue::from(id)).is_ok()
+            && js_sys::Reflect::set(&msg, &key.into(), &value).is_ok()
+        {
+            let _ = reader.worker.post_message(&msg);
+        }
+    });
+}
+
+/// A file being read by the worker, from its start.
+pub struct Stream {
+    id: u32,
+    inbox: Rc<RefCell<Inbox>>,
+}
+
+/// Starts reading `blob` in the worker; `None` when no worker can read it, or it has not said it
+/// runs yet (read it on this thread).
+pub fn stream(blob: &web_sys::Blob) -> Option<Stream> {
     with_worker(|reader| {
         if !reader.ready.get() {
             return None;
@@ -128,21 +167,58 @@ pub fn read(blob: &web_sys::Blob, start: f64, end: f64) -> Option<js_sys::Promis
         for (k, v) in [
             ("id", JsValue::from(id)),
             ("blob", JsValue::from(blob.clone())),
-            ("start", JsValue::from(start)),
-            ("end", JsValue::from(end)),
+            ("stream", JsValue::TRUE),
         ] {
             js_sys::Reflect::set(&msg, &k.into(), &v).ok()?;
         }
-        let waiting = reader.waiting.clone();
-        let promise = js_sys::Promise::new(&mut |resolve, reject| {
-            waiting.borrow_mut().insert(id, (resolve, reject));
-        });
+        let inbox = Rc::new(RefCell::new(Inbox::default()));
+        reader.inboxes.borrow_mut().insert(id, inbox.clone());
         if reader.worker.post_message(&msg).is_err() {
-            waiting.borrow_mut().remove(&id);
+            reader.inboxes.borrow_mut().remove(&id);
             return None;
         }
-        Some(promise)
+        Some(Stream { id, inbox })
     })
+}
+
+impl Stream {
+    /// The next batch of the file's bytes (`ArrayBuffer`s, in file order), `None` at its end.
+    pub async fn next(&self) -> Result<Option<js_sys::Array>, JsValue> {
+        loop {
+            let message = self.inbox.borrow_mut().messages.pop_front();
+            match message {
+                Some(Ok(Some(batch))) => {
+                    let bytes: f64 = batch
+                        .iter()
+                        .map(|b| b.unchecked_into::<js_sys::ArrayBuffer>().byte_length() as f64)
+                        .sum();
+                    tell(self.id, "ack", JsValue::from(bytes));
+                    return Ok(Some(batch));
+                }
+                Some(other) => return other,
+                None => {}
+            }
+            let inbox = self.inbox.clone();
+            let wait = js_sys::Promise::new(&mut |resolve, _| {
+                inbox.borrow_mut().wake = Some(resolve);
+            });
+            let _ = JsFuture::from(wait).await;
+        }
+    }
+}
+
+impl Drop for Stream {
+    /// The worker stops reading (a newer load started, or this one ended or failed).
+    fn drop(&mut self) {
+        tell(self.id, "cancel", JsValue::TRUE);
+        READER.with(|r| {
+            if let Ok(r) = r.try_borrow()
+                && let Some(reader) = r.as_ref()
+            {
+                reader.inboxes.borrow_mut().remove(&self.id);
+            }
+        });
+    }
 }
 
 /// Stops using the worker (its read failed): later reads happen on this thread.
@@ -154,7 +230,7 @@ pub fn give_up() {
         };
         if let Some(reader) = r.take() {
             reader.worker.terminate();
-            fail_all(&reader.waiting, "the file-reading worker stopped");
+            fail_all(&reader.inboxes, "the file-reading worker stopped");
         }
     });
 }
