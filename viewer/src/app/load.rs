@@ -61,6 +61,8 @@ pub enum Source {
     Blob(BlobReader),
     Stream(web_sys::ReadableStreamDefaultReader),
     Bytes(Option<Vec<u8>>),
+    /// Pieces in the browser's memory, as a file's bytes arrive (the warm-up's inputs).
+    Pieces(std::collections::VecDeque<js_sys::Uint8Array>),
 }
 
 /// Reads a file (a `Blob`): streamed by the worker where one runs (`read_worker`), else (or from
@@ -234,6 +236,7 @@ impl Source {
     async fn next(&mut self) -> Result<Option<Chunk>, String> {
         let chunk = match self {
             Self::Bytes(b) => return Ok(b.take().map(Chunk::Ours)),
+            Self::Pieces(p) => return Ok(p.pop_front().map(Chunk::Js)),
             Self::Blob(reader) => match reader.next().await? {
                 Some(chunk) => chunk,
                 None => return Ok(None),

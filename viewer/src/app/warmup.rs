@@ -4,7 +4,7 @@
 //! waits: at 100k snapshot entries that was about a third of the load. So once the page is idle,
 //! the app opens small traces nobody sees (a synthetic gpucollect trace and two small PyTorch
 //! snapshots, one synthetic and one real) through the same code as a real file
-//! (`load::decode`, the analysis), several times, and shows each view of the first ones in an
+//! (`load::decode`, in pieces as a file arrives, the analysis), several times, and shows each view of the first ones in an
 //! element that is never attached to the page, so every function a load runs is compiled and
 //! the hot ones are optimized before a real file arrives.
 //!
@@ -33,6 +33,10 @@ const REAL_SNAPSHOT: &[u8] =
 const TRACE_EVENTS: u64 = 20_000;
 /// Times each input is opened: enough work for the browser to optimize the hot functions.
 const ROUNDS: usize = 8;
+/// Each input is handed over in pieces of this size, in the browser's memory, as a file's bytes
+/// arrive: the code that takes the pieces after the first one differs from the code that takes
+/// the first (whole inputs left the former to be compiled during the first real load).
+const PIECE_BYTES: usize = 16 * 1024;
 
 /// Starts the warm-up; `idle` says whether the page is still waiting for a file.
 pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
@@ -49,7 +53,12 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
                     return;
                 }
                 let total = Some(bytes.len() as u64);
-                let src = Source::Bytes(Some(bytes.to_vec()));
+                let src = Source::Pieces(
+                    bytes
+                        .chunks(PIECE_BYTES)
+                        .map(js_sys::Uint8Array::from)
+                        .collect(),
+                );
                 let Ok(Some(a)) = load::decode(src, "warm-up".into(), total, state, idle).await
                 else {
                     return;
