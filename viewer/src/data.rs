@@ -155,8 +155,9 @@ pub struct Analysis {
     pub source: String,
     pub trace: LoadedTrace,
     detected: std::sync::OnceLock<Detected>,
-    /// Every call site, unsorted.
-    pub sites: Vec<SiteRow>,
+    /// Every call site, unsorted ([`Analysis::sites`]: built on first use, so a load's first
+    /// view does not wait for every stack's frames to be formatted).
+    sites: std::sync::OnceLock<Vec<SiteRow>>,
     /// Pool samples as step series per (process, device).
     pub pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries>,
     /// NVML device used bytes per device.
@@ -180,25 +181,6 @@ impl Analysis {
     /// Builds the derived tables, not yet the report ([`Analysis::detect`] adds it).
     pub fn without_report(trace: LoadedTrace, source: impl Into<String>) -> Self {
         let m = &trace.model;
-        let sites = m
-            .stack_stats
-            .values()
-            .map(|s| SiteRow {
-                stack: s.stack,
-                label: m.stack_label(s.stack),
-                frames: m
-                    .stack_frames(s.stack)
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                alloc_bytes: s.alloc_bytes,
-                alloc_count: s.alloc_count,
-                peak_bytes: s.peak_bytes,
-                live_bytes: s.live_bytes,
-                live_count: s.live_count,
-                max_size_bytes: s.max_size_bytes,
-            })
-            .collect();
         // Pool samples: each (process, device, pool) reports its current value; the series is the
         // sum over pools of the latest value of each.
         let mut pool_steps: BTreeMap<(ProcessIdx, DeviceIdx), (Timeline, Timeline)> =
@@ -251,7 +233,7 @@ impl Analysis {
             source: source.into(),
             trace,
             detected: std::sync::OnceLock::new(),
-            sites,
+            sites: std::sync::OnceLock::new(),
             pools,
             device_used,
             plots,
@@ -260,13 +242,40 @@ impl Analysis {
         }
     }
 
-    /// Runs the detectors (the report) and places their markers, once.
+    /// Runs the detectors (the report) and places their markers, once; builds the call-site
+    /// table too, so the views that list call sites open at once.
     pub fn detect(&self) {
         self.detected.get_or_init(|| {
             let report = summarize(&self.trace);
             let markers = markers(&self.trace.model, &report);
             Detected { report, markers }
         });
+        self.sites();
+    }
+
+    /// Every call site, unsorted (built on the first call).
+    pub fn sites(&self) -> &[SiteRow] {
+        self.sites.get_or_init(|| {
+            let m = &self.trace.model;
+            m.stack_stats
+                .values()
+                .map(|s| SiteRow {
+                    stack: s.stack,
+                    label: m.stack_label(s.stack),
+                    frames: m
+                        .stack_frames(s.stack)
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    alloc_bytes: s.alloc_bytes,
+                    alloc_count: s.alloc_count,
+                    peak_bytes: s.peak_bytes,
+                    live_bytes: s.live_bytes,
+                    live_count: s.live_count,
+                    max_size_bytes: s.max_size_bytes,
+                })
+                .collect()
+        })
     }
 
     /// The report, once [`Analysis::detect`] ran.
@@ -389,7 +398,7 @@ impl Analysis {
     /// thread.
     pub fn site_rows(&self, f: &Filter) -> Cow<'_, [SiteRow]> {
         if f.is_all() {
-            return Cow::Borrowed(&self.sites);
+            return Cow::Borrowed(self.sites());
         }
         let m = &self.trace.model;
         let peak_t = m.peak_ts_nanos;
@@ -418,7 +427,7 @@ impl Analysis {
             }
         }
         let labels: BTreeMap<StackId, (&str, &[String])> = self
-            .sites
+            .sites()
             .iter()
             .map(|s| (s.stack, (s.label.as_str(), s.frames.as_slice())))
             .collect();
@@ -807,10 +816,10 @@ mod tests {
     #[test]
     fn sites_add_up_to_the_report() {
         let (a, truth) = analysis(Scenario::TrainingLeak);
-        let live: u64 = a.sites.iter().map(|s| s.live_bytes).sum();
+        let live: u64 = a.sites().iter().map(|s| s.live_bytes).sum();
         assert_eq!(live, rep(&a).live_at_end_bytes);
         assert_eq!(rep(&a).live_at_end_bytes, truth.live_at_end_bytes);
-        let at_peak: u64 = a.sites.iter().map(|s| s.peak_bytes).sum();
+        let at_peak: u64 = a.sites().iter().map(|s| s.peak_bytes).sum();
         assert_eq!(at_peak, rep(&a).peak_bytes);
         let top = a.leak_candidates(&Filter::default());
         assert!(
@@ -842,7 +851,7 @@ mod tests {
     #[test]
     fn filtered_site_rows_partition_the_whole_table() {
         let (a, _) = analysis(Scenario::MultiDevice);
-        let whole: u64 = a.sites.iter().map(|s| s.alloc_bytes).sum();
+        let whole: u64 = a.sites().iter().map(|s| s.alloc_bytes).sum();
         let by_device: u64 = a
             .devices()
             .into_iter()
