@@ -1504,12 +1504,23 @@ impl Pickle {
         }
     }
 
-    /// Builds an arena from JSON (the same data PyTorch's viewer accepts as JSON).
-    pub fn from_json(v: &serde_json::Value) -> Pickle {
-        let mut p = Pickle::default();
-        let root = p.add_json(v, 0);
-        p.root = Some(root);
-        p
+    /// Builds an arena from JSON text (the same data PyTorch's viewer accepts as JSON), straight
+    /// from the text: no tree of JSON values in between, and each distinct string stored once
+    /// (JSON has no memo, so a snapshot repeats its keys and frame strings in every entry).
+    /// Nesting deeper than serde_json's limit (128) is an error.
+    pub fn from_json(text: &[u8]) -> Result<Pickle, serde_json::Error> {
+        use serde::de::DeserializeSeed;
+        let mut b = JsonBuilder {
+            p: Pickle::default(),
+            strings: HashMap::new(),
+            items: Vec::new(),
+            pairs: Vec::new(),
+        };
+        let mut de = serde_json::Deserializer::from_slice(text);
+        let root = JsonValue(&mut b).deserialize(&mut de)?;
+        de.end()?;
+        b.p.root = Some(root);
+        Ok(b.p)
     }
 
     fn add_text(&mut self, s: &str) -> Value {
@@ -1519,38 +1530,99 @@ impl Pickle {
         }
         Value::Str(self.texts.add(s.as_bytes()))
     }
+}
 
-    fn add_json(&mut self, v: &serde_json::Value, depth: usize) -> Value {
-        use serde_json::Value as J;
-        if depth > 256 {
-            return Value::None;
+/// What [`Pickle::from_json`] builds with: the arena, its strings by content, and the items of
+/// the lists and dicts being read (nested ones above their parents'), reused from one container
+/// to the next.
+struct JsonBuilder {
+    p: Pickle,
+    strings: HashMap<alloc::boxed::Box<str>, Value>,
+    items: Vec<Value>,
+    pairs: Vec<(Value, Value)>,
+}
+
+impl JsonBuilder {
+    fn text(&mut self, s: &str) -> Value {
+        if let Some(&v) = self.strings.get(s) {
+            return v;
         }
-        match v {
-            J::Null => Value::None,
-            J::Bool(b) => Value::Bool(*b),
-            J::Number(n) => match n.as_i64() {
-                Some(i) => int_value(&mut self.numbers, i),
-                None => match n.as_u64() {
-                    Some(_) => Value::BigInt,
-                    None => float_value(&mut self.numbers, n.as_f64().unwrap_or(0.0)),
-                },
-            },
-            J::String(s) => self.add_text(s),
-            J::Array(a) => {
-                let items: Vec<Value> = a.iter().map(|x| self.add_json(x, depth + 1)).collect();
-                let i = self.seqs.new_empty();
-                self.fill_list(i, &items);
-                Value::List(i)
-            }
-            J::Object(o) => {
-                let mut entries = Vec::with_capacity(o.len());
-                for (k, x) in o {
-                    let key = self.add_text(k);
-                    entries.push((key, self.add_json(x, depth + 1)));
-                }
-                Value::Dict(self.dicts.new_container(entries.into_iter()))
-            }
+        let v = self.p.add_text(s);
+        self.strings.insert(s.into(), v);
+        v
+    }
+}
+
+/// One JSON value, added to the arena.
+struct JsonValue<'b>(&'b mut JsonBuilder);
+
+impl<'de> serde::de::DeserializeSeed<'de> for JsonValue<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonValue<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::None)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::None)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> Result<Value, E> {
+        Ok(int_value(&mut self.0.p.numbers, i))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
+        Ok(match i64::try_from(u) {
+            Ok(i) => int_value(&mut self.0.p.numbers, i),
+            Err(_) => Value::BigInt,
+        })
+    }
+
+    fn visit_f64<E>(self, f: f64) -> Result<Value, E> {
+        Ok(float_value(&mut self.0.p.numbers, f))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(self.0.text(s))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let b = self.0;
+        let start = b.items.len();
+        while let Some(v) = seq.next_element_seed(JsonValue(b))? {
+            b.items.push(v);
         }
+        let i = b.p.seqs.new_empty();
+        b.p.fill_list(i, &b.items[start..]);
+        b.items.truncate(start);
+        Ok(Value::List(i))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let b = self.0;
+        let start = b.pairs.len();
+        while let Some(k) = map.next_key_seed(JsonValue(b))? {
+            let v = map.next_value_seed(JsonValue(b))?;
+            b.pairs.push((k, v));
+        }
+        let d = b.p.dicts.new_container(b.pairs.drain(start..));
+        Ok(Value::Dict(d))
     }
 }
 
@@ -1624,12 +1696,35 @@ mod tests {
             "too wide to make without a pickle"
         );
         // The same numbers from JSON.
-        let j = serde_json::json!([4611686018427387904i64, i64::MIN, 0.1]);
-        let p = Pickle::from_json(&j);
+        let p =
+            Pickle::from_json(b"[4611686018427387904, -9223372036854775808, 0.1]").expect("parses");
         let items = p.items(p.root.expect("root"));
         assert_eq!(p.int(Some(items[0])), Some(1 << 62));
         assert_eq!(p.int(Some(items[1])), Some(i64::MIN));
         assert_eq!(p.float(Some(items[2])), Some(0.1));
+    }
+
+    #[test]
+    fn json_strings_are_stored_once_and_deep_nesting_is_an_error() {
+        let text = br#"[{"name": "f", "file": "a.py"}, {"name": "f", "file": "b.py"}, "f"]"#;
+        let p = Pickle::from_json(text).expect("parses");
+        let items = p.items(p.root.expect("root"));
+        let name = |i: usize| p.get(items[i], "name").expect("name");
+        assert_eq!(name(0), name(1), "equal strings are one string");
+        assert_eq!(name(0), items[2]);
+        assert_eq!(p.str(name(0)), Some("f"));
+        assert_eq!(p.str(p.get(items[1], "file").expect("file")), Some("b.py"));
+        // Strings with escapes (handed over as owned strings) are stored once too.
+        let p = Pickle::from_json(br#"["a\u0062", "ab", "a\u0062"]"#).expect("parses");
+        let items = p.items(p.root.expect("root"));
+        assert_eq!((items[0], items[1]), (items[2], items[2]));
+        assert_eq!(p.str(items[0]), Some("ab"));
+        // Deeper than serde_json's limit: an error, not a stack overflow.
+        let deep = [&[b'['; 200][..], &[b']'; 200][..]].concat();
+        assert!(Pickle::from_json(&deep).is_err());
+        // Trailing text and truncation are errors.
+        assert!(Pickle::from_json(b"[1] x").is_err());
+        assert!(Pickle::from_json(b"{\"a\": [1, 2").is_err());
     }
 
     #[test]

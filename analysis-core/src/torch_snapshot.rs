@@ -302,11 +302,8 @@ impl<'a> Load<'a> {
                 Converter::convert(&p, reader, entries, make_sink)
             }
             Load::Json(text) => {
-                let v: serde_json::Value =
-                    serde_json::from_slice(&text).map_err(|e| ImportError::Json(e.to_string()))?;
+                let p = Pickle::from_json(&text).map_err(|e| ImportError::Json(e.to_string()))?;
                 drop(text);
-                let p = Pickle::from_json(&v);
-                drop(v);
                 Converter::convert(&p, EntryReader::default(), Vec::new(), make_sink)
             }
             Load::Failed(e) => Err(e),

@@ -82,6 +82,13 @@ fn a_full_history_snapshot_matches_its_segments_as_pickle_and_as_json() {
     assert!(s.ranges > 10);
     let j = check("two-devices.json", &expect);
     assert_eq!(s, j, "pickle and JSON give the same conversion");
+    // The same trace, byte for byte (the allocator settings in the order the file has them).
+    let (from_pickle, _) = convert(&asset("two-devices.pickle")).expect("converts");
+    let (from_json, _) = convert(&asset("two-devices.json")).expect("converts");
+    assert!(
+        from_pickle == from_json,
+        "pickle and JSON give the same trace bytes"
+    );
     // The leak is found at its Python call site.
     let (trace, _) = convert(&asset("two-devices.pickle")).expect("converts");
     let report = summarize(&load(&trace).expect("loads"));
