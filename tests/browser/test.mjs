@@ -511,6 +511,24 @@ test('a file whose reading worker fails part-way is read on by the page, with th
   await page.close();
 });
 
+test('when the WebAssembly stops (a trap, as when its memory is full), the page says so and what to do', async (ctx) => {
+  const page = await newPage(ctx, BASE);
+  await page.locator(testid('welcome')).waitFor();
+  // Another page error is not the viewer stopping.
+  await page.evaluate(() => setTimeout(() => { throw new Error('not the viewer'); }));
+  await page.waitForTimeout(200);
+  assert.equal(await page.locator(testid('fatal-error')).count(), 0);
+  // What a failed allocation in the WebAssembly throws (an abort: `unreachable`), uncaught.
+  await page.evaluate(() => setTimeout(() => { throw new WebAssembly.RuntimeError('unreachable'); }));
+  const box = page.locator(testid('fatal-error'));
+  await box.waitFor();
+  const said = await box.textContent();
+  for (const part of ['The viewer stopped', 'unreachable', '4 GiB', 'Reload the page', 'gpucollect report']) {
+    assert.ok(said.includes(part), `says ${part}: ${said}`);
+  }
+  await page.screenshot({ path: path.join(ARTIFACTS, 'viewer-stopped.png') });
+});
+
 test('gpucollect html: the single-file report opens offline with the same numbers', async () => {
   const offline = await launch();
   try {
