@@ -15,6 +15,9 @@ done
 snapshots=fuzz/corpus/snapshot
 mkdir -p "$snapshots"
 cp analysis-core/tests/assets/torch/ring-buffer.pickle analysis-core/tests/assets/torch/real-torch.pickle "$snapshots/"
+# The same snapshot as JSON (380 KB, under -max_len), so the JSON reader is explored too.
+python3 -c 'import json, pickle, sys; json.dump(pickle.load(open(sys.argv[1], "rb")), open(sys.argv[2], "w"))' \
+  analysis-core/tests/assets/torch/ring-buffer.pickle "$snapshots/ring-buffer.json"
 cd fuzz
 # Two thirds of the time for the trace decoder, the rest for the snapshot importer.
 RUSTC_BOOTSTRAP=1 cargo fuzz run decode --sanitizer none -- \
