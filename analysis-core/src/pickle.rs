@@ -48,7 +48,7 @@ pub enum Kind {
 /// two 8-byte scalars before this were 16 bytes. One integer, not an enum with payloads of
 /// several types: such an enum is copied through memory, written piecewise and read back whole
 /// (a store-forwarding stall on every opcode).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Value(u64);
 
 #[allow(non_upper_case_globals, non_snake_case)]
@@ -80,6 +80,11 @@ impl Value {
     #[inline(always)]
     const fn index(self) -> u32 {
         self.0 as u32
+    }
+    /// Not a container (a list, tuple or dict).
+    #[inline(always)]
+    const fn is_scalar(self) -> bool {
+        self.tag() < Self::LIST
     }
 
     pub const None: Value = Value::new(Self::NONE, 0);
@@ -1513,6 +1518,7 @@ impl Pickle {
         let mut b = JsonBuilder {
             p: Pickle::default(),
             strings: HashMap::new(),
+            dicts: HashMap::new(),
             items: Vec::new(),
             pairs: Vec::new(),
         };
@@ -1532,17 +1538,48 @@ impl Pickle {
     }
 }
 
-/// What [`Pickle::from_json`] builds with: the arena, its strings by content, and the items of
-/// the lists and dicts being read (nested ones above their parents'), reused from one container
-/// to the next.
+/// What [`Pickle::from_json`] builds with: the arena, its strings by content, its small dicts of
+/// scalars by content, and the items of the lists and dicts being read (nested ones above their
+/// parents'), reused from one container to the next.
 struct JsonBuilder {
     p: Pickle,
     strings: HashMap<alloc::boxed::Box<str>, Value>,
+    /// Dicts of at most [`JsonBuilder::SHARED_DICT_PAIRS`] pairs, every key and value a scalar
+    /// (a frame: file, line, function), by their pairs in order. JSON has no memo, so a snapshot
+    /// repeats its frames in every entry; made once, they make equal `frames` lists equal
+    /// items, which the arena then shares ([`Pickle::fill_list`]) and the conversion converts
+    /// once, as it does for a pickle's memoized frames.
+    dicts: HashMap<alloc::boxed::Box<[(Value, Value)]>, u32>,
     items: Vec<Value>,
     pairs: Vec<(Value, Value)>,
 }
 
 impl JsonBuilder {
+    const SHARED_DICT_PAIRS: usize = 8;
+    /// Distinct dicts kept for sharing: annotations are dicts of scalars too, nearly all
+    /// distinct, so the table is capped (a dict past it is simply made anew).
+    const SHARED_DICTS: usize = 1 << 18;
+
+    /// The dict of `pairs[start..]`, made or found, the pairs taken off.
+    fn dict(&mut self, start: usize) -> Value {
+        let pairs = &self.pairs[start..];
+        let shareable = pairs.len() <= Self::SHARED_DICT_PAIRS
+            && pairs.iter().all(|(k, v)| k.is_scalar() && v.is_scalar());
+        if !shareable {
+            return Value::Dict(self.p.dicts.new_container(self.pairs.drain(start..)));
+        }
+        if let Some(&d) = self.dicts.get(pairs) {
+            self.pairs.truncate(start);
+            return Value::Dict(d);
+        }
+        let key: alloc::boxed::Box<[(Value, Value)]> = pairs.into();
+        let d = self.p.dicts.new_container(self.pairs.drain(start..));
+        if self.dicts.len() < Self::SHARED_DICTS {
+            self.dicts.insert(key, d);
+        }
+        Value::Dict(d)
+    }
+
     fn text(&mut self, s: &str) -> Value {
         if let Some(&v) = self.strings.get(s) {
             return v;
@@ -1621,8 +1658,7 @@ impl<'de> serde::de::Visitor<'de> for JsonValue<'_> {
             let v = map.next_value_seed(JsonValue(b))?;
             b.pairs.push((k, v));
         }
-        let d = b.p.dicts.new_container(b.pairs.drain(start..));
-        Ok(Value::Dict(d))
+        Ok(b.dict(start))
     }
 }
 
@@ -1705,7 +1741,7 @@ mod tests {
     }
 
     #[test]
-    fn json_strings_are_stored_once_and_deep_nesting_is_an_error() {
+    fn json_strings_and_frames_are_stored_once_and_deep_nesting_is_an_error() {
         let text = br#"[{"name": "f", "file": "a.py"}, {"name": "f", "file": "b.py"}, "f"]"#;
         let p = Pickle::from_json(text).expect("parses");
         let items = p.items(p.root.expect("root"));
@@ -1719,6 +1755,21 @@ mod tests {
         let items = p.items(p.root.expect("root"));
         assert_eq!((items[0], items[1]), (items[2], items[2]));
         assert_eq!(p.str(items[0]), Some("ab"));
+        // Equal dicts of scalars (frames) are one dict, so lists of them have equal items; a
+        // dict holding a container is made anew each time.
+        let text = br#"[[{"f": "a", "l": 1}, {"f": "b", "l": 2}], [{"f": "a", "l": 1}, {"f": "b", "l": 2}],
+            {"f": "a", "l": 2}, {"x": [1]}, {"x": [1]}]"#;
+        let p = Pickle::from_json(text).expect("parses");
+        let items = p.items(p.root.expect("root"));
+        assert_eq!(p.items(items[0]), p.items(items[1]));
+        assert_eq!(p.items(items[0]).len(), 2);
+        assert_ne!(
+            p.items(items[0])[0],
+            items[2],
+            "another line is another frame"
+        );
+        assert_eq!(p.int(p.get(items[2], "l")), Some(2));
+        assert_ne!(items[3], items[4]);
         // Deeper than serde_json's limit: an error, not a stack overflow.
         let deep = [&[b'['; 200][..], &[b']'; 200][..]].concat();
         assert!(Pickle::from_json(&deep).is_err());
