@@ -293,6 +293,12 @@ test('the timeline is drawn before the detectors run; their markers and views fo
   const marker = `${testid('marker-list')} ${testid('marker')}[data-kind="spike"]`;
   await page.locator(marker).first().waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
   assert.equal(await page.locator(marker).count(), spikes.length, 'the markers arrive with the detectors');
+  // The markers' list is rendered at once; the canvas is redrawn with them in the next animation
+  // frame, so wait for that draw (the assertion below fails if it never comes).
+  await page.waitForFunction(() => {
+    const at = performance.getEntriesByName('gpucollect:analysed')[0]?.startTime;
+    return at !== undefined && window.__draws.some((d) => d > at);
+  }, null, { timeout: 10_000 }).catch(() => {});
   const { draws, analysed } = await page.evaluate(() => ({
     draws: window.__draws,
     analysed: performance.getEntriesByName('gpucollect:analysed').map((m) => m.startTime),
