@@ -1572,9 +1572,10 @@ impl JsonBuilder {
             self.pairs.truncate(start);
             return Value::Dict(d);
         }
-        let key: alloc::boxed::Box<[(Value, Value)]> = pairs.into();
+        let key = (self.dicts.len() < Self::SHARED_DICTS)
+            .then(|| alloc::boxed::Box::<[(Value, Value)]>::from(pairs));
         let d = self.p.dicts.new_container(self.pairs.drain(start..));
-        if self.dicts.len() < Self::SHARED_DICTS {
+        if let Some(key) = key {
             self.dicts.insert(key, d);
         }
         Value::Dict(d)
