@@ -9,6 +9,12 @@
 //                 F KiB, each next one doubled up to M KiB, each transferred as it fills
 //   wb:F:M        the same, but the stream's chunks are transferred as they are, in batches
 //                 (no copy in the worker)
+//   byob:F:M      file.stream() read by a worker with a BYOB reader into buffers of F KiB,
+//                 each next one doubled up to M KiB, each filled (read with `min`) and
+//                 transferred
+//   frs:F:M       slices read one after another by a worker with FileReaderSync (no promise
+//                 per stream chunk), the first F KiB, each next one doubled up to M KiB, each
+//                 transferred as it is read
 // RATE (bytes per ms, default 0): after each piece, the page is kept busy for its size / RATE,
 // as a parser of that speed would keep it, to see how reading overlaps with work.
 // Prints one JSON line per run: ms (until the last byte, and the work on it), first (ms until
@@ -29,12 +35,14 @@ window.run = async (mode, rate) => {
   if (mode === 'whole') got((await file.arrayBuffer()).byteLength);
   else if (mode === 'whole-worker') got((await wread(file, 0, file.size)).byteLength);
   else if (mode === 'stream') { const r = file.stream().getReader(); for (;;) { const { done, value } = await r.read(); if (done) break; got(value.byteLength); } }
-  else if (mode.startsWith('ws:') || mode.startsWith('wb:')) {
+  else if (mode.startsWith('ws:') || mode.startsWith('wb:') || mode.startsWith('frs:') || mode.startsWith('byob:')) {
     const batch = mode.startsWith('wb:');
+    const sync = mode.startsWith('frs:');
+    const byob = mode.startsWith('byob:');
     const [, firstKiB, maxKiB] = mode.split(':').map(Number);
     const q = []; let wake = null; const i = id++;
     waiting.set(i, (d) => { q.push(d); if (wake) { wake(); wake = null; } });
-    w.postMessage({ id: i, blob: file, stream: true, batch, first: firstKiB * 1024, max: maxKiB * 1024 });
+    w.postMessage({ id: i, blob: file, stream: true, batch, sync, byob, first: firstKiB * 1024, max: maxKiB * 1024 });
     for (;;) {
       if (!q.length) await new Promise((res) => { wake = res; });
       const d = q.shift();
@@ -51,7 +59,20 @@ window.run = async (mode, rate) => {
   return { mode, ms: Math.round(performance.now() - t0), first: Math.round(first), total, chunks };
 };
 </script></body></html>`;
-const WORKER = `onmessage = async ({ data: { id, blob, start, end, stream, batch, first, max } }) => {
+const WORKER = `onmessage = async ({ data: { id, blob, start, end, stream, batch, sync, byob, first, max } }) => {
+  if (byob) {
+    const r = blob.stream().getReader({ mode: 'byob' }); let off = 0; let want = first;
+    while (off < blob.size) { const n = Math.min(want, blob.size - off); let view = new Uint8Array(new ArrayBuffer(n)); let got = 0;
+      while (got < n) { const { done, value } = await r.read(new Uint8Array(view.buffer, got, n - got), { min: n - got }); if (done) break; got += value.byteLength; view = new Uint8Array(value.buffer); }
+      postMessage({ id, more: true, buf: view.buffer }, [view.buffer]); off += n; want = Math.min(want * 2, max); }
+    postMessage({ id, more: true, done: true }); return;
+  }
+  if (sync) {
+    const r = new FileReaderSync(); let off = 0; let want = first;
+    while (off < blob.size) { const e = Math.min(off + want, blob.size); const buf = r.readAsArrayBuffer(blob.slice(off, e));
+      postMessage({ id, more: true, buf }, [buf]); off = e; want = Math.min(want * 2, max); }
+    postMessage({ id, more: true, done: true }); return;
+  }
   if (stream) {
     const r = blob.stream().getReader(); let want = first; let parts = []; let have = 0;
     const send = () => { if (batch) { const bufs = parts.map((p) => p.byteOffset === 0 && p.byteLength === p.buffer.byteLength ? p.buffer : p.slice().buffer);

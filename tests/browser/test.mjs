@@ -491,6 +491,67 @@ test('files of several MiB (a snapshot, a trace) picked from the file dialog ope
   }
 });
 
+test('the reading worker streams a file in order, waits while 32 MiB are untaken, and reads into buffers handed back', async (ctx) => {
+  const page = await newPage(ctx, BASE);
+  // The viewer's own worker runs once the warm-up is done (it is started first).
+  await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: LOAD_TIMEOUT });
+  const before = page.workers();
+  // A worker of its own, driven as the viewer drives it (viewer/src/app/read_worker.rs).
+  const got = await page.evaluate(async () => {
+    const MiB = 1024 * 1024;
+    const size = 100 * MiB + 12345;
+    const bytes = new Uint8Array(size);
+    for (let i = 0; i < size; i += 4096) bytes[i] = (i / 4096) % 251;
+    bytes[size - 1] = 7;
+    const blob = new Blob([bytes]);
+    const w = new Worker('read-worker.js');
+    const inbox = [];
+    let wake = null;
+    w.onmessage = ({ data }) => { inbox.push(data); if (wake) { wake(); wake = null; } };
+    const next = async () => { while (!inbox.length) await new Promise((r) => { wake = r; }); return inbox.shift(); };
+    if (!(await next()).ready) return { error: 'no ready message' };
+    w.postMessage({ id: 1, blob, stream: true });
+    // Nothing taken yet: the worker stops at 32 MiB untaken (it may finish the batch it read).
+    await new Promise((r) => setTimeout(r, 500));
+    const sentBeforeTaking = inbox.reduce((n, m) => n + (m.bufs || []).reduce((k, b) => k + b.byteLength, 0), 0);
+    const out = new Uint8Array(size);
+    let at = 0; let batches = 0; let lent = null; let reuse = true;
+    for (;;) {
+      const m = await next();
+      if (m.error) return { error: m.error };
+      if (m.done) break;
+      batches++;
+      reuse = reuse && m.reuse === true;
+      w.postMessage({ id: 1, ack: m.bufs.reduce((k, b) => k + b.byteLength, 0) });
+      for (const b of m.bufs) {
+        const view = b instanceof Uint8Array ? b : new Uint8Array(b);
+        if (lent) w.postMessage({ id: 1, back: lent.buffer }, [lent.buffer]);
+        out.set(view, at);
+        at += view.byteLength;
+        lent = view;
+      }
+    }
+    let same = at === size;
+    for (let i = 0; same && i < size; i += 4096) same = out[i] === bytes[i];
+    same = same && out[size - 1] === 7;
+    return { same, at, batches, reuse, sentBeforeTaking };
+  });
+  assert.equal(got.error, undefined);
+  assert.ok(got.same, `every byte, in order: ${JSON.stringify(got)}`);
+  assert.ok(got.sentBeforeTaking >= 32 * 1024 * 1024 && got.sentBeforeTaking <= 36 * 1024 * 1024,
+    `sent before anything was taken: ${got.sentBeforeTaking}`);
+  // Chromium's file streams are byte streams: every batch is read into a buffer to hand back.
+  assert.ok(got.reuse, 'batches ask for their buffers back');
+  // 30 batches (64 KiB doubling to 4 MiB, then 4 MiB each) in at most 32 MiB in flight: most
+  // of the 4 MiB ones are read into buffers handed back.
+  const worker = page.workers().find((w) => !before.includes(w) && w.url().endsWith('read-worker.js'));
+  assert.ok(worker, 'the test\'s worker is listed');
+  const stats = await worker.evaluate(() => self.stats);
+  assert.equal(got.batches, stats.buffers + stats.reused, JSON.stringify(stats));
+  assert.ok(stats.reused >= 10 && stats.buffers <= 20, `buffers made and reused: ${JSON.stringify(stats)}`);
+  await page.close();
+});
+
 test('a file whose reading worker fails part-way is read on by the page, with the same numbers', async (ctx) => {
   // A worker that hands over the file's first 100,003 bytes, then fails.
   const failing = `onmessage = async ({ data }) => {

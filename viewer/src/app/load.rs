@@ -71,8 +71,13 @@ pub struct BlobReader {
     blob: web_sys::Blob,
     /// The worker's stream, while it reads the file.
     stream: Option<read_worker::Stream>,
-    /// Buffers of the worker's last batch not handed out yet.
+    /// Buffers of the worker's last batch not handed out yet, and whether the worker wants
+    /// them back.
     batch: std::collections::VecDeque<js_sys::Uint8Array>,
+    reuse: bool,
+    /// The piece handed out last, when the worker wants its buffer back: the caller is done
+    /// with it once it asks for the next one.
+    lent: Option<js_sys::Uint8Array>,
     /// Where the next slice to request starts (the bytes the worker delivered, while it reads),
     /// and its size.
     offset: f64,
@@ -99,6 +104,8 @@ impl BlobReader {
             blob,
             stream,
             batch: std::collections::VecDeque::new(),
+            reuse: false,
+            lent: None,
             offset: 0.0,
             read_bytes: FIRST_READ_BYTES,
             ahead: std::collections::VecDeque::new(),
@@ -124,6 +131,15 @@ impl BlobReader {
         }
     }
 
+    /// Hands out `piece` of the worker's batch, remembered to be given back if the worker
+    /// wants its buffer.
+    fn lend(&mut self, piece: js_sys::Uint8Array) -> js_sys::Uint8Array {
+        if self.reuse {
+            self.lent = Some(piece.clone());
+        }
+        piece
+    }
+
     /// Asks for the next slice (none at the end of the file).
     fn request(&mut self) -> Result<Option<Slice>, String> {
         let size = self.blob.size();
@@ -144,22 +160,26 @@ impl BlobReader {
         }))
     }
 
-    /// The next piece of the file, in order.
+    /// The next piece of the file, in order. The previous piece must not be used after this
+    /// is called (its buffer may go back to the worker).
     async fn next(&mut self) -> Result<Option<js_sys::Uint8Array>, String> {
+        if let (Some(piece), Some(stream)) = (self.lent.take(), &self.stream) {
+            stream.give_back(&piece);
+        }
         if let Some(piece) = self.batch.pop_front() {
-            return Ok(Some(piece));
+            return Ok(Some(self.lend(piece)));
         }
         if let Some(stream) = &self.stream {
             match stream.next().await {
                 Ok(Some(batch)) => {
                     // Which thread read it (the browser tests check the worker is used).
                     dom::mark("gpucollect:slice-read-by-worker");
-                    for buf in batch.iter() {
-                        let piece = js_sys::Uint8Array::new(&buf);
+                    for piece in batch.pieces {
                         self.offset += f64::from(piece.length());
                         self.batch.push_back(piece);
                     }
-                    return Ok(self.batch.pop_front());
+                    self.reuse = batch.reuse;
+                    return Ok(self.batch.pop_front().map(|p| self.lend(p)));
                 }
                 Ok(None) => {
                     self.stream = None;

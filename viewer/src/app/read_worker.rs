@@ -1,11 +1,13 @@
 //! Files read by a worker (`www/read-worker.js`). The browser hands a file's bytes over on the
 //! thread that asked for them, in tasks of that thread: asked from the page, bytes only arrive in
 //! the gaps between the tasks that decode them, so reading and decoding take turns. The worker
-//! reads the file as a stream while the page decodes, and transfers the stream's chunks in
-//! batches (no copy): the first batch a few milliseconds after the file is chosen, the next ones
-//! as they come. The page acknowledges each batch it takes, and the worker stops reading while
-//! too many bytes are untaken, so a file read faster than it is decoded does not pile up in the
-//! page's memory.
+//! reads the file as a stream while the page decodes, and transfers it in batches (no copy): the
+//! first batch a few milliseconds after the file is chosen, the next ones as they come. The page
+//! acknowledges each batch it takes, and the worker stops reading while too many bytes are
+//! untaken, so a file read faster than it is decoded does not pile up in the page's memory.
+//! Where the worker reads into buffers of its own (a BYOB reader), the page hands each buffer
+//! back once it has copied its bytes ([`Stream::give_back`]), and the worker reads into it
+//! again: the file's bytes pass through a few MiB of buffers, not through new memory.
 //!
 //! Where no worker can run (the single-file report of `gpucollect html` opened from disk, a
 //! browser without workers), [`stream`] answers `None`, or the stream fails, and the caller reads
@@ -19,17 +21,25 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+/// A batch of the file's bytes, in file order, as the worker sent it.
+pub struct Batch {
+    /// Views of the bytes (the worker sends `ArrayBuffer`s or `Uint8Array`s).
+    pub pieces: Vec<js_sys::Uint8Array>,
+    /// The worker reads into these buffers again once they are handed back.
+    pub reuse: bool,
+}
+
 /// What the worker sent for one stream and the page has not taken yet.
 #[derive(Default)]
 struct Inbox {
-    /// In order: a batch of buffers (`ArrayBuffer`s), the end (`None`), or an error.
-    messages: VecDeque<Result<Option<js_sys::Array>, JsValue>>,
+    /// In order: a batch, the end (`None`), or an error.
+    messages: VecDeque<Result<Option<Batch>, JsValue>>,
     /// Resolves the promise [`Stream::next`] waits on while there is nothing to take.
     wake: Option<js_sys::Function>,
 }
 
 impl Inbox {
-    fn put(&mut self, message: Result<Option<js_sys::Array>, JsValue>) {
+    fn put(&mut self, message: Result<Option<Batch>, JsValue>) {
         self.messages.push_back(message);
         if let Some(wake) = self.wake.take() {
             let _ = wake.call0(&JsValue::NULL);
@@ -83,7 +93,16 @@ fn start_worker() -> Option<Reader> {
                 return;
             };
             let message = match get("bufs") {
-                Some(bufs) if bufs.is_instance_of::<js_sys::Array>() => Ok(Some(bufs.into())),
+                Some(bufs) if bufs.is_instance_of::<js_sys::Array>() => Ok(Some(Batch {
+                    pieces: js_sys::Array::from(&bufs)
+                        .iter()
+                        .map(|b| match b.dyn_into::<js_sys::Uint8Array>() {
+                            Ok(view) => view,
+                            Err(buf) => js_sys::Uint8Array::new(&buf),
+                        })
+                        .collect(),
+                    reuse: get("reuse").is_some_and(|v| v.is_truthy()),
+                })),
                 _ if get("done").is_some_and(|v| v.is_truthy()) => Ok(None),
                 _ => Err(get("error")
                     .filter(|v| !v.is_undefined())
@@ -134,8 +153,8 @@ pub fn prepare() {
     with_worker(|_| Some(()));
 }
 
-/// Sends `{id, key: value}` to the worker, if it runs.
-fn tell(id: u32, key: &str, value: JsValue) {
+/// Sends `{id, key: value}` to the worker, if it runs, transferring `transfer` (if given).
+fn tell(id: u32, key: &str, value: JsValue, transfer: Option<&JsValue>) {
     READER.with(|r| {
         let Ok(r) = r.try_borrow() else { return };
         let Some(reader) = r.as_ref() else { return };
@@ -143,7 +162,12 @@ fn tell(id: u32, key: &str, value: JsValue) {
         if js_sys::Reflect::set(&msg, &"id".into(), &JsValue::from(id)).is_ok()
             && js_sys::Reflect::set(&msg, &key.into(), &value).is_ok()
         {
-            let _ = reader.worker.post_message(&msg);
+            let _ = match transfer {
+                Some(t) => reader
+                    .worker
+                    .post_message_with_transfer(&msg, &js_sys::Array::of1(t)),
+                None => reader.worker.post_message(&msg),
+            };
         }
     });
 }
@@ -182,17 +206,14 @@ pub fn stream(blob: &web_sys::Blob) -> Option<Stream> {
 }
 
 impl Stream {
-    /// The next batch of the file's bytes (`ArrayBuffer`s, in file order), `None` at its end.
-    pub async fn next(&self) -> Result<Option<js_sys::Array>, JsValue> {
+    /// The next batch of the file's bytes, `None` at its end.
+    pub async fn next(&self) -> Result<Option<Batch>, JsValue> {
         loop {
             let message = self.inbox.borrow_mut().messages.pop_front();
             match message {
                 Some(Ok(Some(batch))) => {
-                    let bytes: f64 = batch
-                        .iter()
-                        .map(|b| b.unchecked_into::<js_sys::ArrayBuffer>().byte_length() as f64)
-                        .sum();
-                    tell(self.id, "ack", JsValue::from(bytes));
+                    let bytes: f64 = batch.pieces.iter().map(|b| f64::from(b.length())).sum();
+                    tell(self.id, "ack", JsValue::from(bytes), None);
                     return Ok(Some(batch));
                 }
                 Some(other) => return other,
@@ -205,12 +226,19 @@ impl Stream {
             let _ = JsFuture::from(wait).await;
         }
     }
+
+    /// Hands the buffer of `piece` (from a batch with `reuse`) back to the worker, to be read
+    /// into again; `piece` is empty (detached) afterwards.
+    pub fn give_back(&self, piece: &js_sys::Uint8Array) {
+        let buf = JsValue::from(piece.buffer());
+        tell(self.id, "back", buf.clone(), Some(&buf));
+    }
 }
 
 impl Drop for Stream {
     /// The worker stops reading (a newer load started, or this one ended or failed).
     fn drop(&mut self) {
-        tell(self.id, "cancel", JsValue::TRUE);
+        tell(self.id, "cancel", JsValue::TRUE, None);
         READER.with(|r| {
             if let Ok(r) = r.try_borrow()
                 && let Some(reader) = r.as_ref()
