@@ -154,14 +154,10 @@ pub fn App() -> impl IntoView {
     let open_file = move |file: web_sys::File| {
         let name = file.name();
         let total = file.size() as u64;
+        // Reading starts first: the worker reads while this thread updates the page.
+        let src = Source::Blob(load::BlobReader::new(file.into()));
         dom::replace_query("", &vs.with_untracked(ViewState::to_fragment));
-        let blob: web_sys::Blob = file.into();
-        start(
-            Source::Blob(load::BlobReader::new(blob)),
-            name,
-            Some(total),
-            false,
-        );
+        start(src, name, Some(total), false);
     };
     let open_demo = move |scenario: Scenario, keep_view: bool| {
         let (bytes, _) = generate(scenario, DEMO_EVENTS, 1);
