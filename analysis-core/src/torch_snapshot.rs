@@ -166,6 +166,17 @@ impl SnapshotLoader {
         self.bytes_read
     }
 
+    /// How long [`SnapshotLoader::finish`] will take, roughly: the trace entries of a pickle
+    /// parsed so far (the conversion's work grows with them), or `None` for JSON, which is
+    /// only parsed then.
+    pub fn pending_entries(&self) -> Option<u64> {
+        match &self.load {
+            Load::Pickle(pl) => Some(pl.entries.len() as u64),
+            Load::Start { .. } | Load::Failed(_) => Some(0),
+            Load::Json(_) => None,
+        }
+    }
+
     /// Ends the input: completes the parse and converts the snapshot exactly as [`load`]
     /// does. A pickle cut short is an error ([`PickleError::Truncated`]).
     pub fn finish(self) -> Result<(LoadedTrace, ImportSummary), ImportError> {

@@ -609,3 +609,24 @@ fn a_truncated_or_refused_snapshot_pushed_in_pieces_fails_like_the_whole() {
     loader.push(b": 1}").expect("json");
     assert_eq!(loader.finish().err(), Some(ImportError::NotASnapshot));
 }
+
+/// What a loader says is left to convert: the trace entries of a pickle parsed so far (all of
+/// them once the input is in), nothing before any input, unknown for JSON (parsed at the end).
+#[test]
+fn pending_entries_count_the_trace_entries_parsed_so_far() {
+    let two = asset("two-devices.pickle");
+    let mut loader = SnapshotLoader::new(None);
+    assert_eq!(loader.pending_entries(), Some(0));
+    let (a, b) = two.split_at(two.len() / 2);
+    loader.push(a).expect("pickle");
+    let half = loader.pending_entries().expect("a pickle");
+    loader.push(b).expect("pickle");
+    let all = loader.pending_entries().expect("a pickle");
+    assert!(0 < half && half < all, "{half} of {all}");
+    let (_, summary) = loader.finish().expect("converts");
+    assert_eq!(all, summary.trace_entries);
+
+    let mut json = SnapshotLoader::new(None);
+    json.push(&asset("two-devices.json")).expect("json");
+    assert_eq!(json.pending_entries(), None);
+}

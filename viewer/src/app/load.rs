@@ -28,6 +28,9 @@ const FIRST_READ_BYTES: f64 = 1024.0 * 1024.0;
 const MAX_READ_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 /// Work between yields to the event loop.
 const BUDGET_MS: f64 = 30.0;
+/// A snapshot with this many trace entries takes 20 ms or more to convert (about 90 ns each at
+/// native speed, which the conversion runs at in the browser): the page says so first.
+const SHOW_CONVERSION_ENTRIES: u64 = 200_000;
 
 /// Where the loading stands.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -383,11 +386,16 @@ pub async fn decode(
     }
     dom::mark("gpucollect:read");
     if let Some(s) = snapshot {
-        progress.phase = "converting snapshot";
-        state.set(LoadState::Loading(progress.clone()));
-        dom::yield_now().await;
-        if !current() {
-            return Ok(None);
+        // The page repaints to say so before a conversion that takes more than a frame or
+        // two; a shorter one is over before the words could be read, and the repaint costs a
+        // frame's work (1-2 ms).
+        if s.pending_entries().is_none_or(|n| n >= SHOW_CONVERSION_ENTRIES) {
+            progress.phase = "converting snapshot";
+            state.set(LoadState::Loading(progress.clone()));
+            dom::yield_now().await;
+            if !current() {
+                return Ok(None);
+            }
         }
         // Converted straight into the model (no trace bytes in between).
         let (trace, _) = s.finish().map_err(|e| format!("{e}: {source}"))?;
