@@ -317,7 +317,7 @@ async fn pace(
     records: impl Fn() -> u64,
     progress: &mut Progress,
     state: RwSignal<LoadState>,
-    current: &impl Fn() -> bool,
+    current: &dyn Fn() -> bool,
 ) -> bool {
     if dom::now_ms() - *last_yield <= BUDGET_MS {
         return true;
@@ -329,14 +329,35 @@ async fn pace(
     current()
 }
 
+/// A load under way: the analysis, `None` if a newer load started, or what went wrong.
+pub type Decoding<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<Arc<Analysis>>, String>> + 'a>,
+>;
+
 /// Decodes everything `src` yields, reporting progress, and analyses the result. `current`
 /// returns false once a newer load has started (this one then stops quietly).
-pub async fn decode(
+///
+/// The warm-up (`warmup.rs`) must run the very functions a real load runs: copies of them
+/// would be compiled (and optimized) by the browser during the first real load instead, ~300
+/// functions and 6-8 ms. So this is not generic (no copies for each caller's closure types),
+/// and the future is boxed, so that its body is not inlined into each caller's (the compiler
+/// did that, making copies of the loading code for the warm-up and for real loads).
+pub fn decode<'a>(
+    src: Source,
+    source: String,
+    total_bytes: Option<u64>,
+    state: RwSignal<LoadState>,
+    current: &'a dyn Fn() -> bool,
+) -> Decoding<'a> {
+    Box::pin(decode_now(src, source, total_bytes, state, current))
+}
+
+async fn decode_now(
     mut src: Source,
     source: String,
     total_bytes: Option<u64>,
     state: RwSignal<LoadState>,
-    current: impl Fn() -> bool,
+    current: &dyn Fn() -> bool,
 ) -> Result<Option<Arc<Analysis>>, String> {
     let started = dom::now_ms();
     let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
@@ -365,7 +386,7 @@ pub async fn decode(
                 s.push_with(end - start, |to| chunk.copy_range(start, end, to))
                     .map_err(|e| format!("{e}: {source}"))?;
                 progress.bytes_read += (end - start) as u64;
-                if !pace(&mut last_yield, || 0, &mut progress, state, &current).await {
+                if !pace(&mut last_yield, || 0, &mut progress, state, current).await {
                     return Ok(None);
                 }
             }
@@ -379,7 +400,7 @@ pub async fn decode(
                 break 'read;
             }
             let records = || loader.records_decoded();
-            if !pace(&mut last_yield, records, &mut progress, state, &current).await {
+            if !pace(&mut last_yield, records, &mut progress, state, current).await {
                 return Ok(None);
             }
         }
@@ -389,7 +410,9 @@ pub async fn decode(
         // The page repaints to say so before a conversion that takes more than a frame or
         // two; a shorter one is over before the words could be read, and the repaint costs a
         // frame's work (1-2 ms).
-        if s.pending_entries().is_none_or(|n| n >= SHOW_CONVERSION_ENTRIES) {
+        if s.pending_entries()
+            .is_none_or(|n| n >= SHOW_CONVERSION_ENTRIES)
+        {
             progress.phase = "converting snapshot";
             state.set(LoadState::Loading(progress.clone()));
             dom::yield_now().await;
@@ -401,12 +424,12 @@ pub async fn decode(
         let (trace, _) = s.finish().map_err(|e| format!("{e}: {source}"))?;
         dom::mark("gpucollect:decoded");
         progress.records = trace.model.records;
-        return Ok(analyse(trace, source, progress, started, state, &current).await);
+        return Ok(analyse(trace, source, progress, started, state, current).await);
     }
     progress.records = loader.records_decoded();
     let trace = loader.finish().map_err(|e| e.to_string())?;
     dom::mark("gpucollect:decoded");
-    Ok(analyse(trace, source, progress, started, state, &current).await)
+    Ok(analyse(trace, source, progress, started, state, current).await)
 }
 
 /// Analyses a loaded trace (after a repaint that says so).
@@ -416,7 +439,7 @@ async fn analyse(
     mut progress: Progress,
     started: f64,
     state: RwSignal<LoadState>,
-    current: &impl Fn() -> bool,
+    current: &dyn Fn() -> bool,
 ) -> Option<Arc<Analysis>> {
     progress.phase = "analysing";
     state.set(LoadState::Loading(progress));

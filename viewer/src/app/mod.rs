@@ -128,7 +128,7 @@ pub fn App() -> impl IntoView {
         });
         leptos::task::spawn_local(async move {
             let current = move || generation.get_value() == my;
-            match load::decode(src, name, total, load_state, current).await {
+            match load::decode(src, name, total, load_state, &current).await {
                 Ok(Some(a)) => {
                     analysis.set(Some(a.clone()));
                     // The detectors run once the first view is on screen (the timeline draws in

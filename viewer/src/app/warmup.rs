@@ -59,7 +59,7 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
                         .map(js_sys::Uint8Array::from)
                         .collect(),
                 );
-                let Ok(Some(a)) = load::decode(src, "warm-up".into(), total, state, idle).await
+                let Ok(Some(a)) = load::decode(src, "warm-up".into(), total, state, &idle).await
                 else {
                     return;
                 };
