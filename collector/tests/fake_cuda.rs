@@ -355,6 +355,12 @@ fn pool_and_graph_memory_are_polled_outside_the_callbacks() {
     let default_pool = states(0, &|p| p == 0);
     assert_eq!(default_pool, [(4, 3), (4, 0)], "default pool of device 0");
     let own_pool = states(1, &|p| p != 0 && p != u64::MAX);
+    // The program does not pause between creating the pool and its two allocations, so the
+    // poller may also see it empty, or at 5 of its 6 MiB (seen once in CI), before it is full.
+    let own_pool: Vec<_> = own_pool
+        .into_iter()
+        .skip_while(|&s| s == (0, 0) || s == (6, 5))
+        .collect();
     assert!(
         own_pool.starts_with(&[(6, 6), (6, 1), (2, 1)]),
         "pool on device 1 (filled, after a free, after cuMemPoolTrimTo): {own_pool:?}"
