@@ -21,6 +21,9 @@ use core::hash::Hasher;
 
 use crate::int_hash::{IntHasher, IntMap};
 
+mod json;
+pub use json::{JsonError, JsonParser};
+
 /// What a [`Value`] is (match on [`Pickle::kind`]): numbers and flags, strings and containers
 /// as indexes into the arena of a [`Pickle`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -1512,21 +1515,11 @@ impl Pickle {
     /// Builds an arena from JSON text (the same data PyTorch's viewer accepts as JSON), straight
     /// from the text: no tree of JSON values in between, and each distinct string stored once
     /// (JSON has no memo, so a snapshot repeats its keys and frame strings in every entry).
-    /// Nesting deeper than serde_json's limit (128) is an error.
-    pub fn from_json(text: &[u8]) -> Result<Pickle, serde_json::Error> {
-        use serde::de::DeserializeSeed;
-        let mut b = JsonBuilder {
-            p: Pickle::default(),
-            strings: HashMap::new(),
-            dicts: HashMap::new(),
-            items: Vec::new(),
-            pairs: Vec::new(),
-        };
-        let mut de = serde_json::Deserializer::from_slice(text);
-        let root = JsonValue(&mut b).deserialize(&mut de)?;
-        de.end()?;
-        b.p.root = Some(root);
-        Ok(b.p)
+    /// Nesting deeper than 128 is an error. [`JsonParser`] does the same from pieces.
+    pub fn from_json(text: &[u8]) -> Result<Pickle, JsonError> {
+        let mut parser = JsonParser::new();
+        parser.push(text)?;
+        parser.finish()
     }
 
     fn add_text(&mut self, s: &str) -> Value {
@@ -1538,7 +1531,7 @@ impl Pickle {
     }
 }
 
-/// What [`Pickle::from_json`] builds with: the arena, its strings by content, its small dicts of
+/// What [`JsonParser`] builds with: the arena, its strings by content, its small dicts of
 /// scalars by content, and the items of the lists and dicts being read (nested ones above their
 /// parents'), reused from one container to the next.
 struct JsonBuilder {
@@ -1556,6 +1549,24 @@ struct JsonBuilder {
 
 impl JsonBuilder {
     const SHARED_DICT_PAIRS: usize = 8;
+
+    fn new() -> Self {
+        JsonBuilder {
+            p: Pickle::default(),
+            strings: HashMap::new(),
+            dicts: HashMap::new(),
+            items: Vec::new(),
+            pairs: Vec::new(),
+        }
+    }
+
+    /// The list of `items[start..]`, the items taken off.
+    fn list(&mut self, start: usize) -> Value {
+        let i = self.p.seqs.new_empty();
+        self.p.fill_list(i, &self.items[start..]);
+        self.items.truncate(start);
+        Value::List(i)
+    }
     /// Distinct dicts kept for sharing: annotations are dicts of scalars too, nearly all
     /// distinct, so the table is capped (a dict past it is simply made anew).
     const SHARED_DICTS: usize = 1 << 18;
@@ -1591,9 +1602,24 @@ impl JsonBuilder {
     }
 }
 
-/// One JSON value, added to the arena.
+/// The same arena built through serde_json, which read snapshots' JSON before [`JsonParser`]:
+/// the tests' reference.
+#[cfg(test)]
+fn from_json_serde(text: &[u8]) -> Result<Pickle, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let mut b = JsonBuilder::new();
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let root = JsonValue(&mut b).deserialize(&mut de)?;
+    de.end()?;
+    b.p.root = Some(root);
+    Ok(b.p)
+}
+
+/// One JSON value, added to the arena (the tests' reference).
+#[cfg(test)]
 struct JsonValue<'b>(&'b mut JsonBuilder);
 
+#[cfg(test)]
 impl<'de> serde::de::DeserializeSeed<'de> for JsonValue<'_> {
     type Value = Value;
 
@@ -1602,6 +1628,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for JsonValue<'_> {
     }
 }
 
+#[cfg(test)]
 impl<'de> serde::de::Visitor<'de> for JsonValue<'_> {
     type Value = Value;
 
@@ -1646,10 +1673,7 @@ impl<'de> serde::de::Visitor<'de> for JsonValue<'_> {
         while let Some(v) = seq.next_element_seed(JsonValue(b))? {
             b.items.push(v);
         }
-        let i = b.p.seqs.new_empty();
-        b.p.fill_list(i, &b.items[start..]);
-        b.items.truncate(start);
-        Ok(Value::List(i))
+        Ok(b.list(start))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
@@ -1777,6 +1801,220 @@ mod tests {
         // Trailing text and truncation are errors.
         assert!(Pickle::from_json(b"[1] x").is_err());
         assert!(Pickle::from_json(b"{\"a\": [1, 2").is_err());
+    }
+
+    /// A pseudo-random JSON document: nested arrays and objects (frames-like dicts repeated, so
+    /// that they are shared), strings with escapes and UTF-8, every kind of number, literals,
+    /// and whitespace between tokens.
+    fn random_json(seed: u64, out: &mut alloc::string::String, depth: usize) {
+        use core::fmt::Write;
+        let mut st = seed;
+        let mut next = move || {
+            st = st
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            st >> 33
+        };
+        fn value(next: &mut impl FnMut() -> u64, out: &mut alloc::string::String, depth: usize) {
+            const STRINGS: &[&str] = &[
+                r#""""#,
+                r#""a""#,
+                r#""train.py""#,
+                r#""line\nbreak \" quote \\ slash \/""#,
+                r#""\u00e9t\u00E9 \ud83d\ude00""#,
+                "\"\u{e9}t\u{e9} \u{1f600}\"",
+                r#""\b\f\r\t""#,
+            ];
+            const NUMBERS: &[&str] = &[
+                "0",
+                "-0",
+                "12",
+                "-12",
+                "1.5",
+                "-1e10",
+                "1E-5",
+                "0.1",
+                "2.5e+3",
+                "9223372036854775807",
+                "9223372036854775808",
+                "18446744073709551615",
+                "18446744073709551616",
+                "-9223372036854775808",
+                "-9223372036854775809",
+                "123456789012345678901234567890",
+            ];
+            let ws = [" ", "", "\n  ", "\t", "\r\n"][(next() % 5) as usize];
+            out.push_str(ws);
+            match next() % if depth == 0 { 4 } else { 7 } {
+                0 => out.push_str(STRINGS[(next() % STRINGS.len() as u64) as usize]),
+                1 => out.push_str(NUMBERS[(next() % NUMBERS.len() as u64) as usize]),
+                2 => out.push_str(["true", "false", "null"][(next() % 3) as usize]),
+                3 => {
+                    let _ = write!(
+                        out,
+                        r#"{{"filename": "f{}.py", "line": {}, "name": "g"}}"#,
+                        next() % 3,
+                        next() % 4
+                    );
+                }
+                4 | 5 => {
+                    out.push('[');
+                    for k in 0..next() % 5 {
+                        if k > 0 {
+                            out.push(',');
+                        }
+                        value(next, out, depth - 1);
+                    }
+                    out.push_str(ws);
+                    out.push(']');
+                }
+                _ => {
+                    out.push('{');
+                    for k in 0..next() % 5 {
+                        if k > 0 {
+                            out.push(',');
+                        }
+                        let _ = write!(out, r#"{ws}"k{}"{ws}:"#, next() % 6);
+                        value(next, out, depth - 1);
+                    }
+                    out.push_str(ws);
+                    out.push('}');
+                }
+            }
+            out.push_str(ws);
+        }
+        value(&mut next, out, depth);
+    }
+
+    /// The push parser builds exactly the arena serde_json's parse built (the same values, the
+    /// same sharing), whole and in pieces cut anywhere, and refuses what serde_json refused.
+    #[test]
+    fn the_json_push_parser_equals_serde_json_whole_and_in_pieces() {
+        let dump = |p: &Pickle| alloc::format!("{:?} {p:?}", p.root);
+        let mut docs: Vec<alloc::string::String> = (0..400)
+            .map(|seed| {
+                let mut s = alloc::string::String::new();
+                random_json(seed, &mut s, 5);
+                s
+            })
+            .collect();
+        docs.push(alloc::string::String::from_utf8(fixture("two-devices.json")).expect("utf-8"));
+        let mut compared = 0;
+        for doc in &docs {
+            let text = doc.as_bytes();
+            let reference = from_json_serde(text);
+            let whole = Pickle::from_json(text);
+            match (&reference, &whole) {
+                (Ok(r), Ok(w)) => assert_eq!(dump(r), dump(w), "{doc}"),
+                (Err(_), Err(_)) => continue,
+                _ => panic!(
+                    "serde_json {:?}, push {:?}: {doc}",
+                    reference.err(),
+                    whole.err()
+                ),
+            }
+            compared += 1;
+            // Every cut into two pieces (for short documents), and pieces of a few sizes.
+            let cuts: Vec<usize> = if text.len() < 300 {
+                (0..=text.len()).collect()
+            } else {
+                (0..=text.len()).step_by(text.len() / 40 + 1).collect()
+            };
+            for cut in cuts {
+                let mut parser = JsonParser::new();
+                parser.push(&text[..cut]).expect("first piece");
+                parser.push(&text[cut..]).expect("second piece");
+                let p = parser.finish().expect("parses in two pieces");
+                assert_eq!(
+                    dump(&p),
+                    dump(whole.as_ref().expect("whole")),
+                    "cut at {cut}: {doc}"
+                );
+            }
+            let sizes: &[usize] = if text.len() < 5000 {
+                &[1, 2, 3, 7, 64]
+            } else {
+                &[997, 4096, 65536]
+            };
+            for &size in sizes {
+                let mut parser = JsonParser::new();
+                for piece in text.chunks(size) {
+                    parser.push(piece).expect("piece");
+                }
+                let p = parser.finish().expect("parses in pieces");
+                assert_eq!(
+                    dump(&p),
+                    dump(whole.as_ref().expect("whole")),
+                    "pieces of {size}"
+                );
+            }
+        }
+        assert!(compared > 300, "{compared} documents parsed");
+        // Invalid documents: both refuse them, whole and byte by byte.
+        let bad: &[&[u8]] = &[
+            b"",
+            b" ",
+            b"[",
+            b"[1,]",
+            b"[1 2]",
+            b"{\"a\" 1}",
+            b"{\"a\":}",
+            b"{1: 2}",
+            b"{\"a\":1,}",
+            b"01",
+            b"1.",
+            b".5",
+            b"1e",
+            b"-",
+            b"+1",
+            b"tru",
+            b"nul",
+            b"truex",
+            b"1e400",
+            b"-1e400",
+            b"\"abc",
+            b"\"a\\x\"",
+            b"\"\\u12\"",
+            b"\"\\ud800\"",
+            b"\"\\udc00\"",
+            b"\"\\ud800\\u0041\"",
+            b"\"tab\there\"",
+            b"\"\xff\"",
+            b"[1] 2",
+            b"{} {}",
+            b"]",
+            b"[\"a\" : 1]",
+            b"nan",
+            b"Infinity",
+            b"[--1]",
+            b"[1.5.3]",
+            b"[0x10]",
+        ];
+        for doc in bad {
+            assert!(
+                from_json_serde(doc).is_err(),
+                "serde_json accepts {:?}",
+                alloc::string::String::from_utf8_lossy(doc)
+            );
+            assert!(
+                Pickle::from_json(doc).is_err(),
+                "accepted {:?}",
+                alloc::string::String::from_utf8_lossy(doc)
+            );
+            let mut parser = JsonParser::new();
+            let pushed = doc.chunks(1).try_for_each(|b| parser.push(b));
+            assert!(
+                pushed.is_err() || parser.finish().is_err(),
+                "accepted in pieces {:?}",
+                alloc::string::String::from_utf8_lossy(doc)
+            );
+        }
+        // An error names where it is, in the whole text, and stays.
+        let mut parser = JsonParser::new();
+        parser.push(b"[1, 2,").expect("so far");
+        let e = parser.push(b" ]").expect_err("a trailing comma");
+        assert_eq!(e.offset, 7, "{e}");
+        assert_eq!(parser.push(b"3]").expect_err("stays"), e);
     }
 
     #[test]

@@ -21,7 +21,6 @@
 //! entries while the pickle is parsed; everything the conversion writes is counted before it
 //! starts, so the sink's buffers are reserved once (WebAssembly copies on every realloc).
 
-use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -32,7 +31,7 @@ use crate::encode::{Encoder, Interner, RecordSink};
 use crate::format::*;
 use crate::int_hash::{IntMap, IntSet};
 use crate::model::{LoadedTrace, TraceModel};
-use crate::pickle::{Kind, Parser, Pickle, PickleError, Value};
+use crate::pickle::{JsonParser, Kind, Parser, Pickle, PickleError, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
@@ -193,9 +192,36 @@ enum Load<'a> {
         size_hint_bytes: usize,
     },
     Pickle(Box<PickleLoad<'a>>),
-    /// JSON, parsed at the end.
-    Json(Cow<'a, [u8]>),
+    /// JSON, parsed as it arrives.
+    Json(Box<JsonLoad>),
     Failed(ImportError),
+}
+
+/// JSON being parsed, and a buffer for the next piece.
+struct JsonLoad {
+    parser: JsonParser,
+    piece: Vec<u8>,
+}
+
+impl core::fmt::Debug for JsonLoad {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("JsonLoad")
+    }
+}
+
+impl JsonLoad {
+    fn new() -> Self {
+        Self {
+            parser: JsonParser::new(),
+            piece: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, piece: &[u8]) -> Result<(), ImportError> {
+        self.parser
+            .push(piece)
+            .map_err(|e| ImportError::Json(e.to_string()))
+    }
 }
 
 /// A pickle being parsed, with the trace entries read from it so far.
@@ -249,7 +275,11 @@ impl<'a> Load<'a> {
                 Err(e) => Load::Failed(e.into()),
             }
         } else {
-            Load::Json(Cow::Borrowed(bytes))
+            let mut json = JsonLoad::new();
+            match json.push(bytes) {
+                Ok(()) => Load::Json(Box::new(json)),
+                Err(e) => Load::Failed(e),
+            }
         }
     }
 
@@ -274,7 +304,7 @@ impl<'a> Load<'a> {
                         hint,
                     )));
                 } else {
-                    *self = Load::Json(Cow::Owned(Vec::with_capacity(hint)));
+                    *self = Load::Json(Box::new(JsonLoad::new()));
                 }
                 self.push(&first)
             }
@@ -283,12 +313,14 @@ impl<'a> Load<'a> {
                 pl.advance(false)?;
                 Ok(())
             }
-            Load::Json(text) => {
-                let text = text.to_mut();
-                let start = text.len();
-                text.resize(start + len, 0);
-                fill(&mut text[start..]);
-                Ok(())
+            Load::Json(json) => {
+                let mut piece = core::mem::take(&mut json.piece);
+                piece.clear();
+                piece.resize(len, 0);
+                fill(&mut piece);
+                let result = json.push(&piece);
+                json.piece = piece;
+                result
             }
             Load::Failed(e) => Err(e.clone()),
         }
@@ -301,7 +333,7 @@ impl<'a> Load<'a> {
         make_sink: impl FnOnce(&SinkHint) -> S,
     ) -> Result<(S, ImportSummary), ImportError> {
         match self {
-            Load::Start { .. } => Load::Json(Cow::Borrowed(&[])).finish_into(make_sink),
+            Load::Start { .. } => Load::Json(Box::new(JsonLoad::new())).finish_into(make_sink),
             Load::Pickle(mut pl) => {
                 pl.advance(true)?;
                 let PickleLoad {
@@ -312,9 +344,12 @@ impl<'a> Load<'a> {
                 let p = parser.into_pickle();
                 Converter::convert(&p, reader, entries, make_sink)
             }
-            Load::Json(text) => {
-                let p = Pickle::from_json(&text).map_err(|e| ImportError::Json(e.to_string()))?;
-                drop(text);
+            Load::Json(json) => {
+                let JsonLoad { parser, piece } = *json;
+                drop(piece);
+                let p = parser
+                    .finish()
+                    .map_err(|e| ImportError::Json(e.to_string()))?;
                 Converter::convert(&p, EntryReader::default(), Vec::new(), make_sink)
             }
             Load::Failed(e) => Err(e),
