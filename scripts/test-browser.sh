@@ -34,6 +34,9 @@ cp analysis-core/tests/assets/torch/two-devices.pickle "$TRACES/snapshot.pickle"
 # Files of several MiB, read in several slices: a snapshot and a trace.
 python3 analysis-core/tests/assets/torch/make_fixtures.py 60000 "$TRACES/big-snapshot.pickle" > /dev/null
 "$GC" report "$TRACES/big-snapshot.pickle" --format json > "$TRACES/big-snapshot.json"
+# The same snapshot as JSON (its report is the pickle's: the traces are byte-identical).
+python3 -c 'import json, pickle, sys; json.dump(pickle.load(open(sys.argv[1], "rb")), open(sys.argv[2], "w"))' \
+  "$TRACES/big-snapshot.pickle" "$TRACES/big-snapshot-as.json"
 "$GC" synth training-leak --events 400000 --seed 2 -o "$TRACES/big.msgpack"
 "$GC" report "$TRACES/big.msgpack" --format json > "$TRACES/big.json"
 # A trace cut at 60 %: decodes up to the cut, with a warning.
