@@ -82,12 +82,7 @@ pub fn looks_like_snapshot(bytes: &[u8]) -> bool {
 
 /// Converts a snapshot (pickle or JSON) to trace bytes.
 pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
-    let (enc, summary) = Load::over(bytes).finish_into(|hint| {
-        let mut enc = Encoder::new(&header());
-        enc.reserve(hint.trace_bytes());
-        enc
-    })?;
-    Ok((enc.into_bytes(), summary))
+    Load::over(bytes).finish_bytes()
 }
 
 /// Converts a snapshot (pickle or JSON) straight into a replayed model: the same model that
@@ -104,8 +99,8 @@ pub fn load(bytes: &[u8]) -> Result<(LoadedTrace, ImportSummary), ImportError> {
 /// are cut.
 ///
 /// A pickle is parsed as far as its bytes go at every [`SnapshotLoader::push`] (an opcode cut
-/// by the end of a piece waits for the next one); JSON is kept and parsed at the end. The
-/// first byte tells them apart, as in [`load`]: `0x80` (the pickle PROTO opcode) or anything
+/// by the end of a piece waits for the next one), and JSON as far as its tokens are complete
+/// (a token cut by the end of a piece waits for the next one). The first byte tells them apart, as in [`load`]: `0x80` (the pickle PROTO opcode) or anything
 /// else (JSON). Memory stays a small multiple of the bytes pushed, and nothing is executed.
 ///
 /// ```
@@ -180,6 +175,12 @@ impl SnapshotLoader {
     /// does. A pickle cut short is an error ([`PickleError::Truncated`]).
     pub fn finish(self) -> Result<(LoadedTrace, ImportSummary), ImportError> {
         self.load.finish_model(self.bytes_read)
+    }
+
+    /// Ends the input like [`SnapshotLoader::finish`], but converts into trace bytes, exactly
+    /// as [`convert`] does.
+    pub fn finish_trace_bytes(self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+        self.load.finish_bytes()
     }
 }
 
@@ -354,6 +355,16 @@ impl<'a> Load<'a> {
             }
             Load::Failed(e) => Err(e),
         }
+    }
+
+    /// Ends the input and converts into trace bytes.
+    fn finish_bytes(self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+        let (enc, summary) = self.finish_into(|hint| {
+            let mut enc = Encoder::new(&header());
+            enc.reserve(hint.trace_bytes());
+            enc
+        })?;
+        Ok((enc.into_bytes(), summary))
     }
 
     /// Ends the input and converts into a replayed model; `bytes` is the snapshot's size.

@@ -2,6 +2,7 @@
 //! (`torch.cuda.memory._dump_snapshot` pickle, or the same data as JSON) into a trace.
 //! `report`, `check` and `diff` also accept snapshots directly.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -17,15 +18,23 @@ pub struct ImportArgs {
 }
 
 pub fn run(a: ImportArgs) -> Result<u8> {
-    let bytes = std::fs::read(&a.snapshot)
+    let mut file = std::fs::File::open(&a.snapshot)
         .with_context(|| format!("cannot open the snapshot {}", a.snapshot.display()))?;
-    if !analysis_core::torch_snapshot::looks_like_snapshot(&bytes) {
+    let size = file.metadata().ok().map(|m| m.len());
+    // Its first bytes say what it is; the rest is read in pieces and parsed as it comes.
+    let mut first = Vec::with_capacity(4096);
+    (&mut file)
+        .take(4096)
+        .read_to_end(&mut first)
+        .with_context(|| format!("cannot read the snapshot {}", a.snapshot.display()))?;
+    if !analysis_core::torch_snapshot::looks_like_snapshot(&first) {
         bail!(
             "{} is neither a pickle nor JSON: give a file written by torch.cuda.memory._dump_snapshot",
             a.snapshot.display()
         );
     }
-    let (trace, summary) = crate::input::convert_snapshot(&bytes, &a.snapshot)?;
+    let (trace, summary) =
+        crate::input::convert_snapshot_file(&first, &mut file, size, &a.snapshot)?;
     crate::output::write_trace(a.output.as_deref(), &trace)?;
     eprintln!(
         "imported {} trace entries on {} device(s): {} allocations, {} blocks from before the \

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
+use analysis_core::torch_snapshot::{ImportError, ImportSummary, SnapshotLoader};
 use analysis_core::{LoadedTrace, Loader};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -53,23 +54,25 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
             }
         };
         if first && analysis_core::torch_snapshot::looks_like_snapshot(&buf[..n]) {
-            // A PyTorch memory snapshot (pickle or JSON): read it whole and convert it.
-            let mut all = buf[..n].to_vec();
-            reader
-                .read_to_end(&mut all)
-                .with_context(|| format!("cannot read {}", path.display()))?;
+            // A PyTorch memory snapshot (pickle or JSON), parsed as it is read, then converted
+            // straight into the model: the same one the viewer builds (and the same as decoding
+            // the bytes `gpucollect import` writes).
+            let mut snapshot = SnapshotLoader::new(len.and_then(|l| usize::try_from(l).ok()));
+            let first_piece = buf[..n].to_vec();
+            let read = feed_snapshot(
+                &mut snapshot,
+                &first_piece,
+                &mut reader,
+                &mut buf,
+                bar.as_ref(),
+            )
+            .and_then(|()| snapshot.finish().map_err(SnapshotRead::Import));
             if let Some(b) = &bar {
                 b.finish_and_clear();
             }
-            // Straight into the model: the same one the viewer builds (and the same as
-            // decoding the bytes `gpucollect import` writes).
-            let (trace, _) = analysis_core::torch_snapshot::load(&all).with_context(|| {
-                format!(
-                    "cannot read {} as a PyTorch memory snapshot",
-                    path.display()
-                )
-            })?;
-            return Ok(trace);
+            return read
+                .map(|(trace, _)| trace)
+                .map_err(|e| e.into_anyhow(path));
         }
         first = false;
         if loader.push(&buf[..n]).is_err() {
@@ -87,6 +90,66 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
     loader
         .finish()
         .with_context(|| format!("cannot decode {}", path.display()))
+}
+
+/// Why a snapshot could not be read: the file, or its content.
+enum SnapshotRead {
+    Io(std::io::Error),
+    Import(ImportError),
+}
+
+impl SnapshotRead {
+    fn into_anyhow(self, path: &Path) -> anyhow::Error {
+        match self {
+            SnapshotRead::Io(e) => {
+                anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
+            }
+            SnapshotRead::Import(e) => anyhow::Error::new(e).context(format!(
+                "cannot read {} as a PyTorch memory snapshot",
+                path.display()
+            )),
+        }
+    }
+}
+
+/// Pushes `first`, then the rest of `reader` (read into `buf`), into `snapshot`: the file is
+/// never held whole, only the snapshot's parsed values.
+fn feed_snapshot(
+    snapshot: &mut SnapshotLoader,
+    first: &[u8],
+    reader: &mut dyn Read,
+    buf: &mut [u8],
+    bar: Option<&ProgressBar>,
+) -> std::result::Result<(), SnapshotRead> {
+    snapshot.push(first).map_err(SnapshotRead::Import)?;
+    loop {
+        let n = match reader.read(buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(SnapshotRead::Io(e)),
+        };
+        snapshot.push(&buf[..n]).map_err(SnapshotRead::Import)?;
+        if let Some(b) = bar {
+            b.set_position(snapshot.bytes_read());
+        }
+    }
+}
+
+/// Converts the PyTorch memory snapshot at `path` to trace bytes, reading it in pieces (the
+/// file is never held whole), with errors naming the file. `first` is what was read of it
+/// already.
+pub fn convert_snapshot_file(
+    first: &[u8],
+    reader: &mut dyn Read,
+    size_hint: Option<u64>,
+    path: &Path,
+) -> Result<(Vec<u8>, ImportSummary)> {
+    let mut snapshot = SnapshotLoader::new(size_hint.and_then(|l| usize::try_from(l).ok()));
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    feed_snapshot(&mut snapshot, first, reader, &mut buf, None)
+        .and_then(|()| snapshot.finish_trace_bytes().map_err(SnapshotRead::Import))
+        .map_err(|e| e.into_anyhow(path))
 }
 
 /// Converts a PyTorch memory snapshot to trace bytes, with an error naming the file.

@@ -166,4 +166,37 @@ fn pytorch_snapshots_import_and_report_directly() {
     let bad = gpucollect(&["import", text.to_str().expect("utf-8"), "-o", "/dev/null"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a pickle nor JSON"));
+
+    // The file is read in pieces and parsed as it comes: the trace equals converting it whole,
+    // and the JSON form gives the pickle's bytes.
+    let whole = std::fs::read(&snapshot).expect("snapshot");
+    let (converted, _) = analysis_core::torch_snapshot::convert(&whole).expect("converts");
+    assert!(std::fs::read(&out_path).expect("imported") == converted);
+    let json_out = tmp("imported-json.msgpack");
+    let json = format!("{dir}/two-devices.json");
+    let imp = gpucollect(&["import", &json, "-o", json_out.to_str().expect("utf-8")]);
+    assert!(imp.status.success(), "{imp:?}");
+    assert!(std::fs::read(&json_out).expect("imported") == converted);
+    // Cut short, as pickle and as JSON: an error naming the file and what is wrong, for import
+    // and report alike.
+    for (name, bytes, says) in [
+        ("cut.pickle", &whole[..whole.len() / 2], "truncated"),
+        (
+            "cut.json",
+            &std::fs::read(&json).expect("json")[..1000],
+            "truncated",
+        ),
+    ] {
+        let cut = tmp(name);
+        std::fs::write(&cut, bytes).expect("write");
+        for args in [
+            vec!["import", cut.to_str().expect("utf-8"), "-o", "/dev/null"],
+            vec!["report", cut.to_str().expect("utf-8")],
+        ] {
+            let out = gpucollect(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(name) && err.contains(says), "{args:?}: {err}");
+        }
+    }
 }

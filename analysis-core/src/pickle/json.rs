@@ -159,7 +159,7 @@ impl JsonParser {
             }
             let Some(&c) = t.get(i) else {
                 if at_end && self.expect != Expect::End {
-                    return Err(self.error("EOF while parsing a value", i));
+                    return Err(self.error("the text ends early (the file is truncated)", i));
                 }
                 return Ok(i);
             };
@@ -257,7 +257,9 @@ impl JsonParser {
                     }
                     if have.len() < word.len() {
                         if at_end {
-                            return Err(self.error("EOF while parsing a value", t.len()));
+                            return Err(
+                                self.error("the text ends early (the file is truncated)", t.len())
+                            );
                         }
                         return Ok(i);
                     }
@@ -304,7 +306,9 @@ impl JsonParser {
                 self.scanned = 0;
                 Ok(Some(i + n))
             }
-            Scan::Cut(_) if at_end => Err(self.error("EOF while parsing a value", t.len())),
+            Scan::Cut(_) if at_end => {
+                Err(self.error("the text ends early (the file is truncated)", t.len()))
+            }
             Scan::Cut(n) => {
                 self.scanned = n;
                 Ok(None)
