@@ -1,6 +1,7 @@
 //! `gpucollect html TRACE -o report.html`: a single self-contained HTML report (viewer and
 //! trace inlined, no network access) for wikis that only take attachments.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -31,11 +32,23 @@ pub fn run(a: HtmlArgs) -> Result<u8> {
             "this gpucollect was built without the viewer: run `trunk build --release` at the repository root and rebuild, or pass --assets DIR"
         );
     }
-    let mut trace = std::fs::read(&a.trace)
+    let mut file = std::fs::File::open(&a.trace)
         .with_context(|| format!("cannot open the trace {}", a.trace.display()))?;
-    if analysis_core::torch_snapshot::looks_like_snapshot(&trace) {
-        trace = crate::input::convert_snapshot(&trace, &a.trace)?.0;
-    }
+    let size = file.metadata().ok().map(|m| m.len());
+    let mut first = Vec::with_capacity(4096);
+    (&mut file)
+        .take(4096)
+        .read_to_end(&mut first)
+        .with_context(|| format!("cannot read {}", a.trace.display()))?;
+    let trace = if analysis_core::torch_snapshot::looks_like_snapshot(&first) {
+        // A snapshot is converted as it is read, never held whole.
+        crate::input::convert_snapshot_file(&first, &mut file, size, &a.trace)?.0
+    } else {
+        let mut all = first;
+        file.read_to_end(&mut all)
+            .with_context(|| format!("cannot read {}", a.trace.display()))?;
+        all
+    };
     // Refuse anything that is not a trace before building a page around it.
     analysis_core::load(&trace).with_context(|| format!("{} is not a trace", a.trace.display()))?;
     let index = String::from_utf8_lossy(assets.index()).into_owned();

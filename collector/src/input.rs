@@ -151,16 +151,3 @@ pub fn convert_snapshot_file(
         .and_then(|()| snapshot.finish_trace_bytes().map_err(SnapshotRead::Import))
         .map_err(|e| e.into_anyhow(path))
 }
-
-/// Converts a PyTorch memory snapshot to trace bytes, with an error naming the file.
-pub fn convert_snapshot(
-    bytes: &[u8],
-    path: &Path,
-) -> Result<(Vec<u8>, analysis_core::torch_snapshot::ImportSummary)> {
-    analysis_core::torch_snapshot::convert(bytes).with_context(|| {
-        format!(
-            "cannot read {} as a PyTorch memory snapshot",
-            path.display()
-        )
-    })
-}
