@@ -100,8 +100,8 @@ pub fn load(bytes: &[u8]) -> Result<(LoadedTrace, ImportSummary), ImportError> {
 ///
 /// A pickle is parsed as far as its bytes go at every [`SnapshotLoader::push`] (an opcode cut
 /// by the end of a piece waits for the next one), and JSON as far as its tokens are complete
-/// (a token cut by the end of a piece waits for the next one). The first byte tells them apart, as in [`load`]: `0x80` (the pickle PROTO opcode) or anything
-/// else (JSON). Memory stays a small multiple of the bytes pushed, and nothing is executed.
+/// (a token cut by the end of a piece waits for the next one). The first byte tells them
+/// apart, as in [`load`]: `0x80` (the pickle PROTO opcode) or anything else (JSON). Memory stays a small multiple of the bytes pushed, and nothing is executed.
 ///
 /// ```
 /// # use analysis_core::torch_snapshot::SnapshotLoader;
@@ -161,8 +161,8 @@ impl SnapshotLoader {
     }
 
     /// How long [`SnapshotLoader::finish`] will take, roughly: the trace entries of a pickle
-    /// parsed so far (the conversion's work grows with them), or `None` for JSON, which is
-    /// only parsed then.
+    /// parsed so far (the conversion's work grows with them), or `None` for JSON, whose trace
+    /// entries are only read then.
     pub fn pending_entries(&self) -> Option<u64> {
         match &self.load {
             Load::Pickle(pl) => Some(pl.entries.len() as u64),

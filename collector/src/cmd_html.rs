@@ -32,14 +32,7 @@ pub fn run(a: HtmlArgs) -> Result<u8> {
             "this gpucollect was built without the viewer: run `trunk build --release` at the repository root and rebuild, or pass --assets DIR"
         );
     }
-    let mut file = std::fs::File::open(&a.trace)
-        .with_context(|| format!("cannot open the trace {}", a.trace.display()))?;
-    let size = file.metadata().ok().map(|m| m.len());
-    let mut first = Vec::with_capacity(4096);
-    (&mut file)
-        .take(4096)
-        .read_to_end(&mut first)
-        .with_context(|| format!("cannot read {}", a.trace.display()))?;
+    let (mut file, size, first) = crate::input::open_with_head(&a.trace, "trace")?;
     let trace = if analysis_core::torch_snapshot::looks_like_snapshot(&first) {
         // A snapshot is converted as it is read, never held whole.
         crate::input::convert_snapshot_file(&first, &mut file, size, &a.trace)?.0

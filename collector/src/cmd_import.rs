@@ -2,10 +2,9 @@
 //! (`torch.cuda.memory._dump_snapshot` pickle, or the same data as JSON) into a trace.
 //! `report`, `check` and `diff` also accept snapshots directly.
 
-use std::io::Read;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 
 #[derive(Debug, Args)]
@@ -18,15 +17,8 @@ pub struct ImportArgs {
 }
 
 pub fn run(a: ImportArgs) -> Result<u8> {
-    let mut file = std::fs::File::open(&a.snapshot)
-        .with_context(|| format!("cannot open the snapshot {}", a.snapshot.display()))?;
-    let size = file.metadata().ok().map(|m| m.len());
     // Its first bytes say what it is; the rest is read in pieces and parsed as it comes.
-    let mut first = Vec::with_capacity(4096);
-    (&mut file)
-        .take(4096)
-        .read_to_end(&mut first)
-        .with_context(|| format!("cannot read the snapshot {}", a.snapshot.display()))?;
+    let (mut file, size, first) = crate::input::open_with_head(&a.snapshot, "snapshot")?;
     if !analysis_core::torch_snapshot::looks_like_snapshot(&first) {
         bail!(
             "{} is neither a pickle nor JSON: give a file written by torch.cuda.memory._dump_snapshot",

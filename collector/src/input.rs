@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
-use analysis_core::torch_snapshot::{ImportError, ImportSummary, SnapshotLoader};
+use analysis_core::torch_snapshot::{ImportSummary, SnapshotLoader};
 use analysis_core::{LoadedTrace, Loader};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -58,21 +58,17 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
             // straight into the model: the same one the viewer builds (and the same as decoding
             // the bytes `gpucollect import` writes).
             let mut snapshot = SnapshotLoader::new(len.and_then(|l| usize::try_from(l).ok()));
-            let first_piece = buf[..n].to_vec();
-            let read = feed_snapshot(
-                &mut snapshot,
-                &first_piece,
-                &mut reader,
-                &mut buf,
-                bar.as_ref(),
-            )
-            .and_then(|()| snapshot.finish().map_err(SnapshotRead::Import));
+            let read = snapshot
+                .push(&buf[..n])
+                .with_context(|| not_a_snapshot(path))
+                .and_then(|()| {
+                    feed_snapshot(&mut snapshot, &mut reader, &mut buf, bar.as_ref(), path)
+                })
+                .and_then(|()| snapshot.finish().with_context(|| not_a_snapshot(path)));
             if let Some(b) = &bar {
                 b.finish_and_clear();
             }
-            return read
-                .map(|(trace, _)| trace)
-                .map_err(|e| e.into_anyhow(path));
+            return read.map(|(trace, _)| trace);
         }
         first = false;
         if loader.push(&buf[..n]).is_err() {
@@ -92,62 +88,70 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         .with_context(|| format!("cannot decode {}", path.display()))
 }
 
-/// Why a snapshot could not be read: the file, or its content.
-enum SnapshotRead {
-    Io(std::io::Error),
-    Import(ImportError),
+/// The context of an error in a snapshot's content.
+fn not_a_snapshot(path: &Path) -> String {
+    format!(
+        "cannot read {} as a PyTorch memory snapshot",
+        path.display()
+    )
 }
 
-impl SnapshotRead {
-    fn into_anyhow(self, path: &Path) -> anyhow::Error {
-        match self {
-            SnapshotRead::Io(e) => {
-                anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
-            }
-            SnapshotRead::Import(e) => anyhow::Error::new(e).context(format!(
-                "cannot read {} as a PyTorch memory snapshot",
-                path.display()
-            )),
-        }
-    }
-}
-
-/// Pushes `first`, then the rest of `reader` (read into `buf`), into `snapshot`: the file is
-/// never held whole, only the snapshot's parsed values.
+/// Pushes the rest of `reader` (read into `buf`) into `snapshot`: the file is never held
+/// whole, only the snapshot's parsed values.
 fn feed_snapshot(
     snapshot: &mut SnapshotLoader,
-    first: &[u8],
     reader: &mut dyn Read,
     buf: &mut [u8],
     bar: Option<&ProgressBar>,
-) -> std::result::Result<(), SnapshotRead> {
-    snapshot.push(first).map_err(SnapshotRead::Import)?;
+    path: &Path,
+) -> Result<()> {
     loop {
         let n = match reader.read(buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(SnapshotRead::Io(e)),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
-        snapshot.push(&buf[..n]).map_err(SnapshotRead::Import)?;
+        snapshot
+            .push(&buf[..n])
+            .with_context(|| not_a_snapshot(path))?;
         if let Some(b) = bar {
             b.set_position(snapshot.bytes_read());
         }
     }
 }
 
+/// Opens `path` and reads its first bytes (what they are tells a trace from a snapshot); the
+/// file, its size and those bytes. `what` names the file in errors ("trace", "snapshot").
+pub fn open_with_head(path: &Path, what: &str) -> Result<(File, Option<u64>, Vec<u8>)> {
+    let mut file =
+        File::open(path).with_context(|| format!("cannot open the {what} {}", path.display()))?;
+    let size = file.metadata().ok().map(|m| m.len());
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    (&mut file)
+        .take(HEAD_BYTES as u64)
+        .read_to_end(&mut head)
+        .with_context(|| format!("cannot read the {what} {}", path.display()))?;
+    Ok((file, size, head))
+}
+
+/// Bytes [`open_with_head`] reads first.
+const HEAD_BYTES: usize = 4096;
+
 /// Converts the PyTorch memory snapshot at `path` to trace bytes, reading it in pieces (the
-/// file is never held whole), with errors naming the file. `first` is what was read of it
+/// file is never held whole), with errors naming the file. `head` is what was read of it
 /// already.
 pub fn convert_snapshot_file(
-    first: &[u8],
+    head: &[u8],
     reader: &mut dyn Read,
     size_hint: Option<u64>,
     path: &Path,
 ) -> Result<(Vec<u8>, ImportSummary)> {
     let mut snapshot = SnapshotLoader::new(size_hint.and_then(|l| usize::try_from(l).ok()));
+    snapshot.push(head).with_context(|| not_a_snapshot(path))?;
     let mut buf = vec![0u8; CHUNK_BYTES];
-    feed_snapshot(&mut snapshot, first, reader, &mut buf, None)
-        .and_then(|()| snapshot.finish_trace_bytes().map_err(SnapshotRead::Import))
-        .map_err(|e| e.into_anyhow(path))
+    feed_snapshot(&mut snapshot, reader, &mut buf, None, path)?;
+    snapshot
+        .finish_trace_bytes()
+        .with_context(|| not_a_snapshot(path))
 }

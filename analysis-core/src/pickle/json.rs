@@ -163,44 +163,44 @@ impl JsonParser {
                 }
                 return Ok(i);
             };
-            match (self.expect, c) {
-                (Expect::End, _) => return Err(self.error("trailing characters", i)),
-                (Expect::Colon, b':') => {
+            match (self.expect, c, self.open.last().copied()) {
+                (Expect::End, _, _) => return Err(self.error("trailing characters", i)),
+                (Expect::Colon, b':', _) => {
                     self.expect = Expect::Value;
                     i += 1;
                 }
-                (Expect::Colon, _) => return Err(self.error("expected `:`", i)),
-                (Expect::CommaOrClose, b',') => {
-                    self.expect = match self.open.last() {
+                (Expect::Colon, _, _) => return Err(self.error("expected `:`", i)),
+                (Expect::CommaOrClose, b',', top) => {
+                    self.expect = match top {
                         Some(Open::Object { .. }) => Expect::Key,
                         _ => Expect::Value,
                     };
                     i += 1;
                 }
-                (Expect::CommaOrClose | Expect::ValueOrClose, b']')
-                    if matches!(self.open.last(), Some(Open::Array { .. })) =>
-                {
-                    let Some(Open::Array { start }) = self.open.pop() else {
-                        unreachable!("checked above")
-                    };
+                (
+                    Expect::CommaOrClose | Expect::ValueOrClose,
+                    b']',
+                    Some(Open::Array { start }),
+                ) => {
+                    self.open.pop();
                     let v = self.b.list(start);
                     i += 1;
                     self.complete(v);
                 }
-                (Expect::CommaOrClose | Expect::KeyOrClose, b'}')
-                    if matches!(self.open.last(), Some(Open::Object { .. })) =>
-                {
-                    let Some(Open::Object { start, .. }) = self.open.pop() else {
-                        unreachable!("checked above")
-                    };
+                (
+                    Expect::CommaOrClose | Expect::KeyOrClose,
+                    b'}',
+                    Some(Open::Object { start, .. }),
+                ) => {
+                    self.open.pop();
                     let v = self.b.dict(start);
                     i += 1;
                     self.complete(v);
                 }
-                (Expect::CommaOrClose, _) => {
+                (Expect::CommaOrClose, _, _) => {
                     return Err(self.error("expected `,` or the container's end", i));
                 }
-                (Expect::Key | Expect::KeyOrClose, b'"') => {
+                (Expect::Key | Expect::KeyOrClose, b'"', _) => {
                     let Some((v, end)) = self.string(t, i, at_end)? else {
                         return Ok(i);
                     };
@@ -210,10 +210,10 @@ impl JsonParser {
                     }
                     self.expect = Expect::Colon;
                 }
-                (Expect::Key | Expect::KeyOrClose, _) => {
+                (Expect::Key | Expect::KeyOrClose, _, _) => {
                     return Err(self.error("key must be a string", i));
                 }
-                (Expect::Value | Expect::ValueOrClose, b'[' | b'{') => {
+                (Expect::Value | Expect::ValueOrClose, b'[' | b'{', _) => {
                     if self.open.len() >= MAX_DEPTH {
                         return Err(self.error("recursion limit exceeded", i));
                     }
@@ -231,21 +231,21 @@ impl JsonParser {
                     }
                     i += 1;
                 }
-                (Expect::Value | Expect::ValueOrClose, b'"') => {
+                (Expect::Value | Expect::ValueOrClose, b'"', _) => {
                     let Some((v, end)) = self.string(t, i, at_end)? else {
                         return Ok(i);
                     };
                     i = end;
                     self.complete(v);
                 }
-                (Expect::Value | Expect::ValueOrClose, b'-' | b'0'..=b'9') => {
+                (Expect::Value | Expect::ValueOrClose, b'-' | b'0'..=b'9', _) => {
                     let Some((v, end)) = self.number(t, i, at_end)? else {
                         return Ok(i);
                     };
                     i = end;
                     self.complete(v);
                 }
-                (Expect::Value | Expect::ValueOrClose, b't' | b'f' | b'n') => {
+                (Expect::Value | Expect::ValueOrClose, b't' | b'f' | b'n', _) => {
                     let (word, v): (&[u8], Value) = match c {
                         b't' => (b"true", Value::Bool(true)),
                         b'f' => (b"false", Value::Bool(false)),
@@ -266,7 +266,7 @@ impl JsonParser {
                     i += word.len();
                     self.complete(v);
                 }
-                (Expect::Value | Expect::ValueOrClose, _) => {
+                (Expect::Value | Expect::ValueOrClose, _, _) => {
                     return Err(self.error("expected value", i));
                 }
             }
@@ -435,26 +435,22 @@ impl JsonParser {
         i: usize,
         at_end: bool,
     ) -> Result<Option<(Value, usize)>, JsonError> {
-        let end = self.scan(t, i, at_end, |s, from| {
+        let Some(end) = self.scan(t, i, at_end, |s, from| {
             let k = from
                 + s[from..]
                     .iter()
                     .position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
                     .unwrap_or(s.len() - from);
-            if k < s.len() {
+            // At the end of the text a number ends with it.
+            if k < s.len() || at_end {
                 Scan::Complete(k)
             } else {
                 Scan::Cut(k)
             }
-        });
-        let end = match end {
-            Ok(Some(end)) => end,
-            Ok(None) => return Ok(None),
-            // At the end of the text a number ends with it.
-            Err(_) if at_end => t.len(),
-            Err(e) => return Err(e),
+        })?
+        else {
+            return Ok(None);
         };
-        self.scanned = 0;
         let s = &t[i..end];
         // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
         let digits = |k: usize| s[k..].iter().take_while(|c| c.is_ascii_digit()).count();
