@@ -382,7 +382,10 @@ fn pool_and_graph_memory_are_polled_outside_the_callbacks() {
         .collect();
     assert_eq!(from_pool.len(), 2);
     assert!(from_pool.iter().all(|a| a.device == DeviceIdx(1)));
-    // And the fragmentation analysis sees the 5 MiB the pool kept after the free.
+    // And the fragmentation analysis sees the 5 MiB the pool kept after the free (5 of 6 MiB
+    // unallocated). Its worst sample is the one with the largest share unallocated: that one,
+    // unless the poller also saw the pool at 0 of 2 MiB between the last free and its
+    // destruction (the program does not pause there; seen once in CI).
     let report = analysis_core::report::summarize(&r.trace);
     let f = report
         .analysis
@@ -390,7 +393,13 @@ fn pool_and_graph_memory_are_polled_outside_the_callbacks() {
         .iter()
         .find(|f| f.device == DeviceIdx(1))
         .expect("fragmentation of the device-1 pool");
-    assert_eq!(f.max_wasted_bytes, 5 * MIB);
+    assert!(
+        f.series.iter().any(|p| (p.ratio - 5.0 / 6.0).abs() < 1e-9),
+        "the pool at 5 of 6 MiB unallocated: {:?}",
+        f.series
+    );
+    let worst = if own_pool.contains(&(2, 0)) { 2 } else { 5 };
+    assert_eq!(f.max_wasted_bytes, worst * MIB, "{own_pool:?}");
 }
 
 #[test]
