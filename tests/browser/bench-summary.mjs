@@ -21,6 +21,7 @@ for (const [key, rs] of groups) {
     build: build || undefined,
     runs: rs.length,
     first_timeline_ms: stat(rs.map((r) => r.first_timeline_ms)),
+    first_painted_ms: stat(rs.map((r) => r.first_painted_ms)),
     read_ms: stat(rs.map((r) => phase(r, null, 'read'))),
     decode_or_convert_ms: stat(rs.map((r) => phase(r, 'read', 'decoded'))),
     tables_ms: stat(rs.map((r) => phase(r, 'decoded', 'tables'))),

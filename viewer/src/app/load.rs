@@ -31,6 +31,12 @@ const BUDGET_MS: f64 = 30.0;
 /// A snapshot with this many trace entries takes 20 ms or more to convert (about 90 ns each at
 /// native speed, which the conversion runs at in the browser): the page says so first.
 const SHOW_CONVERSION_ENTRIES: u64 = 200_000;
+/// A trace with this many records takes 10 ms or more to analyse for the first view: the page
+/// says so first (a shorter analysis is over before the words could be read).
+const SHOW_ANALYSIS_RECORDS: u64 = 2_000_000;
+/// Waiting this long for the next piece of input means the browser ran its event loop (it
+/// paints and handles input then): the time budget starts again.
+const WAITED_MS: f64 = 1.0;
 
 /// Where the loading stands.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -372,7 +378,15 @@ async fn decode_now(
     };
     state.set(LoadState::Loading(progress.clone()));
     let mut last_yield = dom::now_ms();
-    'read: while let Some(chunk) = src.next().await? {
+    'read: loop {
+        let asked = dom::now_ms();
+        let Some(chunk) = src.next().await? else {
+            break;
+        };
+        let now = dom::now_ms();
+        if now - asked >= WAITED_MS {
+            last_yield = now;
+        }
         if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk.head(4096)) {
             progress.phase = "reading snapshot";
             snapshot = Some(SnapshotLoader::new(
@@ -420,6 +434,9 @@ async fn decode_now(
                 return Ok(None);
             }
         }
+        // From here to the first view, without a yield unless the work is long (the frame
+        // then shows the first view as soon as it is ready).
+        dom::frame_soon();
         // Converted straight into the model (no trace bytes in between).
         let (trace, _) = s.finish().map_err(|e| format!("{e}: {source}"))?;
         dom::mark("gpucollect:decoded");
@@ -427,12 +444,13 @@ async fn decode_now(
         return Ok(analyse(trace, source, progress, started, state, current).await);
     }
     progress.records = loader.records_decoded();
+    dom::frame_soon();
     let trace = loader.finish().map_err(|e| e.to_string())?;
     dom::mark("gpucollect:decoded");
     Ok(analyse(trace, source, progress, started, state, current).await)
 }
 
-/// Analyses a loaded trace (after a repaint that says so).
+/// Analyses a loaded trace (after a repaint that says so, for a large one).
 async fn analyse(
     trace: LoadedTrace,
     source: String,
@@ -441,11 +459,14 @@ async fn analyse(
     state: RwSignal<LoadState>,
     current: &dyn Fn() -> bool,
 ) -> Option<Arc<Analysis>> {
-    progress.phase = "analysing";
-    state.set(LoadState::Loading(progress));
-    dom::yield_now().await;
-    if !current() {
-        return None;
+    if progress.records >= SHOW_ANALYSIS_RECORDS {
+        progress.phase = "analysing";
+        state.set(LoadState::Loading(progress));
+        dom::yield_now().await;
+        if !current() {
+            return None;
+        }
+        dom::frame_soon();
     }
     // The detectors run later (`Analysis::detect`), once the first view is drawn.
     let analysis = Analysis::without_report(trace, source);
