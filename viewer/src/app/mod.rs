@@ -270,16 +270,28 @@ pub fn App() -> impl IntoView {
                 </header>
             </Show>
             <LoadPanel state=load_state />
-            {move || match analysis.get() {
-                Some(a) => view! { <Loaded a=a ctx=ctx /> }.into_any(),
-                None => {
-                    let busy = matches!(load_state.get(), LoadState::Loading(_));
-                    view! { <Welcome busy=busy on_demo=move |s| open_demo(s, false) /> }.into_any()
-                }
-            }}
+            {main_part(ctx, Arc::new(move || {
+                let busy = matches!(load_state.get(), LoadState::Loading(_));
+                view! { <Welcome busy=busy on_demo=move |s| open_demo(s, false) /> }.into_any()
+            }))}
             <div class="drop-hint" aria-hidden="true">"Drop the trace to open it"</div>
         </div>
     }
+}
+
+/// The page's main part: the open trace's views, or what `otherwise` shows while none is open.
+/// The warm-up (`warmup.rs`) renders this very function, so that the code that replaces the
+/// welcome screen with a trace's first view is compiled before a real load needs it. The view
+/// is type-erased and this is never inlined: the compiler would otherwise inline (copy) the
+/// rendering code into each caller, and the warm-up would compile its own copy (it left ~150
+/// functions, 2-3 ms, to compile between a real load's analysis and its first draw).
+#[inline(never)]
+fn main_part(ctx: Ctx, otherwise: Arc<dyn Fn() -> AnyView + Send + Sync>) -> AnyView {
+    (move || match ctx.analysis.get() {
+        Some(a) => view! { <Loaded a=a ctx=ctx /> }.into_any(),
+        None => otherwise(),
+    })
+    .into_any()
 }
 
 /// Progress bar while loading, the error panel when loading failed or stopped early.

@@ -19,7 +19,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::load::{self, LoadState, Source};
-use super::{Ctx, Loaded, dom};
+use super::{Ctx, dom, main_part};
 use crate::state::{View, ViewState};
 
 /// A small snapshot in PyTorch's shape (the ring-buffer fixture of the tests: ~1,200 trace
@@ -63,10 +63,11 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
                 else {
                     return;
                 };
-                // The detectors run after the first draw in a real load: the same here.
-                a.detect();
                 if round == 0 {
                     show_every_view(a, &idle).await;
+                } else {
+                    // The detectors run after the first draw in a real load.
+                    a.detect();
                 }
                 dom::yield_now().await;
             }
@@ -77,7 +78,8 @@ pub fn start(idle: impl Fn() -> bool + Copy + 'static) {
     });
 }
 
-/// Renders the loaded page for `a`, each view in turn, in an element outside the document.
+/// Renders the page's main part for `a` as a real load does (the welcome screen replaced by the
+/// timeline, as a link to it opens), then each view in turn, in an element outside the document.
 async fn show_every_view(a: std::sync::Arc<crate::data::Analysis>, idle: &impl Fn() -> bool) {
     let Some(parent) = document()
         .create_element("div")
@@ -87,12 +89,22 @@ async fn show_every_view(a: std::sync::Arc<crate::data::Analysis>, idle: &impl F
         return;
     };
     let ctx = Ctx {
-        vs: RwSignal::new(ViewState::default()),
-        analysis: RwSignal::new(Some(a.clone())),
+        vs: RwSignal::new(ViewState {
+            view: View::Timeline,
+            ..ViewState::default()
+        }),
+        analysis: RwSignal::new(None),
         local_trace: StoredValue::new_local(None),
-        detections: RwSignal::new(1),
+        detections: RwSignal::new(0),
     };
-    let mounted = leptos::mount::mount_to(parent, move || view! { <Loaded a=a ctx=ctx /> });
+    let mounted = leptos::mount::mount_to(parent, move || {
+        main_part(ctx, std::sync::Arc::new(|| ().into_any()))
+    });
+    // As a real load: the analysis arrives, the timeline draws, then the detectors run.
+    ctx.analysis.set(Some(a.clone()));
+    dom::next_frame().await;
+    a.detect();
+    ctx.detections.update(|n| *n += 1);
     for v in View::ALL {
         if !idle() {
             break;
