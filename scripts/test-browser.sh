@@ -34,6 +34,8 @@ cp analysis-core/tests/assets/torch/two-devices.pickle "$TRACES/snapshot.pickle"
 # Files of several MiB, read in several slices: a snapshot and a trace.
 python3 analysis-core/tests/assets/torch/make_fixtures.py 60000 "$TRACES/big-snapshot.pickle" > /dev/null
 "$GC" report "$TRACES/big-snapshot.pickle" --format json > "$TRACES/big-snapshot.json"
+# The single-file HTML report of a snapshot (converted as it is read, then embedded).
+"$GC" html "$TRACES/big-snapshot.pickle" --assets "$ROOT/dist" -o "$TRACES/snapshot-report.html"
 # The same snapshot as JSON (its report is the pickle's: the traces are byte-identical).
 python3 -c 'import json, pickle, sys; json.dump(pickle.load(open(sys.argv[1], "rb")), open(sys.argv[2], "w"))' \
   "$TRACES/big-snapshot.pickle" "$TRACES/big-snapshot-as.json"

@@ -614,6 +614,10 @@ test('gpucollect html: the single-file report opens offline with the same number
     await page.goto(`file://${path.join(TRACES, 'report.html')}`);
     await checkOverview(page, report('spikes'));
     await page.screenshot({ path: path.join(ARTIFACTS, 'single-file-report.png'), fullPage: true });
+    // A PyTorch snapshot's single-file report: the embedded trace has the snapshot's numbers.
+    await page.goto(`file://${path.join(TRACES, 'snapshot-report.html')}`);
+    await page.locator(testid('source')).filter({ hasText: 'embedded trace' }).waitFor({ timeout: LOAD_TIMEOUT });
+    await checkOverview(page, report('big-snapshot'));
   } finally {
     await offline.close();
   }
