@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Viewer benchmark (not a test): release build, synthetic traces of 1 M and 10 M events, headless
-# Chromium. Prints one JSON line per size: time from choosing the file to the first timeline,
+# Chromium. Prints one JSON line per size: time from choosing the file to the first timeline
+# (first_timeline_ms: drawn; first_painted_ms: the end of the frame that shows it, the end point
+# of scripts/bench-pytorch-viewer.sh),
 # zoom-step frame time, wasm memory and JS heap relative to the trace size.
 # Env: SIZES="1000000 10000000", SCENARIO=training-leak, DIST=dir (default dist/),
 # SKIP_BUILD=1 reuses the build in DIST, FILES="a.pickle b.msgpack" measures those files instead
