@@ -18,7 +18,8 @@ static HEAP: Cap<System> = Cap::new(System, usize::MAX);
 /// Tests measuring memory run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Loads `input` with a heap budget of `bound(len)` above what is in use now.
+/// Loads `input` with a heap budget of `bound(len)` above what is in use now. The budget holds
+/// for every thread: every test here holds [`SERIAL`] while it builds its input and loads it.
 fn load_bounded(input: &[u8]) -> Result<LoadedTrace, DecodeError> {
     let budget = HEAP.allocated() + bound(input.len());
     HEAP.set_limit(budget).expect("limit above current use");
@@ -167,6 +168,9 @@ proptest! {
 /// debug builds), through replay, NVTX ranges, the summary and the full analysis.
 #[test]
 fn huge_sizes_saturate_instead_of_overflowing() {
+    // Its heap limit is the whole process's: without the lock it failed another test's
+    // allocations (deep_nesting_is_skipped_iteratively aborted building its input, once in CI).
+    let _g = SERIAL.lock();
     let mut b = header();
     // range_begin(range 1), then allocs of u64::MAX bytes on stack 1 inside it, one freed.
     write_array_len(&mut b, 3);
