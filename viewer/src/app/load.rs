@@ -31,8 +31,10 @@ const BUDGET_MS: f64 = 30.0;
 /// A snapshot with this many trace entries takes 20 ms or more to convert (about 90 ns each at
 /// native speed, which the conversion runs at in the browser): the page says so first.
 const SHOW_CONVERSION_ENTRIES: u64 = 200_000;
-/// A trace with this many records takes 10 ms or more to analyse for the first view: the page
-/// says so first (a shorter analysis is over before the words could be read).
+/// A trace with this many records takes about 10 ms or more to analyse for the first view
+/// (4-5 ms at 1M snapshot entries): the page says so first. A shorter analysis is over before
+/// the words could be read, and the repaint would take the frame that `dom::frame_soon` asked
+/// for before the first view is ready.
 const SHOW_ANALYSIS_RECORDS: u64 = 2_000_000;
 /// Waiting this long for the next piece of input means the browser ran its event loop (it
 /// paints and handles input then): the time budget starts again.
