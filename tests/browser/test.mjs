@@ -256,7 +256,11 @@ test('demos load without a trace; embed mode hides the chrome', async (ctx) => {
 });
 
 test('idle warm-up: invisible, leaves the page as it was, and a file chosen during it opens', async (ctx) => {
-  const page = await newPage(ctx, `${BASE}#view=timeline`);
+  const page = await newPage(ctx);
+  await page.addInitScript(() => {
+    addEventListener('TrunkApplicationStarted', (e) => { window.__wasm = e.detail.wasm; });
+  });
+  await page.goto(`${BASE}#view=timeline`);
   await page.locator('html[data-warm="done"]').waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
   // Nothing of the warm-up reached the document: still the welcome screen, no view, no progress.
   assert.ok(await page.locator(testid('welcome')).isVisible(), 'the welcome screen stays');
@@ -264,6 +268,18 @@ test('idle warm-up: invisible, leaves the page as it was, and a file chosen duri
     assert.equal(await page.locator(testid(id)).count(), 0, `no ${id} after the warm-up`);
   }
   assert.match(page.url(), /#view=timeline$/, 'the URL is unchanged');
+  // The warm-up touched memory in advance (64 MiB at least) and freed it: a 60k-entry snapshot
+  // then loads in that memory, without growing the WebAssembly heap.
+  const heap = () => page.evaluate(() => window.__wasm.memory.buffer.byteLength);
+  const warmHeap = await heap();
+  assert.ok(warmHeap >= 64 * 2 ** 20, `memory touched in advance: ${warmHeap} bytes`);
+  const analysed = () => page.evaluate(() => performance.getEntriesByName('gpucollect:analysed').length);
+  const before = await analysed();
+  await page.setInputFiles(testid('file-picker'), path.join(TRACES, 'big-snapshot.pickle'));
+  await page.locator(testid('source')).filter({ hasText: 'big-snapshot.pickle' }).waitFor({ timeout: LOAD_TIMEOUT });
+  // Until the detectors are done too.
+  await page.waitForFunction((n) => performance.getEntriesByName('gpucollect:analysed').length > n, before, { timeout: LOAD_TIMEOUT });
+  assert.equal(await heap(), warmHeap, 'the load used the memory touched in advance');
   // A file chosen while the warm-up runs stops it and opens normally.
   const early = await newPage(ctx, `${BASE}#view=timeline`);
   await early.setInputFiles(testid('file-picker'), path.join(TRACES, 'spikes.msgpack'));
