@@ -19,8 +19,9 @@
 // into buffers of the batch's size, and the buffers the page hands back are read into again: a
 // large file then passes through the same few MiB instead of hundreds of MiB of new buffers,
 // each of whose pages the kernel would first have to hand out (about as costly as reading
-// them), and which the page's garbage collector would then have to free. Elsewhere the stream's
-// own chunks are sent in batches.
+// them), and which the page's garbage collector would then have to free. The buffers are kept
+// for the next file (up to SPARE_BYTES), and a first set is made and written while the page
+// waits for a file. Elsewhere the stream's own chunks are sent in batches.
 
 // A batch is sent once it holds this many bytes: small at first, so decoding starts within a
 // few milliseconds of the file being chosen, doubling up to the largest (fewer messages).
@@ -28,12 +29,38 @@ const FIRST_BATCH = 64 * 1024;
 const MAX_BATCH = 4 * 1024 * 1024;
 const MAX_UNTAKEN = 32 * 1024 * 1024;
 
-// Streams being read, by id: {untaken, wake, cancelled, pool}.
+// Buffers kept between streams, at most this many bytes of them.
+const SPARE_BYTES = 24 * 1024 * 1024;
+
+// Streams being read, by id: {untaken, wake, cancelled}.
 const streams = new Map();
+
+// Buffers to read into: handed back by the page, kept from earlier streams, or made when the
+// worker starts (below).
+const spare = [];
 
 // Buffers made and buffers read into again, over every stream (the browser tests read them).
 const stats = { buffers: 0, reused: 0 };
 self.stats = stats;
+
+// Keeps a buffer to read into again, within SPARE_BYTES.
+function keep(buf) {
+  const held = spare.reduce((sum, b) => sum + b.byteLength, 0);
+  if (held + buf.byteLength <= SPARE_BYTES) spare.push(buf);
+}
+
+// While the page waits for a file: one buffer of each batch size, and two more of the largest,
+// written once so that the kernel hands out their pages now (each costs a fresh zeroed page per
+// 4 KiB on first write: for the first file, as much work again as reading into them). One
+// buffer per task, so that a file chosen meanwhile is not kept waiting.
+function prepare(n) {
+  if (n > MAX_BATCH * 4 || streams.size) return;
+  const buf = new ArrayBuffer(Math.min(n, MAX_BATCH));
+  new Uint8Array(buf).fill(0);
+  keep(buf);
+  setTimeout(() => prepare(n * 2), 0);
+}
+setTimeout(() => prepare(FIRST_BATCH), 0);
 
 // Waits while too many bytes are sent and untaken; false once the stream is cancelled.
 async function room(s) {
@@ -44,7 +71,7 @@ async function room(s) {
 }
 
 async function stream(id, blob) {
-  const s = { untaken: 0, wake: null, cancelled: false, pool: [] };
+  const s = { untaken: 0, wake: null, cancelled: false };
   streams.set(id, s);
   try {
     let byob = null;
@@ -63,15 +90,18 @@ async function stream(id, blob) {
   }
 }
 
-// A buffer handed back by the page that holds at least n bytes, or a new one.
-function buffer(s, n) {
-  const i = s.pool.findIndex((b) => b.byteLength >= n);
-  if (i < 0) {
+// The smallest spare buffer that holds at least n bytes, or a new one.
+function buffer(n) {
+  let best = -1;
+  for (let i = 0; i < spare.length; i++) {
+    if (spare[i].byteLength >= n && (best < 0 || spare[i].byteLength < spare[best].byteLength)) best = i;
+  }
+  if (best < 0) {
     stats.buffers++;
     return new ArrayBuffer(n);
   }
   stats.reused++;
-  return s.pool.splice(i, 1)[0];
+  return spare.splice(best, 1)[0];
 }
 
 // Reads `size` bytes with a BYOB reader, each batch into one buffer (FIRST_BATCH, doubling up to
@@ -82,7 +112,7 @@ async function intoBuffers(id, size, reader, s) {
   let ended = false;
   while (at < size && !ended) {
     const n = Math.min(want, size - at);
-    let buf = buffer(s, n);
+    let buf = buffer(n);
     let got = 0;
     while (got < n) {
       // `min`: resolved once the view is full, not at each of the stream's own chunks (browsers
@@ -162,8 +192,7 @@ onmessage = ({ data }) => {
     return;
   }
   if (data.back) {
-    // Kept only while the stream is read (its buffers go with it).
-    streams.get(id)?.pool.push(data.back);
+    keep(data.back);
     return;
   }
   if (data.ack !== undefined || data.cancel) {
