@@ -294,6 +294,45 @@ test('idle warm-up: invisible, leaves the page as it was, and a file chosen duri
   assert.equal(await demo.locator('html[data-warm]').count(), 0, 'no warm-up next to a load at start');
 });
 
+test('progress: over the welcome screen only after 100 ms; over an open trace at once, without the welcome screen between', async (ctx) => {
+  const page = await newPage(ctx);
+  await page.addInitScript(() => {
+    window.__seen = [];
+    document.addEventListener('change', () => { window.__chosen = performance.now(); window.__seen = []; }, true);
+    // When the progress panel, the welcome screen (shown) and the drawn timeline are seen.
+    new MutationObserver(() => {
+      if (!window.__chosen) return;
+      const at = performance.now() - window.__chosen;
+      const welcome = document.querySelector('[data-testid="welcome"]');
+      const now = {
+        progress: !!document.querySelector('[data-testid="progress"]'),
+        welcome: !!welcome && !welcome.classList.contains('hidden'),
+        drawn: !!document.querySelector('canvas[data-testid="timeline-canvas"][data-drawn-at]'),
+      };
+      for (const [k, v] of Object.entries(now)) if (v && !window.__seen.some((s) => s.what === k)) window.__seen.push({ what: k, at });
+    }).observe(document, { subtree: true, childList: true, attributes: true });
+  });
+  await page.goto(`${BASE}#view=timeline`);
+  await page.locator('html[data-warm="done"]').waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
+  // A first load (a 60k-entry snapshot as 23 MB of JSON, most of a second in a debug build):
+  // the progress, if the load lasts long enough to show it, comes after 100 ms, and a load that
+  // lasts 250 ms or more shows it.
+  await page.setInputFiles(testid('file-picker'), path.join(TRACES, 'big-snapshot-as.json'));
+  await page.locator(`${testid('timeline-canvas')}[data-drawn-at]`).waitFor({ timeout: LOAD_TIMEOUT });
+  let seen = await page.evaluate(() => window.__seen);
+  const first = (what) => seen.find((s) => s.what === what);
+  assert.ok(first('drawn'), JSON.stringify(seen));
+  if (first('progress')) assert.ok(first('progress').at >= 95, `progress not before 100 ms: ${JSON.stringify(seen)}`);
+  if (first('drawn').at >= 250) assert.ok(first('progress'), `a load of ${first('drawn').at} ms shows progress: ${JSON.stringify(seen)}`);
+  // A second file over the open trace: the progress replaces its views at once, and the
+  // welcome screen never shows in between.
+  await page.setInputFiles(testid('file-picker'), path.join(TRACES, 'spikes.msgpack'));
+  await page.locator(testid('source')).filter({ hasText: 'spikes.msgpack' }).waitFor({ timeout: LOAD_TIMEOUT });
+  seen = await page.evaluate(() => window.__seen);
+  assert.ok(first('progress'), `progress over the open trace: ${JSON.stringify(seen)}`);
+  assert.ok(!first('welcome'), `no welcome screen between two traces: ${JSON.stringify(seen)}`);
+});
+
 test('the timeline is drawn before the detectors run; their markers and views follow', async (ctx) => {
   const spikes = report('spikes').analysis.timeline_spikes;
   const page = await newPage(ctx);

@@ -40,6 +40,13 @@ const SHOW_ANALYSIS_RECORDS: u64 = 2_000_000;
 /// paints and handles input then): the time budget starts again.
 const WAITED_MS: f64 = 1.0;
 
+/// The progress panel appears once a load has run this long: a shorter load is over before a
+/// progress bar could be read, and rendering one (a frame's style, layout and paint, then its
+/// removal) cost the start of every load 2-3 ms, while the worker's first bytes were on their
+/// way. Where the panel replaces what is on screen (an open trace, an error), the caller shows
+/// it at once (`App`'s `start`), and it is kept up to date from the start.
+const SHOW_PROGRESS_AFTER_MS: f64 = 100.0;
+
 /// Where the loading stands.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum LoadState {
@@ -318,23 +325,58 @@ pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
     Ok((Source::Stream(reader), total))
 }
 
-/// Every `BUDGET_MS` of work: publishes the progress and lets the browser run. False once a newer
-/// load has started.
-async fn pace(
-    last_yield: &mut f64,
-    records: impl Fn() -> u64,
-    progress: &mut Progress,
-    state: RwSignal<LoadState>,
-    current: &dyn Fn() -> bool,
-) -> bool {
-    if dom::now_ms() - *last_yield <= BUDGET_MS {
-        return true;
+/// Paces a load: publishes its progress every `BUDGET_MS` from `SHOW_PROGRESS_AFTER_MS` after
+/// its start (from the start where the progress is shown already), and lets the browser run
+/// every `BUDGET_MS` of work.
+struct Pacer {
+    last_yield: f64,
+    /// When the progress was last published, or when it may first be.
+    next_show: f64,
+}
+
+impl Pacer {
+    fn new(state: RwSignal<LoadState>) -> Self {
+        let now = dom::now_ms();
+        let shown = state.with_untracked(|s| matches!(s, LoadState::Loading(_)));
+        Self {
+            last_yield: now,
+            next_show: if shown {
+                now
+            } else {
+                now + SHOW_PROGRESS_AFTER_MS
+            },
+        }
     }
-    progress.records = records();
-    state.set(LoadState::Loading(progress.clone()));
-    dom::yield_now().await;
-    *last_yield = dom::now_ms();
-    current()
+
+    /// After waiting `waited_ms` for input: the browser ran meanwhile, so the work budget
+    /// starts again.
+    fn waited(&mut self, waited_ms: f64) {
+        if waited_ms >= WAITED_MS {
+            self.last_yield = dom::now_ms();
+        }
+    }
+
+    /// Publishes the progress and yields when due. False once a newer load has started.
+    async fn pace(
+        &mut self,
+        records: impl Fn() -> u64,
+        progress: &mut Progress,
+        state: RwSignal<LoadState>,
+        current: &dyn Fn() -> bool,
+    ) -> bool {
+        let now = dom::now_ms();
+        if now >= self.next_show {
+            progress.records = records();
+            state.set(LoadState::Loading(progress.clone()));
+            self.next_show = now + BUDGET_MS;
+        }
+        if now - self.last_yield <= BUDGET_MS {
+            return true;
+        }
+        dom::yield_now().await;
+        self.last_yield = dom::now_ms();
+        current()
+    }
 }
 
 /// A load under way: the analysis, `None` if a newer load started, or what went wrong.
@@ -378,17 +420,15 @@ async fn decode_now(
         phase: "reading",
         ..Progress::default()
     };
-    state.set(LoadState::Loading(progress.clone()));
-    let mut last_yield = dom::now_ms();
+    // No progress yet: the caller shows it where it replaces something on screen, else the
+    // pacer does once the load takes long enough.
+    let mut pacer = Pacer::new(state);
     'read: loop {
         let asked = dom::now_ms();
         let Some(chunk) = src.next().await? else {
             break;
         };
-        let now = dom::now_ms();
-        if now - asked >= WAITED_MS {
-            last_yield = now;
-        }
+        pacer.waited(dom::now_ms() - asked);
         if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk.head(4096)) {
             progress.phase = "reading snapshot";
             snapshot = Some(SnapshotLoader::new(
@@ -402,7 +442,7 @@ async fn decode_now(
                 s.push_with(end - start, |to| chunk.copy_range(start, end, to))
                     .map_err(|e| format!("{e}: {source}"))?;
                 progress.bytes_read += (end - start) as u64;
-                if !pace(&mut last_yield, || 0, &mut progress, state, current).await {
+                if !pacer.pace(|| 0, &mut progress, state, current).await {
                     return Ok(None);
                 }
             }
@@ -416,7 +456,7 @@ async fn decode_now(
                 break 'read;
             }
             let records = || loader.records_decoded();
-            if !pace(&mut last_yield, records, &mut progress, state, current).await {
+            if !pacer.pace(records, &mut progress, state, current).await {
                 return Ok(None);
             }
         }

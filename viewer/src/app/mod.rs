@@ -120,7 +120,23 @@ pub fn App() -> impl IntoView {
                 v.thread = None;
             });
         }
+        // The progress panel shows at once where it replaces something on screen (an open
+        // trace's views, an error, an earlier load's progress); over the welcome screen only
+        // once the load takes long enough to be worth one (`load::SHOW_PROGRESS_AFTER_MS`).
+        let replaces = analysis.with_untracked(Option::is_some)
+            || !matches!(
+                load_state.get_untracked(),
+                LoadState::Idle | LoadState::Done { .. }
+            );
         analysis.set(None);
+        if replaces {
+            load_state.set(LoadState::Loading(load::Progress {
+                source: name.clone(),
+                total_bytes: total,
+                phase: "reading",
+                ..load::Progress::default()
+            }));
+        }
         local_trace.set_value(match &src {
             Source::Blob(reader) => Some(reader.blob().clone()),
             Source::Bytes(Some(b)) => dom::blob_of(b),
