@@ -5,7 +5,9 @@
 # of scripts/bench-pytorch-viewer.sh),
 # zoom-step frame time, wasm memory and JS heap relative to the trace size.
 # Env: SIZES="1000000 10000000", SCENARIO=training-leak, DIST=dir (default dist/),
-# SKIP_BUILD=1 reuses the build in DIST, FILES="a.pickle b.msgpack" measures those files instead
+# SKIP_BUILD=1 reuses the build in DIST, COLD_FILE=1 does not read each file through before its
+# load (by default it does, so that it is in the OS page cache, as for PyTorch's viewer's
+# benchmark), FILES="a.pickle b.msgpack" measures those files instead
 # (e.g. PyTorch snapshots made by analysis-core/tests/assets/torch/make_fixtures.py N OUT).
 # Comparing builds: DIST="old-dist new-dist" (with SKIP_BUILD=1) and ROUNDS=5 run every build
 # once per round, alternating (this machine's speed drifts by tens of percent within minutes, so

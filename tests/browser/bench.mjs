@@ -7,7 +7,7 @@
 // chooses it as soon as the picker exists instead.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch } from './lib.mjs';
+import { cacheFile, launch } from './lib.mjs';
 
 const BASE = process.env.BASE_URL;
 const TRACES = process.env.TRACES;
@@ -58,6 +58,7 @@ for (const file of inputs) {
       if (h) heapMax = Math.max(heapMax, h.value);
     } catch { /* page busy or closing */ }
   }, 100);
+  cacheFile(file);
   await page.setInputFiles('[data-testid="file-picker"]', file);
   await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-drawn-at]', { timeout: 600_000 });
   await page.waitForFunction(() => window.__firstDraw?.painted, null, { timeout: 600_000 });

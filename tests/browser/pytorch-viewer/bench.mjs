@@ -23,7 +23,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch } from '../lib.mjs';
+import { cacheFile, launch } from '../lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const MODULES = path.join(HERE, 'node_modules');
@@ -224,6 +224,7 @@ for (const file of FILES) {
     } catch { /* page busy, crashed or closing */ }
   }, 100);
 
+  cacheFile(file);
   const t0 = Date.now();
   await page.setInputFiles('#pick', file);
   const status = await Promise.race([
