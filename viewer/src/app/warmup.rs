@@ -135,8 +135,8 @@ async fn show_every_view(a: std::sync::Arc<crate::data::Analysis>, idle: &impl F
     parent.remove();
 }
 
-/// Memory touched in advance where the browser says the device has at least 8 GiB (the most
-/// `navigator.deviceMemory` reports): most of what a 1M-entry snapshot's load needs.
+/// Memory touched in advance where the browser says the device has at least 8 GiB
+/// (`navigator.deviceMemory`, a rounded figure): most of what a 1M-entry snapshot's load needs.
 const PRE_TOUCH_LARGE: usize = 256 << 20;
 /// Elsewhere, or where the browser does not say (outside secure contexts): enough for a
 /// 100k-entry snapshot.
