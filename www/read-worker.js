@@ -53,14 +53,16 @@ function keep(buf) {
 // written once so that the kernel hands out their pages now (each costs a fresh zeroed page per
 // 4 KiB on first write: for the first file, as much work again as reading into them). One
 // buffer per task, so that a file chosen meanwhile is not kept waiting.
-function prepare(n) {
-  if (n > MAX_BATCH * 4 || streams.size) return;
-  const buf = new ArrayBuffer(Math.min(n, MAX_BATCH));
+function prepare(sizes) {
+  if (!sizes.length || streams.size) return;
+  const buf = new ArrayBuffer(sizes[0]);
   new Uint8Array(buf).fill(0);
   keep(buf);
-  setTimeout(() => prepare(n * 2), 0);
+  setTimeout(() => prepare(sizes.slice(1)), 0);
 }
-setTimeout(() => prepare(FIRST_BATCH), 0);
+const FIRST_SET = [MAX_BATCH, MAX_BATCH, MAX_BATCH];
+for (let n = MAX_BATCH / 2; n >= FIRST_BATCH; n /= 2) FIRST_SET.unshift(n);
+setTimeout(() => prepare(FIRST_SET), 0);
 
 // Waits while too many bytes are sent and untaken; false once the stream is cancelled.
 async function room(s) {

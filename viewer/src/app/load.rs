@@ -72,6 +72,18 @@ pub struct Progress {
     pub phase: &'static str,
 }
 
+impl Progress {
+    /// A load of `source` that has read nothing yet.
+    pub fn starting(source: String, total_bytes: Option<u64>) -> Self {
+        Self {
+            source,
+            total_bytes,
+            phase: "reading",
+            ..Self::default()
+        }
+    }
+}
+
 /// Where bytes come from.
 pub enum Source {
     /// A file: streamed by a worker while the page decodes, or read in slices on the page's
@@ -414,12 +426,7 @@ async fn decode_now(
     // A PyTorch memory snapshot (pickle or JSON) is parsed as it is read, then converted into
     // the model.
     let mut snapshot: Option<SnapshotLoader> = None;
-    let mut progress = Progress {
-        source: source.clone(),
-        total_bytes,
-        phase: "reading",
-        ..Progress::default()
-    };
+    let mut progress = Progress::starting(source.clone(), total_bytes);
     // No progress yet: the caller shows it where it replaces something on screen, else the
     // pacer does once the load takes long enough.
     let mut pacer = Pacer::new(state);

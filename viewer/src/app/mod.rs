@@ -130,12 +130,10 @@ pub fn App() -> impl IntoView {
             );
         analysis.set(None);
         if replaces {
-            load_state.set(LoadState::Loading(load::Progress {
-                source: name.clone(),
-                total_bytes: total,
-                phase: "reading",
-                ..load::Progress::default()
-            }));
+            load_state.set(LoadState::Loading(load::Progress::starting(
+                name.clone(),
+                total,
+            )));
         }
         local_trace.set_value(match &src {
             Source::Blob(reader) => Some(reader.blob().clone()),
