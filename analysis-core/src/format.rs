@@ -158,10 +158,16 @@ impl AllocKind {
             _ => Self::Other,
         }
     }
-    /// Whether the memory lives on the device (counts toward device live bytes).
-    /// Pinned host memory is tracked separately; IPC imports belong to the exporting process.
+    /// Whether the memory lives on the device (counts toward device live bytes). Pinned host
+    /// memory is tracked separately; IPC imports belong to the exporting process; an unknown
+    /// kind (255, or a code this reader does not know) is not assumed to be device memory.
     pub const fn is_device_memory(self) -> bool {
-        !matches!(self, Self::PinnedHost | Self::IpcImport)
+        !matches!(self, Self::PinnedHost | Self::IpcImport | Self::Other)
+    }
+    /// Whether the allocation counts in a live-bytes series: device memory, or pinned host
+    /// memory in its own per-process series. IPC imports and unknown kinds count in neither.
+    pub const fn is_tracked(self) -> bool {
+        self.is_device_memory() || matches!(self, Self::PinnedHost)
     }
     pub const fn name(self) -> &'static str {
         match self {

@@ -15,6 +15,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod analysis;
+pub mod attribution;
 pub mod decode;
 pub mod encode;
 pub mod format;

@@ -3,8 +3,9 @@
 //! set at any time, per-stack and per-NVTX-range aggregates, samples and failures.
 //!
 //! Accounting rules (also in `FORMAT.md`): device live bytes count every allocation kind except
-//! pinned host memory and IPC imports (tracked as host / imported); a free releases the whole
-//! allocation; a context reset releases every live allocation of that process on that device.
+//! pinned host memory (its own per-process series), IPC imports (the exporting process counts
+//! them) and unknown kinds (counted in no series); a free releases the whole allocation; a
+//! context reset releases every live allocation of that process on that device.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -466,7 +467,9 @@ impl TraceModel {
             device: a.device,
             host: !a.kind.is_device_memory(),
         };
-        self.apply(key, t, false, a.size_bytes);
+        if a.kind.is_tracked() {
+            self.apply(key, t, false, a.size_bytes);
+        }
     }
 
     /// Replays one record. `offset` is its byte offset, for warnings.
@@ -535,7 +538,9 @@ impl TraceModel {
                 st.live_count += 1;
                 st.live_bytes = st.live_bytes.saturating_add(a.size_bytes);
                 st.max_size_bytes = st.max_size_bytes.max(a.size_bytes);
-                self.apply(key, a.ts_nanos, true, a.size_bytes);
+                if a.kind.is_tracked() {
+                    self.apply(key, a.ts_nanos, true, a.size_bytes);
+                }
             }
             Record::Free(f) => {
                 let idx = f.alloc.0;
@@ -816,18 +821,25 @@ impl TraceModel {
         }
     }
 
-    /// A one-line label for a call site: the innermost frame, or "<no stack>".
+    /// A one-line label for a call site: the user's frame (the first frame outside libraries,
+    /// see [`crate::attribution`]), or "<no stack>".
     pub fn stack_label(&self, stack: StackId) -> String {
-        use core::fmt::Write;
-        let frames = self.stack_frames(stack);
-        let mut s = String::new();
-        match frames.first() {
-            Some(f) => {
-                let _ = write!(s, "{f}");
-            }
-            None => s.push_str("<no stack>"),
+        self.stack_label_with(stack, &[])
+    }
+
+    /// [`Self::stack_label`] with extra frame patterns to skip (`Config::hide_frames`).
+    pub fn stack_label_with(&self, stack: StackId, hide: &[String]) -> String {
+        match self.user_frame(stack, hide) {
+            Some(f) => alloc::format!("{f}"),
+            None => String::from("<no stack>"),
         }
-        s
+    }
+
+    /// The frame that names the call site (see [`Self::stack_label`]).
+    pub fn user_frame(&self, stack: StackId, hide: &[String]) -> Option<FrameView> {
+        let mut frames = self.stack_frames(stack);
+        let i = crate::attribution::user_frame_index(&frames, hide)?;
+        Some(frames.swap_remove(i))
     }
 
     /// Per range-name aggregates, sorted by name.
@@ -1003,7 +1015,7 @@ mod tests {
             let live_at = |t: u64, key: Option<SeriesKey>| -> u64 {
                 m.allocs
                     .iter()
-                    .filter(|a| a.size_bytes > 0 && a.live_at(t))
+                    .filter(|a| a.size_bytes > 0 && a.kind.is_tracked() && a.live_at(t))
                     .filter(|a| {
                         let k = SeriesKey {
                             process: a.process,

@@ -517,6 +517,7 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
         ])
     });
     let mut batch_leaked = 0u64;
+    let mut reserve = 0u64;
     // Weights: live for the whole run, freed at the end.
     let mut weight_ids = Vec::new();
     for i in 0..8 {
@@ -580,8 +581,10 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
         }
         w.range_end(r);
         if step % 4 == 0 {
-            let reserved = w.live_total + 256 * MIB + (step % 7) * 32 * MIB;
-            w.samples(DeviceIdx(0), reserved);
+            // A caching allocator's reserve: it grows in whole segments when the demand
+            // outgrows it and is never given back (no empty_cache).
+            reserve = reserve.max(w.live_total.div_ceil(256 * MIB) * 256 * MIB);
+            w.samples(DeviceIdx(0), reserve);
         }
         w.truth.steps += 1;
         if w.events() >= events {

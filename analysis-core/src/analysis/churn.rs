@@ -134,19 +134,17 @@ pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found)
                 ),
             ),
         };
-        found.push(Finding {
-            kind,
-            severity: Severity::Info,
-            site: s.site.clone(),
-            stack: Some(s.stack),
-            scope: None,
-            bytes: s.churned_bytes,
-            count: s.alloc_count,
-            ts_nanos: None,
-            impact: None,
-            message,
-            fix,
-        });
+        let mut f = Finding::new(kind, Severity::Info, s.site.clone());
+        f.stack = Some(s.stack);
+        f.bytes = s.churned_bytes;
+        f.count = s.alloc_count;
+        f.headline = format!(
+            "{} allocations at {loc} could reuse a buffer",
+            s.alloc_count
+        );
+        f.message = message;
+        f.fix = fix;
+        found.push(f);
     }
     out
 }

@@ -20,6 +20,22 @@ pub struct Config {
     /// before the end.
     pub thread_idle_fraction: f64,
 
+    // --- attribution ---
+    /// Extra frames to skip when naming the user's line: substrings of a function, file or
+    /// module (`gpucollect report --hide-frame`), on top of the built-in library rules.
+    pub hide_frames: alloc::vec::Vec<alloc::string::String>,
+
+    // --- growth across iterations ---
+    /// A cause leaks when it grows at least this much over the steady-state iterations...
+    pub growth_min_bytes: u64,
+    /// ...in every third of them, with a linear fit r of at least this.
+    pub growth_min_r: f64,
+    /// An iteration is a spike when its peak exceeds the steady-state working set (the median
+    /// iteration peak) by this factor...
+    pub spike_peak_ratio: f64,
+    /// ...and by at least this many bytes.
+    pub spike_min_excess_bytes: u64,
+
     // --- growth per scope (reference `memory_leak`) ---
     /// Minimum calls of a scope before it is judged (reference: 3).
     pub min_calls_for_analysis: u64,
@@ -99,6 +115,11 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             leak_min_bytes: 1,
+            hide_frames: alloc::vec::Vec::new(),
+            growth_min_bytes: MIB,
+            growth_min_r: 0.6,
+            spike_peak_ratio: 1.3,
+            spike_min_excess_bytes: 64 * MIB,
             leak_critical_bytes: GIB,
             thread_idle_fraction: 0.25,
             min_calls_for_analysis: 3,

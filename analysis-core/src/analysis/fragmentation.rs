@@ -1,8 +1,14 @@
-//! Fragmentation. From pool samples (reserved vs allocated): the ratio
-//! (reserved - allocated) / reserved over time per pool, flagged when its mean exceeds 0.3,
-//! critical above 0.5 (reference rule). From allocation addresses: an external-fragmentation
-//! measure, the largest free block against all free bytes between the live allocations of a
-//! device (used at the worst sample and at every failed allocation).
+//! Fragmentation is free memory that is unusable for the requests actually made. Free reserve
+//! that could serve the requests is cache, not fragmentation.
+//!
+//! From pool samples (reserved vs allocated, per pool): the ratio (reserved - allocated) /
+//! reserved over time, for the table; the evidence is **forced growth**: the pool took more
+//! memory from the driver although, just before, at least the size of the request that made it
+//! grow was free in its reserve, so no free block was large enough. Repeated forced growth is a
+//! warning; an allocation that failed while enough bytes were free is the out-of-memory finding
+//! (`hidden`), critical. Free reserve at the end is a cache note with its size and how to
+//! release it. From allocation addresses: the largest free block against all free bytes between
+//! the live allocations of a device (at the worst sample and at every failed allocation).
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -45,7 +51,15 @@ pub struct PoolFragmentation {
     pub max_ts_nanos: u64,
     /// Reserved minus allocated at the worst sample.
     pub max_wasted_bytes: u64,
+    /// The reference rule (mean ratio above `fragmentation_ratio`); a fact for the table, not a
+    /// finding: a reserve that is free is cache unless requests could not use it.
     pub flagged: bool,
+    /// Times the reserve grew although the request that made it grow would have fit in the
+    /// free reserve, and the bytes those growths added.
+    pub forced_growth_count: u64,
+    pub forced_growth_bytes: u64,
+    /// Reserved but unallocated at the last sample.
+    pub free_at_end_bytes: u64,
     /// Address gaps at the worst sample, when the live allocations fit in the reserved bytes.
     pub gaps_at_max: Option<AddressGaps>,
     /// The ratio over time, at most `MAX_POINTS` points (evenly strided).
@@ -98,6 +112,34 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
             .collect();
         let gaps = address_gaps(m, device, worst.ts_nanos)
             .filter(|g| g.span_bytes <= worst.reserved_bytes);
+        // Forced growth: the reserve grew past its high-water mark although the demand still
+        // fit in the old reserve and the largest request since the last sample would have fit
+        // in its free part (a caching allocator grows only when no free block is large enough).
+        let mut forced_count = 0u64;
+        let mut forced_bytes = 0u64;
+        let mut high = samples[0].reserved_bytes;
+        for w in samples.windows(2) {
+            let (p, q) = (w[0], w[1]);
+            if q.reserved_bytes <= high {
+                continue;
+            }
+            let free_before = p.reserved_bytes.saturating_sub(p.used_bytes);
+            let lo = m.allocs.partition_point(|a| a.ts_nanos <= p.ts_nanos);
+            let request = m.allocs[lo..]
+                .iter()
+                .take_while(|a| a.ts_nanos <= q.ts_nanos)
+                .filter(|a| a.process == process && a.device == device && a.kind.is_device_memory())
+                .map(|a| a.size_bytes)
+                .max()
+                .unwrap_or(0);
+            if request > 0 && free_before >= request && q.used_bytes <= high {
+                forced_count += 1;
+                forced_bytes = forced_bytes.saturating_add(q.reserved_bytes - high);
+            }
+            high = q.reserved_bytes;
+        }
+        let last = samples[samples.len() - 1];
+        let max_reserved = samples.iter().map(|s| s.reserved_bytes).max().unwrap_or(0);
         let f = PoolFragmentation {
             process,
             device,
@@ -108,50 +150,69 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
             max_ts_nanos: worst.ts_nanos,
             max_wasted_bytes: worst.reserved_bytes.saturating_sub(worst.used_bytes),
             flagged: mean > c.fragmentation_ratio,
+            forced_growth_count: forced_count,
+            forced_growth_bytes: forced_bytes,
+            free_at_end_bytes: last.reserved_bytes.saturating_sub(last.used_bytes),
             gaps_at_max: gaps,
             series,
         };
-        if f.flagged {
-            let severity = if mean > c.fragmentation_critical_ratio {
-                Severity::Critical
+        let name = format!("{} on device {}", pool::label(pool), device.0);
+        let significant = c.spike_min_excess_bytes.min(max_reserved / 10).max(1);
+        if forced_count >= 2 && forced_bytes >= significant {
+            let mut x = Finding::new(FindingKind::Fragmentation, Severity::Warning, name.clone());
+            x.bytes = forced_bytes;
+            x.count = forced_count;
+            x.harm_bytes = forced_bytes;
+            x.ts_nanos = Some(f.max_ts_nanos);
+            x.headline = format!(
+                "fragmentation made {name} grow {} although the requests fit in its free memory",
+                fmt_bytes(forced_bytes)
+            );
+            x.message = format!(
+                "{name} took {} more from the driver in {forced_count} step(s) although, each time, the request would have fit in its free reserve: the free memory is split into blocks too small for the requests",
+                fmt_bytes(forced_bytes)
+            );
+            if let Some(g) = gaps.filter(|g| g.free_bytes > 0) {
+                x.evidence.push(format!(
+                    "at the worst sample the largest free block is {} of {} free ({:.0} % external fragmentation)",
+                    fmt_bytes(g.largest_free_bytes),
+                    fmt_bytes(g.free_bytes),
+                    g.external_fragmentation * 100.0
+                ));
+            }
+            x.evidence.push(format!(
+                "on average {:.0} % of the reserve was unallocated (worst {:.0} %)",
+                mean * 100.0,
+                f.max_ratio * 100.0
+            ));
+            x.fix = if pool == pool::GRAPH_MEMORY {
+                "free graph allocations inside the graph (a free node) or destroy the graphs that hold them, then release the memory with cudaDeviceGraphMemTrim".into()
             } else {
-                Severity::Warning
+                "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()
             };
-            let ext = gaps
-                .filter(|g| g.free_bytes > 0)
-                .map(|g| {
-                    format!(
-                        "; largest free block {} of {} free ({:.0} % external fragmentation)",
-                        fmt_bytes(g.largest_free_bytes),
-                        fmt_bytes(g.free_bytes),
-                        g.external_fragmentation * 100.0
-                    )
-                })
-                .unwrap_or_default();
-            found.push(Finding {
-                kind: FindingKind::Fragmentation,
-                severity,
-                site: format!("{} on device {}", pool::label(pool), device.0),
-                stack: None,
-                scope: None,
-                bytes: f.max_wasted_bytes,
-                count: f.samples,
-                ts_nanos: Some(f.max_ts_nanos),
-                impact: None,
-                message: format!(
-                    "{} on device {} keeps {:.0} % of its reserved memory unallocated on average (worst {:.0} %, {} wasted){ext}",
-                    pool::label(pool),
-                    device.0,
-                    mean * 100.0,
-                    f.max_ratio * 100.0,
-                    fmt_bytes(f.max_wasted_bytes)
-                ),
-                fix: if pool == pool::GRAPH_MEMORY {
-                    "free graph allocations inside the graph (a free node) or destroy the graphs that hold them, then release the memory with cudaDeviceGraphMemTrim".into()
-                } else {
-                    "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or release the cache (torch.cuda.empty_cache / cudaMemPoolTrimTo) after peaks; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()
-                },
-            });
+            found.push(x);
+        } else if f.free_at_end_bytes > 0
+            && !m
+                .failed
+                .iter()
+                .any(|x| x.record.process == process && x.record.device == device)
+        {
+            let mut x = Finding::new(FindingKind::Cache, Severity::Info, name.clone());
+            x.bytes = f.free_at_end_bytes;
+            x.count = f.samples;
+            x.headline = format!("{} cached by {name}", fmt_bytes(f.free_at_end_bytes));
+            x.message = format!(
+                "{name} keeps {} reserved but unallocated at the end ({:.0} % of its {}), ready for reuse: cache, not fragmentation",
+                fmt_bytes(f.free_at_end_bytes),
+                f.free_at_end_bytes as f64 * 100.0 / last.reserved_bytes.max(1) as f64,
+                fmt_bytes(last.reserved_bytes)
+            );
+            x.fix = if pool == pool::GRAPH_MEMORY {
+                "nothing required; cudaDeviceGraphMemTrim releases it".into()
+            } else {
+                "nothing required; torch.cuda.empty_cache(), cudaMemPoolTrimTo or a lower release threshold return it to the driver if other processes need it".into()
+            };
+            found.push(x);
         }
         out.push(f);
     }

@@ -1,9 +1,12 @@
-//! Hidden memory: device memory in use (NVML samples) that the trace does not account for,
-//! i.e. used minus traced live bytes — driver and context overhead, allocator caches and other
-//! processes. Reference rules on that gap: skipped with fewer than 3 samples or when it never
-//! reaches 5 % of the device; transient spikes at z > 2 (critical > 4); drift when n ≥ 5,
-//! slope > 0 and R² ≥ 0.6 (critical > 0.85). Also the forensic summary of every failed
-//! allocation: free memory, our live bytes by call site, other processes, largest free block.
+//! Hidden memory: device memory in use (NVML samples) that the trace does not account for.
+//! Other processes' memory, from the samples' per-process list, is named with their pid and
+//! never counted as ours (a note). What remains, used minus our traced live bytes minus other
+//! processes, is held by our processes outside the traced allocations: driver and context
+//! overhead, library workspaces, allocator caches. Reference rules on that gap: skipped with
+//! fewer than 3 samples or when it never reaches 5 % of the device; drift (a warning) when
+//! n ≥ 5, slope > 0 and R² ≥ 0.6; transient spikes at z > 2 are a note. Also the forensic
+//! summary of every failed allocation: free memory, our live bytes by call site, other
+//! processes, largest free block.
 
 use alloc::format;
 use alloc::string::String;
@@ -187,18 +190,68 @@ fn device_gap(
     let mut gaps = Vec::with_capacity(samples.len());
     let mut others_max = 0u64;
     let mut total = 0u64;
+    // Per other pid: (first seen bytes, max bytes, last bytes).
+    let mut other_pids: Vec<(u32, u64, u64, u64)> = Vec::new();
     for s in &samples {
         let live = traced_live(m, d, s.ts_nanos);
         ts.push(s.ts_nanos);
-        gaps.push(super::signed_diff(s.used_bytes, live));
         total = total.max(s.total_bytes);
-        let others = saturating_sum(
-            s.processes
-                .iter()
-                .filter(|p| !pids.contains(&p.pid))
-                .map(|p| p.used_bytes),
-        );
+        let mut others = 0u64;
+        for p in s.processes.iter().filter(|p| !pids.contains(&p.pid)) {
+            others = others.saturating_add(p.used_bytes);
+            match other_pids.iter_mut().find(|o| o.0 == p.pid) {
+                Some(o) => {
+                    o.2 = o.2.max(p.used_bytes);
+                    o.3 = p.used_bytes;
+                }
+                None => other_pids.push((p.pid, p.used_bytes, p.used_bytes, p.used_bytes)),
+            }
+        }
         others_max = others_max.max(others);
+        gaps.push(super::signed_diff(
+            s.used_bytes.saturating_sub(others),
+            live,
+        ));
+    }
+    if !other_pids.is_empty() {
+        other_pids.sort_by_key(|o| core::cmp::Reverse(o.2));
+        let list: Vec<String> = other_pids
+            .iter()
+            .take(5)
+            .map(|o| {
+                if o.3 > o.1 {
+                    format!(
+                        "pid {} up to {} (grew {} → {})",
+                        o.0,
+                        fmt_bytes(o.2),
+                        fmt_bytes(o.1),
+                        fmt_bytes(o.3)
+                    )
+                } else {
+                    format!("pid {} up to {}", o.0, fmt_bytes(o.2))
+                }
+            })
+            .collect();
+        let mut f = Finding::new(
+            FindingKind::OtherProcesses,
+            Severity::Info,
+            format!("device {}", d.0),
+        );
+        f.bytes = others_max;
+        f.count = other_pids.len() as u64;
+        f.headline = format!(
+            "other processes hold up to {} of device {}",
+            fmt_bytes(others_max),
+            d.0
+        );
+        f.message = format!(
+            "other processes used device {} too (not counted as ours): {}",
+            d.0,
+            list.join(", ")
+        );
+        f.fix =
+            "nothing required for this program; stop or move them if it needs the memory".into();
+        found.push(f);
     }
     let gf: Vec<f64> = gaps.iter().map(|&g| g as f64).collect();
     let mut h = HiddenMemory {
@@ -221,49 +274,58 @@ fn device_gap(
     if let Some(max_z) = h.spikes.iter().map(|p| p.z).reduce(f64::max) {
         let critical = max_z > c.hidden_spike_critical_z;
         let worst = h.spikes.iter().max_by(|a, b| a.z.total_cmp(&b.z)).copied();
-        found.push(Finding {
-            kind: FindingKind::HiddenSpike,
-            severity: if critical { Severity::Critical } else { Severity::Warning },
-            site: format!("device {}", d.0),
-            stack: None,
-            scope: None,
-            bytes: worst.map_or(0, |w| w.gap_bytes.max(0) as u64),
-            count: h.spikes.len() as u64,
-            ts_nanos: worst.map(|w| w.ts_nanos),
-            impact: Some(if critical { Impact::High } else { Impact::Medium }),
-            message: format!(
-                "device {} used {} more than the trace accounts for at its worst (z = {max_z:.1}; mean gap {}; other processes up to {})",
-                d.0,
-                fmt_bytes(h.max_gap_bytes.max(0) as u64),
-                fmt_bytes(h.mean_gap_bytes.max(0.0) as u64),
-                fmt_bytes(others_max)
-            ),
-            fix: "check other processes and libraries that allocate outside the traced API (cuBLAS/cuDNN workspaces, NCCL buffers) at those times".into(),
+        let mut f = Finding::new(
+            FindingKind::HiddenSpike,
+            Severity::Info,
+            format!("device {}", d.0),
+        );
+        f.bytes = worst.map_or(0, |w| w.gap_bytes.max(0) as u64);
+        f.count = h.spikes.len() as u64;
+        f.ts_nanos = worst.map(|w| w.ts_nanos);
+        f.impact = Some(if critical {
+            Impact::High
+        } else {
+            Impact::Medium
         });
+        f.headline = format!("untraced memory on device {} rose briefly", d.0);
+        f.message = format!(
+            "device {} used {} more than the trace accounts for at its worst (z = {max_z:.1}; mean gap {}; other processes up to {})",
+            d.0,
+            fmt_bytes(h.max_gap_bytes.max(0) as u64),
+            fmt_bytes(h.mean_gap_bytes.max(0.0) as u64),
+            fmt_bytes(others_max)
+        );
+        f.fix = "check libraries that allocate outside the traced API (cuBLAS/cuDNN workspaces, NCCL buffers) at those times".into();
+        found.push(f);
     }
     if let Some(fit) = h.drift
         && fit.slope > 0.0
         && fit.r_squared >= c.hidden_drift_r_squared
     {
-        let critical = fit.r_squared > c.hidden_drift_critical_r_squared;
-        found.push(Finding {
-            kind: FindingKind::HiddenDrift,
-            severity: if critical { Severity::Critical } else { Severity::Warning },
-            site: format!("device {}", d.0),
-            stack: None,
-            scope: None,
-            bytes: h.max_gap_bytes.max(0) as u64,
-            count: h.samples,
-            ts_nanos: None,
-            impact: Some(if critical { Impact::High } else { Impact::Medium }),
-            message: format!(
-                "untraced memory on device {} grows {}/s (R² = {:.2})",
-                d.0,
-                fmt_bytes(fit.slope as u64),
-                fit.r_squared
-            ),
-            fix: "memory grows outside the traced allocations: look for growing library workspaces, another process, or a driver-side leak (e.g. many contexts or streams)".into(),
-        });
+        let strong = fit.r_squared > c.hidden_drift_critical_r_squared;
+        let mut f = Finding::new(
+            FindingKind::HiddenDrift,
+            Severity::Warning,
+            format!("device {}", d.0),
+        );
+        f.bytes = h.max_gap_bytes.max(0) as u64;
+        f.count = h.samples;
+        f.impact = Some(if strong { Impact::High } else { Impact::Medium });
+        f.harm_bytes = (fit.slope.max(0.0) * 3600.0) as u64;
+        f.bytes_per_hour = Some(fit.slope * 3600.0);
+        f.headline = format!(
+            "memory our process holds outside the traced allocations grows {}/s on device {}",
+            fmt_bytes(fit.slope.max(0.0) as u64),
+            d.0
+        );
+        f.message = format!(
+            "device memory of the traced processes that the trace does not account for grows {}/s on device {} (R² = {:.2}; other processes excluded)",
+            fmt_bytes(fit.slope.max(0.0) as u64),
+            d.0,
+            fit.r_squared
+        );
+        f.fix = "memory grows outside the traced allocations: look for growing library workspaces or a driver-side leak (e.g. contexts, streams or graphs created per iteration)".into();
+        found.push(f);
     }
     h
 }
@@ -381,21 +443,36 @@ fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) 
             None => "reduce the batch or model size".into(),
         },
     };
-    Finding {
-        kind: FindingKind::OutOfMemory,
-        severity: Severity::Critical,
-        site: o.site.clone(),
-        stack: Some(stack),
-        scope: None,
-        bytes: o.requested_bytes,
-        count: 1,
-        ts_nanos: Some(o.ts_nanos),
-        impact: None,
-        message: format!(
-            "allocating {} on device {} failed{free}; cause: {why}",
-            fmt_bytes(o.requested_bytes),
-            o.device.0
-        ),
-        fix,
-    }
+    let mut f = Finding::new(FindingKind::OutOfMemory, Severity::Critical, o.site.clone());
+    f.location = match m.user_frame(stack, &[]) {
+        Some(u) if !u.file.is_empty() => alloc::format!("{}:{}", u.file, u.line),
+        _ => String::new(),
+    };
+    f.stack = Some(stack);
+    f.bytes = o.requested_bytes;
+    f.count = 1;
+    f.ts_nanos = Some(o.ts_nanos);
+    f.harm_bytes = o.total_bytes.unwrap_or(u64::MAX);
+    let cause = match o.cause {
+        OomCause::Fragmentation => "fragmentation",
+        OomCause::OtherProcesses => "other processes",
+        OomCause::UntracedMemory => "memory outside the trace",
+        OomCause::OwnAllocations => "its own allocations",
+    };
+    f.headline = format!(
+        "out of memory allocating {} at {}, caused by {cause}",
+        fmt_bytes(o.requested_bytes),
+        if f.location.is_empty() {
+            &o.site
+        } else {
+            &f.location
+        }
+    );
+    f.message = format!(
+        "allocating {} on device {} failed{free}; cause: {why}",
+        fmt_bytes(o.requested_bytes),
+        o.device.0
+    );
+    f.fix = fix;
+    f
 }

@@ -1,7 +1,20 @@
-//! Leaks at exit: device allocations still live at the end of the trace, grouped by call site,
-//! each group classified (never freed, a free missed on some path, left by a thread that went
-//! idle, or bounded growth such as a cache). Memory released only by a context teardown is
-//! listed separately and is not a leak.
+//! Leaks, one finding per cause. A cause is the user's line (see `crate::attribution`) in one
+//! process, on one device (or in its pinned host memory).
+//!
+//! 1. **Growth.** Each cause's live bytes are sampled at the start of every steady-state
+//!    iteration (`iterations`) and at the end. A cause leaks when it grows by at least
+//!    `Config::growth_min_bytes`, in each third of the steady state, with a linear fit r of at
+//!    least `Config::growth_min_r`: growth that persists across iterations. Growth that stops
+//!    (a cache that fills during the first epochs) is a note. One-time allocations (parameters,
+//!    optimizer state made on the first step) are in every sample and never grow.
+//! 2. **What is live at the end**, for causes that do not grow, by how the history ends
+//!    (`history`): after an exit, memory a native call site never freed is a leak at exit, memory
+//!    its site frees elsewhere is a missed free, and memory a caching allocator holds is cache;
+//!    in a snapshot or at a kill, live memory is in use, not leaked. At any end, memory left by
+//!    a thread that went idle or ended long before is a leak.
+//!
+//! Leaking lines of one function (the statements of one `forward`, say) are one finding.
+//! Memory released only by a context teardown is listed separately and is a note.
 
 use alloc::format;
 use alloc::string::String;
@@ -9,146 +22,485 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-use super::{Config, Finding, FindingKind, Found, Severity, site_label, site_location};
-use crate::format::{FreeKind, StackId, ThreadIdx};
+use super::history::HistoryEnd;
+use super::iterations::Iterations;
+use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
+use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
 use crate::model::TraceModel;
 use crate::report::{SiteBytes, group_by_stack};
+use crate::stats::linear_fit;
 use crate::units::{fmt_bytes, fmt_duration};
 
-/// Why a live-at-end group is (or is not) a leak.
+/// Why a cause's live-at-end memory is (or is not) a leak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeakClass {
-    /// The call site never frees what it allocates.
+    /// Keeps growing across steady-state iterations.
+    Growing,
+    /// A program that exited never freed it, and its call site never frees.
     NeverFreed,
-    /// The call site frees most of its allocations, not these: a path skips the free.
+    /// A program that exited never freed it, while its call site frees its other allocations.
     MissedFree,
     /// Every allocating thread went idle (or ended) long before the end.
     ThreadExited,
     /// Grew early, then stopped: a cache, pool or warm-up buffer (not a leak).
     Bounded,
+    /// Held by a caching allocator or memory pool as reserve (not a leak).
+    Cache,
+    /// In use when the history ended: a snapshot, a kill, or what a garbage-collected program
+    /// still held at exit (not a leak).
+    LiveAtEnd,
 }
 
-/// One call site's live allocations at the end.
+/// One cause's live allocations at the end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LeakGroup {
     pub class: LeakClass,
     #[serde(flatten)]
     pub site: SiteBytes,
+    /// `file:line` of the user's frame.
+    pub location: String,
+    pub pinned_host: bool,
     pub first_ts_nanos: u64,
     pub last_ts_nanos: u64,
-    /// All allocations and frees of the site over the trace.
+    /// All allocations and frees of the cause over the trace.
     pub site_alloc_count: u64,
     pub site_free_count: u64,
     /// Last activity of the allocating thread(s), when they went idle.
     pub thread_last_ts_nanos: Option<u64>,
 }
 
-#[derive(Default)]
-struct Acc {
-    bytes: u64,
-    count: u64,
-    first_ts: u64,
-    last_ts: u64,
-    threads: Vec<ThreadIdx>,
-    process: crate::format::ProcessIdx,
-    idx: Vec<u32>,
+/// One cause's live bytes over the steady-state iterations.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Growth {
+    pub site: String,
+    pub location: String,
+    pub stack: StackId,
+    pub process: ProcessIdx,
+    pub device: DeviceIdx,
+    pub pinned_host: bool,
+    /// Samples judged (steady-state iteration starts and the end).
+    pub samples: u64,
+    /// Live bytes at the first steady-state sample and at the end.
+    pub steady_start_bytes: u64,
+    pub end_bytes: u64,
+    pub bytes_per_iteration: f64,
+    pub bytes_per_sec: f64,
+    pub r: f64,
+    /// Persistent growth: a leak.
+    pub leaking: bool,
+    /// Grew, then stopped (a cache that filled).
+    pub bounded: bool,
+    pub seconds_to_full: Option<f64>,
 }
 
-pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> (Vec<LeakGroup>, Vec<SiteBytes>) {
-    let end = m.last_ts_nanos;
-    let duration = m.duration_nanos();
-    let mut by: HashMap<StackId, Acc> = HashMap::new();
-    for (i, a) in m.allocs.iter().enumerate() {
-        if !(a.is_live() && a.kind.is_device_memory()) {
-            continue;
-        }
-        let e = by.entry(a.stack).or_insert_with(|| Acc {
-            first_ts: a.ts_nanos,
-            process: a.process,
-            ..Acc::default()
-        });
-        e.bytes = e.bytes.saturating_add(a.size_bytes);
-        e.count += 1;
-        e.first_ts = e.first_ts.min(a.ts_nanos);
-        e.last_ts = e.last_ts.max(a.ts_nanos);
-        if !e.threads.contains(&a.thread) && e.threads.len() < 16 {
-            e.threads.push(a.thread);
-        }
-        e.idx.push(i as u32);
-    }
-    let mut groups = Vec::with_capacity(by.len());
-    for (stack, mut acc) in by {
-        acc.threads.sort();
-        let st = m.stack_stats.get(&stack).copied().unwrap_or_default();
-        let idle_nanos = (duration as f64 * c.thread_idle_fraction) as u64;
-        let thread_last = acc
-            .threads
-            .iter()
-            .map(|t| {
-                m.thread_last_ts
-                    .get(&(acc.process, *t))
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .max()
-            .unwrap_or(0);
-        let thread_gone = duration > 0 && end.saturating_sub(thread_last) >= idle_nanos.max(1);
-        // Bounded: the bytes allocated in the last third of [first allocation, end] are a
-        // negligible part of the group.
-        let window = end.saturating_sub(acc.first_ts);
-        let tail_start = acc.first_ts + window - window / 3;
-        let tail_bytes: u64 = acc
-            .idx
-            .iter()
-            .map(|&i| &m.allocs[i as usize])
-            .filter(|a| a.ts_nanos >= tail_start)
-            .map(|a| a.size_bytes)
-            .fold(0u64, u64::saturating_add);
-        let bounded = c.detect_bounded_growth
-            && acc.count >= c.min_calls_for_analysis
-            && window > 0
-            && (tail_bytes as f64) <= c.bounded_tail_fraction * acc.bytes as f64;
-        // Frees other than by a teardown show the site normally frees.
-        let freed_normally = st.free_count > 0;
-        let class = if thread_gone {
-            LeakClass::ThreadExited
-        } else if bounded {
-            LeakClass::Bounded
-        } else if freed_normally {
-            LeakClass::MissedFree
-        } else {
-            LeakClass::NeverFreed
+/// What `analyze` returns besides findings.
+#[derive(Debug, Default)]
+pub struct LeakSections {
+    pub groups: Vec<LeakGroup>,
+    pub growth: Vec<Growth>,
+    pub teardown: Vec<SiteBytes>,
+    /// Growth of the whole series left unexplained by leaking causes, per (process, device):
+    /// (process, device, steady growth, explained growth).
+    pub series_growth: Vec<(ProcessIdx, DeviceIdx, i64, i64)>,
+}
+
+/// How many growth rows the report keeps (leaking ones always).
+const MAX_GROWTH_ROWS: usize = 50;
+/// Samples at most per cause series.
+const MAX_SAMPLES: usize = 256;
+
+/// A cause: (process, device, pinned host, label).
+type CauseKey = (ProcessIdx, DeviceIdx, bool, String);
+
+/// What a cause needs to know of one stack: label, location, (file, function), Python frames,
+/// through a caching allocator.
+type StackFacts = (String, String, (String, String), bool, bool);
+
+/// Causes of every stack, built once.
+pub struct Causes {
+    pub keys: Vec<CauseKey>,
+    /// `file:line` of each cause's frame.
+    pub locations: Vec<String>,
+    /// `file` and function of each cause's frame (to fold lines of one function).
+    pub functions: Vec<(String, String)>,
+    /// Whether any stack of the cause has Python frames.
+    pub python: Vec<bool>,
+    /// Whether any stack of the cause passes through a caching allocator.
+    pub allocator: Vec<bool>,
+    /// The stack with the most bytes of each cause.
+    pub top_stack: Vec<(StackId, u64)>,
+    by_alloc: Vec<u32>,
+}
+
+fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
+    m.stack_frames(stack).iter().any(|f| {
+        f.function.contains("CachingAllocator")
+            || f.function.contains("MemoryPool::")
+            || f.function.contains("BFCAllocator")
+            || f.file.contains("cupy/cuda/memory")
+    })
+}
+
+impl Causes {
+    pub fn new(m: &TraceModel, c: &Config) -> Self {
+        let mut labels: HashMap<StackId, StackFacts> = HashMap::new();
+        let mut index: HashMap<CauseKey, u32> = HashMap::new();
+        let mut out = Causes {
+            keys: Vec::new(),
+            locations: Vec::new(),
+            functions: Vec::new(),
+            python: Vec::new(),
+            allocator: Vec::new(),
+            top_stack: Vec::new(),
+            by_alloc: Vec::with_capacity(m.allocs.len()),
         };
-        let (site, frames) = site_label(m, stack);
-        groups.push(LeakGroup {
-            class,
-            site: SiteBytes {
-                stack,
-                site,
-                frames,
-                bytes: acc.bytes,
-                count: acc.count,
-                threads: acc.threads,
-            },
-            first_ts_nanos: acc.first_ts,
-            last_ts_nanos: acc.last_ts,
-            site_alloc_count: st.alloc_count,
-            site_free_count: st.free_count,
-            thread_last_ts_nanos: thread_gone.then_some(thread_last),
-        });
+        for a in &m.allocs {
+            let (label, loc, func, py, pool) = labels
+                .entry(a.stack)
+                .or_insert_with(|| {
+                    let frames = m.stack_frames(a.stack);
+                    let f = m.user_frame(a.stack, &c.hide_frames);
+                    let label = f
+                        .as_ref()
+                        .map_or_else(|| "<no stack>".into(), |f| format!("{f}"));
+                    let loc = f
+                        .as_ref()
+                        .filter(|f| !f.file.is_empty())
+                        .map(|f| format!("{}:{}", f.file, f.line))
+                        .unwrap_or_default();
+                    let func = f.map(|f| (f.file, f.function)).unwrap_or_default();
+                    let py = frames.iter().any(|f| f.python);
+                    (label, loc, func, py, through_caching_allocator(m, a.stack))
+                })
+                .clone();
+            let host = a.kind == AllocKind::PinnedHost;
+            let key = (a.process, a.device, host, label);
+            let next = out.keys.len() as u32;
+            let i = *index.entry(key.clone()).or_insert(next);
+            if i == next {
+                out.keys.push(key);
+                out.locations.push(loc);
+                out.functions.push(func);
+                out.python.push(py);
+                out.allocator
+                    .push(pool || a.kind == AllocKind::StreamOrderedPool);
+                out.top_stack.push((a.stack, 0));
+            }
+            let t = &mut out.top_stack[i as usize];
+            if t.0 == a.stack {
+                t.1 = t.1.saturating_add(a.size_bytes);
+            } else if a.size_bytes > t.1 {
+                *t = (a.stack, a.size_bytes);
+            }
+            out.by_alloc.push(i);
+        }
+        out
     }
-    groups.sort_by(|a, b| {
-        b.site
-            .bytes
-            .cmp(&a.site.bytes)
-            .then(a.site.stack.cmp(&b.site.stack))
-    });
-    for g in &groups {
-        if g.site.bytes < c.leak_min_bytes {
+
+    pub fn of(&self, alloc_index: usize) -> usize {
+        self.by_alloc[alloc_index] as usize
+    }
+
+    pub fn label(&self, cause: usize) -> &str {
+        &self.keys[cause].3
+    }
+}
+
+/// Sample times: the starts of iterations from 0, and the end; and the index of the first
+/// steady-state sample.
+pub(crate) fn sample_times(m: &TraceModel, it: &Iterations) -> (Vec<u64>, Vec<f64>, usize) {
+    let n = it.starts_nanos.len();
+    let stride = n.div_ceil(MAX_SAMPLES).max(1);
+    let mut times = Vec::new();
+    let mut iters = Vec::new();
+    let mut steady = usize::MAX;
+    for i in (0..n).step_by(stride) {
+        if steady == usize::MAX && i as u64 >= it.warmup {
+            steady = times.len();
+        }
+        times.push(it.starts_nanos[i]);
+        iters.push(i as f64);
+    }
+    if times.last().is_none_or(|&t| t < m.last_ts_nanos) {
+        if steady == usize::MAX {
+            steady = times.len();
+        }
+        times.push(m.last_ts_nanos);
+        // The end is as far past the last start as an iteration is long.
+        let last_start = it.starts_nanos.last().copied().unwrap_or(m.first_ts_nanos);
+        let period = it.median_period_nanos.max(1) as f64;
+        iters.push(n.saturating_sub(1) as f64 + (m.last_ts_nanos - last_start) as f64 / period);
+    }
+    let steady = steady.min(times.len());
+    (times, iters, steady)
+}
+
+/// Whether a steady-state series grows persistently, and its fits.
+pub(crate) struct Judged {
+    pub growth: i64,
+    pub per_iteration: f64,
+    pub per_sec: f64,
+    pub r: f64,
+    pub leaking: bool,
+    pub bounded: bool,
+}
+
+pub(crate) fn judge(
+    c: &Config,
+    v: &[i64],
+    iters: &[f64],
+    secs: &[f64],
+    steady: usize,
+) -> Option<Judged> {
+    let u = &v[steady..];
+    let n = u.len();
+    if n < 4 {
+        return None;
+    }
+    let (a, b) = (n / 3, 2 * n / 3);
+    let g = [u[a] - u[0], u[b] - u[a], u[n - 1] - u[b]];
+    let growth = u[n - 1] - u[0];
+    let fit_i = linear_fit(iters[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
+    let fit_t = linear_fit(secs[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
+    let r = fit_i.map_or(0.0, |f| f.r);
+    let leaking =
+        growth >= c.growth_min_bytes as i64 && g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
+    // Grew over several samples (not one allocation), then stopped.
+    let rises = v.windows(2).filter(|w| w[1] > w[0]).count();
+    let early = v[..=b.saturating_add(steady).min(v.len() - 1)]
+        .windows(2)
+        .map(|w| (w[1] - w[0]).max(0))
+        .sum::<i64>();
+    let bounded = !leaking
+        && rises >= 3
+        && early >= c.growth_min_bytes as i64
+        && g[2] <= 0
+        && v[v.len() - 1] >= c.growth_min_bytes as i64;
+    Some(Judged {
+        growth,
+        per_iteration: fit_i.map_or(0.0, |f| f.slope),
+        per_sec: fit_t.map_or(0.0, |f| f.slope),
+        r,
+        leaking,
+        bounded,
+    })
+}
+
+/// Runs growth and end-of-history classification; pushes findings and notes.
+pub fn analyze(
+    m: &TraceModel,
+    c: &Config,
+    it: &Iterations,
+    end: HistoryEnd,
+    causes: &Causes,
+    found: &mut Found,
+) -> LeakSections {
+    let (times, iters, steady) = sample_times(m, it);
+    let secs: Vec<f64> = times
+        .iter()
+        .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
+        .collect();
+    let n = times.len();
+    let k = causes.keys.len();
+
+    // Live bytes of every cause at every sample, by difference arrays, made only for causes
+    // with something live at a sample.
+    let mut diff: Vec<Option<Vec<i64>>> = alloc::vec![None; k];
+    let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
+    let mut allocated: Vec<u64> = alloc::vec![0; k];
+    for (i, a) in m.allocs.iter().enumerate() {
+        if a.size_bytes == 0 || !a.kind.is_tracked() {
             continue;
         }
-        found.push(finding(m, c, g));
+        let ci = causes.of(i);
+        allocated[ci] += 1;
+        if a.is_live() {
+            let e = &mut live_end[ci];
+            e.0 = e.0.saturating_add(a.size_bytes);
+            e.1 += 1;
+        }
+        let i0 = times.partition_point(|&t| t < a.ts_nanos);
+        let i1 = times.partition_point(|&t| t < a.free_ts_nanos);
+        if i0 < i1 && n > 0 {
+            let d = diff[ci].get_or_insert_with(|| alloc::vec![0i64; n + 1]);
+            let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
+            d[i0] = d[i0].saturating_add(s);
+            d[i1] = d[i1].saturating_sub(s);
+        }
+    }
+
+    let mut growth_rows: Vec<Growth> = Vec::new();
+    let mut leaking_causes: Vec<usize> = Vec::new();
+    let mut bounded_causes: Vec<usize> = Vec::new();
+    for (ci, d) in diff.iter().enumerate() {
+        let Some(d) = d else { continue };
+        let mut v = Vec::with_capacity(n);
+        let mut acc = 0i64;
+        for x in &d[..n] {
+            acc = acc.saturating_add(*x);
+            v.push(acc);
+        }
+        let Some(j) = judge(c, &v, &iters, &secs, steady) else {
+            continue;
+        };
+        if !(j.leaking || j.bounded || j.growth > 0) {
+            continue;
+        }
+        let (process, device, host, label) = &causes.keys[ci];
+        let seconds_to_full = if *host || j.per_sec <= 0.0 {
+            None
+        } else {
+            device_capacity(m, *device)
+                .map(|cap| cap.saturating_sub(device_used_at_end(m, *device)) as f64 / j.per_sec)
+        };
+        if j.leaking {
+            leaking_causes.push(ci);
+        } else if j.bounded {
+            bounded_causes.push(ci);
+        }
+        growth_rows.push(Growth {
+            site: label.clone(),
+            location: causes.locations[ci].clone(),
+            stack: causes.top_stack[ci].0,
+            process: *process,
+            device: *device,
+            pinned_host: *host,
+            samples: (n - steady) as u64,
+            steady_start_bytes: v[steady.min(n - 1)].max(0) as u64,
+            end_bytes: v[n - 1].max(0) as u64,
+            bytes_per_iteration: j.per_iteration,
+            bytes_per_sec: j.per_sec,
+            r: j.r,
+            leaking: j.leaking,
+            bounded: j.bounded,
+            seconds_to_full,
+        });
+    }
+    growth_rows.sort_by(|a, b| {
+        b.leaking
+            .cmp(&a.leaking)
+            .then(b.bytes_per_sec.total_cmp(&a.bytes_per_sec))
+            .then(a.site.cmp(&b.site))
+    });
+
+    // Growth of every (process, device) series, for the trend insight.
+    let mut series_growth = Vec::new();
+    if n > steady + 3 {
+        for s in m.series.iter().filter(|s| !s.key.host) {
+            let g = i128::from(s.timeline.value_at(times[n - 1]))
+                - i128::from(s.timeline.value_at(times[steady]));
+            let explained: i64 = growth_rows
+                .iter()
+                .filter(|r| r.leaking && !r.pinned_host)
+                .filter(|r| r.process == s.key.process && r.device == s.key.device)
+                .map(|r| r.end_bytes as i64 - r.steady_start_bytes as i64)
+                .sum();
+            series_growth.push((
+                s.key.process,
+                s.key.device,
+                g.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+                explained,
+            ));
+        }
+    }
+
+    // Findings for leaking causes, lines of one function folded together.
+    let mut done: Vec<bool> = alloc::vec![false; leaking_causes.len()];
+    for x in 0..leaking_causes.len() {
+        if done[x] {
+            continue;
+        }
+        let ci = leaking_causes[x];
+        let mut members = alloc::vec![ci];
+        let (p, d, h, _) = &causes.keys[ci];
+        let func = &causes.functions[ci];
+        for y in x + 1..leaking_causes.len() {
+            let cj = leaking_causes[y];
+            let (p2, d2, h2, _) = &causes.keys[cj];
+            if !done[y]
+                && p == p2
+                && d == d2
+                && h == h2
+                && !func.1.is_empty()
+                && causes.functions[cj] == *func
+            {
+                members.push(cj);
+                done[y] = true;
+            }
+        }
+        members.sort_by_key(|&ci| core::cmp::Reverse(live_end[ci].0));
+        let allocs: u64 = members.iter().map(|&ci| allocated[ci]).sum();
+        found.push(growth_finding(
+            m,
+            c,
+            it,
+            causes,
+            &members,
+            &growth_rows,
+            &live_end,
+            allocs,
+            end,
+        ));
+    }
+    for &ci in &bounded_causes {
+        let Some(g) = growth_rows.iter().find(|g| {
+            g.site == causes.label(ci)
+                && g.process == causes.keys[ci].0
+                && g.device == causes.keys[ci].1
+                && g.pinned_host == causes.keys[ci].2
+        }) else {
+            continue;
+        };
+        let mut f = Finding::new(FindingKind::BoundedGrowth, Severity::Info, g.site.clone());
+        f.location = g.location.clone();
+        f.stack = Some(g.stack);
+        f.bytes = live_end[ci].0;
+        f.count = live_end[ci].1;
+        f.headline = format!("{} stopped growing at {}", g.site, fmt_bytes(g.end_bytes));
+        f.message = format!(
+            "{} grew to {} early and then stopped growing: a cache or pool that filled, not a leak",
+            g.site,
+            fmt_bytes(g.end_bytes)
+        );
+        f.fix = format!(
+            "nothing required; cap the cache at {} if its size matters",
+            if g.location.is_empty() {
+                &g.site
+            } else {
+                &g.location
+            }
+        );
+        found.push(f);
+    }
+    growth_rows.truncate(MAX_GROWTH_ROWS.max(leaking_causes.len()));
+
+    // What is live at the end, for causes that do not grow.
+    let groups = end_groups(m, c, it, causes, &leaking_causes);
+    let mut aggregated: Vec<(LeakClass, u64, u64, Vec<&LeakGroup>)> = Vec::new();
+    for g in &groups {
+        match g.class {
+            LeakClass::Cache | LeakClass::LiveAtEnd | LeakClass::Bounded => {
+                if let Some(e) = aggregated.iter_mut().find(|e| e.0 == g.class) {
+                    e.1 = e.1.saturating_add(g.site.bytes);
+                    e.2 += g.site.count;
+                    e.3.push(g);
+                } else {
+                    aggregated.push((g.class, g.site.bytes, g.site.count, alloc::vec![g]));
+                }
+            }
+            _ => {
+                if g.site.bytes >= c.leak_min_bytes {
+                    found.push(end_finding(m, c, g));
+                }
+            }
+        }
+    }
+    for (class, bytes, count, list) in aggregated {
+        if class == LeakClass::Bounded {
+            continue;
+        }
+        found.push(aggregate_note(class, bytes, count, &list, end));
     }
 
     let teardown = group_by_stack(
@@ -159,64 +511,355 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> (Vec<LeakGroup>
         super::MAX_SITES,
     );
     for t in &teardown {
-        found.push(Finding {
-            kind: FindingKind::TeardownRelease,
-            severity: Severity::Info,
-            site: t.site.clone(),
-            stack: Some(t.stack),
-            scope: None,
-            bytes: t.bytes,
-            count: t.count,
-            ts_nanos: None,
-            impact: None,
-            message: format!(
-                "{} in {} allocation(s) from {} were released only by a context teardown (not a leak)",
-                fmt_bytes(t.bytes),
-                t.count,
-                t.site
-            ),
-            fix: format!(
-                "nothing required; free them explicitly at {} if the context outlives their use",
-                site_location(m, t.stack)
-            ),
-        });
+        let mut f = Finding::new(FindingKind::TeardownRelease, Severity::Info, t.site.clone());
+        f.stack = Some(t.stack);
+        f.bytes = t.bytes;
+        f.count = t.count;
+        f.headline = format!("{} released only by a context teardown", fmt_bytes(t.bytes));
+        f.message = format!(
+            "{} in {} allocation(s) from {} were released only by a context teardown (not a leak)",
+            fmt_bytes(t.bytes),
+            t.count,
+            t.site
+        );
+        f.fix = format!(
+            "nothing required; free them explicitly at {} if the context outlives their use",
+            super::site_location(m, t.stack)
+        );
+        found.push(f);
     }
-    (groups, teardown)
+    LeakSections {
+        groups,
+        growth: growth_rows,
+        teardown,
+        series_growth,
+    }
 }
 
-fn finding(m: &TraceModel, c: &Config, g: &LeakGroup) -> Finding {
-    let s = &g.site;
-    let loc = site_location(m, s.stack);
-    let severity = if g.class == LeakClass::Bounded {
-        Severity::Info
-    } else if s.bytes > c.leak_critical_bytes {
+#[allow(clippy::too_many_arguments)]
+fn growth_finding(
+    m: &TraceModel,
+    c: &Config,
+    it: &Iterations,
+    causes: &Causes,
+    members: &[usize],
+    rows: &[Growth],
+    live_end: &[(u64, u64)],
+    allocated: u64,
+    end: HistoryEnd,
+) -> Finding {
+    let row = |ci: usize| {
+        let (p, d, h, label) = &causes.keys[ci];
+        rows.iter()
+            .find(|g| g.site == *label && g.process == *p && g.device == *d && g.pinned_host == *h)
+    };
+    let main = members[0];
+    let (process, device, host, label) = &causes.keys[main];
+    let bytes = members
+        .iter()
+        .map(|&ci| live_end[ci].0)
+        .fold(0u64, u64::saturating_add);
+    let count: u64 = members.iter().map(|&ci| live_end[ci].1).sum();
+    let per_iter: f64 = members
+        .iter()
+        .filter_map(|&ci| row(ci))
+        .map(|g| g.bytes_per_iteration)
+        .sum();
+    let per_sec: f64 = members
+        .iter()
+        .filter_map(|&ci| row(ci))
+        .map(|g| g.bytes_per_sec)
+        .sum();
+    let per_hour = per_sec * 3600.0;
+    let to_full = if *host || per_sec <= 0.0 {
+        None
+    } else {
+        device_capacity(m, *device)
+            .map(|cap| cap.saturating_sub(device_used_at_end(m, *device)) as f64 / per_sec)
+    };
+    let cap = device_capacity(m, *device).unwrap_or(u64::MAX);
+    let harm = (bytes as f64 + per_hour.max(0.0)).min(cap as f64) as u64;
+    let severity = if to_full.is_some_and(|s| s <= 86_400.0) || bytes > c.leak_critical_bytes {
         Severity::Critical
     } else {
         Severity::Warning
     };
-    let threads: String = s
-        .threads
+    let loc = if causes.locations[main].is_empty() {
+        label.clone()
+    } else {
+        causes.locations[main].clone()
+    };
+    let unit = it.unit();
+    let memory = if *host {
+        "pinned host memory"
+    } else {
+        "device memory"
+    };
+    // A site that frees most of what it allocates, but not all: a path skips the free.
+    let missed = allocated >= 2 * count.max(1);
+    let kind = if missed {
+        FindingKind::MissedFree
+    } else {
+        FindingKind::LeakGrowth
+    };
+    let mut f = Finding::new(kind, severity, label.clone());
+    f.scope = range_of(m, causes, members);
+    f.location = causes.locations[main].clone();
+    f.stack = Some(causes.top_stack[main].0);
+    f.bytes = bytes;
+    f.count = count;
+    f.bytes_per_iteration = Some(per_iter);
+    f.bytes_per_hour = Some(per_hour);
+    f.seconds_to_full = to_full;
+    f.harm_bytes = harm;
+    f.ts_nanos = m
+        .allocs
         .iter()
-        .map(|t| format!("{}", t.0))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let (kind, message, fix) = match g.class {
-        LeakClass::NeverFreed => (
-            FindingKind::LeakAtExit,
-            format!(
-                "{} in {} allocation(s) from {} (thread {threads}) are still live at the end; this call site never frees",
-                fmt_bytes(s.bytes),
-                s.count,
-                s.site
-            ),
-            format!(
-                "free these buffers when they are no longer needed, or bound the container that keeps them (allocated at {loc}; e.g. detach or .item() values before storing them)"
-            ),
-        ),
+        .enumerate()
+        .find(|(i, a)| a.is_live() && members.contains(&causes.of(*i)))
+        .map(|(_, a)| a.ts_nanos);
+    let full = to_full
+        .map(|s| format!(" — device full in {}", fmt_duration((s * 1e9) as u64)))
+        .unwrap_or_default();
+    f.headline = format!(
+        "leaks {} per {unit} at {loc}{full}",
+        fmt_bytes(per_iter.max(0.0) as u64)
+    );
+    let ended = match end {
+        HistoryEnd::Snapshot => "live at the snapshot",
+        HistoryEnd::Exited => "still live at exit",
+        _ => "live when the history ended",
+    };
+    f.message = format!(
+        "{memory} allocated at {label} (process {}, device {}) grows {} per {unit} ({}/h) across the steady-state {unit}s; {} in {count} allocation(s) {ended}",
+        process.0,
+        device.0,
+        fmt_bytes(per_iter.max(0.0) as u64),
+        fmt_bytes(per_hour.max(0.0) as u64),
+        fmt_bytes(bytes)
+    );
+    for &ci in members {
+        if let Some(g) = row(ci) {
+            f.evidence.push(format!(
+                "{}: {} at the first steady-state {unit}, {} at the end, {} per {unit} (r = {:.2}, {} samples)",
+                g.site,
+                fmt_bytes(g.steady_start_bytes),
+                fmt_bytes(g.end_bytes),
+                fmt_bytes(g.bytes_per_iteration.max(0.0) as u64),
+                g.r,
+                g.samples
+            ));
+        }
+    }
+    f.evidence.push(format!(
+        "{}s from {} ({} of them, {} warm-up, median period {})",
+        unit,
+        it.label,
+        it.count,
+        it.warmup,
+        fmt_duration(it.median_period_nanos)
+    ));
+    if let Some(s) = to_full {
+        f.evidence.push(format!(
+            "at {}/s the device's free memory lasts {}",
+            fmt_bytes(per_sec.max(0.0) as u64),
+            fmt_duration((s * 1e9) as u64)
+        ));
+    }
+    let python = causes.python[main];
+    if missed {
+        f.evidence.push(format!(
+            "{} of the {allocated} allocations made at {loc} were freed; {count} were not",
+            allocated - count
+        ));
+    }
+    f.fix = if missed {
+        format!(
+            "free on the error path (exception or early return) after the allocation at {loc}: use try/finally or a guard"
+        )
+    } else if python {
+        format!(
+            "something keeps what {loc} allocates every {unit}: store plain numbers (.item()) or detached tensors instead of tensors that hold their graph, and bound or clear the list or cache that keeps them"
+        )
+    } else {
+        format!(
+            "free what {loc} allocates every {unit} once it is used, or bound the container that keeps it"
+        )
+    };
+    f
+}
+
+/// The NVTX range most of a cause's live allocations were made in.
+fn range_of(m: &TraceModel, causes: &Causes, members: &[usize]) -> Option<String> {
+    let mut by: HashMap<crate::format::StringId, u64> = HashMap::new();
+    for (i, a) in m.allocs.iter().enumerate() {
+        if a.is_live()
+            && a.range_slot != 0
+            && members.contains(&causes.of(i))
+            && let Some(r) = m.ranges.get(a.range_slot as usize - 1)
+        {
+            *by.entry(r.name).or_default() += a.size_bytes;
+        }
+    }
+    by.into_iter()
+        .max_by_key(|&(name, bytes)| (bytes, core::cmp::Reverse(name)))
+        .map(|(name, _)| m.string(name).into())
+}
+
+/// Classifies what is live at the end for causes that do not grow.
+fn end_groups(
+    m: &TraceModel,
+    c: &Config,
+    it: &Iterations,
+    causes: &Causes,
+    leaking: &[usize],
+) -> Vec<LeakGroup> {
+    let last = m.last_ts_nanos;
+    let duration = m.duration_nanos();
+    struct Acc {
+        bytes: u64,
+        count: u64,
+        first_ts: u64,
+        last_ts: u64,
+        threads: Vec<ThreadIdx>,
+        stacks: Vec<StackId>,
+    }
+    let mut by: HashMap<usize, Acc> = HashMap::new();
+    // Per cause: allocations, frees and freed lifetimes (for "old" live allocations).
+    let mut counts: HashMap<usize, (u64, u64, Vec<u64>)> = HashMap::new();
+    for (i, a) in m.allocs.iter().enumerate() {
+        if a.size_bytes == 0 || !a.kind.is_tracked() {
+            continue;
+        }
+        let ci = causes.of(i);
+        let e = counts.entry(ci).or_insert((0, 0, Vec::new()));
+        e.0 += 1;
+        if !a.is_live() {
+            e.1 += 1;
+            if e.2.len() < 4096 {
+                e.2.push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
+            }
+            continue;
+        }
+        if leaking.contains(&ci) {
+            continue;
+        }
+        let g = by.entry(ci).or_insert(Acc {
+            bytes: 0,
+            count: 0,
+            first_ts: a.ts_nanos,
+            last_ts: a.ts_nanos,
+            threads: Vec::new(),
+            stacks: Vec::new(),
+        });
+        g.bytes = g.bytes.saturating_add(a.size_bytes);
+        g.count += 1;
+        g.first_ts = g.first_ts.min(a.ts_nanos);
+        g.last_ts = g.last_ts.max(a.ts_nanos);
+        if !g.threads.contains(&a.thread) && g.threads.len() < 16 {
+            g.threads.push(a.thread);
+        }
+        if !g.stacks.contains(&a.stack) && g.stacks.len() < 16 {
+            g.stacks.push(a.stack);
+        }
+    }
+    let idle = ((duration as f64 * c.thread_idle_fraction) as u64).max(1);
+    let mut out = Vec::with_capacity(by.len());
+    for (ci, mut g) in by {
+        g.threads.sort();
+        let (process, _, host, label) = &causes.keys[ci];
+        let end = super::history::end_of(m, *process);
+        let (alloc_count, free_count, mut lifetimes) = counts.remove(&ci).unwrap_or_default();
+        let thread_last = g
+            .threads
+            .iter()
+            .map(|t| m.thread_last_ts.get(&(*process, *t)).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        let thread_gone = duration > 0
+            && last.saturating_sub(thread_last) >= idle
+            && last.saturating_sub(g.last_ts) >= idle;
+        // Live allocations much older than the site's freed ones usually get.
+        lifetimes.sort_unstable();
+        let typical = lifetimes.get(lifetimes.len() / 2).copied().unwrap_or(0);
+        let old_after = typical
+            .saturating_mul(10)
+            .max(it.median_period_nanos.saturating_mul(3));
+        let old = last.saturating_sub(g.last_ts) > old_after;
+        let class = if thread_gone {
+            LeakClass::ThreadExited
+        } else if causes.allocator[ci] {
+            LeakClass::Cache
+        } else if end.program_finished() && free_count > 0 && (!causes.python[ci] || old) {
+            // A native program frees nothing after it exits; a garbage-collected one may still
+            // hold its last iteration's buffers, so only old ones count there.
+            LeakClass::MissedFree
+        } else if end.program_finished() && !causes.python[ci] {
+            LeakClass::NeverFreed
+        } else {
+            LeakClass::LiveAtEnd
+        };
+        let stack = causes.top_stack[ci].0;
+        out.push(LeakGroup {
+            class,
+            site: SiteBytes {
+                stack,
+                site: label.clone(),
+                frames: m
+                    .stack_frames(stack)
+                    .iter()
+                    .map(alloc::string::ToString::to_string)
+                    .collect(),
+                bytes: g.bytes,
+                count: g.count,
+                threads: g.threads,
+            },
+            location: causes.locations[ci].clone(),
+            pinned_host: *host,
+            first_ts_nanos: g.first_ts,
+            last_ts_nanos: g.last_ts,
+            site_alloc_count: alloc_count,
+            site_free_count: free_count,
+            thread_last_ts_nanos: thread_gone.then_some(thread_last),
+        });
+    }
+    out.sort_by(|a, b| {
+        b.site
+            .bytes
+            .cmp(&a.site.bytes)
+            .then(a.site.site.cmp(&b.site.site))
+    });
+    out
+}
+
+fn end_finding(m: &TraceModel, c: &Config, g: &LeakGroup) -> Finding {
+    let s = &g.site;
+    let loc = if g.location.is_empty() {
+        s.site.clone()
+    } else {
+        g.location.clone()
+    };
+    let severity = if s.bytes > c.leak_critical_bytes {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let memory = if g.pinned_host {
+        "pinned host memory"
+    } else {
+        "device memory"
+    };
+    let threads: Vec<String> = s.threads.iter().map(|t| format!("{}", t.0)).collect();
+    let threads = threads.join(", ");
+    let (kind, headline, message, fix) = match g.class {
         LeakClass::MissedFree => (
             FindingKind::MissedFree,
             format!(
-                "{} in {} allocation(s) from {} are still live at the end, while {} of its {} allocations were freed",
+                "{} never freed at {loc} (a path skips the free)",
+                fmt_bytes(s.bytes)
+            ),
+            format!(
+                "{} of {memory} in {} allocation(s) from {} are still live at exit, while {} of its {} allocations were freed",
                 fmt_bytes(s.bytes),
                 s.count,
                 s.site,
@@ -230,7 +873,11 @@ fn finding(m: &TraceModel, c: &Config, g: &LeakGroup) -> Finding {
         LeakClass::ThreadExited => (
             FindingKind::ThreadExitLeak,
             format!(
-                "{} in {} allocation(s) from {} were left by thread {threads}, idle for the last {} of the trace",
+                "{} left at {loc} by a thread that ended",
+                fmt_bytes(s.bytes)
+            ),
+            format!(
+                "{} of {memory} in {} allocation(s) from {} were left by thread {threads}, idle for the last {} of the trace",
                 fmt_bytes(s.bytes),
                 s.count,
                 s.site,
@@ -243,28 +890,79 @@ fn finding(m: &TraceModel, c: &Config, g: &LeakGroup) -> Finding {
                 "free the buffers allocated at {loc} before the thread exits (or hand them to a thread that frees them)"
             ),
         ),
-        LeakClass::Bounded => (
-            FindingKind::BoundedGrowth,
+        _ => (
+            FindingKind::LeakAtExit,
+            format!("{} never freed at {loc}", fmt_bytes(s.bytes)),
             format!(
-                "{} in {} allocation(s) from {} are live at the end but stopped growing early (a cache or pool, not a leak)",
+                "{} of {memory} in {} allocation(s) from {} (thread {threads}) are still live at exit; this call site never frees",
                 fmt_bytes(s.bytes),
                 s.count,
                 s.site
             ),
-            format!("nothing required; cap the cache at {loc} if its size matters"),
+            format!("free these buffers when they are no longer needed (allocated at {loc})"),
         ),
     };
-    Finding {
+    let mut f = Finding::new(kind, severity, s.site.clone());
+    f.location = g.location.clone();
+    f.stack = Some(s.stack);
+    f.bytes = s.bytes;
+    f.count = s.count;
+    f.ts_nanos = Some(g.first_ts_nanos);
+    f.harm_bytes = s.bytes;
+    f.headline = headline;
+    f.message = message;
+    f.fix = fix;
+    f
+}
+
+fn aggregate_note(
+    class: LeakClass,
+    bytes: u64,
+    count: u64,
+    list: &[&LeakGroup],
+    end: HistoryEnd,
+) -> Finding {
+    let top: Vec<String> = list
+        .iter()
+        .take(3)
+        .map(|g| format!("{} from {}", fmt_bytes(g.site.bytes), g.site.site))
+        .collect();
+    let (kind, headline, message, fix) = match class {
+        LeakClass::Cache => (
+            FindingKind::Cache,
+            format!("{} held as allocator cache at the end", fmt_bytes(bytes)),
+            format!(
+                "{} in {count} allocation(s) are a caching allocator's or pool's reserve at the end (largest: {}): ready for reuse, not a leak",
+                fmt_bytes(bytes),
+                top.join(", ")
+            ),
+            String::from(
+                "nothing required; release it with torch.cuda.empty_cache(), cudaMemPoolTrimTo or a lower release threshold if other processes need the memory",
+            ),
+        ),
+        _ => (
+            FindingKind::LiveAtEnd,
+            format!("{} in use when the history ended", fmt_bytes(bytes)),
+            format!(
+                "{} in {count} allocation(s) were live at the end ({}), in use rather than leaked (largest: {})",
+                fmt_bytes(bytes),
+                end.describe(),
+                top.join(", ")
+            ),
+            String::from("nothing required"),
+        ),
+    };
+    let mut f = Finding::new(
         kind,
-        severity,
-        site: s.site.clone(),
-        stack: Some(s.stack),
-        scope: None,
-        bytes: s.bytes,
-        count: s.count,
-        ts_nanos: Some(g.first_ts_nanos),
-        impact: None,
-        message,
-        fix,
-    }
+        Severity::Info,
+        list.first()
+            .map_or_else(String::new, |g| g.site.site.clone()),
+    );
+    f.bytes = bytes;
+    f.count = count;
+    f.stack = list.first().map(|g| g.site.stack);
+    f.headline = headline;
+    f.message = message;
+    f.fix = fix;
+    f
 }

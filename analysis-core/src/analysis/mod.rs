@@ -11,6 +11,8 @@ pub mod config;
 pub mod diff;
 pub mod fragmentation;
 pub mod hidden;
+pub mod history;
+pub mod iterations;
 pub mod leaks;
 pub mod scopes;
 pub mod score;
@@ -62,28 +64,30 @@ pub enum Impact {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {
-    /// Live at the end and never freed by its call site.
+    /// Live at the end of a program that exited, and never freed by its call site.
     LeakAtExit,
     /// Live at the end although the call site frees its other allocations: a path (often the
     /// error path) skips the free.
     MissedFree,
     /// Live at the end, allocated by a thread that went idle or ended long before.
     ThreadExitLeak,
+    /// Memory of one call site that keeps growing across steady-state iterations.
+    LeakGrowth,
     /// A scope (NVTX range or call site) that grows per call without bound.
     ScopeGrowth,
-    /// Live bytes rise steadily over time.
+    /// Live bytes rise steadily over time, and no single call site explains it.
     Trend,
     /// Allocations far above the usual sizes of their scope.
     ScopeSpikes,
-    /// Sudden rise and fall of live bytes.
+    /// Iterations whose peak stands far above the steady-state working set.
     TimelineSpike,
-    /// Reserved but unallocated pool memory.
+    /// Reserved memory that could not serve the requests actually made.
     Fragmentation,
     /// A failed allocation.
     OutOfMemory,
     /// Device memory the trace does not account for rises suddenly.
     HiddenSpike,
-    /// Device memory the trace does not account for keeps growing.
+    /// Device memory our processes hold outside the traced allocations keeps growing.
     HiddenDrift,
     /// Note: growth that plateaus (warm-up, caches, pools).
     BoundedGrowth,
@@ -93,6 +97,13 @@ pub enum FindingKind {
     RepeatedAllocations,
     /// Note: allocations freed shortly after they were made.
     ShortLived,
+    /// Note: memory live when the history ended (a snapshot of a running program, a program
+    /// that was killed, or one-time allocations a garbage-collected program still held).
+    LiveAtEnd,
+    /// Note: memory an allocator keeps reserved but unallocated, ready for reuse.
+    Cache,
+    /// Note: device memory held by other processes.
+    OtherProcesses,
 }
 
 impl FindingKind {
@@ -101,6 +112,7 @@ impl FindingKind {
             Self::LeakAtExit => "leak_at_exit",
             Self::MissedFree => "missed_free",
             Self::ThreadExitLeak => "thread_exit_leak",
+            Self::LeakGrowth => "leak_growth",
             Self::ScopeGrowth => "scope_growth",
             Self::Trend => "trend",
             Self::ScopeSpikes => "scope_spikes",
@@ -113,10 +125,13 @@ impl FindingKind {
             Self::TeardownRelease => "teardown_release",
             Self::RepeatedAllocations => "repeated_allocations",
             Self::ShortLived => "short_lived",
+            Self::LiveAtEnd => "live_at_end",
+            Self::Cache => "cache",
+            Self::OtherProcesses => "other_processes",
         }
     }
 
-    /// Insights are scored by impact; everything else is a pattern scored by severity.
+    /// Insights are about the whole history rather than one place.
     pub const fn is_insight(self) -> bool {
         matches!(self, Self::Trend | Self::HiddenSpike | Self::HiddenDrift)
     }
@@ -125,33 +140,80 @@ impl FindingKind {
     pub const fn is_leak(self) -> bool {
         matches!(
             self,
-            Self::LeakAtExit | Self::MissedFree | Self::ThreadExitLeak
+            Self::LeakAtExit | Self::MissedFree | Self::ThreadExitLeak | Self::LeakGrowth
         )
     }
 }
 
-/// One finding or note.
+/// One finding or note: one cause, with all its evidence.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
     pub kind: FindingKind,
     pub severity: Severity,
-    /// The call site (innermost frame, `function (file:line)`), or the scope name when the
-    /// finding is about a scope with no single call site.
+    /// The call site: the user's frame (`function (file:line)`, see `crate::attribution`), or
+    /// the scope, pool or device name when the finding is about no single call site.
     pub site: String,
+    /// `file:line` of the user's frame, when there is one.
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub location: String,
     pub stack: Option<StackId>,
     /// The scope (NVTX range name or call site) the finding is about, if any.
     pub scope: Option<String>,
-    /// Bytes involved (leaked, grown, spiking, wasted, requested...).
+    /// Bytes involved (leaked or live at the end, spiking, wasted, requested...).
     pub bytes: u64,
     /// Allocations, calls or samples involved.
     pub count: u64,
     pub ts_nanos: Option<u64>,
-    /// For insights: the impact the score uses.
+    /// For insights: the impact.
     pub impact: Option<Impact>,
+    /// Growth per steady-state iteration, for growth findings.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bytes_per_iteration: Option<f64>,
+    /// Growth per hour of run time, for growth findings.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bytes_per_hour: Option<f64>,
+    /// Seconds until the device would be full at this rate.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub seconds_to_full: Option<f64>,
+    /// The ranking key: bytes this problem costs or puts at risk over the next hour of the
+    /// program (capped at the device's capacity), see `score`.
+    pub harm_bytes: u64,
+    /// One short sentence for a headline ("leaks 4.0 MiB per step at metrics.py:33 — device
+    /// full in 3 h").
+    pub headline: String,
     /// What was found, one sentence.
     pub message: String,
+    /// Every piece of evidence for this cause, one sentence each.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub evidence: Vec<String>,
     /// What to do about it, one sentence naming the place.
     pub fix: String,
+}
+
+impl Finding {
+    /// A finding with everything optional left empty.
+    pub fn new(kind: FindingKind, severity: Severity, site: String) -> Self {
+        Self {
+            kind,
+            severity,
+            site,
+            location: String::new(),
+            stack: None,
+            scope: None,
+            bytes: 0,
+            count: 0,
+            ts_nanos: None,
+            impact: None,
+            bytes_per_iteration: None,
+            bytes_per_hour: None,
+            seconds_to_full: None,
+            harm_bytes: 0,
+            headline: String::new(),
+            message: String::new(),
+            evidence: Vec::new(),
+            fix: String::new(),
+        }
+    }
 }
 
 /// Per-call-site facts for diffs and for the viewer.
@@ -172,6 +234,13 @@ pub struct SiteSummary {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Analysis {
     pub config: Config,
+    /// How the history ends (exit, kill, cut, snapshot).
+    pub history: history::HistoryEnd,
+    /// The program's repeated unit.
+    pub iterations: iterations::Iterations,
+    /// Causes whose memory grew across steady-state iterations (leaking first).
+    pub growth: Vec<leaks::Growth>,
+    /// What is live at the end, by cause and class.
     pub leaks_at_exit: Vec<leaks::LeakGroup>,
     /// Memory released only by a context teardown (cudaDeviceReset, cuCtxDestroy), by site.
     pub teardown_released: Vec<crate::report::SiteBytes>,
@@ -213,35 +282,122 @@ pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
     let m = &trace.model;
     let mut found = Found::default();
     let sites = SiteIndex::new(m);
+    let end = history::classify(m);
+    let its = iterations::detect(m);
+    let causes = leaks::Causes::new(m, config);
     let mut a = Analysis {
         config: config.clone(),
+        history: end,
         ..Analysis::default()
     };
-    let (groups, teardown) = leaks::analyze(m, config, &mut found);
-    a.leaks_at_exit = groups;
-    a.teardown_released = teardown;
-    a.scopes = scopes::analyze(m, config, &sites, &mut found);
-    a.trends = trend::analyze(m, config, &mut found);
-    let (scope_spikes, timeline_spikes) = spikes::analyze(m, config, &sites, &mut found);
+    let sections = leaks::analyze(m, config, &its, end, &causes, &mut found);
+    a.leaks_at_exit = sections.groups;
+    a.growth = sections.growth;
+    a.teardown_released = sections.teardown;
+    a.scopes = scopes::analyze(m, config, &sites);
+    a.trends = trend::analyze(m, config, &sections.series_growth, &its, &mut found);
+    let (scope_spikes, timeline_spikes) =
+        spikes::analyze(m, config, &sites, &its, &causes, &mut found);
     a.scope_spikes = scope_spikes;
     a.timeline_spikes = timeline_spikes;
     a.fragmentation = fragmentation::analyze(m, config, &mut found);
     a.churn = churn::analyze(m, config, &sites, &mut found);
     let (hidden, oom) = hidden::analyze(m, config, &mut found);
+    fold_out_of_memory(&mut found, &oom);
     a.hidden = hidden;
     a.oom = oom;
-    a.sites = site_summaries(m);
+    a.sites = site_summaries(m, config);
+    a.iterations = its;
+    rank(m, &mut found.findings);
+    found
+        .notes
+        .sort_by(|x, y| y.bytes.cmp(&x.bytes).then(x.site.cmp(&y.site)));
     let (score, grade) = score::score(&found.findings, &found.notes);
     report.recommendations = score::recommendations(&found.findings, &found.notes, config);
-    found
-        .findings
-        .sort_by(|x, y| y.severity.cmp(&x.severity).then(y.bytes.cmp(&x.bytes)));
     report.findings = found.findings;
     report.notes = found.notes;
     report.score = score;
     report.grade = grade.into();
     report.analysis = a;
     report
+}
+
+/// One cause, one finding: an out-of-memory whose cause is our own allocations, most of them
+/// held by a leak that is a finding, becomes evidence of that leak (which turns critical).
+fn fold_out_of_memory(found: &mut Found, ooms: &[hidden::OomForensics]) {
+    for o in ooms {
+        if o.cause != hidden::OomCause::OwnAllocations {
+            continue;
+        }
+        let Some(top) = o.live_sites.first() else {
+            continue;
+        };
+        let Some(leak) = found
+            .findings
+            .iter()
+            .position(|f| f.kind.is_leak() && f.site == top.site)
+        else {
+            continue;
+        };
+        let Some(i) = found
+            .findings
+            .iter()
+            .position(|f| f.kind == FindingKind::OutOfMemory && f.ts_nanos == Some(o.ts_nanos))
+        else {
+            continue;
+        };
+        let oom = found.findings.remove(i);
+        let leak = if leak > i { leak - 1 } else { leak };
+        let l = &mut found.findings[leak];
+        l.severity = Severity::Critical;
+        l.harm_bytes = l.harm_bytes.max(oom.harm_bytes);
+        l.headline = alloc::format!("{}; it caused an out-of-memory", l.headline);
+        l.evidence.push(oom.message);
+    }
+}
+
+/// Most severe first, then by harm (bytes at risk over the next hour, capped at the device).
+fn rank(m: &TraceModel, findings: &mut [Finding]) {
+    let _ = m;
+    findings.sort_by(|x, y| {
+        y.severity
+            .cmp(&x.severity)
+            .then(y.harm_bytes.max(y.bytes).cmp(&x.harm_bytes.max(x.bytes)))
+            .then(x.site.cmp(&y.site))
+    });
+}
+
+/// The device's memory: its `device` record, else the last device sample.
+pub(crate) fn device_capacity(m: &TraceModel, device: crate::format::DeviceIdx) -> Option<u64> {
+    m.devices
+        .iter()
+        .find(|d| d.device == device)
+        .map(|d| d.total_bytes)
+        .filter(|&b| b > 0)
+        .or_else(|| {
+            m.device_samples
+                .iter()
+                .rev()
+                .find(|d| d.device == device)
+                .map(|d| d.total_bytes)
+                .filter(|&b| b > 0)
+        })
+}
+
+/// Device memory in use at the end: the last device sample's used bytes, or at least our live
+/// bytes on it.
+pub(crate) fn device_used_at_end(m: &TraceModel, device: crate::format::DeviceIdx) -> u64 {
+    let ours = m
+        .series
+        .iter()
+        .filter(|s| !s.key.host && s.key.device == device)
+        .map(|s| s.live_bytes)
+        .fold(0u64, u64::saturating_add);
+    m.device_samples
+        .iter()
+        .rev()
+        .find(|d| d.device == device)
+        .map_or(ours, |d| d.used_bytes.max(ours))
 }
 
 /// Dense index of call sites: `StackId -> 0..n` without hashing per event when stack ids are
@@ -313,17 +469,15 @@ pub(crate) fn site_label(m: &TraceModel, stack: StackId) -> (String, Vec<String>
     (label, frames.iter().map(ToString::to_string).collect())
 }
 
-/// `file:line` of the innermost frame that has one, for fix texts; else the label.
+/// `file:line` of the user's frame, for fix texts; else the label.
 pub(crate) fn site_location(m: &TraceModel, stack: StackId) -> String {
-    for f in m.stack_frames(stack) {
-        if !f.file.is_empty() {
-            return alloc::format!("{}:{}", f.file, f.line);
-        }
+    match m.user_frame(stack, &[]) {
+        Some(f) if !f.file.is_empty() => alloc::format!("{}:{}", f.file, f.line),
+        _ => m.stack_label(stack),
     }
-    m.stack_label(stack)
 }
 
-fn site_summaries(m: &TraceModel) -> Vec<SiteSummary> {
+fn site_summaries(m: &TraceModel, c: &Config) -> Vec<SiteSummary> {
     let mut v: Vec<&crate::model::StackStats> = m.stack_stats.values().collect();
     v.sort_by(|a, b| {
         b.peak_bytes
@@ -335,7 +489,12 @@ fn site_summaries(m: &TraceModel) -> Vec<SiteSummary> {
     v.truncate(MAX_SITES);
     v.into_iter()
         .map(|s| {
-            let (site, frames) = site_label(m, s.stack);
+            let site = m.stack_label_with(s.stack, &c.hide_frames);
+            let frames = m
+                .stack_frames(s.stack)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             SiteSummary {
                 stack: s.stack,
                 site,

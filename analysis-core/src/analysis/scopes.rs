@@ -1,7 +1,8 @@
 //! Growth per scope: the reference `memory_leak` rule, per NVTX range name (each instance is one
 //! call) or, in a trace without NVTX ranges, per call site (each allocation is one call, and its
 //! growth is its size minus what the site freed before its next call). Then bounded growth
-//! (the last third of the calls adds almost nothing) is told from unbounded growth.
+//! (the last third of the calls adds almost nothing) is told from unbounded growth. A table
+//! for the report; the findings come from `leaks`.
 
 use alloc::format;
 use alloc::string::String;
@@ -9,10 +10,9 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex, site_label, site_location};
+use super::{Config, SiteIndex, site_label};
 use crate::format::{StackId, StringId};
 use crate::model::{LIVE, TraceModel};
-use crate::units::fmt_bytes;
 
 /// What a scope is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -51,12 +51,10 @@ pub struct ScopeGrowth {
 /// How many call-site scopes are kept in the report (NVTX scopes are all kept).
 const MAX_CALL_SITE_SCOPES: usize = 50;
 
-pub fn analyze(
-    m: &TraceModel,
-    c: &Config,
-    sites: &SiteIndex,
-    found: &mut Found,
-) -> Vec<ScopeGrowth> {
+/// The growth of every scope, for the report's scope table. Findings come from the
+/// per-iteration growth of causes (`leaks`), which this table only details: one cause, one
+/// finding.
+pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
     let mut out = if m.ranges.is_empty() {
         call_site_scopes(m, c, sites)
     } else {
@@ -67,73 +65,6 @@ pub fn analyze(
             .cmp(&a.total_growth_bytes)
             .then(a.scope.cmp(&b.scope))
     });
-    for s in &out {
-        if !s.reference_leak || s.explained_by.is_some() {
-            continue;
-        }
-        let growth = s.total_growth_bytes.max(0) as u64;
-        let severity = if s.bounded {
-            Severity::Info
-        } else if growth > c.leak_critical_growth_bytes {
-            Severity::Critical
-        } else {
-            Severity::Warning
-        };
-        let kind_word = match s.kind {
-            ScopeKind::NvtxRange => "range",
-            ScopeKind::CallSite => "call site",
-        };
-        let at = match (&s.top_site, s.top_stack) {
-            (Some(site), Some(stack)) => {
-                format!(
-                    "; most of it is allocated at {} ({site})",
-                    site_location(m, stack)
-                )
-            }
-            _ => String::new(),
-        };
-        let (kind, message, fix) = if s.bounded {
-            (
-                FindingKind::BoundedGrowth,
-                format!(
-                    "{kind_word} `{}` grew {} over {} calls, then stopped growing: bounded (warm-up, cache or pool), not a leak",
-                    s.scope,
-                    fmt_bytes(growth),
-                    s.calls
-                ),
-                format!("nothing required; bound the cache if its size matters{at}"),
-            )
-        } else {
-            (
-                FindingKind::ScopeGrowth,
-                format!(
-                    "{kind_word} `{}` grows {} per call on average ({} over {} calls, {:.0} % of calls grow) and has not stopped",
-                    s.scope,
-                    fmt_bytes(s.avg_growth_bytes.max(0.0) as u64),
-                    fmt_bytes(growth),
-                    s.calls,
-                    s.positive_ratio * 100.0
-                ),
-                format!(
-                    "free what each `{}` call keeps before it returns, or bound the list or cache that holds it{at}",
-                    s.scope
-                ),
-            )
-        };
-        found.push(Finding {
-            kind,
-            severity,
-            site: s.top_site.clone().unwrap_or_else(|| s.scope.clone()),
-            stack: s.top_stack,
-            scope: Some(s.scope.clone()),
-            bytes: growth,
-            count: s.calls,
-            ts_nanos: None,
-            impact: None,
-            message,
-            fix,
-        });
-    }
     out
 }
 

@@ -1,17 +1,21 @@
-//! Score, grade and recommendations, with the reference weights: start at 100; each pattern
-//! -20 critical / -10 warning / -5 other; each insight -15 high / -8 medium / -3 other; floor 0.
-//! Grade A ≥ 90, B ≥ 80, C ≥ 70, D ≥ 60, else F. Recommendations: critical patterns, then
-//! high-impact insights, then warnings, then notes that call for a change; at most 10.
+//! Score, grade and recommendations. The score follows harm, so every healthy program scores
+//! above every program with a problem:
 //!
-//! Notes that are not problems (bounded growth, teardown releases) cost nothing. The reference
-//! reports repeated allocations as one pattern, so they cost 5 points once, however many call
-//! sites are listed.
+//! score = 100 − 30 per critical finding − 15 per warning, floor 0; notes (bounded growth,
+//! cache, memory live at a snapshot, teardown releases, churn) cost nothing. Grade A ≥ 90,
+//! B ≥ 80, C ≥ 70, D ≥ 60, else F. A program without warnings or critical findings scores 100
+//! (A); one warning gives 85 (B), one critical 70 (C).
+//!
+//! Findings arrive ranked by harm (`analysis::rank`: severity, then the bytes the problem costs
+//! or puts at risk over the next hour, capped at the device). Recommendations follow that
+//! order, then notes that call for a change (repeated and short-lived allocations), one per
+//! call site; at most `Config::max_recommendations`.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde::Serialize;
 
-use super::{Config, Finding, FindingKind, Impact, Severity};
+use super::{Config, Finding, FindingKind, Severity};
 use crate::format::StackId;
 
 /// One prioritized recommendation.
@@ -31,35 +35,20 @@ pub struct Recommendation {
     pub fix: String,
 }
 
-fn penalty(f: &Finding) -> i32 {
-    if f.kind.is_insight() {
-        if f.severity == Severity::Info {
-            return 0;
-        }
-        return match f.impact {
-            Some(Impact::High) => 15,
-            Some(Impact::Medium) => 8,
-            _ => 3,
-        };
-    }
-    match f.severity {
-        Severity::Critical => 20,
-        Severity::Warning => 10,
+/// Points a finding costs.
+pub const fn penalty(severity: Severity) -> i32 {
+    match severity {
+        Severity::Critical => 30,
+        Severity::Warning => 15,
         Severity::Info => 0,
     }
 }
 
-/// Score 0-100 and grade A-F.
-pub fn score(findings: &[Finding], notes: &[Finding]) -> (u32, &'static str) {
+/// Score 0-100 and grade A-F (notes cost nothing).
+pub fn score(findings: &[Finding], _notes: &[Finding]) -> (u32, &'static str) {
     let mut s: i32 = 100;
     for f in findings {
-        s -= penalty(f);
-    }
-    if notes
-        .iter()
-        .any(|n| n.kind == FindingKind::RepeatedAllocations)
-    {
-        s -= 5;
+        s -= penalty(f.severity);
     }
     let s = s.max(0) as u32;
     (s, grade(s))
@@ -75,33 +64,20 @@ pub const fn grade(score: u32) -> &'static str {
     }
 }
 
-fn rank(f: &Finding) -> u8 {
-    match (f.severity, f.kind.is_insight(), f.impact) {
-        (Severity::Critical, false, _) => 0,
-        (_, true, Some(Impact::High)) if f.severity != Severity::Info => 1,
-        (Severity::Critical, true, _) => 1,
-        (Severity::Warning, _, _) => 2,
-        (Severity::Info, _, _) => 3,
-    }
-}
-
-/// At most `config.max_recommendations`, most urgent first, then by bytes.
+/// At most `config.max_recommendations`: the findings in their ranked order, then notes that
+/// call for a change.
 pub fn recommendations(findings: &[Finding], notes: &[Finding], c: &Config) -> Vec<Recommendation> {
-    let mut all: Vec<&Finding> = findings
+    let mut actionable: Vec<&Finding> = notes
         .iter()
-        .chain(notes.iter().filter(|n| {
+        .filter(|n| {
             matches!(
                 n.kind,
                 FindingKind::RepeatedAllocations | FindingKind::ShortLived
             )
-        }))
+        })
         .collect();
-    all.sort_by(|a, b| {
-        rank(a)
-            .cmp(&rank(b))
-            .then(b.bytes.cmp(&a.bytes))
-            .then(a.site.cmp(&b.site))
-    });
+    actionable.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+    let all: Vec<&Finding> = findings.iter().chain(actionable).collect();
     // One recommendation per call site among the notes (repeated and short-lived overlap).
     let mut kept: Vec<&Finding> = Vec::with_capacity(all.len());
     for f in all {
@@ -131,77 +107,48 @@ pub fn recommendations(findings: &[Finding], notes: &[Finding], c: &Config) -> V
 mod tests {
     use super::*;
 
-    fn f(kind: FindingKind, severity: Severity, impact: Option<Impact>) -> Finding {
-        Finding {
-            kind,
-            severity,
-            site: String::new(),
-            stack: None,
-            scope: None,
-            bytes: 0,
-            count: 0,
-            ts_nanos: None,
-            impact,
-            message: String::new(),
-            fix: String::new(),
-        }
+    fn f(kind: FindingKind, severity: Severity, site: &str) -> Finding {
+        Finding::new(kind, severity, site.into())
     }
 
     #[test]
-    fn reference_weights_and_grades() {
-        let findings = [
-            f(FindingKind::LeakAtExit, Severity::Critical, None),
-            f(FindingKind::ScopeSpikes, Severity::Warning, None),
-            f(FindingKind::Trend, Severity::Critical, Some(Impact::High)),
-            f(
-                FindingKind::HiddenDrift,
-                Severity::Warning,
-                Some(Impact::Medium),
-            ),
-        ];
-        let at = |mut x: Finding, site: &str| {
-            x.site = site.into();
-            x
-        };
-        let notes = [
-            at(
-                f(FindingKind::RepeatedAllocations, Severity::Info, None),
-                "a (a.py:1)",
-            ),
-            at(
-                f(FindingKind::RepeatedAllocations, Severity::Info, None),
-                "b (b.py:2)",
-            ),
-            // The same site as a listed note: not recommended twice.
-            at(
-                f(FindingKind::ShortLived, Severity::Info, None),
-                "a (a.py:1)",
-            ),
-            f(FindingKind::BoundedGrowth, Severity::Info, None),
-        ];
-        // 100 - 20 - 10 - 15 - 8 - 5 = 42.
-        assert_eq!(score(&findings, &notes), (42, "F"));
+    fn the_score_follows_harm_and_recommendations_keep_the_ranking() {
         assert_eq!(score(&[], &[]), (100, "A"));
+        // Notes cost nothing: a healthy program with caches and churn is still 100.
+        let notes = [
+            f(
+                FindingKind::RepeatedAllocations,
+                Severity::Info,
+                "a (a.py:1)",
+            ),
+            f(FindingKind::ShortLived, Severity::Info, "a (a.py:1)"),
+            f(FindingKind::Cache, Severity::Info, "pool"),
+        ];
+        assert_eq!(score(&[], &notes), (100, "A"));
+        let one_warning = [f(FindingKind::LeakGrowth, Severity::Warning, "x")];
+        assert_eq!(score(&one_warning, &notes), (85, "B"));
+        let findings = [
+            f(FindingKind::LeakGrowth, Severity::Critical, "x"),
+            f(FindingKind::TimelineSpike, Severity::Warning, "y"),
+        ];
+        assert_eq!(score(&findings, &[]), (55, "F"));
+        let many: Vec<Finding> = (0..8)
+            .map(|_| f(FindingKind::LeakAtExit, Severity::Critical, "z"))
+            .collect();
+        assert_eq!(score(&many, &[]).0, 0);
         assert_eq!(grade(90), "A");
         assert_eq!(grade(89), "B");
         assert_eq!(grade(70), "C");
         assert_eq!(grade(60), "D");
         assert_eq!(grade(59), "F");
-        let many: Vec<Finding> = (0..8)
-            .map(|_| f(FindingKind::LeakAtExit, Severity::Critical, None))
-            .collect();
-        assert_eq!(score(&many, &[]).0, 0);
         let recs = recommendations(&findings, &notes, &Config::default());
         let kinds: Vec<FindingKind> = recs.iter().map(|r| r.kind).collect();
+        // Findings in their order, then one note per call site.
         assert_eq!(
             kinds,
             [
-                FindingKind::LeakAtExit,
-                FindingKind::Trend,
-                // Warnings keep their order (same bytes, same site).
-                FindingKind::ScopeSpikes,
-                FindingKind::HiddenDrift,
-                FindingKind::RepeatedAllocations,
+                FindingKind::LeakGrowth,
+                FindingKind::TimelineSpike,
                 FindingKind::RepeatedAllocations,
             ]
         );

@@ -1,8 +1,14 @@
-//! Spikes. Per scope (NVTX range name, or call site without NVTX): allocation sizes above
-//! Q3 + 1.5·IQR (numpy linear-interpolation quantiles, n ≥ 3), the reference rule applied to
-//! allocations instead of decorated calls. On the timeline: sudden rises and falls of live
-//! bytes (a short-lived allocation that alone at least doubles the usual level), with the time,
-//! the size and the call site responsible.
+//! Spikes: iterations whose peak stands far above the steady-state working set. The working
+//! set is the median peak of the steady-state iterations (`iterations`), never a zero baseline:
+//! memory that rises and falls in every iteration is the workload. An iteration is a spike when
+//! its peak exceeds the working set by `Config::spike_peak_ratio` and by at least
+//! `Config::spike_min_excess_bytes` (or 1 % of the device). Each spike is attributed to the
+//! largest allocation made in that iteration and live at its peak; recurring spikes of one
+//! cause are one finding with their count, period and size.
+//!
+//! The per-scope Tukey table (allocation sizes above Q3 + 1.5·IQR per NVTX range or call site,
+//! the reference rule applied to allocations) stays as a table: a size that recurs every
+//! iteration is not a problem by itself, so it makes no finding.
 
 use alloc::format;
 use alloc::string::String;
@@ -10,12 +16,14 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+use super::iterations::Iterations;
+use super::leaks::Causes;
 use super::scopes::{ScopeKind, nvtx_scope_index};
-use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex, site_location};
+use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::TraceModel;
 use crate::stats::quantile_select;
-use crate::units::{fmt_bytes, fmt_duration};
+use crate::units::fmt_bytes;
 
 /// One allocation that stands out.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -41,14 +49,14 @@ pub struct ScopeSpikes {
     pub events: Vec<SpikeEvent>,
 }
 
-/// A sudden rise and fall of live bytes.
+/// One spiking iteration: the allocation that lifted it and the peak it reached.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TimelineSpikeEvent {
     pub ts_nanos: u64,
     pub size_bytes: u64,
-    /// Live bytes (all devices) right after the rise.
+    /// Live bytes (all devices) at the iteration's peak.
     pub live_bytes: u64,
-    /// How long until it fell again.
+    /// How long the allocation lived (to the end, if never freed).
     pub duration_nanos: u64,
     pub stack: StackId,
     pub site: String,
@@ -56,25 +64,24 @@ pub struct TimelineSpikeEvent {
 
 /// Events kept per scope, and timeline spikes kept in total.
 pub const MAX_EVENTS: usize = 100;
+/// Iterations on either side that make an iteration's working set.
+const NEIGHBOURS: usize = 16;
 
 pub fn analyze(
     m: &TraceModel,
     c: &Config,
     sites: &SiteIndex,
+    it: &Iterations,
+    causes: &Causes,
     found: &mut Found,
 ) -> (Vec<ScopeSpikes>, Vec<TimelineSpikeEvent>) {
     (
-        scope_spikes(m, c, sites, found),
-        timeline_spikes(m, c, found),
+        scope_spikes(m, c, sites),
+        timeline_spikes(m, c, it, causes, found),
     )
 }
 
-fn scope_spikes(
-    m: &TraceModel,
-    c: &Config,
-    sites: &SiteIndex,
-    found: &mut Found,
-) -> Vec<ScopeSpikes> {
+fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpikes> {
     let nvtx = !m.ranges.is_empty();
     let index = nvtx.then(|| nvtx_scope_index(m));
     let n_scopes = match &index {
@@ -171,131 +178,182 @@ fn scope_spikes(
                 .or_insert_with(|| m.stack_label(e.stack))
                 .clone();
         }
-        let top = s.events.iter().max_by(|a, b| {
-            a.size_bytes
-                .cmp(&b.size_bytes)
-                .then(b.ts_nanos.cmp(&a.ts_nanos))
-        });
-        let (site, stack) = match top {
-            Some(e) => (e.site.clone(), Some(e.stack)),
-            None => (s.scope.clone(), None),
-        };
-        let severity = if s.spike_count >= c.spike_critical_count {
-            Severity::Critical
-        } else {
-            Severity::Warning
-        };
-        let loc = stack.map_or_else(|| s.scope.clone(), |st| site_location(m, st));
-        found.push(Finding {
-            kind: FindingKind::ScopeSpikes,
-            severity,
-            site,
-            stack,
-            scope: Some(s.scope.clone()),
-            bytes: s.max_spike_bytes,
-            count: s.spike_count,
-            ts_nanos: s.events.first().map(|e| e.ts_nanos),
-            impact: None,
-            message: format!(
-                "{} allocation(s) in `{}` exceed Q3 + {}·IQR = {} (up to {})",
-                s.spike_count,
-                s.scope,
-                c.spike_iqr_factor,
-                fmt_bytes(s.threshold_bytes as u64),
-                fmt_bytes(s.max_spike_bytes)
-            ),
-            fix: format!(
-                "split or stream the large allocation at {loc} (chunk the batch, or compute it in pieces) so the peak stays near the usual {}",
-                fmt_bytes(s.q3_bytes as u64)
-            ),
-        });
     }
     out
 }
 
-fn timeline_spikes(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<TimelineSpikeEvent> {
-    let duration = m.duration_nanos();
+fn timeline_spikes(
+    m: &TraceModel,
+    c: &Config,
+    it: &Iterations,
+    causes: &Causes,
+    found: &mut Found,
+) -> Vec<TimelineSpikeEvent> {
     let times = m.total.times();
     let values = m.total.values();
-    if duration == 0 || times.len() < 2 {
+    let n_it = it.starts_nanos.len();
+    let first = it.warmup as usize;
+    if times.is_empty() || n_it <= first + 2 {
         return Vec::new();
     }
-    // Time-weighted mean of live bytes.
-    let mut area = 0.0f64;
-    for i in 0..times.len() - 1 {
-        area += values[i] as f64 * (times[i + 1] - times[i]) as f64;
+    // Peak of every iteration and when it was reached.
+    let end = m.last_ts_nanos;
+    let mut peaks: Vec<(u64, u64)> = Vec::with_capacity(n_it); // (peak bytes, at)
+    for i in 0..n_it {
+        let (a, b) = it.span(i, end);
+        let mut best = (m.total.value_at(a), a);
+        let i0 = times.partition_point(|&t| t < a);
+        let i1 = times.partition_point(|&t| t < b);
+        if let Some((_, hi)) = m.total.range_min_max(i0, i1)
+            && hi > best.0
+        {
+            let k = (i0..i1).find(|&k| values[k] == hi).unwrap_or(i0);
+            best = (hi, times[k]);
+        }
+        peaks.push(best);
     }
-    let span = (times[times.len() - 1] - times[0]).max(1) as f64;
-    let mean_live = area / span;
-    let max_life = (duration as f64 * c.timeline_spike_max_lifetime_fraction) as u64;
-    let min_size =
-        (mean_live * c.timeline_spike_rise_fraction).max(c.timeline_spike_min_bytes as f64);
-    let mut events = Vec::new();
-    for a in &m.allocs {
-        if a.is_live() || !a.kind.is_device_memory() || (a.size_bytes as f64) < min_size {
+    // The working set around each iteration: the median peak of the steady-state iterations
+    // within `NEIGHBOURS` on either side (a program that grows or changes phase has a moving
+    // working set), and that of all steady-state iterations for the sentences.
+    let mut all: Vec<f64> = peaks[first..].iter().map(|p| p.0 as f64).collect();
+    let Some(baseline) = quantile_select(&mut all, 0.5) else {
+        return Vec::new();
+    };
+    let capacity = m.devices.iter().map(|d| d.total_bytes).max().unwrap_or(0);
+    let min_excess = c.spike_min_excess_bytes.max(capacity / 100) as f64;
+    // (iteration, responsible allocation index, local working set)
+    let mut spikes: Vec<(usize, usize, f64)> = Vec::new();
+    let mut window: Vec<f64> = Vec::with_capacity(2 * NEIGHBOURS + 1);
+    for (i, &(peak, at)) in peaks.iter().enumerate().skip(first) {
+        window.clear();
+        let lo = i.saturating_sub(NEIGHBOURS).max(first);
+        let hi = (i + NEIGHBOURS + 1).min(n_it);
+        window.extend((lo..hi).filter(|&j| j != i).map(|j| peaks[j].0 as f64));
+        let Some(local) = quantile_select(&mut window, 0.5) else {
+            continue;
+        };
+        let p = peak as f64;
+        if p < local * c.spike_peak_ratio || p - local < min_excess {
             continue;
         }
-        let life = a.free_ts_nanos.saturating_sub(a.ts_nanos);
-        if life > max_life {
-            continue;
+        let (a, b) = it.span(i, end);
+        // The largest allocation of this iteration live at its peak, freed again (a spike is
+        // transient: what stays is growth).
+        let start = m.allocs.partition_point(|x| x.ts_nanos < a);
+        let culprit = m.allocs[start..]
+            .iter()
+            .enumerate()
+            .take_while(|(_, x)| x.ts_nanos < b)
+            .filter(|(_, x)| x.kind.is_device_memory() && x.live_at(at) && !x.is_live())
+            .max_by(|x, y| x.1.size_bytes.cmp(&y.1.size_bytes).then(y.0.cmp(&x.0)))
+            .map(|(k, _)| start + k);
+        if let Some(k) = culprit {
+            spikes.push((i, k, local));
         }
-        let live = m.total.value_at(a.ts_nanos);
-        if (live as f64) < c.timeline_spike_level_ratio * mean_live {
-            continue;
+    }
+    // One finding per cause.
+    let mut by: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    for &(i, k, _) in &spikes {
+        let ci = causes.of(k);
+        match by.iter_mut().find(|e| e.0 == ci) {
+            Some(e) => e.1.push((i, k)),
+            None => by.push((ci, alloc::vec![(i, k)])),
         }
-        events.push(TimelineSpikeEvent {
-            ts_nanos: a.ts_nanos,
-            size_bytes: a.size_bytes,
-            live_bytes: live,
-            duration_nanos: life,
-            stack: a.stack,
-            site: String::new(),
+    }
+    let unit = it.unit();
+    for (ci, list) in &by {
+        let max_size = list
+            .iter()
+            .map(|&(_, k)| m.allocs[k].size_bytes)
+            .max()
+            .unwrap_or(0);
+        let max_peak = list.iter().map(|&(i, _)| peaks[i].0).max().unwrap_or(0);
+        let excess = list
+            .iter()
+            .map(|&(i, _)| {
+                let local = spikes.iter().find(|s| s.0 == i).map_or(baseline, |s| s.2);
+                (peaks[i].0 as f64 - local).max(0.0) as u64
+            })
+            .max()
+            .unwrap_or(0);
+        let (_, device, _, label) = &causes.keys[*ci];
+        let cap = super::device_capacity(m, *device);
+        let failed_in_spike = m.failed.iter().any(|f| {
+            list.iter().any(|&(i, _)| {
+                let (a, b) = it.span(i, end);
+                f.record.ts_nanos >= a && f.record.ts_nanos < b
+            })
         });
-    }
-    // One finding per call site.
-    let mut by: Vec<(StackId, u64, u64, u64)> = Vec::new(); // stack, count, max size, first ts
-    for e in &events {
-        if let Some(x) = by.iter_mut().find(|x| x.0 == e.stack) {
-            x.1 += 1;
-            x.2 = x.2.max(e.size_bytes);
-        } else if by.len() < 64 {
-            by.push((e.stack, 1, e.size_bytes, e.ts_nanos));
+        let near_full = cap.is_some_and(|cap| max_peak as f64 >= 0.95 * cap as f64);
+        let severity = if failed_in_spike || near_full {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        let mut gaps: Vec<usize> = list.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        gaps.sort_unstable();
+        let period = gaps.get(gaps.len() / 2).copied();
+        let loc = if causes.locations[*ci].is_empty() {
+            label.clone()
+        } else {
+            causes.locations[*ci].clone()
+        };
+        let every = match (list.len(), period) {
+            (1, _) | (_, None) => format!("once, at {unit} {}", list[0].0),
+            (n, Some(p)) => format!("{n} times, every {p} {unit}s"),
+        };
+        let mut f = Finding::new(FindingKind::TimelineSpike, severity, label.clone());
+        f.location = causes.locations[*ci].clone();
+        f.stack = Some(m.allocs[list[0].1].stack);
+        f.bytes = max_size;
+        f.count = list.len() as u64;
+        f.ts_nanos = Some(m.allocs[list[0].1].ts_nanos);
+        f.harm_bytes = excess;
+        f.headline = format!(
+            "spikes {} above the working set at {loc}, {every}",
+            fmt_bytes(excess)
+        );
+        f.message = format!(
+            "{every}, an allocation of up to {} at {label} lifts the peak to {}, {} above the steady-state working set of {}",
+            fmt_bytes(max_size),
+            fmt_bytes(max_peak),
+            fmt_bytes(excess),
+            fmt_bytes(baseline as u64)
+        );
+        if let Some(cap) = cap {
+            f.evidence.push(format!(
+                "the highest spike reaches {:.0} % of the device's {}",
+                max_peak as f64 * 100.0 / cap as f64,
+                fmt_bytes(cap)
+            ));
         }
+        if failed_in_spike {
+            f.evidence
+                .push(format!("an allocation failed during a spiking {unit}"));
+        }
+        f.fix = format!(
+            "split or stream the work that allocates at {loc} (chunk the batch, or compute it in pieces), or free other buffers before it, so the peak stays near the usual {}",
+            fmt_bytes(baseline as u64)
+        );
+        found.push(f);
     }
     let mut labels: HashMap<StackId, String> = HashMap::new();
-    for (stack, count, max, first) in by {
-        let site = labels
-            .entry(stack)
-            .or_insert_with(|| m.stack_label(stack))
-            .clone();
-        found.push(Finding {
-            kind: FindingKind::TimelineSpike,
-            severity: Severity::Warning,
-            site: site.clone(),
-            stack: Some(stack),
-            scope: None,
-            bytes: max,
-            count,
-            ts_nanos: Some(first),
-            impact: None,
-            message: format!(
-                "{count} sudden rise(s) of live bytes by up to {} from {site}, each released within {} (usual level {})",
-                fmt_bytes(max),
-                fmt_duration(max_life),
-                fmt_bytes(mean_live as u64)
-            ),
-            fix: format!(
-                "pre-allocate and reuse this buffer, or split the work at {} to flatten the peak",
-                site_location(m, stack)
-            ),
-        });
-    }
-    events.truncate(MAX_EVENTS);
-    for e in &mut events {
-        e.site = labels
-            .entry(e.stack)
-            .or_insert_with(|| m.stack_label(e.stack))
-            .clone();
-    }
-    events
+    spikes
+        .iter()
+        .take(MAX_EVENTS)
+        .map(|&(i, k, _)| {
+            let x = &m.allocs[k];
+            TimelineSpikeEvent {
+                ts_nanos: x.ts_nanos,
+                size_bytes: x.size_bytes,
+                live_bytes: peaks[i].0,
+                duration_nanos: x.free_ts_nanos.min(end).saturating_sub(x.ts_nanos),
+                stack: x.stack,
+                site: labels
+                    .entry(x.stack)
+                    .or_insert_with(|| m.stack_label(x.stack))
+                    .clone(),
+            }
+        })
+        .collect()
 }

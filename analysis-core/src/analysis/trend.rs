@@ -1,18 +1,30 @@
-//! Temporal trend of live bytes, per (process, device) series: ordinary least squares of live
-//! bytes against seconds since the first record, Pearson r and the two-sided p-value of
-//! Student's t. Flagged (reference rule) when slope > 0, r > 0.5 and p < 0.05; then a trend
-//! whose last third is flat is bounded (a plateau), not a leak. Gives the growth rate and the
-//! projected time until the device is full.
+//! Temporal trend of live bytes, per (process, device) series. Live bytes are a step function,
+//! so the fit is time-weighted: the series is sampled at `SAMPLES` evenly spaced moments over
+//! the whole history, flat periods included (least squares, Pearson r, the two-sided p-value
+//! of Student's t), never extrapolated from the moments it changed. The reference rule
+//! (slope > 0, r > 0.5, p < 0.05) flags a trend for the table; a trend whose last third is flat
+//! is bounded.
+//!
+//! A finding comes only from growth that persists across the steady-state iterations and that
+//! no leaking call site explains (growth spread over many sites): a cause that is a finding
+//! already is not reported again as a trend.
 
 use alloc::format;
 use alloc::vec::Vec;
 use serde::Serialize;
 
-use super::{Config, Finding, FindingKind, Found, Impact, Severity};
+use super::iterations::Iterations;
+use super::leaks::{judge, sample_times};
+use super::{
+    Config, Finding, FindingKind, Found, Impact, Severity, device_capacity, device_used_at_end,
+};
 use crate::format::{DeviceIdx, ProcessIdx};
 use crate::model::TraceModel;
 use crate::stats::{LinearFit, linear_fit};
 use crate::units::{fmt_bytes, fmt_duration};
+
+/// Moments sampled per series for the time-weighted fit.
+pub const SAMPLES: usize = 256;
 
 /// The trend of one series.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -27,61 +39,46 @@ pub struct Trend {
     pub flagged: bool,
     /// Flagged, but the last third is flat: a plateau.
     pub bounded: bool,
-    /// Seconds until live bytes reach the device's memory at this rate, when growing.
+    /// Seconds until the device is full at this rate, when growing.
     pub seconds_to_full: Option<f64>,
 }
 
-pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<Trend> {
+pub fn analyze(
+    m: &TraceModel,
+    c: &Config,
+    series_growth: &[(ProcessIdx, DeviceIdx, i64, i64)],
+    it: &Iterations,
+    found: &mut Found,
+) -> Vec<Trend> {
     let mut out = Vec::new();
     let t0 = m.first_ts_nanos;
+    let span = m.last_ts_nanos.saturating_sub(t0);
+    let (times, iters, steady) = sample_times(m, it);
+    let secs: Vec<f64> = times
+        .iter()
+        .map(|&t| t.saturating_sub(t0) as f64 / 1e9)
+        .collect();
     for s in m.series.iter().filter(|s| !s.key.host) {
-        let times = s.timeline.times();
-        let values = s.timeline.values();
-        if (times.len() as u64) < c.trend_min_points.max(2) {
+        if (s.timeline.len() as u64) < c.trend_min_points.max(2) || span == 0 {
             continue;
         }
-        let pts = times
-            .iter()
-            .zip(values)
-            .map(move |(&t, &v)| (t.saturating_sub(t0) as f64 / 1e9, v as f64));
+        let at = |i: usize| t0 + (span as u128 * i as u128 / (SAMPLES as u128 - 1)) as u64;
+        let pts = (0..SAMPLES).map(|i| {
+            let t = at(i);
+            ((t - t0) as f64 / 1e9, s.timeline.value_at(t) as f64)
+        });
         let Some(fit) = linear_fit(pts.clone()) else {
             continue;
         };
-        let first = times[0];
-        let last = times[times.len() - 1];
-        let tail_start = last - (last - first) / 3;
-        let k = times.partition_point(|&t| t < tail_start);
-        let tail_fit = linear_fit(pts.clone().skip(k));
+        let tail_fit = linear_fit(pts.skip(SAMPLES - SAMPLES / 3));
         let flagged = fit.slope > 0.0 && fit.r > c.trend_min_r && fit.p_value < c.trend_max_p;
         let bounded = flagged
             && c.detect_bounded_growth
             && tail_fit.is_some_and(|t| t.slope <= c.trend_tail_slope_ratio * fit.slope);
-        let total_bytes = m
-            .devices
-            .iter()
-            .find(|d| d.device == s.key.device)
-            .map(|d| d.total_bytes)
-            .filter(|&b| b > 0)
-            .or_else(|| {
-                m.device_samples
-                    .iter()
-                    .rev()
-                    .find(|d| d.device == s.key.device)
-                    .map(|d| d.total_bytes)
-            });
-        let used_now = m
-            .device_samples
-            .iter()
-            .rev()
-            .find(|d| d.device == s.key.device)
-            .map_or(s.live_bytes, |d| d.used_bytes.max(s.live_bytes));
-        let seconds_to_full = match total_bytes {
-            Some(total) if fit.slope > 0.0 => {
-                Some(total.saturating_sub(used_now) as f64 / fit.slope)
-            }
-            _ => None,
-        };
-        let t = Trend {
+        let seconds_to_full = device_capacity(m, s.key.device)
+            .filter(|_| fit.slope > 0.0)
+            .map(|cap| cap.saturating_sub(device_used_at_end(m, s.key.device)) as f64 / fit.slope);
+        out.push(Trend {
             process: s.key.process,
             device: s.key.device,
             fit,
@@ -90,66 +87,70 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<Trend> {
             flagged,
             bounded,
             seconds_to_full,
+        });
+
+        // The finding: persistent steady-state growth that leaking causes do not explain.
+        let explained = series_growth
+            .iter()
+            .find(|g| g.0 == s.key.process && g.1 == s.key.device)
+            .map_or(0, |g| g.3);
+        let v: Vec<i64> = times
+            .iter()
+            .map(|&t| i64::try_from(s.timeline.value_at(t)).unwrap_or(i64::MAX))
+            .collect();
+        let Some(j) = judge(c, &v, &iters, &secs, steady) else {
+            continue;
         };
-        if flagged {
-            found.push(finding(m, c, &t));
+        if !j.leaking || (j.growth - explained) * 2 < j.growth {
+            continue;
         }
-        out.push(t);
+        let to_full = device_capacity(m, s.key.device)
+            .filter(|_| j.per_sec > 0.0)
+            .map(|cap| cap.saturating_sub(device_used_at_end(m, s.key.device)) as f64 / j.per_sec);
+        let critical = to_full.is_some_and(|t| t <= 86_400.0);
+        let unit = it.unit();
+        let mut f = Finding::new(
+            FindingKind::Trend,
+            if critical {
+                Severity::Critical
+            } else {
+                Severity::Warning
+            },
+            format!("process {} device {}", s.key.process.0, s.key.device.0),
+        );
+        f.impact = Some(if critical {
+            Impact::High
+        } else {
+            Impact::Medium
+        });
+        f.bytes = j.growth.max(0) as u64;
+        f.count = (times.len() - steady) as u64;
+        f.bytes_per_iteration = Some(j.per_iteration);
+        f.bytes_per_hour = Some(j.per_sec * 3600.0);
+        f.seconds_to_full = to_full;
+        f.harm_bytes = (j.growth.max(0) as f64 + j.per_sec.max(0.0) * 3600.0)
+            .min(device_capacity(m, s.key.device).unwrap_or(u64::MAX) as f64)
+            as u64;
+        let full = to_full
+            .map(|t| format!(" — device full in {}", fmt_duration((t * 1e9) as u64)))
+            .unwrap_or_default();
+        f.headline = format!(
+            "live memory grows {} per {unit} on device {}, spread over many call sites{full}",
+            fmt_bytes(j.per_iteration.max(0.0) as u64),
+            s.key.device.0
+        );
+        f.message = format!(
+            "live bytes of process {} on device {} grow {} per {unit} ({}/h, r = {:.2}) across the steady-state {unit}s, and no single call site explains most of it",
+            s.key.process.0,
+            s.key.device.0,
+            fmt_bytes(j.per_iteration.max(0.0) as u64),
+            fmt_bytes((j.per_sec.max(0.0) * 3600.0) as u64),
+            j.r
+        );
+        f.fix =
+            "see the growth table for the call sites that grow; release what each iteration keeps"
+                .into();
+        found.push(f);
     }
     out
-}
-
-fn finding(m: &TraceModel, c: &Config, t: &Trend) -> Finding {
-    let high = t.fit.slope > c.trend_high_impact_bytes_per_sec;
-    let (severity, impact) = if t.bounded {
-        (Severity::Info, Impact::Low)
-    } else if high {
-        (Severity::Critical, Impact::High)
-    } else {
-        (Severity::Warning, Impact::Medium)
-    };
-    let rate = fmt_bytes(t.fit.slope.max(0.0) as u64);
-    let full = t
-        .seconds_to_full
-        .map(|s| {
-            format!(
-                "; the device would be full in {}",
-                fmt_duration((s * 1e9) as u64)
-            )
-        })
-        .unwrap_or_default();
-    let grown = (t.fit.slope * m.duration_nanos() as f64 / 1e9).max(0.0) as u64;
-    let (kind, message, fix) = if t.bounded {
-        (
-            FindingKind::BoundedGrowth,
-            format!(
-                "live bytes of process {} on device {} rose {rate}/s early, then plateaued (r = {:.2}): bounded",
-                t.process.0, t.device.0, t.fit.r
-            ),
-            "nothing required".into(),
-        )
-    } else {
-        (
-            FindingKind::Trend,
-            format!(
-                "live bytes of process {} on device {} grow {rate}/s (r = {:.2}, p = {:.2e}){full}",
-                t.process.0, t.device.0, t.fit.r, t.fit.p_value
-            ),
-            "find what keeps growing in the leak and scope findings and release it each iteration"
-                .into(),
-        )
-    };
-    Finding {
-        kind,
-        severity,
-        site: format!("process {} device {}", t.process.0, t.device.0),
-        stack: None,
-        scope: None,
-        bytes: grown,
-        count: t.fit.n,
-        ts_nanos: None,
-        impact: Some(impact),
-        message,
-        fix,
-    }
 }

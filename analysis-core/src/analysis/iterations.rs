@@ -1,0 +1,245 @@
+//! The program's repeated unit: training steps, requests, solver calls. Growth is judged
+//! between the starts of steady-state iterations (after the warm-up ones), so one-time
+//! allocations (parameters, optimizer state created on the first step, caches filled once) are
+//! never growth, and memory that rises and falls inside every iteration is never growth either.
+//!
+//! Sources, first found wins:
+//! 1. NVTX ranges (and imported snapshot annotations): the range name, digits stripped
+//!    (`ProfilerStep#12` → `ProfilerStep#`), with the most instances among those at least
+//!    `MIN_ITERATIONS` times; a name with "step" or "iter" in it is preferred.
+//! 2. Marks with such a name.
+//! 3. A recurring call site: a stack allocated at regular intervals (most gaps within a factor
+//!    of two of the median) over most of the history. Stacks through an optimizer's `step`
+//!    are preferred; otherwise the outermost regular unit that still repeats often enough.
+//! 4. Otherwise equal time windows.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+use serde::Serialize;
+
+use crate::format::StackId;
+use crate::model::TraceModel;
+
+/// At least this many repetitions make an iteration.
+pub const MIN_ITERATIONS: usize = 6;
+/// Windows used when the history shows no repeated unit.
+pub const TIME_WINDOWS: usize = 32;
+
+/// Where the iterations come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IterationSource {
+    NvtxRange,
+    Mark,
+    RecurringSite,
+    #[default]
+    TimeWindows,
+}
+
+/// The program's iterations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Iterations {
+    pub source: IterationSource,
+    /// The range or mark name, the call site, or "time windows".
+    pub label: String,
+    pub count: u64,
+    /// How many of the first iterations are warm-up (excluded from growth and baselines).
+    pub warmup: u64,
+    pub median_period_nanos: u64,
+    /// Start of every iteration, in time order.
+    #[serde(skip)]
+    pub starts_nanos: Vec<u64>,
+}
+
+impl Iterations {
+    /// Iteration `i` spans `[start(i), start(i + 1))`; the last one ends at `end`.
+    pub fn span(&self, i: usize, end: u64) -> (u64, u64) {
+        let a = self.starts_nanos[i];
+        let b = self.starts_nanos.get(i + 1).copied().unwrap_or(end).max(a);
+        (a, b)
+    }
+
+    /// The word for one iteration in sentences.
+    pub fn unit(&self) -> &'static str {
+        match self.source {
+            IterationSource::TimeWindows => "window",
+            IterationSource::NvtxRange | IterationSource::Mark => {
+                let l = self.label.to_ascii_lowercase();
+                if l.contains("step") {
+                    "step"
+                } else if l.contains("epoch") {
+                    "epoch"
+                } else {
+                    "iteration"
+                }
+            }
+            IterationSource::RecurringSite => "iteration",
+        }
+    }
+}
+
+fn strip_digits(s: &str) -> String {
+    s.trim_end_matches(|c: char| c.is_ascii_digit() || c == ' ' || c == '_' || c == '-')
+        .into()
+}
+
+fn prefers(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    l.contains("step") || l.contains("iter") || l.contains("batch")
+}
+
+/// Warm-up iterations: one, or one in twenty of many, at most five.
+fn warmup_of(count: usize) -> u64 {
+    (count / 20).clamp(1, 5) as u64
+}
+
+fn median_gap(starts: &[u64]) -> u64 {
+    let mut gaps: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    if gaps.is_empty() {
+        return 0;
+    }
+    gaps.sort_unstable();
+    gaps[gaps.len() / 2]
+}
+
+fn make(source: IterationSource, label: String, mut starts: Vec<u64>) -> Iterations {
+    starts.sort_unstable();
+    starts.dedup();
+    Iterations {
+        source,
+        label,
+        count: starts.len() as u64,
+        warmup: warmup_of(starts.len()),
+        median_period_nanos: median_gap(&starts),
+        starts_nanos: starts,
+    }
+}
+
+/// Picks the name with the most occurrences (at least `MIN_ITERATIONS`), preferring step-like
+/// names; returns its times.
+fn best_named(times_by_name: HashMap<String, Vec<u64>>) -> Option<(String, Vec<u64>)> {
+    times_by_name
+        .into_iter()
+        .filter(|(_, t)| t.len() >= MIN_ITERATIONS)
+        .max_by(|a, b| {
+            (prefers(&a.0), a.1.len(), core::cmp::Reverse(&a.0)).cmp(&(
+                prefers(&b.0),
+                b.1.len(),
+                core::cmp::Reverse(&b.0),
+            ))
+        })
+}
+
+fn from_ranges(m: &TraceModel) -> Option<Iterations> {
+    let mut by: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in &m.ranges {
+        by.entry(strip_digits(m.string(r.name)))
+            .or_default()
+            .push(r.begin_ts_nanos);
+    }
+    let (name, starts) = best_named(by)?;
+    Some(make(IterationSource::NvtxRange, name, starts))
+}
+
+fn from_marks(m: &TraceModel) -> Option<Iterations> {
+    let mut by: HashMap<String, Vec<u64>> = HashMap::new();
+    for k in &m.marks {
+        let name = strip_digits(m.string(k.name));
+        if prefers(&name) {
+            by.entry(name).or_default().push(k.ts_nanos);
+        }
+    }
+    let (name, starts) = best_named(by)?;
+    Some(make(IterationSource::Mark, name, starts))
+}
+
+/// Whether the stack passes through an optimizer's step (PyTorch, JAX/optax, Keras).
+fn optimizer_step(m: &TraceModel, stack: StackId) -> bool {
+    m.stack_frames(stack).iter().any(|f| {
+        (f.function == "step" || f.function.ends_with("_step") || f.function == "update")
+            && (f.file.contains("optim") || f.file.contains("optax"))
+    })
+}
+
+fn from_recurring_site(m: &TraceModel) -> Option<Iterations> {
+    let span = m.last_ts_nanos.saturating_sub(m.first_ts_nanos);
+    if span == 0 {
+        return None;
+    }
+    let mut times: HashMap<StackId, Vec<u64>> = HashMap::new();
+    for a in &m.allocs {
+        if a.size_bytes > 0 && a.kind.is_tracked() && a.stack.0 != 0 {
+            times.entry(a.stack).or_default().push(a.ts_nanos);
+        }
+    }
+    // (prefer, count, stack) of every regular candidate.
+    let mut regular: Vec<(bool, usize, StackId)> = Vec::new();
+    for (stack, t) in &times {
+        if t.len() < MIN_ITERATIONS {
+            continue;
+        }
+        let covered = t[t.len() - 1] - t[0];
+        if covered < span / 2 {
+            continue;
+        }
+        let med = median_gap(t);
+        if med == 0 {
+            continue;
+        }
+        let steady = t
+            .windows(2)
+            .filter(|w| {
+                let g = w[1] - w[0];
+                g >= med / 2 && g <= med.saturating_mul(2)
+            })
+            .count();
+        if steady * 10 < (t.len() - 1) * 7 {
+            continue;
+        }
+        regular.push((optimizer_step(m, *stack), t.len(), *stack));
+    }
+    if regular.is_empty() {
+        return None;
+    }
+    // Optimizer steps first; then the outermost unit that repeats at least 16 times (or, if
+    // none does, the outermost at all): an inner loop's sites repeat more often per iteration.
+    let pick = if let Some(best) = regular.iter().filter(|r| r.0).min_by_key(|r| (r.1, r.2)) {
+        *best
+    } else {
+        let often: Vec<&(bool, usize, StackId)> = regular.iter().filter(|r| r.1 >= 16).collect();
+        let pool: Vec<&(bool, usize, StackId)> = if often.is_empty() {
+            regular.iter().collect()
+        } else {
+            often
+        };
+        **pool.iter().min_by_key(|r| (r.1, r.2))?
+    };
+    let starts = times.remove(&pick.2)?;
+    Some(make(
+        IterationSource::RecurringSite,
+        m.stack_label(pick.2),
+        starts,
+    ))
+}
+
+fn time_windows(m: &TraceModel) -> Iterations {
+    let span = m.last_ts_nanos.saturating_sub(m.first_ts_nanos);
+    let step = (span / TIME_WINDOWS as u64).max(1);
+    let starts: Vec<u64> = (0..TIME_WINDOWS as u64)
+        .map(|i| m.first_ts_nanos + i * step)
+        .filter(|&t| t < m.last_ts_nanos.max(m.first_ts_nanos + 1))
+        .collect();
+    let mut it = make(IterationSource::TimeWindows, "time windows".into(), starts);
+    // A tenth of the history is start-up.
+    it.warmup = (it.count / 10).max(1);
+    it
+}
+
+/// Finds the program's iterations (always some: equal time windows at worst).
+pub fn detect(m: &TraceModel) -> Iterations {
+    from_ranges(m)
+        .or_else(|| from_marks(m))
+        .or_else(|| from_recurring_site(m))
+        .unwrap_or_else(|| time_windows(m))
+}

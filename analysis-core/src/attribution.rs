@@ -1,0 +1,211 @@
+//! Which frame of a stack is the user's own code. A finding names the first frame (innermost
+//! first) that is not in a library: not the Python standard library, not an installed package
+//! (`site-packages`, `dist-packages`), not a framework (torch, JAX, CuPy, Triton, NumPy, also
+//! where a snapshot gives their paths relative to the package root), and not the CUDA, C++ or
+//! Python runtimes (libcuda, libcudart, cuBLAS, cuDNN, NCCL, libc10, libtorch, libpython,
+//! libstdc++, libc). The full stack stays in the report; only the label moves. Extra patterns
+//! (`Config::hide_frames`, `gpucollect report --hide-frame`) skip more frames: a substring of the
+//! function, file or module.
+
+use alloc::string::String;
+
+use crate::model::FrameView;
+
+/// Python packages whose frames are library code even when a path is relative to the package
+/// root (`torch/optim/adam.py`).
+const PY_PACKAGES: &[&str] = &[
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "triton",
+    "cupy",
+    "cupyx",
+    "cupy_backends",
+    "jax",
+    "jaxlib",
+    "flax",
+    "numpy",
+    "pycuda",
+];
+
+/// Shared objects of the CUDA, framework and language runtimes, by the start of the file name.
+const NATIVE_MODULES: &[&str] = &[
+    "libcuda.",
+    "libcudart",
+    "libcublas",
+    "libcudnn",
+    "libnccl",
+    "libcufft",
+    "libcurand",
+    "libcusparse",
+    "libcusolver",
+    "libnvrtc",
+    "libnvJitLink",
+    "libnvToolsExt",
+    "libcupti",
+    "libc10",
+    "libtorch",
+    "libcaffe2",
+    "libpython",
+    "python3",
+    "libffi",
+    "_ctypes",
+    "libstdc++",
+    "libc.so",
+    "libc-",
+    "ld-linux",
+    "libgcc_s",
+    "libpthread",
+    "libgpucollect",
+    "libxla",
+    "libjax",
+];
+
+/// C++ namespaces of runtimes and header-only libraries whose frames are compiled into the
+/// user's binary: the user's call of them is the line to show.
+const NATIVE_NAMESPACES: &[&str] = &[
+    "c10::",
+    "at::",
+    "torch::",
+    "caffe2::",
+    "std::",
+    "__gnu_cxx::",
+    "thrust::",
+    "cub::",
+    "cudart::",
+];
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn python_library(file: &str) -> bool {
+    if file.starts_with('<') {
+        // <frozen importlib._bootstrap>, <string>
+        return true;
+    }
+    if file.contains("/site-packages/")
+        || file.contains("/dist-packages/")
+        || file.contains("/lib/python3")
+        || file.contains("/lib64/python3")
+    {
+        return true;
+    }
+    PY_PACKAGES.iter().any(|p| {
+        file.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
+            || file.contains(alloc::format!("/{p}/").as_str())
+    })
+}
+
+/// Whether `f` is library code, not the user's.
+pub fn is_library_frame(f: &FrameView, extra: &[String]) -> bool {
+    let matches = |p: &String| {
+        !p.is_empty()
+            && (f.function.contains(p.as_str())
+                || f.file.contains(p.as_str())
+                || f.module.contains(p.as_str()))
+    };
+    if extra.iter().any(matches) {
+        return true;
+    }
+    if f.python || f.file.ends_with(".py") {
+        return python_library(&f.file);
+    }
+    if !f.module.is_empty() {
+        let name = file_name(&f.module);
+        if NATIVE_MODULES.iter().any(|m| name.starts_with(m))
+            || f.module.contains("/site-packages/")
+            || f.module.contains("/dist-packages/")
+        {
+            return true;
+        }
+    }
+    if NATIVE_NAMESPACES
+        .iter()
+        .any(|ns| f.function.starts_with(ns))
+    {
+        return true;
+    }
+    // Headers of the C++ runtime and the CUDA toolkit, where line tables point into them.
+    f.file.starts_with("/usr/include/")
+        || f.file.contains("/include/c++/")
+        || f.file.contains("/cuda/include/")
+        || f.file.contains("/targets/x86_64-linux/include/")
+}
+
+/// Index of the frame that names the call site: the first user frame (innermost first); where
+/// every frame is library code, the innermost frame with a file, else the innermost.
+pub fn user_frame_index(frames: &[FrameView], extra: &[String]) -> Option<usize> {
+    if frames.is_empty() {
+        return None;
+    }
+    frames
+        .iter()
+        .position(|f| !is_library_frame(f, extra))
+        .or_else(|| frames.iter().position(|f| !f.file.is_empty()))
+        .or(Some(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn py(function: &str, file: &str, line: u32) -> FrameView {
+        FrameView {
+            function: function.into(),
+            file: file.into(),
+            line,
+            python: true,
+            ..FrameView::default()
+        }
+    }
+
+    fn native(function: &str, module: &str) -> FrameView {
+        FrameView {
+            function: function.into(),
+            module: module.into(),
+            ..FrameView::default()
+        }
+    }
+
+    #[test]
+    fn the_users_python_line_is_found_under_torch_and_the_standard_library() {
+        let frames = vec![
+            py("_init_group", "torch/optim/adam.py", 166),
+            py(
+                "step",
+                "/venv/lib/python3.12/site-packages/torch/optim/adam.py",
+                213,
+            ),
+            py("_call_impl", "/usr/lib/python3.12/threading.py", 10),
+            py("train", "/home/me/proj/train.py", 57),
+            py("<module>", "/home/me/proj/train.py", 80),
+        ];
+        assert_eq!(user_frame_index(&frames, &[]), Some(3));
+        // A project folder that merely contains "torch" in a longer name is the user's.
+        let mine = vec![py("f", "/home/me/torchy/run.py", 3)];
+        assert_eq!(user_frame_index(&mine, &[]), Some(0));
+        // Extra patterns skip more.
+        assert_eq!(
+            user_frame_index(&frames, &[String::from("train.py")]),
+            Some(0),
+            "all library: the innermost frame with a file"
+        );
+    }
+
+    #[test]
+    fn native_runtimes_and_cxx_namespaces_are_skipped() {
+        let frames = vec![
+            native("cudaMalloc", "/usr/local/cuda/lib64/libcudart.so.12"),
+            native(
+                "c10::cuda::CUDACachingAllocator::malloc",
+                "/x/libc10_cuda.so",
+            ),
+            native("std::vector<float>::reserve", "/home/me/app"),
+            native("Solver::run", "/home/me/app"),
+        ];
+        assert_eq!(user_frame_index(&frames, &[]), Some(3));
+        assert_eq!(user_frame_index(&[], &[]), None);
+    }
+}
