@@ -108,7 +108,7 @@ pub fn is_library_frame(f: &FrameView, extra: &[String]) -> bool {
     if extra.iter().any(matches) {
         return true;
     }
-    if f.python || f.file.ends_with(".py") {
+    if is_python_source(f) {
         return python_library(&f.file);
     }
     if !f.module.is_empty() {
@@ -133,16 +133,28 @@ pub fn is_library_frame(f: &FrameView, extra: &[String]) -> bool {
         || f.file.contains("/targets/x86_64-linux/include/")
 }
 
-/// Index of the frame that names the call site: the first user frame (innermost first); where
-/// every frame is library code, the innermost frame with a file, else the innermost.
+fn is_python_source(f: &FrameView) -> bool {
+    f.file.ends_with(".py") || (f.python && f.file.starts_with('<'))
+}
+
+/// Index of the frame that names the call site: the first user frame (innermost first). In a
+/// stack with Python source frames only those can be the user's (native frames between them
+/// are the interpreter, the framework and its extensions, whatever their names; snapshots give
+/// C++ frames as `??` files). Where every frame is library code, the innermost frame with a
+/// file, else the innermost.
 pub fn user_frame_index(frames: &[FrameView], extra: &[String]) -> Option<usize> {
     if frames.is_empty() {
         return None;
     }
+    let python = frames.iter().any(is_python_source);
     frames
         .iter()
-        .position(|f| !is_library_frame(f, extra))
-        .or_else(|| frames.iter().position(|f| !f.file.is_empty()))
+        .position(|f| (!python || is_python_source(f)) && !is_library_frame(f, extra))
+        .or_else(|| {
+            frames
+                .iter()
+                .position(|f| !f.file.is_empty() && f.file != "??")
+        })
         .or(Some(0))
 }
 
@@ -192,6 +204,23 @@ mod tests {
             Some(0),
             "all library: the innermost frame with a file"
         );
+    }
+
+    #[test]
+    fn in_a_python_stack_native_frames_are_never_the_users() {
+        // As a snapshot gives them: every frame a (function, file, line), C++ ones with `??`.
+        let frames = vec![
+            py("torch::unwind::unwind()", "??", 0),
+            py("my_extension_kernel", "??", 0),
+            py("cfunction_call", "??", 0),
+            py(
+                "forward",
+                "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py",
+                125,
+            ),
+            py("forward", "/home/me/model.py", 33),
+        ];
+        assert_eq!(user_frame_index(&frames, &[]), Some(4));
     }
 
     #[test]

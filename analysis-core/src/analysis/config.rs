@@ -26,8 +26,10 @@ pub struct Config {
     pub hide_frames: alloc::vec::Vec<alloc::string::String>,
 
     // --- growth across iterations ---
-    /// A cause leaks when it grows at least this much over the steady-state iterations...
+    /// A cause leaks when it grows at least this much over the steady-state iterations, or at
+    /// least `growth_min_bytes_per_hour` at its rate (a short history of a fast loop)...
     pub growth_min_bytes: u64,
+    pub growth_min_bytes_per_hour: u64,
     /// ...in every third of them, with a linear fit r of at least this.
     pub growth_min_r: f64,
     /// An iteration is a spike when its peak exceeds the steady-state working set (the median
@@ -117,6 +119,7 @@ impl Default for Config {
             leak_min_bytes: 1,
             hide_frames: alloc::vec::Vec::new(),
             growth_min_bytes: MIB,
+            growth_min_bytes_per_hour: 64 * MIB,
             growth_min_r: 0.6,
             spike_peak_ratio: 1.3,
             spike_min_excess_bytes: 64 * MIB,

@@ -112,12 +112,13 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
             .collect();
         let gaps = address_gaps(m, device, worst.ts_nanos)
             .filter(|g| g.span_bytes <= worst.reserved_bytes);
-        // Forced growth: the reserve grew past its high-water mark although the demand still
-        // fit in the old reserve and the largest request since the last sample would have fit
-        // in its free part (a caching allocator grows only when no free block is large enough).
+        // Forced growth: the reserve grew past its high-water mark although the demand was no
+        // higher than before and the largest request since the last sample would have fit in
+        // its free part (a caching allocator grows only when no free block is large enough).
         let mut forced_count = 0u64;
         let mut forced_bytes = 0u64;
         let mut high = samples[0].reserved_bytes;
+        let mut used_high = samples[0].used_bytes;
         for w in samples.windows(2) {
             let (p, q) = (w[0], w[1]);
             if q.reserved_bytes <= high {
@@ -132,11 +133,15 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
                 .map(|a| a.size_bytes)
                 .max()
                 .unwrap_or(0);
-            if request > 0 && free_before >= request && q.used_bytes <= high {
+            // The demand is no higher than it has been: the reserve that served it before could
+            // not serve it now. (Growth that follows new demand, a leak's or a warm-up's, is
+            // not fragmentation.)
+            if request > 0 && free_before >= request && q.used_bytes <= used_high {
                 forced_count += 1;
                 forced_bytes = forced_bytes.saturating_add(q.reserved_bytes - high);
             }
             high = q.reserved_bytes;
+            used_high = used_high.max(q.used_bytes);
         }
         let last = samples[samples.len() - 1];
         let max_reserved = samples.iter().map(|s| s.reserved_bytes).max().unwrap_or(0);

@@ -236,10 +236,47 @@ fn time_windows(m: &TraceModel) -> Iterations {
     it
 }
 
+/// When the allocation history begins: the first allocation after time 0, or the first free
+/// (a snapshot whose ring buffer wrapped puts the blocks that predate its history at time 0,
+/// while its annotations may reach back further: iterations before then show nothing).
+fn history_start(m: &TraceModel) -> u64 {
+    m.allocs
+        .iter()
+        .map(|a| {
+            if a.ts_nanos > 0 {
+                a.ts_nanos
+            } else if a.is_live() {
+                u64::MAX
+            } else {
+                a.free_ts_nanos
+            }
+        })
+        .min()
+        .unwrap_or(0)
+}
+
 /// Finds the program's iterations (always some: equal time windows at worst).
 pub fn detect(m: &TraceModel) -> Iterations {
-    from_ranges(m)
+    let found = from_ranges(m)
         .or_else(|| from_marks(m))
-        .or_else(|| from_recurring_site(m))
-        .unwrap_or_else(|| time_windows(m))
+        .or_else(|| from_recurring_site(m));
+    let start = history_start(m);
+    match found {
+        Some(mut it) => {
+            let keep = it
+                .starts_nanos
+                .partition_point(|&t| t < start)
+                .saturating_sub(1);
+            if keep > 0 {
+                it.starts_nanos.drain(..keep);
+                it.count = it.starts_nanos.len() as u64;
+                it.warmup = warmup_of(it.starts_nanos.len());
+            }
+            if it.starts_nanos.len() >= MIN_ITERATIONS {
+                return it;
+            }
+            time_windows(m)
+        }
+        None => time_windows(m),
+    }
 }

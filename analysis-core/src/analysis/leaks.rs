@@ -107,6 +107,8 @@ pub struct LeakSections {
 
 /// How many growth rows the report keeps (leaking ones always).
 const MAX_GROWTH_ROWS: usize = 50;
+/// Growth below this is never a leak, whatever its rate.
+const MIN_GROWTH_BYTES: i64 = 4096;
 /// Samples at most per cause series.
 const MAX_SAMPLES: usize = 256;
 
@@ -166,7 +168,7 @@ impl Causes {
                         .map_or_else(|| "<no stack>".into(), |f| format!("{f}"));
                     let loc = f
                         .as_ref()
-                        .filter(|f| !f.file.is_empty())
+                        .filter(|f| !f.file.is_empty() && f.file != "??")
                         .map(|f| format!("{}:{}", f.file, f.line))
                         .unwrap_or_default();
                     let func = f.map(|f| (f.file, f.function)).unwrap_or_default();
@@ -264,8 +266,12 @@ pub(crate) fn judge(
     let fit_i = linear_fit(iters[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
     let fit_t = linear_fit(secs[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
     let r = fit_i.map_or(0.0, |f| f.r);
-    let leaking =
-        growth >= c.growth_min_bytes as i64 && g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
+    let per_sec = fit_t.map_or(0.0, |f| f.slope);
+    // Enough to matter: over the history, or at its rate over an hour of run time.
+    let enough = growth >= MIN_GROWTH_BYTES
+        && (growth >= c.growth_min_bytes as i64
+            || per_sec * 3600.0 >= c.growth_min_bytes_per_hour as f64);
+    let leaking = enough && g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
     // Grew over several samples (not one allocation), then stopped.
     let rises = v.windows(2).filter(|w| w[1] > w[0]).count();
     let early = v[..=b.saturating_add(steady).min(v.len() - 1)]
@@ -280,7 +286,7 @@ pub(crate) fn judge(
     Some(Judged {
         growth,
         per_iteration: fit_i.map_or(0.0, |f| f.slope),
-        per_sec: fit_t.map_or(0.0, |f| f.slope),
+        per_sec,
         r,
         leaking,
         bounded,
@@ -304,45 +310,113 @@ pub fn analyze(
     let n = times.len();
     let k = causes.keys.len();
 
-    // Live bytes of every cause at every sample, by difference arrays, made only for causes
-    // with something live at a sample.
-    let mut diff: Vec<Option<Vec<i64>>> = alloc::vec![None; k];
+    // Live bytes at every sample of each stack of each cause, by difference arrays, made only
+    // for stacks with something live at a sample (everything live at the end is).
+    let mut index: HashMap<(usize, StackId), usize> = HashMap::new();
+    let mut owner: Vec<(usize, StackId)> = Vec::new();
+    let mut diff: Vec<Vec<i64>> = Vec::new();
+    let mut stack_end: Vec<(u64, u64)> = Vec::new();
     let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
-    let mut allocated: Vec<u64> = alloc::vec![0; k];
     for (i, a) in m.allocs.iter().enumerate() {
-        if a.size_bytes == 0 || !a.kind.is_tracked() {
+        if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
             continue;
         }
         let ci = causes.of(i);
-        allocated[ci] += 1;
+        let i0 = times.partition_point(|&t| t < a.ts_nanos);
+        let i1 = times.partition_point(|&t| t < a.free_ts_nanos);
+        if i0 >= i1 {
+            continue;
+        }
+        let si = *index.entry((ci, a.stack)).or_insert_with(|| {
+            owner.push((ci, a.stack));
+            diff.push(alloc::vec![0i64; n + 1]);
+            stack_end.push((0, 0));
+            owner.len() - 1
+        });
+        let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
+        let d = &mut diff[si];
+        d[i0] = d[i0].saturating_add(s);
+        d[i1] = d[i1].saturating_sub(s);
         if a.is_live() {
+            let e = &mut stack_end[si];
+            e.0 = e.0.saturating_add(a.size_bytes);
+            e.1 += 1;
             let e = &mut live_end[ci];
             e.0 = e.0.saturating_add(a.size_bytes);
             e.1 += 1;
         }
-        let i0 = times.partition_point(|&t| t < a.ts_nanos);
-        let i1 = times.partition_point(|&t| t < a.free_ts_nanos);
-        if i0 < i1 && n > 0 {
-            let d = diff[ci].get_or_insert_with(|| alloc::vec![0i64; n + 1]);
-            let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
-            d[i0] = d[i0].saturating_add(s);
-            d[i1] = d[i1].saturating_sub(s);
-        }
     }
+    let series: Vec<Vec<i64>> = diff
+        .iter()
+        .map(|d| {
+            let mut acc = 0i64;
+            d[..n]
+                .iter()
+                .map(|x| {
+                    acc = acc.saturating_add(*x);
+                    acc
+                })
+                .collect()
+        })
+        .collect();
+    drop(diff);
+    let stack_leaking: Vec<bool> = series
+        .iter()
+        .map(|v| judge(c, v, &iters, &secs, steady).is_some_and(|j| j.leaking))
+        .collect();
+    let mut stacks_of: Vec<Vec<usize>> = alloc::vec![Vec::new(); k];
+    for (si, &(ci, _)) in owner.iter().enumerate() {
+        stacks_of[ci].push(si);
+    }
+    let sum = |list: &[usize]| -> Vec<i64> {
+        let mut v = alloc::vec![0i64; n];
+        for &si in list {
+            for (x, y) in v.iter_mut().zip(&series[si]) {
+                *x = x.saturating_add(*y);
+            }
+        }
+        v
+    };
 
+    // A cause leaks when one of its stacks does, or when the cause as a whole does (then its
+    // stacks that grew are the leak). Its leak is those stacks only: a one-time buffer made at
+    // the same line is not part of it.
     let mut growth_rows: Vec<Growth> = Vec::new();
     let mut leaking_causes: Vec<usize> = Vec::new();
     let mut bounded_causes: Vec<usize> = Vec::new();
-    for (ci, d) in diff.iter().enumerate() {
-        let Some(d) = d else { continue };
-        let mut v = Vec::with_capacity(n);
-        let mut acc = 0i64;
-        for x in &d[..n] {
-            acc = acc.saturating_add(*x);
-            v.push(acc);
-        }
-        let Some(j) = judge(c, &v, &iters, &secs, steady) else {
+    let mut leak_stacks: Vec<(usize, StackId)> = Vec::new();
+    let mut leak_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
+    for (ci, list) in stacks_of.iter().enumerate() {
+        if list.is_empty() {
             continue;
+        }
+        let whole = sum(list);
+        let Some(jw) = judge(c, &whole, &iters, &secs, steady) else {
+            continue;
+        };
+        let mut leak: Vec<usize> = list
+            .iter()
+            .copied()
+            .filter(|&si| stack_leaking[si])
+            .collect();
+        if leak.is_empty() && jw.leaking {
+            leak = list
+                .iter()
+                .copied()
+                .filter(|&si| series[si][n - 1] > series[si][steady.min(n - 1)])
+                .collect();
+        }
+        let (v, j) = if leak.is_empty() {
+            (whole, jw)
+        } else {
+            let v = sum(&leak);
+            match judge(c, &v, &iters, &secs, steady) {
+                Some(mut j) => {
+                    j.leaking = true;
+                    (v, j)
+                }
+                None => (whole, jw),
+            }
         };
         if !(j.leaking || j.bounded || j.growth > 0) {
             continue;
@@ -356,13 +430,21 @@ pub fn analyze(
         };
         if j.leaking {
             leaking_causes.push(ci);
+            for &si in &leak {
+                leak_stacks.push(owner[si]);
+                let e = &mut leak_end[ci];
+                e.0 = e.0.saturating_add(stack_end[si].0);
+                e.1 += stack_end[si].1;
+            }
         } else if j.bounded {
             bounded_causes.push(ci);
         }
         growth_rows.push(Growth {
             site: label.clone(),
             location: causes.locations[ci].clone(),
-            stack: causes.top_stack[ci].0,
+            stack: leak
+                .first()
+                .map_or(causes.top_stack[ci].0, |&si| owner[si].1),
             process: *process,
             device: *device,
             pinned_host: *host,
@@ -376,6 +458,17 @@ pub fn analyze(
             bounded: j.bounded,
             seconds_to_full,
         });
+    }
+    leak_stacks.sort_unstable();
+    // Allocations made by the leaking stacks (to tell a missed free from a kept allocation).
+    let mut allocated: Vec<u64> = alloc::vec![0; k];
+    for (i, a) in m.allocs.iter().enumerate() {
+        if a.size_bytes > 0
+            && a.kind.is_tracked()
+            && leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
+        {
+            allocated[causes.of(i)] += 1;
+        }
     }
     growth_rows.sort_by(|a, b| {
         b.leaking
@@ -412,24 +505,24 @@ pub fn analyze(
             continue;
         }
         let ci = leaking_causes[x];
+        // Lines of one function, on every device and in every process (workers running the
+        // same code), are one cause.
         let mut members = alloc::vec![ci];
-        let (p, d, h, _) = &causes.keys[ci];
+        let host = causes.keys[ci].2;
         let func = &causes.functions[ci];
         for y in x + 1..leaking_causes.len() {
             let cj = leaking_causes[y];
-            let (p2, d2, h2, _) = &causes.keys[cj];
-            if !done[y]
-                && p == p2
-                && d == d2
-                && h == h2
-                && !func.1.is_empty()
-                && causes.functions[cj] == *func
-            {
+            let same = if func.1.is_empty() {
+                causes.keys[cj].3 == causes.keys[ci].3
+            } else {
+                causes.functions[cj] == *func
+            };
+            if !done[y] && causes.keys[cj].2 == host && same {
                 members.push(cj);
                 done[y] = true;
             }
         }
-        members.sort_by_key(|&ci| core::cmp::Reverse(live_end[ci].0));
+        members.sort_by_key(|&ci| core::cmp::Reverse(leak_end[ci].0));
         let allocs: u64 = members.iter().map(|&ci| allocated[ci]).sum();
         found.push(growth_finding(
             m,
@@ -438,7 +531,7 @@ pub fn analyze(
             causes,
             &members,
             &growth_rows,
-            &live_end,
+            &leak_end,
             allocs,
             end,
         ));
@@ -476,7 +569,7 @@ pub fn analyze(
     growth_rows.truncate(MAX_GROWTH_ROWS.max(leaking_causes.len()));
 
     // What is live at the end, for causes that do not grow.
-    let groups = end_groups(m, c, it, causes, &leaking_causes);
+    let groups = end_groups(m, c, it, causes, &leak_stacks);
     let mut aggregated: Vec<(LeakClass, u64, u64, Vec<&LeakGroup>)> = Vec::new();
     for g in &groups {
         match g.class {
@@ -554,7 +647,7 @@ fn growth_finding(
             .find(|g| g.site == *label && g.process == *p && g.device == *d && g.pinned_host == *h)
     };
     let main = members[0];
-    let (process, device, host, label) = &causes.keys[main];
+    let (_, device, host, label) = &causes.keys[main];
     let bytes = members
         .iter()
         .map(|&ci| live_end[ci].0)
@@ -630,10 +723,19 @@ fn growth_finding(
         HistoryEnd::Exited => "still live at exit",
         _ => "live when the history ended",
     };
+    let mut places: Vec<(u32, u32)> = members
+        .iter()
+        .map(|&ci| (causes.keys[ci].0.0, causes.keys[ci].1.0))
+        .collect();
+    places.sort_unstable();
+    places.dedup();
+    let places: Vec<String> = places
+        .iter()
+        .map(|(p, d)| format!("process {p}, device {d}"))
+        .collect();
     f.message = format!(
-        "{memory} allocated at {label} (process {}, device {}) grows {} per {unit} ({}/h) across the steady-state {unit}s; {} in {count} allocation(s) {ended}",
-        process.0,
-        device.0,
+        "{memory} allocated at {label} ({}) grows {} per {unit} ({}/h) across the steady-state {unit}s; {} in {count} allocation(s) {ended}",
+        places.join("; "),
         fmt_bytes(per_iter.max(0.0) as u64),
         fmt_bytes(per_hour.max(0.0) as u64),
         fmt_bytes(bytes)
@@ -712,7 +814,7 @@ fn end_groups(
     c: &Config,
     it: &Iterations,
     causes: &Causes,
-    leaking: &[usize],
+    leak_stacks: &[(usize, StackId)],
 ) -> Vec<LeakGroup> {
     let last = m.last_ts_nanos;
     let duration = m.duration_nanos();
@@ -741,7 +843,7 @@ fn end_groups(
             }
             continue;
         }
-        if leaking.contains(&ci) {
+        if leak_stacks.binary_search(&(ci, a.stack)).is_ok() {
             continue;
         }
         let g = by.entry(ci).or_insert(Acc {

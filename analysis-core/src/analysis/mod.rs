@@ -472,7 +472,9 @@ pub(crate) fn site_label(m: &TraceModel, stack: StackId) -> (String, Vec<String>
 /// `file:line` of the user's frame, for fix texts; else the label.
 pub(crate) fn site_location(m: &TraceModel, stack: StackId) -> String {
     match m.user_frame(stack, &[]) {
-        Some(f) if !f.file.is_empty() => alloc::format!("{}:{}", f.file, f.line),
+        Some(f) if !f.file.is_empty() && f.file != "??" => {
+            alloc::format!("{}:{}", f.file, f.line)
+        }
         _ => m.stack_label(stack),
     }
 }
