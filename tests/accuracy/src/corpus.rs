@@ -12,7 +12,145 @@ pub fn all() -> Vec<Scenario> {
     let mut v = Vec::new();
     v.extend(torch_scenarios());
     v.push(real_torch());
+    v.extend(crate::corpus_cpp::scenarios());
+    v.push(torchrun(201, false));
+    v.push(torchrun(202, true));
+    v.push(fragmented_server(203));
     v
+}
+
+/// torchrun with two workers (one GPU each) in one trace: the launcher, then the workers with
+/// their NCCL buffers and training loops. With `rank1_leak`, rank 1 runs the metrics.py:33
+/// list leak.
+fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
+    let sites = Sites::new(4);
+    let launcher = ProcDesc {
+        idx: 0,
+        pid: 70_100,
+        parent: None,
+        argv: vec![
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "train.py",
+        ],
+        device: 0,
+        main_thread: 0,
+        autograd_thread: 0,
+    };
+    let mut workers = Vec::new();
+    for rank in 0..2u32 {
+        let p = ProcDesc {
+            idx: rank + 1,
+            pid: 70_101 + rank,
+            parent: Some(0),
+            argv: vec!["python", "-u", "train.py", "--config", "configs/base.yaml"],
+            device: rank,
+            main_thread: 1 + 2 * rank,
+            autograd_thread: 2 + 2 * rank,
+        };
+        let mut tr = Torch::new(p, seed * 10 + u64::from(rank), 80 * GIB);
+        let cfg = TrainCfg {
+            leak: (rank1_leak && rank == 1).then_some(Leak::List),
+            steps: 60,
+            nvtx: true,
+            ..TrainCfg::new(seed * 10 + u64::from(rank))
+        };
+        // init_process_group: NCCL's buffers, straight from the driver.
+        let nccl = 2 * 64 * MIB + 18 * MIB;
+        tr.raw(nccl, sites.nccl, false);
+        torch::train(&mut tr, &sites, &cfg);
+        workers.push((tr, nccl));
+    }
+    let bytes = workers[1].0.cause_live_bytes();
+    for (tr, nccl) in &mut workers {
+        tr.free_everything();
+        tr.raw(*nccl, sites.nccl, true);
+        tr.exit(Some(0), None);
+    }
+    let mut launcher_t = Torch::new(launcher.clone(), seed, 80 * GIB);
+    launcher_t.t = workers.iter().map(|w| w.0.t).max().unwrap_or(0);
+    launcher_t.exit(Some(0), None);
+    let mut w = TraceWriter::new(&launcher.argv);
+    let descs: Vec<ProcDesc> = std::iter::once(launcher)
+        .chain(workers.iter().map(|x| x.0.p.clone()))
+        .collect();
+    torch::describe(
+        &mut w,
+        &descs,
+        &[
+            (0, "NVIDIA H100 80GB HBM3", 80 * GIB),
+            (1, "NVIDIA H100 80GB HBM3", 80 * GIB),
+        ],
+    );
+    let all: Vec<&Torch> = std::iter::once(&launcher_t)
+        .chain(workers.iter().map(|x| &x.0))
+        .collect();
+    let bytes_trace = torch::render_trace(w, &sites, &all, true);
+    let mut calls = Vec::new();
+    let mut samples = Vec::new();
+    for (tr, _) in &mut workers {
+        calls.append(&mut tr.calls);
+        samples.append(&mut tr.samples);
+    }
+    calls.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    samples.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    let (name, description, truth) = if rank1_leak {
+        (
+            "torchrun-rank1-leak",
+            "torchrun with two workers on two GPUs; rank 1 keeps 4 MiB per step at metrics.py:33 (rank 0 is clean)",
+            Truth::leak(&["metrics.py:33"], bytes),
+        )
+    } else {
+        (
+            "torchrun-healthy",
+            "torchrun with two workers on two GPUs, NCCL buffers from the driver, healthy training on both",
+            Truth::Healthy,
+        )
+    };
+    Scenario {
+        name: name.into(),
+        description: description.into(),
+        truth,
+        history: History::Trace(bytes_trace),
+        calls,
+        device_samples: samples,
+    }
+}
+
+/// An inference server on a 16 GiB GPU: chat sessions' KV blocks pin partly used 20 MiB
+/// segments until a long prompt's 1 GiB prefill fails with gigabytes reserved but unallocated
+/// and no free block large enough (PyTorch's "reserved but unallocated" OOM).
+fn fragmented_server(seed: u64) -> Scenario {
+    let sites = Sites::new(4);
+    let p = ProcDesc {
+        argv: vec!["python", "server.py", "--port", "8000"],
+        ..main_proc(seed)
+    };
+    let mut tr = Torch::new(p, seed, 16 * GIB);
+    let failed = torch::serve(&mut tr, &sites, 5000);
+    tr.exit(Some(1), None);
+    let mut w = TraceWriter::new(&["python", "server.py", "--port", "8000"]);
+    torch::describe(
+        &mut w,
+        std::slice::from_ref(&tr.p),
+        &[(0, "Tesla T4", 16 * GIB)],
+    );
+    let truth = if failed.is_some() {
+        Truth::faulty(Class::Fragmentation, &[], None)
+    } else {
+        Truth::Healthy
+    };
+    Scenario {
+        name: "torch-fragmentation-oom".into(),
+        description: "an inference server on a 16 GiB GPU: KV-cache blocks of open sessions pin partly used segments; a long prompt's 1 GiB prefill fails with gigabytes reserved but unallocated".into(),
+        truth,
+        history: History::Trace(torch::render_trace(w, &sites, &[&tr], true)),
+        calls: std::mem::take(&mut tr.calls),
+        device_samples: std::mem::take(&mut tr.samples),
+    }
 }
 
 /// The real snapshot checked in with the importer's tests (`analysis-core/tests/assets/torch`,

@@ -12,6 +12,7 @@
 //! It also exports the same runs for the peer comparison with stormlog ([`peer`]).
 
 pub mod corpus;
+pub mod corpus_cpp;
 pub mod peer;
 pub mod programs;
 pub mod run;

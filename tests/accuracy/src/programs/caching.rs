@@ -114,6 +114,10 @@ impl CachingAllocator {
         self.allocated
     }
 
+    pub const fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     pub const fn reserved(&self) -> u64 {
         self.reserved
     }

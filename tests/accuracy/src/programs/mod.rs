@@ -2,5 +2,6 @@
 //! history from its own accounting, and knows its truth. None of them reads the detectors.
 
 pub mod caching;
+pub mod cuda;
 pub mod torch;
 pub mod writer;

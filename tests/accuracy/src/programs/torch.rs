@@ -1291,9 +1291,16 @@ pub fn serve(tr: &mut Torch, s: &Sites, sessions: u32) -> Option<u64> {
     tr.pool_sample();
     let mut open: Vec<u64> = Vec::new();
     for i in 0..sessions {
+        // The server admits sessions while the cache has room to grow.
+        if tr.alloc.reserved() + 900 * MIB > tr.alloc.capacity() {
+            break;
+        }
         tr.maybe_device_sample();
         tr.call_begin("handle", "server.py", 95);
-        let kv = 3 * MIB + tr.rng.range(0, 8) * 256 * KIB;
+        // Contexts get longer as the day goes on: later sessions need larger KV blocks than
+        // the holes earlier ones leave.
+        let kv =
+            (2 * MIB + u64::from(i / 4) * 64 * KIB + tr.rng.range(0, 4) * 64 * KIB).min(9 * MIB);
         let a = tr.malloc(7 * MIB, s.srv_prefill, main)?;
         let b = tr.malloc(6 * MIB + 512 * KIB, s.srv_prefill, main)?;
         let k = tr.malloc(kv, s.srv_kv, main)?;
@@ -1301,7 +1308,7 @@ pub fn serve(tr: &mut Torch, s: &Sites, sessions: u32) -> Option<u64> {
         tr.free(a, main);
         tr.free(b, main);
         open.push(k);
-        if i % 3 == 2 && open.len() > 8 {
+        if open.len() > 16 && tr.rng.chance(2, 3) {
             let idx = tr.rng.range(0, open.len() as u64 - 1) as usize;
             let t = open.swap_remove(idx);
             tr.free(t, main);
