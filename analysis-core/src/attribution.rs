@@ -133,6 +133,16 @@ pub fn is_library_frame(f: &FrameView, extra: &[String]) -> bool {
         || f.file.contains("/targets/x86_64-linux/include/")
 }
 
+/// Indexes of every user frame of a stack, innermost first (the rules of [`user_frame_index`]).
+pub fn user_frame_indexes(frames: &[FrameView], extra: &[String]) -> alloc::vec::Vec<usize> {
+    let python = frames.iter().any(is_python_source);
+    (0..frames.len())
+        .filter(|&i| {
+            (!python || is_python_source(&frames[i])) && !is_library_frame(&frames[i], extra)
+        })
+        .collect()
+}
+
 fn is_python_source(f: &FrameView) -> bool {
     f.file.ends_with(".py") || (f.python && f.file.starts_with('<'))
 }
@@ -145,6 +155,11 @@ fn is_python_source(f: &FrameView) -> bool {
 pub fn user_frame_index(frames: &[FrameView], extra: &[String]) -> Option<usize> {
     if frames.is_empty() {
         return None;
+    }
+    // A marker a reader put first (`<allocated before the snapshot's history began>`) names
+    // the site: it says what the stack cannot.
+    if frames[0].file.is_empty() && frames[0].function.starts_with('<') {
+        return Some(0);
     }
     let python = frames.iter().any(is_python_source);
     frames

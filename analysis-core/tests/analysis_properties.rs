@@ -187,7 +187,12 @@ proptest! {
         let r = summarize(&load(&bytes).expect("loads"));
         prop_assert!(r.analysis.leaks_at_exit.is_empty());
         prop_assert_eq!(r.live_at_end_bytes, 0);
-        prop_assert!(!r.findings.iter().any(|f| f.kind.is_leak()));
+        // Nothing is left at exit. (Memory kept while the program ran and freed only at its
+        // end, a list emptied at shutdown, can still be growth: a leak while it runs.)
+        prop_assert!(!r.findings.iter().any(|f| matches!(
+            f.kind,
+            FindingKind::LeakAtExit | FindingKind::ThreadExitLeak
+        ) || (f.kind == FindingKind::MissedFree && f.bytes == 0 && f.bytes_per_iteration.is_none())));
         prop_assert!(!r.notes.iter().any(|f| f.kind == FindingKind::TeardownRelease));
         prop_assert!(r.score <= 100);
     }

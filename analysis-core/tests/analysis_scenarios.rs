@@ -249,10 +249,11 @@ fn fragmentation_ratios_are_exact() {
     assert_eq!(gaps.free_bytes, planted.free_inside_span_bytes);
     assert_eq!(gaps.largest_free_bytes, planted.largest_free_bytes);
     assert_eq!(gaps.external_fragmentation, 1.0 - 64.0 / 192.0);
-    // The out-of-memory is the finding (critical, first); the free reserve is not called cache
+    // The failed allocation is the evidence (critical, first); the free reserve is not called cache
     // on a device where an allocation failed, nor fragmentation a second time.
     assert_eq!(r.findings.len(), 1, "{:#?}", r.findings);
-    assert_eq!(r.findings[0].kind, FindingKind::OutOfMemory);
+    // Fragmentation that made an allocation fail: one critical fragmentation finding.
+    assert_eq!(r.findings[0].kind, FindingKind::Fragmentation);
     assert_eq!(r.findings[0].severity, Severity::Critical);
     assert!(
         r.findings[0].headline.contains("fragmentation"),

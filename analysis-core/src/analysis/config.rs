@@ -121,7 +121,7 @@ impl Default for Config {
             growth_min_bytes: MIB,
             growth_min_bytes_per_hour: 64 * MIB,
             growth_min_r: 0.6,
-            spike_peak_ratio: 1.3,
+            spike_peak_ratio: 1.5,
             spike_min_excess_bytes: 64 * MIB,
             leak_critical_bytes: GIB,
             thread_idle_fraction: 0.25,

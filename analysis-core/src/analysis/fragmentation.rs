@@ -14,6 +14,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use serde::Serialize;
 
+use super::iterations::Iterations;
 use super::{Config, Finding, FindingKind, Found, Severity};
 use crate::format::{DeviceIdx, ProcessIdx, pool};
 use crate::model::TraceModel;
@@ -68,7 +69,22 @@ pub struct PoolFragmentation {
 
 pub const MAX_POINTS: usize = 256;
 
-pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmentation> {
+pub fn analyze(
+    m: &TraceModel,
+    c: &Config,
+    it: &Iterations,
+    found: &mut Found,
+) -> Vec<PoolFragmentation> {
+    // Forced growth counts once the program is past its warm-up, and is a problem only while it
+    // goes on: growth that stops is the reserve settling (a cache note).
+    let steady_from = it
+        .starts_nanos
+        .get(it.warmup as usize)
+        .copied()
+        .unwrap_or(m.first_ts_nanos);
+    let third = (m.last_ts_nanos - m.first_ts_nanos) / 3;
+    let middle_third = m.first_ts_nanos + third;
+    let last_third = m.last_ts_nanos - third;
     let mut keys: Vec<(ProcessIdx, DeviceIdx, u64)> = Vec::new();
     for s in &m.pool_samples {
         let k = (s.process, s.device, s.pool);
@@ -117,6 +133,8 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
         // its free part (a caching allocator grows only when no free block is large enough).
         let mut forced_count = 0u64;
         let mut forced_bytes = 0u64;
+        let mut forced_late = false;
+        let mut forced_middle = false;
         let mut high = samples[0].reserved_bytes;
         let mut used_high = samples[0].used_bytes;
         for w in samples.windows(2) {
@@ -136,8 +154,14 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
             // The demand is no higher than it has been: the reserve that served it before could
             // not serve it now. (Growth that follows new demand, a leak's or a warm-up's, is
             // not fragmentation.)
-            if request > 0 && free_before >= request && q.used_bytes <= used_high {
+            if request > 0
+                && free_before >= request
+                && q.used_bytes <= used_high
+                && q.ts_nanos >= steady_from
+            {
                 forced_count += 1;
+                forced_late |= q.ts_nanos >= last_third;
+                forced_middle |= q.ts_nanos >= middle_third && q.ts_nanos < last_third;
                 forced_bytes = forced_bytes.saturating_add(q.reserved_bytes - high);
             }
             high = q.reserved_bytes;
@@ -163,7 +187,8 @@ pub fn analyze(m: &TraceModel, c: &Config, found: &mut Found) -> Vec<PoolFragmen
         };
         let name = format!("{} on device {}", pool::label(pool), device.0);
         let significant = c.spike_min_excess_bytes.min(max_reserved / 10).max(1);
-        if forced_count >= 2 && forced_bytes >= significant {
+        // Still forcing growth through the middle and the last third: it goes on.
+        if forced_count >= 3 && forced_middle && forced_late && forced_bytes >= significant {
             let mut x = Finding::new(FindingKind::Fragmentation, Severity::Warning, name.clone());
             x.bytes = forced_bytes;
             x.count = forced_count;

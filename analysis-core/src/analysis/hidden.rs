@@ -132,8 +132,26 @@ pub fn analyze(
         });
         let gaps = address_gaps(m, r.device, r.ts_nanos)
             .filter(|g| device_total.is_some_and(|t| g.span_bytes <= t));
+        // A caching allocator or pool that held at least the request reserved but unallocated
+        // just before (PyTorch's "reserved but unallocated"): no free block was large enough.
+        let pool_free = m
+            .pool_samples
+            .iter()
+            .rev()
+            .find(|p| p.process == r.process && p.device == r.device && p.ts_nanos <= r.ts_nanos)
+            .map(|p| p.reserved_bytes.saturating_sub(p.used_bytes));
         let cause = match gaps {
             Some(g) if g.free_bytes >= r.size_bytes && g.largest_free_bytes < r.size_bytes => {
+                OomCause::Fragmentation
+            }
+            _ if pool_free.is_some_and(|f| f >= r.size_bytes) => OomCause::Fragmentation,
+            // The device itself had the bytes free (the last sample's free memory, less what we
+            // allocated since): no block of them was usable.
+            _ if sample.is_some_and(|s| {
+                let since = live_bytes.saturating_sub(traced_live(m, r.device, s.ts_nanos));
+                s.free_bytes.saturating_sub(since) >= r.size_bytes
+            }) =>
+            {
                 OomCause::Fragmentation
             }
             _ if others_bytes >= r.size_bytes && others_bytes > live_bytes => {
@@ -388,14 +406,20 @@ pub fn gap_rules(
 fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) -> Finding {
     let others = saturating_sum(o.other_processes.iter().map(|p| p.used_bytes));
     let why = match o.cause {
-        OomCause::Fragmentation => {
-            let g = o.gaps.unwrap_or_default();
-            format!(
+        OomCause::Fragmentation => match o.gaps {
+            Some(g) if g.free_bytes >= o.requested_bytes => format!(
                 "fragmentation: {} free between live blocks but the largest free block is {}",
                 fmt_bytes(g.free_bytes),
                 fmt_bytes(g.largest_free_bytes)
-            )
-        }
+            ),
+            _ => match o.free_bytes {
+                Some(free) if free >= o.requested_bytes => format!(
+                    "fragmentation: the device had {} free, more than requested, but no block of it was usable",
+                    fmt_bytes(free)
+                ),
+                _ => "fragmentation: the allocator held at least the request reserved but unallocated, in blocks too small for it".into(),
+            },
+        },
         OomCause::OtherProcesses => {
             let list: Vec<String> = o
                 .other_processes
@@ -443,7 +467,14 @@ fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) 
             None => "reduce the batch or model size".into(),
         },
     };
-    let mut f = Finding::new(FindingKind::OutOfMemory, Severity::Critical, o.site.clone());
+    // Fragmentation that made an allocation fail is a fragmentation finding, critical, with the
+    // failure as its evidence (one cause, one finding).
+    let kind = if o.cause == OomCause::Fragmentation {
+        FindingKind::Fragmentation
+    } else {
+        FindingKind::OutOfMemory
+    };
+    let mut f = Finding::new(kind, Severity::Critical, o.site.clone());
     f.location = match m.user_frame(stack, &[]) {
         Some(u) if !u.file.is_empty() => alloc::format!("{}:{}", u.file, u.line),
         _ => String::new(),
@@ -452,7 +483,8 @@ fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) 
     f.bytes = o.requested_bytes;
     f.count = 1;
     f.ts_nanos = Some(o.ts_nanos);
-    f.harm_bytes = o.total_bytes.unwrap_or(u64::MAX);
+    // The program failed: the worst harm there is.
+    f.harm_bytes = u64::MAX;
     let cause = match o.cause {
         OomCause::Fragmentation => "fragmentation",
         OomCause::OtherProcesses => "other processes",

@@ -168,9 +168,14 @@ fn from_recurring_site(m: &TraceModel) -> Option<Iterations> {
         return None;
     }
     let mut times: HashMap<StackId, Vec<u64>> = HashMap::new();
+    let mut lifetimes: HashMap<StackId, Vec<u64>> = HashMap::new();
     for a in &m.allocs {
         if a.size_bytes > 0 && a.kind.is_tracked() && a.stack.0 != 0 {
             times.entry(a.stack).or_default().push(a.ts_nanos);
+            lifetimes
+                .entry(a.stack)
+                .or_default()
+                .push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
         }
     }
     // (prefer, count, stack) of every regular candidate.
@@ -197,15 +202,38 @@ fn from_recurring_site(m: &TraceModel) -> Option<Iterations> {
         if steady * 10 < (t.len() - 1) * 7 {
             continue;
         }
+        // A heartbeat is transient work of each iteration: most of its allocations are freed
+        // within two periods. A site whose allocations are kept is what may leak, not a clock.
+        let transient = lifetimes[stack]
+            .iter()
+            .filter(|&&l| l <= med.saturating_mul(2))
+            .count();
+        if transient * 2 < t.len() {
+            continue;
+        }
         regular.push((optimizer_step(m, *stack), t.len(), *stack));
     }
     if regular.is_empty() {
         return None;
     }
-    // Optimizer steps first; then the outermost unit that repeats at least 16 times (or, if
-    // none does, the outermost at all): an inner loop's sites repeat more often per iteration.
+    // Optimizer steps first; then a site that recurs with the period of live bytes (the
+    // step: inner loops recur faster, evaluations slower); then the outermost unit that still
+    // repeats at least 16 times (or, if none does, the outermost at all).
+    let period = live_bytes_period(m);
+    let with_period = period.and_then(|p| {
+        regular
+            .iter()
+            .filter(|r| {
+                let med = median_gap(&times[&r.2]);
+                med >= p - p / 5 && med <= p + p / 4
+            })
+            .max_by_key(|r| (r.1, core::cmp::Reverse(r.2)))
+            .copied()
+    });
     let pick = if let Some(best) = regular.iter().filter(|r| r.0).min_by_key(|r| (r.1, r.2)) {
         *best
+    } else if let Some(best) = with_period {
+        best
     } else {
         let often: Vec<&(bool, usize, StackId)> = regular.iter().filter(|r| r.1 >= 16).collect();
         let pool: Vec<&(bool, usize, StackId)> = if often.is_empty() {
@@ -221,6 +249,45 @@ fn from_recurring_site(m: &TraceModel) -> Option<Iterations> {
         m.stack_label(pick.2),
         starts,
     ))
+}
+
+/// Moments at which the total live bytes are sampled to find their period.
+const PERIOD_SAMPLES: usize = 4096;
+
+/// The period of the total live bytes: the series sampled at `PERIOD_SAMPLES` even moments,
+/// detrended (a leak is a trend), and the first lag whose autocorrelation is a local maximum of
+/// at least 0.8 times the highest (multiples of the period correlate as well). None without a
+/// clear period (no lag above 0.3) or when the period is too short to resolve.
+fn live_bytes_period(m: &TraceModel) -> Option<u64> {
+    let t0 = m.first_ts_nanos;
+    let span = m.last_ts_nanos.saturating_sub(t0);
+    if span == 0 || m.total.len() < 16 {
+        return None;
+    }
+    let n = PERIOD_SAMPLES;
+    let at = |i: usize| t0 + (span as u128 * i as u128 / n as u128) as u64;
+    let ys: Vec<f64> = (0..n).map(|i| m.total.value_at(at(i)) as f64).collect();
+    let fit = crate::stats::linear_fit(ys.iter().enumerate().map(|(i, &y)| (i as f64, y)))?;
+    let xs: Vec<f64> = ys
+        .iter()
+        .enumerate()
+        .map(|(i, &y)| y - (fit.intercept + fit.slope * i as f64))
+        .collect();
+    let var: f64 = xs.iter().map(|x| x * x).sum();
+    if var <= 0.0 {
+        return None;
+    }
+    let max_lag = n / 3;
+    let r: Vec<f64> = (0..=max_lag)
+        .map(|lag| xs.iter().zip(&xs[lag..]).map(|(a, b)| a * b).sum::<f64>() / var)
+        .collect();
+    let best = r[2..].iter().copied().fold(f64::MIN, f64::max);
+    if best < 0.3 {
+        return None;
+    }
+    (2..max_lag)
+        .find(|&l| r[l] >= 0.8 * best && r[l] >= r[l - 1] && r[l] >= r[l + 1])
+        .map(|l| (span as u128 * l as u128 / n as u128) as u64)
 }
 
 fn time_windows(m: &TraceModel) -> Iterations {

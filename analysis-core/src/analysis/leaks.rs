@@ -26,7 +26,7 @@ use super::history::HistoryEnd;
 use super::iterations::Iterations;
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
 use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::model::TraceModel;
+use crate::model::{FrameView, TraceModel};
 use crate::report::{SiteBytes, group_by_stack};
 use crate::stats::linear_fit;
 use crate::units::{fmt_bytes, fmt_duration};
@@ -107,6 +107,8 @@ pub struct LeakSections {
 
 /// How many growth rows the report keeps (leaking ones always).
 const MAX_GROWTH_ROWS: usize = 50;
+/// Allocations made in the steady state and kept to its end that growth needs.
+const MIN_KEPT: u32 = 3;
 /// Growth below this is never a leak, whatever its rate.
 const MIN_GROWTH_BYTES: i64 = 4096;
 /// Samples at most per cause series.
@@ -211,7 +213,11 @@ impl Causes {
 
 /// Sample times: the starts of iterations from 0, and the end; and the index of the first
 /// steady-state sample.
-pub(crate) fn sample_times(m: &TraceModel, it: &Iterations) -> (Vec<u64>, Vec<f64>, usize) {
+pub(crate) fn sample_times(
+    m: &TraceModel,
+    it: &Iterations,
+    end: HistoryEnd,
+) -> (Vec<u64>, Vec<f64>, usize) {
     let n = it.starts_nanos.len();
     let stride = n.div_ceil(MAX_SAMPLES).max(1);
     let mut times = Vec::new();
@@ -224,21 +230,34 @@ pub(crate) fn sample_times(m: &TraceModel, it: &Iterations) -> (Vec<u64>, Vec<f6
         times.push(it.starts_nanos[i]);
         iters.push(i as f64);
     }
-    if times.last().is_none_or(|&t| t < m.last_ts_nanos) {
+    // The last sample: after an exit, the last allocation (from then on the program only frees
+    // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
+    // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
+    // otherwise the end of the history (a snapshot or a kill freezes what was live).
+    let last = if end.program_finished() {
+        m.allocs
+            .iter()
+            .map(|a| a.ts_nanos)
+            .max()
+            .unwrap_or(m.last_ts_nanos)
+    } else {
+        m.last_ts_nanos
+    };
+    if times.last().is_none_or(|&t| t < last) {
         if steady == usize::MAX {
             steady = times.len();
         }
-        times.push(m.last_ts_nanos);
-        // The end is as far past the last start as an iteration is long.
+        times.push(last);
         let last_start = it.starts_nanos.last().copied().unwrap_or(m.first_ts_nanos);
         let period = it.median_period_nanos.max(1) as f64;
-        iters.push(n.saturating_sub(1) as f64 + (m.last_ts_nanos - last_start) as f64 / period);
+        iters.push(n.saturating_sub(1) as f64 + (last - last_start) as f64 / period);
     }
     let steady = steady.min(times.len());
     (times, iters, steady)
 }
 
 /// Whether a steady-state series grows persistently, and its fits.
+#[derive(Clone, Copy)]
 pub(crate) struct Judged {
     pub growth: i64,
     pub per_iteration: f64,
@@ -246,6 +265,8 @@ pub(crate) struct Judged {
     pub r: f64,
     pub leaking: bool,
     pub bounded: bool,
+    /// Grew in every third of the steady state, steadily, however little.
+    pub persistent: bool,
 }
 
 pub(crate) fn judge(
@@ -271,7 +292,8 @@ pub(crate) fn judge(
     let enough = growth >= MIN_GROWTH_BYTES
         && (growth >= c.growth_min_bytes as i64
             || per_sec * 3600.0 >= c.growth_min_bytes_per_hour as f64);
-    let leaking = enough && g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
+    let persistent = g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
+    let leaking = enough && persistent;
     // Grew over several samples (not one allocation), then stopped.
     let rises = v.windows(2).filter(|w| w[1] > w[0]).count();
     let early = v[..=b.saturating_add(steady).min(v.len() - 1)]
@@ -290,6 +312,7 @@ pub(crate) fn judge(
         r,
         leaking,
         bounded,
+        persistent,
     })
 }
 
@@ -302,7 +325,7 @@ pub fn analyze(
     causes: &Causes,
     found: &mut Found,
 ) -> LeakSections {
-    let (times, iters, steady) = sample_times(m, it);
+    let (times, iters, steady) = sample_times(m, it, end);
     let secs: Vec<f64> = times
         .iter()
         .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
@@ -315,7 +338,7 @@ pub fn analyze(
     let mut index: HashMap<(usize, StackId), usize> = HashMap::new();
     let mut owner: Vec<(usize, StackId)> = Vec::new();
     let mut diff: Vec<Vec<i64>> = Vec::new();
-    let mut stack_end: Vec<(u64, u64)> = Vec::new();
+    let mut kept: Vec<u32> = Vec::new();
     let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
     for (i, a) in m.allocs.iter().enumerate() {
         if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
@@ -330,17 +353,18 @@ pub fn analyze(
         let si = *index.entry((ci, a.stack)).or_insert_with(|| {
             owner.push((ci, a.stack));
             diff.push(alloc::vec![0i64; n + 1]);
-            stack_end.push((0, 0));
+            kept.push(0);
             owner.len() - 1
         });
+        // Made in the steady state and still there at the last sample: what growth is made of.
+        if i0 > steady && i1 == n {
+            kept[si] += 1;
+        }
         let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
         let d = &mut diff[si];
         d[i0] = d[i0].saturating_add(s);
         d[i1] = d[i1].saturating_sub(s);
         if a.is_live() {
-            let e = &mut stack_end[si];
-            e.0 = e.0.saturating_add(a.size_bytes);
-            e.1 += 1;
             let e = &mut live_end[ci];
             e.0 = e.0.saturating_add(a.size_bytes);
             e.1 += 1;
@@ -360,9 +384,13 @@ pub fn analyze(
         })
         .collect();
     drop(diff);
+    // Growth is several allocations kept across the steady state, not one buffer that grew.
     let stack_leaking: Vec<bool> = series
         .iter()
-        .map(|v| judge(c, v, &iters, &secs, steady).is_some_and(|j| j.leaking))
+        .zip(&kept)
+        .map(|(v, &kept)| {
+            kept >= MIN_KEPT && judge(c, v, &iters, &secs, steady).is_some_and(|j| j.leaking)
+        })
         .collect();
     let mut stacks_of: Vec<Vec<usize>> = alloc::vec![Vec::new(); k];
     for (si, &(ci, _)) in owner.iter().enumerate() {
@@ -385,15 +413,22 @@ pub fn analyze(
     let mut leaking_causes: Vec<usize> = Vec::new();
     let mut bounded_causes: Vec<usize> = Vec::new();
     let mut leak_stacks: Vec<(usize, StackId)> = Vec::new();
+    // Causes that grew steadily but too little to be a leak on their own: part of a leak when
+    // the leaking code runs under them (the loss a training step keeps, holding its graph).
+    let mut weak: Vec<(usize, Vec<(usize, StackId)>)> = Vec::new();
     let mut leak_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
     for (ci, list) in stacks_of.iter().enumerate() {
         if list.is_empty() {
             continue;
         }
         let whole = sum(list);
-        let Some(jw) = judge(c, &whole, &iters, &secs, steady) else {
+        let Some(mut jw) = judge(c, &whole, &iters, &secs, steady) else {
             continue;
         };
+        if list.iter().map(|&si| kept[si]).sum::<u32>() < MIN_KEPT {
+            jw.leaking = false;
+            jw.persistent = false;
+        }
         let mut leak: Vec<usize> = list
             .iter()
             .copied()
@@ -432,12 +467,18 @@ pub fn analyze(
             leaking_causes.push(ci);
             for &si in &leak {
                 leak_stacks.push(owner[si]);
-                let e = &mut leak_end[ci];
-                e.0 = e.0.saturating_add(stack_end[si].0);
-                e.1 += stack_end[si].1;
             }
         } else if j.bounded {
             bounded_causes.push(ci);
+        } else if jw.persistent {
+            weak.push((
+                ci,
+                list.iter()
+                    .copied()
+                    .filter(|&si| series[si][n - 1] > series[si][steady.min(n - 1)])
+                    .map(|si| owner[si])
+                    .collect(),
+            ));
         }
         growth_rows.push(Growth {
             site: label.clone(),
@@ -459,15 +500,56 @@ pub fn analyze(
             seconds_to_full,
         });
     }
+    let groups = group_causes(m, c, causes, &leaking_causes, &weak, &leak_stacks);
+    for (members, _) in &groups {
+        for (ci, stacks) in &weak {
+            if members.contains(ci) {
+                leak_stacks.extend(stacks.iter().copied());
+            }
+        }
+    }
     leak_stacks.sort_unstable();
-    // Allocations made by the leaking stacks (to tell a missed free from a kept allocation).
-    let mut allocated: Vec<u64> = alloc::vec![0; k];
-    for (i, a) in m.allocs.iter().enumerate() {
-        if a.size_bytes > 0
+    // What the leaking stacks made, and what of it is live at the last sample (the leak's
+    // bytes: after an exit, before the shutdown frees). Where a site frees what it allocates
+    // (a free that a path skips), an allocation of the last moments that is freed soon after,
+    // as the site's allocations usually are, is in flight, not leaked.
+    let at = times.last().copied().unwrap_or(m.last_ts_nanos);
+    let is_leak = |i: usize, a: &crate::model::AllocRecord| {
+        a.size_bytes > 0
             && a.kind.is_tracked()
             && leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
+    };
+    let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
+    for (i, a) in m.allocs.iter().enumerate() {
+        if is_leak(i, a)
+            && !a.is_live()
+            && a.free_ts_nanos <= at
+            && lifetimes[causes.of(i)].len() < 4096
         {
-            allocated[causes.of(i)] += 1;
+            lifetimes[causes.of(i)].push(a.free_ts_nanos - a.ts_nanos);
+        }
+    }
+    let typical: Vec<Option<u64>> = lifetimes
+        .iter_mut()
+        .map(|l| {
+            l.sort_unstable();
+            l.get(l.len() / 2).copied()
+        })
+        .collect();
+    let mut allocated: Vec<u64> = alloc::vec![0; k];
+    for (i, a) in m.allocs.iter().enumerate() {
+        if !is_leak(i, a) {
+            continue;
+        }
+        let ci = causes.of(i);
+        allocated[ci] += 1;
+        let in_flight = typical[ci].is_some_and(|t| {
+            !a.is_live() && a.free_ts_nanos - a.ts_nanos <= t.saturating_mul(10).max(1)
+        });
+        if a.live_at(at) && !in_flight {
+            let e = &mut leak_end[ci];
+            e.0 = e.0.saturating_add(a.size_bytes);
+            e.1 += 1;
         }
     }
     growth_rows.sort_by(|a, b| {
@@ -498,33 +580,10 @@ pub fn analyze(
         }
     }
 
-    // Findings for leaking causes, lines of one function folded together.
-    let mut done: Vec<bool> = alloc::vec![false; leaking_causes.len()];
-    for x in 0..leaking_causes.len() {
-        if done[x] {
-            continue;
-        }
-        let ci = leaking_causes[x];
-        // Lines of one function, on every device and in every process (workers running the
-        // same code), are one cause.
-        let mut members = alloc::vec![ci];
-        let host = causes.keys[ci].2;
-        let func = &causes.functions[ci];
-        for y in x + 1..leaking_causes.len() {
-            let cj = leaking_causes[y];
-            let same = if func.1.is_empty() {
-                causes.keys[cj].3 == causes.keys[ci].3
-            } else {
-                causes.functions[cj] == *func
-            };
-            if !done[y] && causes.keys[cj].2 == host && same {
-                members.push(cj);
-                done[y] = true;
-            }
-        }
+    for (mut members, common) in groups {
         members.sort_by_key(|&ci| core::cmp::Reverse(leak_end[ci].0));
         let allocs: u64 = members.iter().map(|&ci| allocated[ci]).sum();
-        found.push(growth_finding(
+        let mut f = growth_finding(
             m,
             c,
             it,
@@ -534,7 +593,22 @@ pub fn analyze(
             &leak_end,
             allocs,
             end,
-        ));
+        );
+        if let Some(common) = common {
+            let loc = format!("{}:{}", common.file, common.line);
+            f.evidence.insert(
+                0,
+                format!(
+                    "the growing allocations are made at {} lines, all under {common}",
+                    members.len()
+                ),
+            );
+            f.headline = f.headline.replacen(&f.location, &loc, 1);
+            f.fix = f.fix.replace(&f.location, &loc);
+            f.site = format!("{common}");
+            f.location = loc;
+        }
+        found.push(f);
     }
     for &ci in &bounded_causes {
         let Some(g) = growth_rows.iter().find(|g| {
@@ -629,6 +703,121 @@ pub fn analyze(
     }
 }
 
+/// Leaking causes grouped into findings, with the frame they meet in where that names the
+/// cause better than any one line. Lines of one function, on every device and in every process
+/// (workers running the same code), are one cause; so is a line whose frame every stack of the
+/// group passes through the function of (the training step that calls the model at one line
+/// and keeps its result, made at the next: the statements of `forward` that leak are its
+/// graph), and the line of that function the group's stacks pass through names the group.
+fn group_causes(
+    m: &TraceModel,
+    c: &Config,
+    causes: &Causes,
+    leaking: &[usize],
+    weak: &[(usize, Vec<(usize, StackId)>)],
+    leak_stacks: &[(usize, StackId)],
+) -> Vec<(Vec<usize>, Option<FrameView>)> {
+    let chain = |ci: usize| -> Vec<FrameView> {
+        let stack = leak_stacks
+            .iter()
+            .find(|(c2, _)| *c2 == ci)
+            .map_or(causes.top_stack[ci].0, |x| x.1);
+        let frames = m.stack_frames(stack);
+        crate::attribution::user_frame_indexes(&frames, &c.hide_frames)
+            .into_iter()
+            .map(|i| frames[i].clone())
+            .collect()
+    };
+    let mut groups: Vec<(Vec<usize>, Option<FrameView>)> = Vec::new();
+    let mut done: Vec<bool> = alloc::vec![false; leaking.len()];
+    for x in 0..leaking.len() {
+        if done[x] {
+            continue;
+        }
+        let ci = leaking[x];
+        let host = causes.keys[ci].2;
+        let func = &causes.functions[ci];
+        let mut members = alloc::vec![ci];
+        for y in x + 1..leaking.len() {
+            let cj = leaking[y];
+            let same = if func.1.is_empty() {
+                causes.keys[cj].3 == causes.keys[ci].3
+            } else {
+                causes.functions[cj] == *func
+            };
+            if !done[y] && causes.keys[cj].2 == host && same {
+                members.push(cj);
+                done[y] = true;
+            }
+        }
+        groups.push((members, None));
+    }
+    // A caller's line that every stack of a group passes through (leaking or growing weakly)
+    // joins it and names it; groups under the same caller's line become one.
+    let callers: Vec<(usize, FrameView)> = leaking
+        .iter()
+        .copied()
+        .chain(weak.iter().map(|w| w.0))
+        .filter_map(|ci| chain(ci).into_iter().next().map(|f| (ci, f)))
+        .collect();
+    let chains: Vec<Vec<Vec<FrameView>>> = groups
+        .iter()
+        .map(|(members, _)| members.iter().map(|&ci| chain(ci)).collect())
+        .collect();
+    for (g, (members, common)) in groups.iter_mut().enumerate() {
+        let host = causes.keys[members[0]].2;
+        // The outermost such function (nearest the script's entry, short of the entry itself),
+        // named by the line of it the group's stacks pass through.
+        let mut best: Option<(usize, usize, FrameView)> = None; // (depth from outside, cause, frame)
+        for (ci, frame) in &callers {
+            if members.contains(ci) || causes.keys[*ci].2 != host {
+                continue;
+            }
+            let same_function =
+                |f: &FrameView| f.file == frame.file && f.function == frame.function;
+            let mut all = true;
+            let mut d = usize::MAX;
+            let mut named: Option<FrameView> = None;
+            for ch in &chains[g] {
+                let outer = ch.len().saturating_sub(1);
+                match ch[..outer].iter().position(same_function) {
+                    Some(p) => {
+                        d = d.min(outer - p);
+                        named.get_or_insert_with(|| ch[p].clone());
+                    }
+                    None => all = false,
+                }
+            }
+            if let (true, Some(named)) = (all, named)
+                && best.as_ref().is_none_or(|b| d < b.0)
+            {
+                best = Some((d, *ci, named));
+            }
+        }
+        if let Some((_, ci, frame)) = best {
+            members.push(ci);
+            *common = Some(frame);
+        }
+    }
+    // Groups that now share a member (two leaking functions under one caller) are one.
+    let mut out: Vec<(Vec<usize>, Option<FrameView>)> = Vec::new();
+    for (members, common) in groups {
+        match out.iter_mut().find(|(m2, c2)| {
+            common.is_some() && *c2 == common && m2.iter().any(|x| members.contains(x))
+        }) {
+            Some((m2, _)) => {
+                for x in members {
+                    if !m2.contains(&x) {
+                        m2.push(x);
+                    }
+                }
+            }
+            None => out.push((members, common)),
+        }
+    }
+    out
+}
+
 #[allow(clippy::too_many_arguments)]
 fn growth_finding(
     m: &TraceModel,
@@ -720,7 +909,7 @@ fn growth_finding(
     );
     let ended = match end {
         HistoryEnd::Snapshot => "live at the snapshot",
-        HistoryEnd::Exited => "still live at exit",
+        HistoryEnd::Exited => "live when the program stopped allocating",
         _ => "live when the history ended",
     };
     let mut places: Vec<(u32, u32)> = members

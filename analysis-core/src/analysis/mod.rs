@@ -300,7 +300,7 @@ pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
         spikes::analyze(m, config, &sites, &its, &causes, &mut found);
     a.scope_spikes = scope_spikes;
     a.timeline_spikes = timeline_spikes;
-    a.fragmentation = fragmentation::analyze(m, config, &mut found);
+    a.fragmentation = fragmentation::analyze(m, config, &its, &mut found);
     a.churn = churn::analyze(m, config, &sites, &mut found);
     let (hidden, oom) = hidden::analyze(m, config, &mut found);
     fold_out_of_memory(&mut found, &oom);
@@ -322,28 +322,38 @@ pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
     report
 }
 
-/// One cause, one finding: an out-of-memory whose cause is our own allocations, most of them
-/// held by a leak that is a finding, becomes evidence of that leak (which turns critical).
+/// One cause, one finding: an out-of-memory whose cause is our own allocations, where a leak on
+/// that device holds at least a tenth of them, becomes evidence of that leak (which turns
+/// critical): the leak is what filled the device.
 fn fold_out_of_memory(found: &mut Found, ooms: &[hidden::OomForensics]) {
     for o in ooms {
-        if o.cause != hidden::OomCause::OwnAllocations {
-            continue;
-        }
-        let Some(top) = o.live_sites.first() else {
-            continue;
+        // Our own allocations filled the device, and a leak holds a tenth of them; or the
+        // allocator's free memory was too fragmented, but a leak holds half of what is live.
+        let share = match o.cause {
+            hidden::OomCause::OwnAllocations => 10,
+            hidden::OomCause::Fragmentation => 2,
+            _ => continue,
         };
-        let Some(leak) = found
+        let leak = found
             .findings
             .iter()
-            .position(|f| f.kind.is_leak() && f.site == top.site)
-        else {
+            .enumerate()
+            .filter(|(_, f)| f.kind.is_leak() && f.ts_nanos.is_none_or(|t| t <= o.ts_nanos))
+            .filter(|(_, f)| {
+                (share == 10 && o.live_sites.iter().any(|s| s.site == f.site))
+                    || f.bytes.saturating_mul(share) >= o.live_bytes
+            })
+            .max_by_key(|(_, f)| f.bytes)
+            .map(|(i, _)| i);
+        let Some(leak) = leak else {
             continue;
         };
-        let Some(i) = found
-            .findings
-            .iter()
-            .position(|f| f.kind == FindingKind::OutOfMemory && f.ts_nanos == Some(o.ts_nanos))
-        else {
+        let Some(i) = found.findings.iter().position(|f| {
+            matches!(
+                f.kind,
+                FindingKind::OutOfMemory | FindingKind::Fragmentation
+            ) && f.ts_nanos == Some(o.ts_nanos)
+        }) else {
             continue;
         };
         let oom = found.findings.remove(i);
