@@ -169,6 +169,30 @@ pub fn analyze(
         }
         let last = samples[samples.len() - 1];
         let max_reserved = samples.iter().map(|s| s.reserved_bytes).max().unwrap_or(0);
+        // Over the steady state, the reserve may grow as much as the peak demand does (a leak
+        // grows both); only growth beyond it is forced. Samples land at any phase of an
+        // iteration, so one sample's demand can be lower than the last while a leak still grows.
+        let steady: Vec<&&crate::format::PoolSample> = samples
+            .iter()
+            .filter(|s| s.ts_nanos >= steady_from)
+            .collect();
+        let excess = match (steady.first(), steady.last()) {
+            (Some(a), Some(b)) => {
+                let peak_used = |upto: u64| {
+                    samples
+                        .iter()
+                        .filter(|s| s.ts_nanos <= upto)
+                        .map(|s| s.used_bytes)
+                        .max()
+                        .unwrap_or(0)
+                };
+                let reserve = b.reserved_bytes.saturating_sub(a.reserved_bytes);
+                let demand = peak_used(b.ts_nanos).saturating_sub(peak_used(a.ts_nanos));
+                reserve.saturating_sub(demand)
+            }
+            _ => 0,
+        };
+        let forced_bytes = forced_bytes.min(excess);
         let f = PoolFragmentation {
             process,
             device,

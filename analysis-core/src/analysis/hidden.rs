@@ -187,6 +187,36 @@ pub fn analyze(
     (hidden, oom)
 }
 
+/// Bytes reserved by the pools of `device` over time (every process, every pool: the sum of
+/// their last samples), as (time, bytes) steps in time order.
+fn reserved_steps(m: &TraceModel, device: DeviceIdx) -> Vec<(u64, u64)> {
+    let mut last: Vec<(crate::format::ProcessIdx, u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    let mut steps = Vec::new();
+    for p in m.pool_samples.iter().filter(|p| p.device == device) {
+        match last.iter_mut().find(|x| x.0 == p.process && x.1 == p.pool) {
+            Some(x) => {
+                total = total.saturating_sub(x.2).saturating_add(p.reserved_bytes);
+                x.2 = p.reserved_bytes;
+            }
+            None => {
+                total = total.saturating_add(p.reserved_bytes);
+                last.push((p.process, p.pool, p.reserved_bytes));
+            }
+        }
+        steps.push((p.ts_nanos, total));
+    }
+    steps
+}
+
+/// The value of `steps` at `t`.
+fn step_at(steps: &[(u64, u64)], t: u64) -> u64 {
+    match steps.partition_point(|s| s.0 <= t) {
+        0 => 0,
+        i => steps[i - 1].1,
+    }
+}
+
 /// Traced device live bytes on `device` (all processes) at `t`.
 fn traced_live(m: &TraceModel, device: DeviceIdx, t: u64) -> u64 {
     m.series
@@ -204,6 +234,7 @@ fn device_gap(
     found: &mut Found,
 ) -> HiddenMemory {
     let samples: Vec<_> = m.device_samples.iter().filter(|s| s.device == d).collect();
+    let reserve = reserved_steps(m, d);
     let mut ts = Vec::with_capacity(samples.len());
     let mut gaps = Vec::with_capacity(samples.len());
     let mut others_max = 0u64;
@@ -211,7 +242,10 @@ fn device_gap(
     // Per other pid: (first seen bytes, max bytes, last bytes).
     let mut other_pids: Vec<(u32, u64, u64, u64)> = Vec::new();
     for s in &samples {
-        let live = traced_live(m, d, s.ts_nanos);
+        // What a framework's caching allocator or a pool reserves holds our tensors and its
+        // cache: traced memory too, where the trace has it.
+        let reserved = step_at(&reserve, s.ts_nanos);
+        let live = traced_live(m, d, s.ts_nanos).max(reserved);
         ts.push(s.ts_nanos);
         total = total.max(s.total_bytes);
         let mut others = 0u64;
