@@ -219,7 +219,7 @@ fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
         (None, false) => Truth::Healthy,
     };
     let history = if cfg.ending == Ending::Snapshot {
-        History::Snapshot(torch::render_snapshot(&tr, &sites))
+        History::Snapshot(torch::render_snapshot(&tr, &sites, cfg.ring))
     } else {
         let clean = match cfg.ending {
             Ending::Exit => {
@@ -458,6 +458,22 @@ fn torch_scenarios() -> Vec<Scenario> {
             leak: Some(Leak::Cache),
             steps: 40,
             ..c(45)
+        },
+    ));
+    v.push(train_run(
+        "snapshot-ring-leak-list",
+        "mid-step snapshot of the metrics.py:33 list leak recorded with max_entries=4000: the history holds the last ~15 steps, earlier blocks are only in the segments",
+        TrainCfg { ending: Ending::Snapshot, leak: Some(Leak::List), steps: 60, ring: Some(4000), ..c(47) },
+    ));
+    v.push(train_run(
+        "snapshot-ring-healthy",
+        "mid-step snapshot of a healthy loop with evals recorded with max_entries=4000",
+        TrainCfg {
+            ending: Ending::Snapshot,
+            steps: 60,
+            eval_every: 20,
+            ring: Some(4000),
+            ..c(48)
         },
     ));
     v.push(train_run(

@@ -35,7 +35,7 @@ pub fn baseline(outcomes: &[Outcome]) -> Baseline {
     Baseline {
         scenarios: outcomes
             .iter()
-            .map(|o| (o.name.clone(), o.judgement.pass))
+            .map(|o| (o.name.clone(), (&o.judgement).into()))
             .collect(),
         totals: summary(outcomes),
     }

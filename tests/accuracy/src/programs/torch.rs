@@ -847,6 +847,8 @@ pub struct TrainCfg {
     pub ending: Ending,
     pub device_total: u64,
     pub foreign: Option<Foreign>,
+    /// Snapshot ending: keep only the last that many trace entries.
+    pub ring: Option<usize>,
 }
 
 impl TrainCfg {
@@ -869,6 +871,7 @@ impl TrainCfg {
             ending: Ending::Exit,
             device_total: 80 * GIB,
             foreign: None,
+            ring: None,
         }
     }
 }
@@ -884,6 +887,9 @@ struct Model {
     metrics_kept: Vec<u64>,
     cache: BTreeMap<u64, u64>,
     cache_order: Vec<u64>,
+    /// cuBLAS and cuBLASLt workspaces, made through the caching allocator by the first matmul
+    /// and kept for the handle's lifetime (as in the real H100 snapshot: 32 MiB + 1 MiB).
+    cublas: Vec<u64>,
 }
 
 const MAIN: u32 = 0;
@@ -905,6 +911,7 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         metrics_kept: Vec::new(),
         cache: BTreeMap::new(),
         cache_order: Vec::new(),
+        cublas: Vec::new(),
     };
     // Parameters: per block fc1 (d x 4d + 4d) and fc2 (4d x d + d), then the head.
     let mut sizes = Vec::new();
@@ -1080,6 +1087,14 @@ fn micro_steps(
                     return false;
                 };
                 saved.push(x);
+                if m.cublas.is_empty() {
+                    for ws in [32 * MIB, MIB] {
+                        let Some(w) = tr.malloc(ws, st, main) else {
+                            return false;
+                        };
+                        m.cublas.push(w);
+                    }
+                }
             }
             if i == 0 {
                 // Attention workspace: its size follows the sequence-length bucket.
@@ -1540,7 +1555,10 @@ fn frames_json(frames: &[Fr]) -> Value {
 /// The snapshot `torch.cuda.memory._dump_snapshot` writes for process `tr` at its current
 /// time: the history as `device_traces` (requested sizes, as PyTorch records them), the final
 /// `segments` with their blocks (true block sizes), `external_annotations` for the ranges.
-pub fn render_snapshot(tr: &Torch, s: &Sites) -> Vec<u8> {
+///
+/// `ring`: keep only the last that many trace entries (`_record_memory_history(max_entries=N)`),
+/// so the history starts mid-run and blocks made before it appear only in the segments.
+pub fn render_snapshot(tr: &Torch, s: &Sites, ring: Option<usize>) -> Vec<u8> {
     let mut trace = Vec::new();
     let mut ann = Vec::new();
     let us = |t: u64| T0_US + t / 1000;
@@ -1642,6 +1660,17 @@ pub fn render_snapshot(tr: &Torch, s: &Sites) -> Vec<u8> {
                 "blocks": blocks})
         })
         .collect();
+    if let Some(n) = ring
+        && trace.len() > n
+    {
+        trace.drain(..trace.len() - n);
+        let first_us = trace
+            .first()
+            .and_then(|e| e.get("time_us"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        ann.retain(|a| a.get("time_us").and_then(Value::as_u64).unwrap_or(0) >= first_us);
+    }
     let mut traces = vec![Value::Array(Vec::new()); tr.p.device as usize + 1];
     traces[tr.p.device as usize] = Value::Array(trace);
     let snap = json!({
