@@ -2,13 +2,20 @@
 //! passed and now fails, or a lower precision or recall. Improvements print a note asking to
 //! update the baseline (`cargo run -p gpucollect-accuracy --release -- table --write-baseline`).
 
+use std::sync::OnceLock;
+
 use gpucollect_accuracy::score::{Baseline, compare};
-use gpucollect_accuracy::{History, corpus, run};
+use gpucollect_accuracy::{History, Scenario, corpus, run};
+
+/// The corpus, generated once for the tests of this binary.
+fn scenarios() -> &'static [Scenario] {
+    static CORPUS: OnceLock<Vec<Scenario>> = OnceLock::new();
+    CORPUS.get_or_init(corpus::all)
+}
 
 #[test]
 fn corpus_does_not_regress() {
-    let scenarios = corpus::all();
-    let outcomes: Vec<run::Outcome> = scenarios
+    let outcomes: Vec<run::Outcome> = scenarios()
         .iter()
         .map(|s| run::evaluate(s).unwrap_or_else(|e| panic!("{}: {e}", s.name)))
         .collect();
@@ -34,7 +41,7 @@ fn corpus_does_not_regress() {
 /// malformed records): the corpus itself is well formed.
 #[test]
 fn histories_are_well_formed() {
-    for s in corpus::all() {
+    for s in scenarios() {
         let t = s
             .history
             .load()
@@ -58,7 +65,7 @@ fn histories_are_well_formed() {
 /// The corpus is deterministic: two generations give the same bytes.
 #[test]
 fn corpus_is_deterministic() {
-    let a = corpus::all();
+    let a = scenarios();
     let b = corpus::all();
     assert_eq!(a.len(), b.len());
     for (x, y) in a.iter().zip(&b) {
@@ -78,7 +85,7 @@ fn corpus_is_deterministic() {
 #[test]
 fn names_are_unique_file_names() {
     let mut seen = std::collections::HashSet::new();
-    for s in corpus::all() {
+    for s in scenarios() {
         assert!(
             s.name
                 .chars()
@@ -103,7 +110,7 @@ fn planted_bytes_are_in_the_history() {
     use gpucollect_accuracy::score::names_location;
     use gpucollect_accuracy::{Class, Truth};
     let mut checked = 0;
-    for s in corpus::all() {
+    for s in scenarios() {
         let Truth::Faulty(cause) = &s.truth else {
             continue;
         };
