@@ -60,14 +60,15 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
         };
         // init_process_group: NCCL's buffers, straight from the driver.
         let nccl = 2 * 64 * MIB + 18 * MIB;
-        tr.raw(nccl, sites.nccl, false);
+        let buffers = tr.raw(nccl, sites.nccl);
         torch::train(&mut tr, &sites, &cfg);
-        workers.push((tr, nccl));
+        workers.push((tr, buffers, nccl));
     }
     let bytes = workers[1].0.cause_live_bytes();
-    for (tr, nccl) in &mut workers {
+    for (tr, buffers, nccl) in &mut workers {
         tr.free_everything();
-        tr.raw(*nccl, sites.nccl, true);
+        // destroy_process_group()
+        tr.raw_free(*buffers, *nccl);
         tr.exit(Some(0), None);
     }
     let mut launcher_t = Torch::new(launcher.clone(), seed, 80 * GIB);
@@ -91,7 +92,7 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
     let bytes_trace = torch::render_trace(w, &sites, &all, true);
     let mut calls = Vec::new();
     let mut samples = Vec::new();
-    for (tr, _) in &mut workers {
+    for (tr, _, _) in &mut workers {
         calls.append(&mut tr.calls);
         samples.append(&mut tr.samples);
     }

@@ -271,7 +271,7 @@ fn workers(seed: u64, leak: bool) -> Scenario {
         ],
         true,
     );
-    for epoch in 0..6 {
+    for _epoch in 0..6 {
         c.device_samples();
         c.call_begin("run_epoch", "main.cpp", 40);
         // A thread pool per epoch: threads start, work, and exit.
@@ -295,7 +295,6 @@ fn workers(seed: u64, leak: bool) -> Scenario {
             c.free(id, th);
         }
         c.call_end();
-        let _ = epoch;
         c.tick_us(20_000, 40_000);
     }
     c.device_samples();

@@ -628,25 +628,36 @@ impl Torch {
         }
     }
 
-    /// A driver allocation outside the caching allocator (NCCL's buffers).
-    pub fn raw(&mut self, size: u64, stack: StackRef, free: bool) -> u64 {
+    /// A driver allocation outside the caching allocator (NCCL's buffers); returns its id for
+    /// [`Torch::raw_free`].
+    pub fn raw(&mut self, size: u64, stack: StackRef) -> u64 {
         self.tick_us(50, 200);
         let tensor = self.next_tensor;
         self.next_tensor += 1;
-        if free {
-            self.raw_live -= size;
-        } else {
-            self.raw_live += size;
-        }
+        self.raw_live += size;
         self.log.push(Ev::Raw {
             t: self.t,
             p: self.p.idx,
             tensor,
             size,
             stack,
-            free,
+            free: false,
         });
         tensor
+    }
+
+    /// Frees the driver allocation `tensor` of `size` bytes made by [`Torch::raw`].
+    pub fn raw_free(&mut self, tensor: u64, size: u64) {
+        self.tick_us(50, 200);
+        self.raw_live -= size;
+        self.log.push(Ev::Raw {
+            t: self.t,
+            p: self.p.idx,
+            tensor,
+            size,
+            stack: StackRef(0),
+            free: true,
+        });
     }
 
     pub fn pool_sample(&mut self) {
@@ -892,14 +903,10 @@ struct Model {
     cublas: Vec<u64>,
 }
 
-const MAIN: u32 = 0;
-
 /// Runs the training program on `tr` (already described) and returns whether it finished
 /// (false: out of memory or stopped for the snapshot).
 pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
     let main = tr.p.main_thread;
-    let bwd = tr.p.autograd_thread;
-    let _ = MAIN;
     let d = cfg.hidden;
     let mut m = Model {
         params: Vec::new(),
@@ -932,7 +939,6 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         let b = prefetch(tr, s, cfg, main);
         m.prefetched.push(b);
     }
-    let mut eval_no = 0;
     for step in 0..cfg.steps {
         tr.maybe_device_sample();
         let last = step + 1 == cfg.steps;
@@ -1007,16 +1013,12 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         }
         tr.pool_sample();
         tr.call_end();
-        if cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 {
-            eval_no += 1;
-            if !evaluate(tr, s, cfg, eval_no) {
-                return false;
-            }
+        if cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && !evaluate(tr, s, cfg) {
+            return false;
         }
         if cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0 {
-            checkpoint(tr, s, cfg, &m.param_sizes);
+            checkpoint(tr, s, &m.param_sizes);
         }
-        let _ = bwd;
     }
     for mut b in std::mem::take(&mut m.prefetched) {
         tr.free_all(&mut b, main);
@@ -1219,7 +1221,7 @@ fn cache_kind(cfg: &TrainCfg) -> Option<CacheUse> {
 
 /// The eval phase: four batches under `torch.no_grad()`, each layer's output freed as the next
 /// is made; with `eval_concat`, every batch's logits kept and concatenated at eval.py:88.
-fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, _no: u32) -> bool {
+fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
     let main = tr.p.main_thread;
     let d = cfg.hidden;
     tr.call_begin("evaluate", "eval.py", 55);
@@ -1279,7 +1281,7 @@ fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, _no: u32) -> bool {
 }
 
 /// `save_checkpoint`: a device copy of every parameter, written out, then dropped.
-fn checkpoint(tr: &mut Torch, s: &Sites, _cfg: &TrainCfg, sizes: &[u64]) {
+fn checkpoint(tr: &mut Torch, s: &Sites, sizes: &[u64]) {
     let main = tr.p.main_thread;
     tr.call_begin("save_checkpoint", "train.py", 136);
     let mut copies = Vec::new();
@@ -1456,11 +1458,7 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
             } => {
                 let (dev, thread) = dev_of.get(p).copied().unwrap_or((0, 0));
                 if *free {
-                    // A raw free names the tensor id of its allocation (tensor - 1 by
-                    // construction is not guaranteed), so frees carry the size: match the
-                    // oldest live raw allocation of that size and process.
-                    let key = raw_key(*p, *size);
-                    if let Some(id) = ids.remove(&key) {
+                    if let Some(id) = ids.remove(tensor) {
                         w.free(id, thread, FreeKind::Immediate, 0);
                     }
                 } else {
@@ -1477,7 +1475,7 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
                         process: ProcessIdx(*p),
                         ..Alloc::default()
                     });
-                    ids.insert(raw_key(*p, *size), id);
+                    ids.insert(*tensor, id);
                 }
             }
             Ev::Segment { .. } => {}
@@ -1526,10 +1524,6 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
         }
     }
     w.finish(clean_end)
-}
-
-fn raw_key(p: u32, size: u64) -> u64 {
-    (1 << 63) | (u64::from(p) << 48) | size
 }
 
 fn frames_json(frames: &[Fr]) -> Value {
