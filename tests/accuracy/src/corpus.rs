@@ -205,6 +205,7 @@ fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
     let truth = match (cfg.leak, cfg.eval_concat) {
         (Some(Leak::List), _) => Truth::leak(&["metrics.py:33"], cause_bytes),
         (Some(Leak::Cache), _) => Truth::leak(&["cache.py:51", "cache.py:58"], cause_bytes),
+        (Some(Leak::EvalOutputs), _) => Truth::leak(&["eval.py:61", "eval.py:77"], cause_bytes),
         (Some(Leak::Graph), _) => Truth::leak(
             &[
                 "train.py:118",
@@ -341,7 +342,17 @@ fn torch_scenarios() -> Vec<Scenario> {
             ..c(21)
         },
     ));
+    v.push(train_run(
+        "torch-seqlen-warmup",
+        "healthy loop with a sequence-length warm-up over the first 40 steps: per-step memory rises for a third of the run, then holds",
+        TrainCfg { warmup_steps: 40, steps: 120, nvtx: true, ..c(22) },
+    ));
     // Leaks.
+    v.push(train_run(
+        "torch-leak-eval-outputs",
+        "each eval phase keeps its last batch's 64 MiB of logits in a history list (eval.py:77, made at eval.py:61): one tensor per eval, a slow leak; killed by SIGKILL",
+        TrainCfg { leak: Some(Leak::EvalOutputs), eval_every: 8, steps: 96, ending: Ending::Killed(9), ..c(40) },
+    ));
     v.push(train_run(
         "torch-leak-list-nvtx-exit",
         "metrics.py:33 appends each step's 4 MiB of probabilities to a list; exits 0 (the list is freed at shutdown)",

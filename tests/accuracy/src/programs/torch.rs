@@ -824,6 +824,9 @@ pub enum Leak {
     List,
     /// `cache.py` memoizes an encoding per new key, and every step brings a new key.
     Cache,
+    /// The eval phase keeps its last batch's logits in a history list (eval.py:77) on the GPU:
+    /// a slow leak, one tensor per eval phase.
+    EvalOutputs,
 }
 
 /// A memo cache that is not a leak.
@@ -860,6 +863,8 @@ pub struct TrainCfg {
     pub foreign: Option<Foreign>,
     /// Snapshot ending: keep only the last that many trace entries.
     pub ring: Option<usize>,
+    /// Steps of sequence-length warm-up (batches grow from a quarter of their length).
+    pub warmup_steps: u32,
 }
 
 impl TrainCfg {
@@ -883,6 +888,7 @@ impl TrainCfg {
             device_total: 80 * GIB,
             foreign: None,
             ring: None,
+            warmup_steps: 0,
         }
     }
 }
@@ -947,11 +953,16 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         // The sequence-length bucket of this step: most batches are short, a few long ones need
         // a much larger attention workspace.
         let long = tr.rng.chance(1, 12);
-        let tokens = if long {
+        let mut tokens = if long {
             cfg.tokens * 2
         } else {
             cfg.tokens / 2 * tr.rng.range(2, 3) / 2 * 2
         };
+        if step < cfg.warmup_steps {
+            // Sequence-length warm-up: batches grow from a quarter of their length.
+            let quarters = 1 + 3 * u64::from(step) / u64::from(cfg.warmup_steps);
+            tokens = tokens * quarters / 4 / 64 * 64;
+        }
         if !micro_steps(tr, s, cfg, &mut m, step, tokens, long, last) {
             return false;
         }
@@ -1229,7 +1240,7 @@ fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
     let batches = if cfg.eval_concat { 16 } else { 4 };
     let tokens = cfg.tokens;
     let mut outs = Vec::new();
-    for _ in 0..batches {
+    for batch in 0..batches {
         let Some(b) = tr.malloc(tokens * d * 2, s.eval_batch, main) else {
             return false;
         };
@@ -1257,6 +1268,9 @@ fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         tr.tick_us(8_000, 12_000);
         if cfg.eval_concat {
             outs.push(logits);
+        } else if cfg.leak == Some(Leak::EvalOutputs) && batch + 1 == batches {
+            // `self.history.append(logits)` at eval.py:77: kept on the GPU for a report.
+            tr.cause.insert(logits);
         } else {
             tr.free(logits, main);
         }
