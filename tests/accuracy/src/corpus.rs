@@ -39,6 +39,7 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
         device: 0,
         main_thread: 0,
         autograd_thread: 0,
+        pin_thread: None,
     };
     let mut workers = Vec::new();
     for rank in 0..2u32 {
@@ -48,8 +49,9 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
             parent: Some(0),
             argv: vec!["python", "-u", "train.py", "--config", "configs/base.yaml"],
             device: rank,
-            main_thread: 1 + 2 * rank,
-            autograd_thread: 2 + 2 * rank,
+            main_thread: 1 + 3 * rank,
+            autograd_thread: 2 + 3 * rank,
+            pin_thread: Some(3 + 3 * rank),
         };
         let mut tr = Torch::new(p, seed * 10 + u64::from(rank), 80 * GIB);
         let cfg = TrainCfg {
@@ -180,6 +182,7 @@ fn main_proc(seed: u64) -> ProcDesc {
         device: 0,
         main_thread: 0,
         autograd_thread: 1,
+        pin_thread: Some(2),
     }
 }
 

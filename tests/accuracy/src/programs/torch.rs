@@ -49,6 +49,7 @@ const M_C10: u32 = 2;
 const M_TORCH_CUDA: u32 = 3;
 const M_TORCH_CPU: u32 = 4;
 const M_LIBC: u32 = 5;
+const M_CUDA: u32 = 6;
 
 /// The allocator's own frames, innermost, as C++ stacks show them.
 fn allocator_frames() -> Vec<Fr> {
@@ -131,6 +132,8 @@ pub struct Sites {
     eval_cat: StackRef,
     ckpt: StackRef,
     pub nccl: StackRef,
+    /// Pinned host memory for batches, from the DataLoader's pin-memory thread.
+    pinned: StackRef,
     // Inference server (fragmentation).
     srv_weights: StackRef,
     srv_prefill: StackRef,
@@ -295,6 +298,31 @@ impl Sites {
             py("main", "train.py", 176),
             py("<module>", "train.py", 212),
         ]);
+        let pin_py = "utils/data/_utils/pin_memory.py";
+        let pinned = t.add(vec![
+            native(M_CUDA, 0x23_9f40, "cuMemHostAlloc", "", 0),
+            native(
+                M_TORCH_CUDA,
+                0x7c_1a00,
+                "at::cuda::(anonymous namespace)::CUDACachingHostAllocatorImpl::allocate_host_memory(unsigned long, void**)",
+                "",
+                0,
+            ),
+            native(
+                M_TORCH_CUDA,
+                0x7d_2210,
+                "at::native::_pin_memory(at::Tensor const&, std::optional<c10::Device>)",
+                "",
+                0,
+            ),
+            tpy("pin_memory", pin_py, 79),
+            tpy("pin_memory", pin_py, 96),
+            tpy("do_one_step", pin_py, 37),
+            tpy("_pin_memory_loop", pin_py, 56),
+            py("run", "/usr/lib/python3.12/threading.py", 1012),
+            py("_bootstrap_inner", "/usr/lib/python3.12/threading.py", 1075),
+            py("_bootstrap", "/usr/lib/python3.12/threading.py", 1032),
+        ]);
         let serve = [
             py("serve_forever", "server.py", 140),
             py("<module>", "server.py", 171),
@@ -353,6 +381,7 @@ impl Sites {
             eval_cat,
             ckpt,
             nccl,
+            pinned,
             srv_weights,
             srv_prefill,
             srv_kv,
@@ -389,6 +418,9 @@ pub enum Ev {
         size: u64,
         stack: StackRef,
         free: bool,
+        /// Pinned host memory (`cuMemHostAlloc`) rather than device memory.
+        pinned: bool,
+        thread: u32,
     },
     Segment {
         t: u64,
@@ -457,6 +489,8 @@ pub struct ProcDesc {
     pub device: u32,
     pub main_thread: u32,
     pub autograd_thread: u32,
+    /// The DataLoader's pin-memory thread, when it pins batches.
+    pub pin_thread: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -499,6 +533,8 @@ pub struct Torch {
     pub raw_live: u64,
     /// Block of the planted spike, once made.
     pub spike_bytes: u64,
+    /// Batches the pin-memory thread has pinned new host blocks for.
+    pinned_batches: u32,
 }
 
 impl Torch {
@@ -523,6 +559,7 @@ impl Torch {
             foreign: None,
             raw_live: 0,
             spike_bytes: 0,
+            pinned_batches: 0,
         }
     }
 
@@ -642,8 +679,28 @@ impl Torch {
             size,
             stack,
             free: false,
+            pinned: false,
+            thread: self.p.main_thread,
         });
         tensor
+    }
+
+    /// A pinned host block of PyTorch's host caching allocator, made by the pin-memory thread:
+    /// rounded up to a power of two, cached for reuse and never freed (not even at exit).
+    pub fn pinned(&mut self, size: u64, stack: StackRef) {
+        self.tick_us(100, 400);
+        let tensor = self.next_tensor;
+        self.next_tensor += 1;
+        self.log.push(Ev::Raw {
+            t: self.t,
+            p: self.p.idx,
+            tensor,
+            size: size.next_power_of_two(),
+            stack,
+            free: false,
+            pinned: true,
+            thread: self.p.pin_thread.unwrap_or(self.p.main_thread),
+        });
     }
 
     /// Frees the driver allocation `tensor` of `size` bytes made by [`Torch::raw`].
@@ -657,6 +714,8 @@ impl Torch {
             size,
             stack: StackRef(0),
             free: true,
+            pinned: false,
+            thread: self.p.main_thread,
         });
     }
 
@@ -1039,6 +1098,13 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
 }
 
 fn prefetch(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, thread: u32) -> Vec<u64> {
+    // The pin-memory thread pins each batch in host memory first; the host caching allocator
+    // makes blocks for the first four batches in flight and reuses them after.
+    if tr.p.pin_thread.is_some() && tr.pinned_batches < 4 {
+        tr.pinned_batches += 1;
+        tr.pinned(cfg.tokens * cfg.hidden * 2, s.pinned);
+        tr.pinned(cfg.tokens * 8, s.pinned);
+    }
     let x = tr.malloc(cfg.tokens * cfg.hidden * 2, s.prefetch, thread);
     let y = tr.malloc(cfg.tokens * 8, s.prefetch, thread);
     x.into_iter().chain(y).collect()
@@ -1370,6 +1436,14 @@ pub fn describe(w: &mut TraceWriter, procs: &[ProcDesc], devices: &[(u32, &str, 
     }
     for p in procs {
         w.thread(p.main_thread, p.idx, u64::from(p.pid), "MainThread");
+        if let Some(t) = p.pin_thread {
+            w.thread(
+                t,
+                p.idx,
+                u64::from(p.pid) + 23,
+                "Thread-2 (_pin_memory_loop)",
+            );
+        }
         if p.autograd_thread != p.main_thread {
             w.thread(
                 p.autograd_thread,
@@ -1415,6 +1489,13 @@ pub fn describe(w: &mut TraceWriter, procs: &[ProcDesc], devices: &[(u32, &str, 
             "/usr/lib/x86_64-linux-gnu/libc.so.6",
             0x7f17_0000_0000,
             0x20_0000,
+        );
+        w.module(
+            M_CUDA,
+            p.idx,
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            0x7f16_0000_0000,
+            0x400_0000,
         );
     }
 }
@@ -1468,9 +1549,12 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
                 size,
                 stack,
                 free,
+                pinned,
+                thread,
                 ..
             } => {
-                let (dev, thread) = dev_of.get(p).copied().unwrap_or((0, 0));
+                let dev = dev_of.get(p).map_or(0, |x| x.0);
+                let thread = *thread;
                 if *free {
                     if let Some(id) = ids.remove(tensor) {
                         w.free(id, thread, FreeKind::Immediate, 0);
@@ -1485,7 +1569,11 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
                         stack: st,
                         thread: ThreadIdx(thread),
                         device: DeviceIdx(dev),
-                        kind: AllocKind::Device,
+                        kind: if *pinned {
+                            AllocKind::PinnedHost
+                        } else {
+                            AllocKind::Device
+                        },
                         process: ProcessIdx(*p),
                         ..Alloc::default()
                     });
