@@ -211,3 +211,49 @@ fn planted_bytes_are_in_the_history() {
     }
     assert!(checked >= 15, "only {checked} scenarios checked");
 }
+
+/// The peer export's counters agree with the history: at the end of every exported call, the
+/// allocated bytes the generator reports equal the device bytes live in the replayed trace
+/// (single-process traces; snapshots go through the importer's rounding, torchrun mixes
+/// processes and NCCL's driver buffers).
+#[test]
+fn peer_counters_agree_with_the_history() {
+    let mut checked = 0;
+    for s in scenarios() {
+        if !matches!(s.history, History::Trace(_))
+            || s.name.starts_with("torchrun")
+            || s.calls.is_empty()
+        {
+            continue;
+        }
+        let t = s.history.load().expect("loads");
+        let mut ev: Vec<(u64, i128)> = Vec::new();
+        for a in t.model.allocs.iter().filter(|a| a.kind.is_device_memory()) {
+            ev.push((a.ts_nanos, i128::from(a.size_bytes)));
+            if !a.is_live() {
+                ev.push((a.free_ts_nanos, -i128::from(a.size_bytes)));
+            }
+        }
+        ev.sort_unstable();
+        let mut ends: Vec<(u64, u64)> = s
+            .calls
+            .iter()
+            .map(|c| ((c.end_s * 1e9).round() as u64, c.allocated_after))
+            .collect();
+        ends.sort_unstable();
+        let (mut i, mut live) = (0, 0i128);
+        for (end, want) in ends {
+            while i < ev.len() && ev[i].0 <= end {
+                live += ev[i].1;
+                i += 1;
+            }
+            assert_eq!(
+                live as u64, want,
+                "{}: at {end} ns the trace holds {live} B, the export says {want}",
+                s.name
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 1000, "only {checked} calls checked");
+}
