@@ -198,6 +198,17 @@ fn device_name(total: u64) -> &'static str {
 
 /// A single-process training run, rendered by its ending.
 fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
+    train_run_as(name, description, cfg, false)
+}
+
+/// The run as a CUDA-level collector sees it (segments only). A leak's exact bytes are not in
+/// such a history (the reserve grows by segments, attributed to whichever allocation needed a
+/// new one), so its truth names the line only.
+fn driver_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
+    train_run_as(name, description, cfg, true)
+}
+
+fn train_run_as(name: &str, description: &str, cfg: TrainCfg, driver: bool) -> Scenario {
     let sites = Sites::new(cfg.layers);
     let mut tr = Torch::new(main_proc(cfg.seed), cfg.seed, cfg.device_total);
     tr.foreign = cfg.foreign;
@@ -245,7 +256,18 @@ fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
             std::slice::from_ref(&tr.p),
             &[(0, device_name(cfg.device_total), cfg.device_total)],
         );
-        History::Trace(torch::render_trace(w, &sites, &[&tr], clean))
+        if driver {
+            History::Trace(torch::render_driver_trace(w, &sites, &[&tr], clean))
+        } else {
+            History::Trace(torch::render_trace(w, &sites, &[&tr], clean))
+        }
+    };
+    let truth = match truth {
+        Truth::Faulty(mut c) if driver => {
+            c.bytes = None;
+            Truth::Faulty(c)
+        }
+        t => t,
     };
     Scenario {
         name: name.into(),
@@ -426,6 +448,22 @@ fn torch_scenarios() -> Vec<Scenario> {
         "torch-eval-concat-spike",
         "the eval phase keeps 16 batches of logits and concatenates them at eval.py:88: a 1 GiB transient on top of the 1 GiB it holds",
         TrainCfg { eval_every: 30, eval_concat: true, ..c(39) },
+    ));
+    // The CUDA driver's view of the same kind of runs (no allocator hook).
+    v.push(driver_run(
+        "torch-driver-healthy",
+        "a healthy loop traced at the CUDA level only: the caching allocator's segments as cudaMalloc calls, attributed to the tensor allocation that needed each",
+        TrainCfg { nvtx: true, eval_every: 20, ..c(51) },
+    ));
+    v.push(driver_run(
+        "torch-driver-leak-list",
+        "the metrics.py:33 list leak traced at the CUDA level only: the reserve grows by 20 MiB segments, each attributed to whichever allocation needed it; killed by SIGKILL",
+        TrainCfg { leak: Some(Leak::List), steps: 120, ending: Ending::Killed(9), ..c(52) },
+    ));
+    v.push(driver_run(
+        "torch-driver-leak-cache",
+        "the unbounded cache traced at the CUDA level only (entries from both the small and the large pool)",
+        TrainCfg { leak: Some(Leak::Cache), steps: 120, nvtx: true, ending: Ending::Killed(15), ..c(53) },
     ));
     // Snapshots taken mid-run.
     v.push(train_run(

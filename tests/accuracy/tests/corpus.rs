@@ -56,8 +56,14 @@ fn histories_are_well_formed() {
             );
         }
         assert!(!s.history.is_empty());
+        // The driver's view of a PyTorch run has only the allocator's segments.
+        let least = if s.name.starts_with("torch-driver") {
+            20
+        } else {
+            100
+        };
         if matches!(s.history, History::Trace(_)) {
-            assert!(t.model.allocs.len() > 100, "{}: too small", s.name);
+            assert!(t.model.allocs.len() > least, "{}: too small", s.name);
         }
     }
 }
@@ -214,14 +220,16 @@ fn planted_bytes_are_in_the_history() {
 
 /// The peer export's counters agree with the history: at the end of every exported call, the
 /// allocated bytes the generator reports equal the device bytes live in the replayed trace
-/// (single-process traces; snapshots go through the importer's rounding, torchrun mixes
-/// processes and NCCL's driver buffers).
+/// (single-process traces of tensor blocks; snapshots go through the importer's rounding,
+/// torchrun mixes processes and NCCL's driver buffers, the driver's view has only segments).
 #[test]
 fn peer_counters_agree_with_the_history() {
     let mut checked = 0;
     for s in scenarios() {
         if !matches!(s.history, History::Trace(_))
             || s.name.starts_with("torchrun")
+            // The driver's view holds segments, not the allocator's counters.
+            || s.name.starts_with("torch-driver")
             || s.calls.is_empty()
         {
             continue;

@@ -1502,16 +1502,107 @@ pub fn describe(w: &mut TraceWriter, procs: &[ProcDesc], devices: &[(u32, &str, 
 
 /// Writes the merged logs of `torches` into `w` (already described), ends the trace and returns
 /// its bytes. `clean_end`: the collector finished normally (writes `end`).
-pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end: bool) -> Vec<u8> {
+pub fn render_trace(w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end: bool) -> Vec<u8> {
+    render(w, s, torches, clean_end, View::Tensors)
+}
+
+/// Writes the same run as a collector without the allocator hook sees it: only the caching
+/// allocator's segments, as `cudaMalloc`/`cudaFree` with the stack of the tensor allocation
+/// that made the allocator grow; no tensors, no pool samples.
+pub fn render_driver_trace(
+    w: TraceWriter,
+    s: &Sites,
+    torches: &[&Torch],
+    clean_end: bool,
+) -> Vec<u8> {
+    render(w, s, torches, clean_end, View::Driver)
+}
+
+/// What a trace of a PyTorch process shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// Tensor blocks (a collector hooked into the caching allocator).
+    Tensors,
+    /// Segments only (the CUDA driver's view).
+    Driver,
+}
+
+fn render(
+    mut w: TraceWriter,
+    s: &Sites,
+    torches: &[&Torch],
+    clean_end: bool,
+    view: View,
+) -> Vec<u8> {
     let mut evs: Vec<&Ev> = torches.iter().flat_map(|t| t.log.iter()).collect();
     evs.sort_by_key(|e| e.t());
+    // Driver view: each new segment is attributed to the tensor allocation that needed it (the
+    // next allocation of that process in its log).
+    let mut trigger: HashMap<usize, (StackRef, u32)> = HashMap::new();
+    if view == View::Driver {
+        for (i, e) in evs.iter().enumerate() {
+            if let Ev::Segment {
+                p, release: false, ..
+            } = e
+            {
+                let next = evs[i..].iter().find_map(|x| match x {
+                    Ev::Alloc {
+                        p: q,
+                        stack,
+                        thread,
+                        ..
+                    } if q == p => Some((*stack, *thread)),
+                    _ => None,
+                });
+                if let Some(n) = next {
+                    trigger.insert(i, n);
+                }
+            }
+        }
+    }
+    let mut segments: HashMap<u64, analysis_core::format::AllocId> = HashMap::new();
     let mut ids = HashMap::new();
     let dev_of: HashMap<u32, (u32, u32)> = torches
         .iter()
         .map(|t| (t.p.idx, (t.p.device, t.p.main_thread)))
         .collect();
-    for e in evs {
+    for (i, e) in evs.into_iter().enumerate() {
         w.now = e.t();
+        if view == View::Driver {
+            match e {
+                Ev::Alloc { .. } | Ev::Free { .. } | Ev::Pool { .. } => continue,
+                Ev::Segment {
+                    p,
+                    addr,
+                    size,
+                    release,
+                    ..
+                } => {
+                    if *release {
+                        if let Some(id) = segments.remove(addr) {
+                            let thread = dev_of.get(p).map_or(0, |x| x.1);
+                            w.free(id, thread, FreeKind::Immediate, 0);
+                        }
+                    } else if let Some(&(stack, thread)) = trigger.get(&i) {
+                        let st = w.stack(&s.table, stack);
+                        let dev = dev_of.get(p).map_or(0, |x| x.0);
+                        let id = w.alloc(Alloc {
+                            size_bytes: *size,
+                            address: *addr,
+                            stack: st,
+                            thread: ThreadIdx(thread),
+                            device: DeviceIdx(dev),
+                            kind: AllocKind::Device,
+                            process: ProcessIdx(*p),
+                            ..Alloc::default()
+                        });
+                        segments.insert(*addr, id);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+        }
         match e {
             Ev::Alloc {
                 p,
