@@ -762,20 +762,18 @@ impl Torch {
         });
     }
 
-    pub fn range(&mut self, name: &'static str, begin: bool) -> u64 {
+    /// Opens an NVTX range (`torch.cuda.nvtx.range_push`, or `record_function` in snapshots);
+    /// returns its id for [`Torch::range_end`].
+    pub fn range_begin(&mut self, name: &'static str) -> u64 {
         self.tick_us(1, 5);
-        let id = if begin {
-            self.next_range += 1;
-            (u64::from(self.p.idx) << 32) + self.next_range
-        } else {
-            (u64::from(self.p.idx) << 32) + self.next_range
-        };
+        self.next_range += 1;
+        let id = (u64::from(self.p.idx) << 32) + self.next_range;
         self.log.push(Ev::Range {
             t: self.t,
             p: self.p.idx,
             id,
             name,
-            begin,
+            begin: true,
         });
         id
     }
@@ -1008,7 +1006,7 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         tr.maybe_device_sample();
         let last = step + 1 == cfg.steps;
         tr.call_begin("train_step", "train.py", 102);
-        let range = cfg.nvtx.then(|| tr.range("train_step", true));
+        let range = cfg.nvtx.then(|| tr.range_begin("train_step"));
         // The sequence-length bucket of this step: most batches are short, a few long ones need
         // a much larger attention workspace.
         let long = tr.rng.chance(1, 12);
@@ -1302,7 +1300,7 @@ fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
     let main = tr.p.main_thread;
     let d = cfg.hidden;
     tr.call_begin("evaluate", "eval.py", 55);
-    let range = cfg.nvtx.then(|| tr.range("evaluate", true));
+    let range = cfg.nvtx.then(|| tr.range_begin("evaluate"));
     let batches = if cfg.eval_concat { 16 } else { 4 };
     let tokens = cfg.tokens;
     let mut outs = Vec::new();
