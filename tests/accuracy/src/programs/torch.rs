@@ -1376,8 +1376,9 @@ fn checkpoint(tr: &mut Torch, s: &Sites, sizes: &[u64]) {
 
 /// An inference server: weights, then chat sessions whose prompt prefill needs two large
 /// temporaries and whose KV cache block stays for the session; sessions end at random. The
-/// cache ends up in many partly used segments, until a long prompt's 1 GiB prefill fails with
-/// gigabytes reserved but unallocated and no free block large enough.
+/// cache ends up in many partly used segments, until a long prompt's 1 GiB prefill fails:
+/// cached holes in partly used segments plus memory never reserved add up to more than it
+/// needs, but no block (and no room for a segment) is large enough. Returns the failed request.
 pub fn serve(tr: &mut Torch, s: &Sites, sessions: u32) -> Option<u64> {
     let main = tr.p.main_thread;
     for _ in 0..6 {
