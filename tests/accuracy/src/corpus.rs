@@ -39,6 +39,7 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
         device: 0,
         main_thread: 0,
         autograd_thread: 0,
+        pin_thread: None,
     };
     let mut workers = Vec::new();
     for rank in 0..2u32 {
@@ -48,8 +49,9 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
             parent: Some(0),
             argv: vec!["python", "-u", "train.py", "--config", "configs/base.yaml"],
             device: rank,
-            main_thread: 1 + 2 * rank,
-            autograd_thread: 2 + 2 * rank,
+            main_thread: 1 + 3 * rank,
+            autograd_thread: 2 + 3 * rank,
+            pin_thread: Some(3 + 3 * rank),
         };
         let mut tr = Torch::new(p, seed * 10 + u64::from(rank), 80 * GIB);
         let cfg = TrainCfg {
@@ -60,14 +62,15 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
         };
         // init_process_group: NCCL's buffers, straight from the driver.
         let nccl = 2 * 64 * MIB + 18 * MIB;
-        tr.raw(nccl, sites.nccl, false);
+        let buffers = tr.raw(nccl, sites.nccl);
         torch::train(&mut tr, &sites, &cfg);
-        workers.push((tr, nccl));
+        workers.push((tr, buffers, nccl));
     }
     let bytes = workers[1].0.cause_live_bytes();
-    for (tr, nccl) in &mut workers {
+    for (tr, buffers, nccl) in &mut workers {
         tr.free_everything();
-        tr.raw(*nccl, sites.nccl, true);
+        // destroy_process_group()
+        tr.raw_free(*buffers, *nccl);
         tr.exit(Some(0), None);
     }
     let mut launcher_t = Torch::new(launcher.clone(), seed, 80 * GIB);
@@ -91,7 +94,7 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
     let bytes_trace = torch::render_trace(w, &sites, &all, true);
     let mut calls = Vec::new();
     let mut samples = Vec::new();
-    for (tr, _) in &mut workers {
+    for (tr, _, _) in &mut workers {
         calls.append(&mut tr.calls);
         samples.append(&mut tr.samples);
     }
@@ -121,8 +124,9 @@ fn torchrun(seed: u64, rank1_leak: bool) -> Scenario {
 }
 
 /// An inference server on a 16 GiB GPU: chat sessions' KV blocks pin partly used 20 MiB
-/// segments until a long prompt's 1 GiB prefill fails with gigabytes reserved but unallocated
-/// and no free block large enough (PyTorch's "reserved but unallocated" OOM).
+/// segments until a long prompt's 1 GiB prefill fails although more than 1 GiB is free in all
+/// (cached holes plus memory never reserved): fragmentation. Labelled an OOM instead when the
+/// free bytes would not have sufficed anyway.
 fn fragmented_server(seed: u64) -> Scenario {
     let sites = Sites::new(4);
     let p = ProcDesc {
@@ -138,14 +142,20 @@ fn fragmented_server(seed: u64) -> Scenario {
         std::slice::from_ref(&tr.p),
         &[(0, "Tesla T4", 16 * GIB)],
     );
-    let truth = if failed.is_some() {
-        Truth::faulty(Class::Fragmentation, &[], None)
-    } else {
-        Truth::Healthy
+    let cached_free = tr.alloc.reserved() - tr.alloc.allocated();
+    let unreserved = tr.alloc.capacity() - tr.alloc.reserved();
+    let truth = match failed {
+        Some(request)
+            if cached_free + unreserved >= request && tr.alloc.largest_free() < request =>
+        {
+            Truth::faulty(Class::Fragmentation, &[], None)
+        }
+        Some(request) => Truth::faulty(Class::Oom, &["engine.py:74"], Some(request)),
+        None => Truth::Healthy,
     };
     Scenario {
         name: "torch-fragmentation-oom".into(),
-        description: "an inference server on a 16 GiB GPU: KV-cache blocks of open sessions pin partly used segments; a long prompt's 1 GiB prefill fails with gigabytes reserved but unallocated".into(),
+        description: "an inference server on a 16 GiB GPU: KV-cache blocks of open sessions pin partly used segments; a long prompt's 1 GiB prefill fails with more than 1 GiB free in all (cached holes plus memory never reserved) but no block that large".into(),
         truth,
         history: History::Trace(torch::render_trace(w, &sites, &[&tr], true)),
         calls: std::mem::take(&mut tr.calls),
@@ -179,6 +189,7 @@ fn main_proc(seed: u64) -> ProcDesc {
         device: 0,
         main_thread: 0,
         autograd_thread: 1,
+        pin_thread: Some(2),
     }
 }
 
@@ -194,6 +205,17 @@ fn device_name(total: u64) -> &'static str {
 
 /// A single-process training run, rendered by its ending.
 fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
+    train_run_as(name, description, cfg, false)
+}
+
+/// The run as a CUDA-level collector sees it (segments only). A leak's exact bytes are not in
+/// such a history (the reserve grows by segments, attributed to whichever allocation needed a
+/// new one), so its truth names the line only.
+fn driver_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
+    train_run_as(name, description, cfg, true)
+}
+
+fn train_run_as(name: &str, description: &str, cfg: TrainCfg, driver: bool) -> Scenario {
     let sites = Sites::new(cfg.layers);
     let mut tr = Torch::new(main_proc(cfg.seed), cfg.seed, cfg.device_total);
     tr.foreign = cfg.foreign;
@@ -204,6 +226,7 @@ fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
     let truth = match (cfg.leak, cfg.eval_concat) {
         (Some(Leak::List), _) => Truth::leak(&["metrics.py:33"], cause_bytes),
         (Some(Leak::Cache), _) => Truth::leak(&["cache.py:51", "cache.py:58"], cause_bytes),
+        (Some(Leak::EvalOutputs), _) => Truth::leak(&["eval.py:61", "eval.py:77"], cause_bytes),
         (Some(Leak::Graph), _) => Truth::leak(
             &[
                 "train.py:118",
@@ -219,7 +242,7 @@ fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
         (None, false) => Truth::Healthy,
     };
     let history = if cfg.ending == Ending::Snapshot {
-        History::Snapshot(torch::render_snapshot(&tr, &sites))
+        History::Snapshot(torch::render_snapshot(&tr, &sites, cfg.ring))
     } else {
         let clean = match cfg.ending {
             Ending::Exit => {
@@ -240,7 +263,18 @@ fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
             std::slice::from_ref(&tr.p),
             &[(0, device_name(cfg.device_total), cfg.device_total)],
         );
-        History::Trace(torch::render_trace(w, &sites, &[&tr], clean))
+        if driver {
+            History::Trace(torch::render_driver_trace(w, &sites, &[&tr], clean))
+        } else {
+            History::Trace(torch::render_trace(w, &sites, &[&tr], clean))
+        }
+    };
+    let truth = match truth {
+        Truth::Faulty(mut c) if driver => {
+            c.bytes = None;
+            Truth::Faulty(c)
+        }
+        t => t,
     };
     Scenario {
         name: name.into(),
@@ -340,7 +374,17 @@ fn torch_scenarios() -> Vec<Scenario> {
             ..c(21)
         },
     ));
+    v.push(train_run(
+        "torch-seqlen-warmup",
+        "healthy loop with a sequence-length warm-up over the first 40 steps: per-step memory rises for a third of the run, then holds",
+        TrainCfg { warmup_steps: 40, steps: 120, nvtx: true, ..c(22) },
+    ));
     // Leaks.
+    v.push(train_run(
+        "torch-leak-eval-outputs",
+        "each eval phase keeps its last batch's 64 MiB of logits in a history list (eval.py:77, made at eval.py:61): one tensor per eval, a slow leak; killed by SIGKILL",
+        TrainCfg { leak: Some(Leak::EvalOutputs), eval_every: 8, steps: 96, ending: Ending::Killed(9), ..c(40) },
+    ));
     v.push(train_run(
         "torch-leak-list-nvtx-exit",
         "metrics.py:33 appends each step's 4 MiB of probabilities to a list; exits 0 (the list is freed at shutdown)",
@@ -412,6 +456,22 @@ fn torch_scenarios() -> Vec<Scenario> {
         "the eval phase keeps 16 batches of logits and concatenates them at eval.py:88: a 1 GiB transient on top of the 1 GiB it holds",
         TrainCfg { eval_every: 30, eval_concat: true, ..c(39) },
     ));
+    // The CUDA driver's view of the same kind of runs (no allocator hook).
+    v.push(driver_run(
+        "torch-driver-healthy",
+        "a healthy loop traced at the CUDA level only: the caching allocator's segments as cudaMalloc calls, attributed to the tensor allocation that needed each",
+        TrainCfg { nvtx: true, eval_every: 20, ..c(51) },
+    ));
+    v.push(driver_run(
+        "torch-driver-leak-list",
+        "the metrics.py:33 list leak traced at the CUDA level only: the reserve grows by 20 MiB segments, each attributed to whichever allocation needed it; killed by SIGKILL",
+        TrainCfg { leak: Some(Leak::List), steps: 120, ending: Ending::Killed(9), ..c(52) },
+    ));
+    v.push(driver_run(
+        "torch-driver-leak-cache",
+        "the unbounded cache traced at the CUDA level only (entries from both the small and the large pool)",
+        TrainCfg { leak: Some(Leak::Cache), steps: 120, nvtx: true, ending: Ending::Killed(15), ..c(53) },
+    ));
     // Snapshots taken mid-run.
     v.push(train_run(
         "snapshot-healthy",
@@ -458,6 +518,22 @@ fn torch_scenarios() -> Vec<Scenario> {
             leak: Some(Leak::Cache),
             steps: 40,
             ..c(45)
+        },
+    ));
+    v.push(train_run(
+        "snapshot-ring-leak-list",
+        "mid-step snapshot of the metrics.py:33 list leak recorded with max_entries=4000: the history holds the last ~15 steps, earlier blocks are only in the segments",
+        TrainCfg { ending: Ending::Snapshot, leak: Some(Leak::List), steps: 60, ring: Some(4000), ..c(47) },
+    ));
+    v.push(train_run(
+        "snapshot-ring-healthy",
+        "mid-step snapshot of a healthy loop with evals recorded with max_entries=4000",
+        TrainCfg {
+            ending: Ending::Snapshot,
+            steps: 60,
+            eval_every: 20,
+            ring: Some(4000),
+            ..c(48)
         },
     ));
     v.push(train_run(

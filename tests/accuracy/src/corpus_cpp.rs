@@ -66,8 +66,8 @@ fn solver(
     );
     let a = c.alloc(2 * GIB, a_st, 0);
     let b = c.alloc(GIB, b_st, 0);
-    for i in 0..300 {
-        if i % 10 == 0 {
+    for i in 0..1200 {
+        if i % 40 == 0 {
             c.device_samples();
         }
         c.call_begin("Solver::step", "solver.cpp", 115);
@@ -172,8 +172,8 @@ fn suballocator(seed: u64) -> Scenario {
         false,
     );
     let arena = c.alloc(24 * GIB, arena_st, 0);
-    for i in 0..250 {
-        if i % 10 == 0 {
+    for i in 0..1000 {
+        if i % 40 == 0 {
             c.device_samples();
         }
         c.call_begin("render_frame", "main.cpp", 35);
@@ -221,8 +221,8 @@ fn peer(seed: u64) -> Scenario {
             true,
         ));
     }
-    for i in 0..200 {
-        if i % 10 == 0 {
+    for i in 0..800 {
+        if i % 40 == 0 {
             c.device_samples();
         }
         c.call_begin("step", "main.cpp", 66);
@@ -271,7 +271,7 @@ fn workers(seed: u64, leak: bool) -> Scenario {
         ],
         true,
     );
-    for epoch in 0..6 {
+    for _epoch in 0..6 {
         c.device_samples();
         c.call_begin("run_epoch", "main.cpp", 40);
         // A thread pool per epoch: threads start, work, and exit.
@@ -284,7 +284,7 @@ fn workers(seed: u64, leak: bool) -> Scenario {
                 scratch.push((th, c.alloc(64 * MIB, scratch_st, th)));
             }
         }
-        for _ in 0..40 {
+        for _ in 0..250 {
             let th = c.rng.range(1, 4) as u32;
             let size = (4 + c.rng.range(0, 28)) * MIB;
             let id = c.alloc(size, task_st, th);
@@ -295,7 +295,6 @@ fn workers(seed: u64, leak: bool) -> Scenario {
             c.free(id, th);
         }
         c.call_end();
-        let _ = epoch;
         c.tick_us(20_000, 40_000);
     }
     c.device_samples();
@@ -340,8 +339,8 @@ fn error_path(seed: u64, killed: bool) -> Scenario {
         ],
         false,
     );
-    for i in 0..500 {
-        if i % 25 == 0 {
+    for i in 0..1500 {
+        if i % 60 == 0 {
             c.device_samples();
         }
         c.call_begin("Handler::handle", "handler.cpp", 84);
@@ -488,8 +487,8 @@ fn hidden(seed: u64) -> Scenario {
         ],
         false,
     );
-    for i in 0..400 {
-        if i % 10 == 0 {
+    for i in 0..800 {
+        if i % 20 == 0 {
             c.device_samples();
         }
         c.call_begin("Plan::execute", "plan.cpp", 70);
@@ -504,7 +503,7 @@ fn hidden(seed: u64) -> Scenario {
     let out = c.exit(0);
     scenario(
         "cpp-hidden-growth",
-        "traced memory flat while the process's own device memory (a library's plan cache, allocated where the collector cannot see) grows 16 MiB per call",
+        "traced memory flat while the process's own device memory (a library's plan cache, allocated where the collector cannot see) grows 16 MiB per call (12.5 GiB over the run)",
         Truth::faulty(Class::Hidden, &[], None),
         out,
     )

@@ -2,6 +2,7 @@
 //! peer comparison.
 //!
 //!     cargo run -p gpucollect-accuracy --release -- table [--write-baseline]
+//!     cargo run -p gpucollect-accuracy --release -- list
 //!     cargo run -p gpucollect-accuracy --release -- export-peer DIR
 
 use std::path::PathBuf;
@@ -26,6 +27,8 @@ enum Command {
         #[arg(long)]
         write_baseline: bool,
     },
+    /// List the scenarios: name, history, truth and what the program does.
+    List,
     /// Write DIR/<scenario>.json for the stormlog comparison.
     ExportPeer { dir: PathBuf },
 }
@@ -47,6 +50,19 @@ fn main() -> anyhow::Result<()> {
                 std::fs::write(&path, text)
                     .with_context(|| format!("cannot write {}", path.display()))?;
                 eprintln!("wrote {}", path.display());
+            }
+        }
+        Command::List => {
+            println!("| Scenario | History | Truth | What the program does |\n|---|---|---|---|");
+            for s in &scenarios {
+                println!(
+                    "| {} | {} ({} KiB) | {} | {} |",
+                    s.name,
+                    s.history.kind(),
+                    s.history.len() / 1024,
+                    s.truth.label(),
+                    s.description
+                );
             }
         }
         Command::ExportPeer { dir } => {

@@ -2,7 +2,7 @@
 
 use analysis_core::{Config, analyze};
 
-use crate::scenario::{History, Scenario, Truth};
+use crate::scenario::{Scenario, Truth};
 use crate::score::{Baseline, Judgement, Totals, judge, totals};
 
 /// One scenario's outcome.
@@ -35,7 +35,7 @@ pub fn baseline(outcomes: &[Outcome]) -> Baseline {
     Baseline {
         scenarios: outcomes
             .iter()
-            .map(|o| (o.name.clone(), o.judgement.pass))
+            .map(|o| (o.name.clone(), (&o.judgement).into()))
             .collect(),
         totals: summary(outcomes),
     }
@@ -77,12 +77,4 @@ pub fn table(outcomes: &[Outcome]) -> String {
         t.scenarios, t.healthy, t.faulty, t.passed, t.precision, t.tp, t.fp, t.recall, t.fn_, t.first_right, t.healthy_quiet
     ));
     out
-}
-
-/// Whether a history is a trace (for callers that need the bytes).
-pub fn trace_bytes(s: &Scenario) -> Option<&[u8]> {
-    match &s.history {
-        History::Trace(b) => Some(b),
-        History::Snapshot(_) => None,
-    }
 }

@@ -250,24 +250,59 @@ pub fn totals<'a>(items: impl IntoIterator<Item = (&'a Truth, &'a Judgement)>) -
     t
 }
 
+/// One scenario's verdict as the baseline keeps it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub pass: bool,
+    pub tp: u32,
+    pub fp: u32,
+    #[serde(rename = "fn")]
+    pub fn_: u32,
+}
+
+impl From<&Judgement> for Verdict {
+    fn from(j: &Judgement) -> Self {
+        Self {
+            pass: j.pass,
+            tp: j.tp,
+            fp: j.fp,
+            fn_: j.fn_,
+        }
+    }
+}
+
 /// What `baseline.json` holds: each scenario's verdict and the totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Baseline {
-    pub scenarios: BTreeMap<String, bool>,
+    pub scenarios: BTreeMap<String, Verdict>,
     pub totals: Totals,
 }
 
-/// Regressions (a scenario that passed and now fails, a lower precision or recall) and
-/// improvements of `now` over `base`.
+/// (precision, recall) over the scenarios of `b` named in `names`.
+fn rates<'a>(b: &Baseline, names: impl Iterator<Item = &'a String>) -> (f64, f64) {
+    let (mut tp, mut fp, mut fn_) = (0, 0, 0);
+    for n in names {
+        if let Some(v) = b.scenarios.get(n) {
+            tp += v.tp;
+            fp += v.fp;
+            fn_ += v.fn_;
+        }
+    }
+    (ratio(tp, tp + fp), ratio(tp, tp + fn_))
+}
+
+/// Regressions (a scenario that passed and now fails, a lower precision or recall over the
+/// scenarios both know, a scenario gone) and improvements (the reverse, new scenarios) of `now`
+/// over `base`.
 pub fn compare(base: &Baseline, now: &Baseline) -> (Vec<String>, Vec<String>) {
     let mut worse = Vec::new();
     let mut better = Vec::new();
-    for (name, &passed) in &now.scenarios {
+    for (name, v) in &now.scenarios {
         match base.scenarios.get(name) {
-            Some(true) if !passed => {
+            Some(b) if b.pass && !v.pass => {
                 worse.push(format!("{name}: passed in the baseline, fails now"))
             }
-            Some(false) if passed => {
+            Some(b) if !b.pass && v.pass => {
                 better.push(format!("{name}: failed in the baseline, passes now"))
             }
             None => better.push(format!("{name}: new scenario (not in the baseline)")),
@@ -279,15 +314,19 @@ pub fn compare(base: &Baseline, now: &Baseline) -> (Vec<String>, Vec<String>) {
             worse.push(format!("{name}: in the baseline, missing from the corpus"));
         }
     }
+    let common: Vec<&String> = now
+        .scenarios
+        .keys()
+        .filter(|n| base.scenarios.contains_key(*n))
+        .collect();
+    let (bp, br) = rates(base, common.iter().copied());
+    let (np, nr) = rates(now, common.iter().copied());
     const EPS: f64 = 1e-9;
-    for (what, b, n) in [
-        ("precision", base.totals.precision, now.totals.precision),
-        ("recall", base.totals.recall, now.totals.recall),
-    ] {
+    for (what, b, n) in [("precision", bp, np), ("recall", br, nr)] {
         if n + EPS < b {
-            worse.push(format!("{what} fell from {b:.3} to {n:.3}"));
+            worse.push(format!("{what} fell from {b:.4} to {n:.4}"));
         } else if n > b + EPS {
-            better.push(format!("{what} rose from {b:.3} to {n:.3}"));
+            better.push(format!("{what} rose from {b:.4} to {n:.4}"));
         }
     }
     (worse, better)
@@ -402,21 +441,30 @@ mod tests {
 
     #[test]
     fn regressions_and_improvements() {
+        let v = |pass, tp, fp, fn_| Verdict { pass, tp, fp, fn_ };
         let mut base = Baseline::default();
-        base.scenarios.insert("a".into(), true);
-        base.scenarios.insert("b".into(), false);
-        base.totals.precision = 0.5;
-        base.totals.recall = 0.5;
+        base.scenarios.insert("a".into(), v(true, 1, 0, 0));
+        base.scenarios.insert("b".into(), v(false, 0, 1, 1));
+        // a fails now; its cause is missed (recall falls).
         let mut now = base.clone();
-        now.scenarios.insert("a".into(), false);
-        now.totals.recall = 0.4;
+        now.scenarios.insert("a".into(), v(false, 0, 1, 1));
         let (worse, _) = compare(&base, &now);
-        assert_eq!(worse.len(), 2, "{worse:?}");
+        assert_eq!(worse.len(), 3, "{worse:?}");
+        // b passes now: precision and recall rise.
         let mut now = base.clone();
-        now.scenarios.insert("b".into(), true);
-        now.totals.precision = 0.6;
+        now.scenarios.insert("b".into(), v(true, 1, 0, 0));
         let (worse, better) = compare(&base, &now);
-        assert!(worse.is_empty());
-        assert_eq!(better.len(), 2);
+        assert!(worse.is_empty(), "{worse:?}");
+        assert_eq!(better.len(), 3, "{better:?}");
+        // A new failing scenario is not a regression of the others.
+        let mut now = base.clone();
+        now.scenarios.insert("c".into(), v(false, 0, 5, 1));
+        let (worse, better) = compare(&base, &now);
+        assert!(worse.is_empty(), "{worse:?}");
+        assert_eq!(better.len(), 1);
+        // A scenario gone is.
+        let mut now = base.clone();
+        now.scenarios.remove("b");
+        assert_eq!(compare(&base, &now).0.len(), 1);
     }
 }

@@ -347,3 +347,47 @@ mod tests {
         assert_eq!(err.reserved, 50 * MIB);
     }
 }
+
+#[cfg(test)]
+mod real_snapshot {
+    use super::*;
+
+    /// Replaying the real H100 snapshot's history (PyTorch 2.11, `analysis-core/tests/assets/
+    /// torch/real-torch.pickle`) through the model gives the reserve, allocated and peak bytes
+    /// PyTorch itself reported at the end (`real-torch.expected.json`) and the snapshot's segments.
+    #[test]
+    fn replays_the_real_snapshot_to_pytorchs_own_numbers() {
+        let bytes =
+            include_bytes!("../../../../analysis-core/tests/assets/torch/real-torch.pickle");
+        let (trace, _) = analysis_core::torch_snapshot::load(bytes).expect("imports");
+        let m = &trace.model;
+        // Events in time order: frees before allocations at the same time.
+        let mut ev: Vec<(u64, u8, usize)> = Vec::new();
+        for (i, a) in m.allocs.iter().enumerate() {
+            ev.push((a.ts_nanos, 1, i));
+            if !a.is_live() {
+                ev.push((a.free_ts_nanos, 0, i));
+            }
+        }
+        ev.sort_unstable();
+        let mut model = CachingAllocator::new(0x7f00_0000_0000, 80 * GIB);
+        let mut addr = std::collections::HashMap::new();
+        let mut peak = 0;
+        for (_, what, i) in ev {
+            if what == 1 {
+                let got = model.malloc(m.allocs[i].size_bytes).expect("fits");
+                addr.insert(i, got.addr);
+                peak = peak.max(model.allocated());
+            } else if let Some(a) = addr.remove(&i) {
+                model.free(a);
+            }
+        }
+        assert_eq!(model.allocated(), 102_796_288, "memory_allocated()");
+        assert_eq!(model.reserved(), 163_577_856, "memory_reserved()");
+        assert_eq!(peak, 140_566_016, "max_memory_allocated()");
+        // The snapshot's own segments: four 2 MiB small ones, and 16, 16, 16, 16, 20, 32, 32 MiB.
+        let mut sizes: Vec<u64> = model.segments().iter().map(|s| s.size / MIB).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [2, 2, 2, 2, 16, 16, 16, 16, 20, 32, 32]);
+    }
+}

@@ -49,6 +49,7 @@ const M_C10: u32 = 2;
 const M_TORCH_CUDA: u32 = 3;
 const M_TORCH_CPU: u32 = 4;
 const M_LIBC: u32 = 5;
+const M_CUDA: u32 = 6;
 
 /// The allocator's own frames, innermost, as C++ stacks show them.
 fn allocator_frames() -> Vec<Fr> {
@@ -131,6 +132,8 @@ pub struct Sites {
     eval_cat: StackRef,
     ckpt: StackRef,
     pub nccl: StackRef,
+    /// Pinned host memory for batches, from the DataLoader's pin-memory thread.
+    pinned: StackRef,
     // Inference server (fragmentation).
     srv_weights: StackRef,
     srv_prefill: StackRef,
@@ -295,6 +298,31 @@ impl Sites {
             py("main", "train.py", 176),
             py("<module>", "train.py", 212),
         ]);
+        let pin_py = "utils/data/_utils/pin_memory.py";
+        let pinned = t.add(vec![
+            native(M_CUDA, 0x23_9f40, "cuMemHostAlloc", "", 0),
+            native(
+                M_TORCH_CUDA,
+                0x7c_1a00,
+                "at::cuda::(anonymous namespace)::CUDACachingHostAllocatorImpl::allocate_host_memory(unsigned long, void**)",
+                "",
+                0,
+            ),
+            native(
+                M_TORCH_CUDA,
+                0x7d_2210,
+                "at::native::_pin_memory(at::Tensor const&, std::optional<c10::Device>)",
+                "",
+                0,
+            ),
+            tpy("pin_memory", pin_py, 79),
+            tpy("pin_memory", pin_py, 96),
+            tpy("do_one_step", pin_py, 37),
+            tpy("_pin_memory_loop", pin_py, 56),
+            py("run", "/usr/lib/python3.12/threading.py", 1012),
+            py("_bootstrap_inner", "/usr/lib/python3.12/threading.py", 1075),
+            py("_bootstrap", "/usr/lib/python3.12/threading.py", 1032),
+        ]);
         let serve = [
             py("serve_forever", "server.py", 140),
             py("<module>", "server.py", 171),
@@ -353,6 +381,7 @@ impl Sites {
             eval_cat,
             ckpt,
             nccl,
+            pinned,
             srv_weights,
             srv_prefill,
             srv_kv,
@@ -389,6 +418,9 @@ pub enum Ev {
         size: u64,
         stack: StackRef,
         free: bool,
+        /// Pinned host memory (`cuMemHostAlloc`) rather than device memory.
+        pinned: bool,
+        thread: u32,
     },
     Segment {
         t: u64,
@@ -457,6 +489,8 @@ pub struct ProcDesc {
     pub device: u32,
     pub main_thread: u32,
     pub autograd_thread: u32,
+    /// The DataLoader's pin-memory thread, when it pins batches.
+    pub pin_thread: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -499,6 +533,8 @@ pub struct Torch {
     pub raw_live: u64,
     /// Block of the planted spike, once made.
     pub spike_bytes: u64,
+    /// Batches the pin-memory thread has pinned new host blocks for.
+    pinned_batches: u32,
 }
 
 impl Torch {
@@ -523,6 +559,7 @@ impl Torch {
             foreign: None,
             raw_live: 0,
             spike_bytes: 0,
+            pinned_batches: 0,
         }
     }
 
@@ -628,25 +665,58 @@ impl Torch {
         }
     }
 
-    /// A driver allocation outside the caching allocator (NCCL's buffers).
-    pub fn raw(&mut self, size: u64, stack: StackRef, free: bool) -> u64 {
+    /// A driver allocation outside the caching allocator (NCCL's buffers); returns its id for
+    /// [`Torch::raw_free`].
+    pub fn raw(&mut self, size: u64, stack: StackRef) -> u64 {
         self.tick_us(50, 200);
         let tensor = self.next_tensor;
         self.next_tensor += 1;
-        if free {
-            self.raw_live -= size;
-        } else {
-            self.raw_live += size;
-        }
+        self.raw_live += size;
         self.log.push(Ev::Raw {
             t: self.t,
             p: self.p.idx,
             tensor,
             size,
             stack,
-            free,
+            free: false,
+            pinned: false,
+            thread: self.p.main_thread,
         });
         tensor
+    }
+
+    /// A pinned host block of PyTorch's host caching allocator, made by the pin-memory thread:
+    /// rounded up to a power of two, cached for reuse and never freed (not even at exit).
+    pub fn pinned(&mut self, size: u64, stack: StackRef) {
+        self.tick_us(100, 400);
+        let tensor = self.next_tensor;
+        self.next_tensor += 1;
+        self.log.push(Ev::Raw {
+            t: self.t,
+            p: self.p.idx,
+            tensor,
+            size: size.next_power_of_two(),
+            stack,
+            free: false,
+            pinned: true,
+            thread: self.p.pin_thread.unwrap_or(self.p.main_thread),
+        });
+    }
+
+    /// Frees the driver allocation `tensor` of `size` bytes made by [`Torch::raw`].
+    pub fn raw_free(&mut self, tensor: u64, size: u64) {
+        self.tick_us(50, 200);
+        self.raw_live -= size;
+        self.log.push(Ev::Raw {
+            t: self.t,
+            p: self.p.idx,
+            tensor,
+            size,
+            stack: StackRef(0),
+            free: true,
+            pinned: false,
+            thread: self.p.main_thread,
+        });
     }
 
     pub fn pool_sample(&mut self) {
@@ -692,20 +762,18 @@ impl Torch {
         });
     }
 
-    pub fn range(&mut self, name: &'static str, begin: bool) -> u64 {
+    /// Opens an NVTX range (`torch.cuda.nvtx.range_push`, or `record_function` in snapshots);
+    /// returns its id for [`Torch::range_end`].
+    pub fn range_begin(&mut self, name: &'static str) -> u64 {
         self.tick_us(1, 5);
-        let id = if begin {
-            self.next_range += 1;
-            (u64::from(self.p.idx) << 32) + self.next_range
-        } else {
-            (u64::from(self.p.idx) << 32) + self.next_range
-        };
+        self.next_range += 1;
+        let id = (u64::from(self.p.idx) << 32) + self.next_range;
         self.log.push(Ev::Range {
             t: self.t,
             p: self.p.idx,
             id,
             name,
-            begin,
+            begin: true,
         });
         id
     }
@@ -813,6 +881,9 @@ pub enum Leak {
     List,
     /// `cache.py` memoizes an encoding per new key, and every step brings a new key.
     Cache,
+    /// The eval phase keeps its last batch's logits in a history list (eval.py:77) on the GPU:
+    /// a slow leak, one tensor per eval phase.
+    EvalOutputs,
 }
 
 /// A memo cache that is not a leak.
@@ -847,6 +918,10 @@ pub struct TrainCfg {
     pub ending: Ending,
     pub device_total: u64,
     pub foreign: Option<Foreign>,
+    /// Snapshot ending: keep only the last that many trace entries.
+    pub ring: Option<usize>,
+    /// Steps of sequence-length warm-up (batches grow from a quarter of their length).
+    pub warmup_steps: u32,
 }
 
 impl TrainCfg {
@@ -869,6 +944,8 @@ impl TrainCfg {
             ending: Ending::Exit,
             device_total: 80 * GIB,
             foreign: None,
+            ring: None,
+            warmup_steps: 0,
         }
     }
 }
@@ -884,16 +961,15 @@ struct Model {
     metrics_kept: Vec<u64>,
     cache: BTreeMap<u64, u64>,
     cache_order: Vec<u64>,
+    /// cuBLAS and cuBLASLt workspaces, made through the caching allocator by the first matmul
+    /// and kept for the handle's lifetime (as in the real H100 snapshot: 32 MiB + 1 MiB).
+    cublas: Vec<u64>,
 }
-
-const MAIN: u32 = 0;
 
 /// Runs the training program on `tr` (already described) and returns whether it finished
 /// (false: out of memory or stopped for the snapshot).
 pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
     let main = tr.p.main_thread;
-    let bwd = tr.p.autograd_thread;
-    let _ = MAIN;
     let d = cfg.hidden;
     let mut m = Model {
         params: Vec::new(),
@@ -905,6 +981,7 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         metrics_kept: Vec::new(),
         cache: BTreeMap::new(),
         cache_order: Vec::new(),
+        cublas: Vec::new(),
     };
     // Parameters: per block fc1 (d x 4d + 4d) and fc2 (4d x d + d), then the head.
     let mut sizes = Vec::new();
@@ -925,20 +1002,24 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         let b = prefetch(tr, s, cfg, main);
         m.prefetched.push(b);
     }
-    let mut eval_no = 0;
     for step in 0..cfg.steps {
         tr.maybe_device_sample();
         let last = step + 1 == cfg.steps;
         tr.call_begin("train_step", "train.py", 102);
-        let range = cfg.nvtx.then(|| tr.range("train_step", true));
+        let range = cfg.nvtx.then(|| tr.range_begin("train_step"));
         // The sequence-length bucket of this step: most batches are short, a few long ones need
         // a much larger attention workspace.
         let long = tr.rng.chance(1, 12);
-        let tokens = if long {
+        let mut tokens = if long {
             cfg.tokens * 2
         } else {
             cfg.tokens / 2 * tr.rng.range(2, 3) / 2 * 2
         };
+        if step < cfg.warmup_steps {
+            // Sequence-length warm-up: batches grow from a quarter of their length.
+            let quarters = 1 + 3 * u64::from(step) / u64::from(cfg.warmup_steps);
+            tokens = tokens * quarters / 4 / 64 * 64;
+        }
         if !micro_steps(tr, s, cfg, &mut m, step, tokens, long, last) {
             return false;
         }
@@ -1000,16 +1081,12 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
         }
         tr.pool_sample();
         tr.call_end();
-        if cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 {
-            eval_no += 1;
-            if !evaluate(tr, s, cfg, eval_no) {
-                return false;
-            }
+        if cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && !evaluate(tr, s, cfg) {
+            return false;
         }
         if cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0 {
-            checkpoint(tr, s, cfg, &m.param_sizes);
+            checkpoint(tr, s, &m.param_sizes);
         }
-        let _ = bwd;
     }
     for mut b in std::mem::take(&mut m.prefetched) {
         tr.free_all(&mut b, main);
@@ -1019,6 +1096,13 @@ pub fn train(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
 }
 
 fn prefetch(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, thread: u32) -> Vec<u64> {
+    // The pin-memory thread pins each batch in host memory first; the host caching allocator
+    // makes blocks for the first four batches in flight and reuses them after.
+    if tr.p.pin_thread.is_some() && tr.pinned_batches < 4 {
+        tr.pinned_batches += 1;
+        tr.pinned(cfg.tokens * cfg.hidden * 2, s.pinned);
+        tr.pinned(cfg.tokens * 8, s.pinned);
+    }
     let x = tr.malloc(cfg.tokens * cfg.hidden * 2, s.prefetch, thread);
     let y = tr.malloc(cfg.tokens * 8, s.prefetch, thread);
     x.into_iter().chain(y).collect()
@@ -1080,6 +1164,14 @@ fn micro_steps(
                     return false;
                 };
                 saved.push(x);
+                if m.cublas.is_empty() {
+                    for ws in [32 * MIB, MIB] {
+                        let Some(w) = tr.malloc(ws, st, main) else {
+                            return false;
+                        };
+                        m.cublas.push(w);
+                    }
+                }
             }
             if i == 0 {
                 // Attention workspace: its size follows the sequence-length bucket.
@@ -1204,15 +1296,15 @@ fn cache_kind(cfg: &TrainCfg) -> Option<CacheUse> {
 
 /// The eval phase: four batches under `torch.no_grad()`, each layer's output freed as the next
 /// is made; with `eval_concat`, every batch's logits kept and concatenated at eval.py:88.
-fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, _no: u32) -> bool {
+fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg) -> bool {
     let main = tr.p.main_thread;
     let d = cfg.hidden;
     tr.call_begin("evaluate", "eval.py", 55);
-    let range = cfg.nvtx.then(|| tr.range("evaluate", true));
+    let range = cfg.nvtx.then(|| tr.range_begin("evaluate"));
     let batches = if cfg.eval_concat { 16 } else { 4 };
     let tokens = cfg.tokens;
     let mut outs = Vec::new();
-    for _ in 0..batches {
+    for batch in 0..batches {
         let Some(b) = tr.malloc(tokens * d * 2, s.eval_batch, main) else {
             return false;
         };
@@ -1240,6 +1332,9 @@ fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, _no: u32) -> bool {
         tr.tick_us(8_000, 12_000);
         if cfg.eval_concat {
             outs.push(logits);
+        } else if cfg.leak == Some(Leak::EvalOutputs) && batch + 1 == batches {
+            // `self.history.append(logits)` at eval.py:77: kept on the GPU for a report.
+            tr.cause.insert(logits);
         } else {
             tr.free(logits, main);
         }
@@ -1264,7 +1359,7 @@ fn evaluate(tr: &mut Torch, s: &Sites, cfg: &TrainCfg, _no: u32) -> bool {
 }
 
 /// `save_checkpoint`: a device copy of every parameter, written out, then dropped.
-fn checkpoint(tr: &mut Torch, s: &Sites, _cfg: &TrainCfg, sizes: &[u64]) {
+fn checkpoint(tr: &mut Torch, s: &Sites, sizes: &[u64]) {
     let main = tr.p.main_thread;
     tr.call_begin("save_checkpoint", "train.py", 136);
     let mut copies = Vec::new();
@@ -1281,8 +1376,9 @@ fn checkpoint(tr: &mut Torch, s: &Sites, _cfg: &TrainCfg, sizes: &[u64]) {
 
 /// An inference server: weights, then chat sessions whose prompt prefill needs two large
 /// temporaries and whose KV cache block stays for the session; sessions end at random. The
-/// cache ends up in many partly used segments, until a long prompt's 1 GiB prefill fails with
-/// gigabytes reserved but unallocated and no free block large enough.
+/// cache ends up in many partly used segments, until a long prompt's 1 GiB prefill fails:
+/// cached holes in partly used segments plus memory never reserved add up to more than it
+/// needs, but no block (and no room for a segment) is large enough. Returns the failed request.
 pub fn serve(tr: &mut Torch, s: &Sites, sessions: u32) -> Option<u64> {
     let main = tr.p.main_thread;
     for _ in 0..6 {
@@ -1339,6 +1435,14 @@ pub fn describe(w: &mut TraceWriter, procs: &[ProcDesc], devices: &[(u32, &str, 
     }
     for p in procs {
         w.thread(p.main_thread, p.idx, u64::from(p.pid), "MainThread");
+        if let Some(t) = p.pin_thread {
+            w.thread(
+                t,
+                p.idx,
+                u64::from(p.pid) + 23,
+                "Thread-2 (_pin_memory_loop)",
+            );
+        }
         if p.autograd_thread != p.main_thread {
             w.thread(
                 p.autograd_thread,
@@ -1385,21 +1489,119 @@ pub fn describe(w: &mut TraceWriter, procs: &[ProcDesc], devices: &[(u32, &str, 
             0x7f17_0000_0000,
             0x20_0000,
         );
+        w.module(
+            M_CUDA,
+            p.idx,
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            0x7f16_0000_0000,
+            0x400_0000,
+        );
     }
 }
 
 /// Writes the merged logs of `torches` into `w` (already described), ends the trace and returns
 /// its bytes. `clean_end`: the collector finished normally (writes `end`).
-pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end: bool) -> Vec<u8> {
+pub fn render_trace(w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end: bool) -> Vec<u8> {
+    render(w, s, torches, clean_end, View::Tensors)
+}
+
+/// Writes the same run as a collector without the allocator hook sees it: only the caching
+/// allocator's segments, as `cudaMalloc`/`cudaFree` with the stack of the tensor allocation
+/// that made the allocator grow; no tensors, no pool samples.
+pub fn render_driver_trace(
+    w: TraceWriter,
+    s: &Sites,
+    torches: &[&Torch],
+    clean_end: bool,
+) -> Vec<u8> {
+    render(w, s, torches, clean_end, View::Driver)
+}
+
+/// What a trace of a PyTorch process shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// Tensor blocks (a collector hooked into the caching allocator).
+    Tensors,
+    /// Segments only (the CUDA driver's view).
+    Driver,
+}
+
+fn render(
+    mut w: TraceWriter,
+    s: &Sites,
+    torches: &[&Torch],
+    clean_end: bool,
+    view: View,
+) -> Vec<u8> {
     let mut evs: Vec<&Ev> = torches.iter().flat_map(|t| t.log.iter()).collect();
     evs.sort_by_key(|e| e.t());
+    // Driver view: each new segment is attributed to the tensor allocation that needed it (the
+    // next allocation of that process in its log).
+    let mut trigger: HashMap<usize, (StackRef, u32)> = HashMap::new();
+    if view == View::Driver {
+        for (i, e) in evs.iter().enumerate() {
+            if let Ev::Segment {
+                p, release: false, ..
+            } = e
+            {
+                let next = evs[i..].iter().find_map(|x| match x {
+                    Ev::Alloc {
+                        p: q,
+                        stack,
+                        thread,
+                        ..
+                    } if q == p => Some((*stack, *thread)),
+                    _ => None,
+                });
+                if let Some(n) = next {
+                    trigger.insert(i, n);
+                }
+            }
+        }
+    }
+    let mut segments: HashMap<u64, analysis_core::format::AllocId> = HashMap::new();
     let mut ids = HashMap::new();
     let dev_of: HashMap<u32, (u32, u32)> = torches
         .iter()
         .map(|t| (t.p.idx, (t.p.device, t.p.main_thread)))
         .collect();
-    for e in evs {
+    for (i, e) in evs.into_iter().enumerate() {
         w.now = e.t();
+        if view == View::Driver {
+            match e {
+                Ev::Alloc { .. } | Ev::Free { .. } | Ev::Pool { .. } => continue,
+                Ev::Segment {
+                    p,
+                    addr,
+                    size,
+                    release,
+                    ..
+                } => {
+                    if *release {
+                        if let Some(id) = segments.remove(addr) {
+                            let thread = dev_of.get(p).map_or(0, |x| x.1);
+                            w.free(id, thread, FreeKind::Immediate, 0);
+                        }
+                    } else if let Some(&(stack, thread)) = trigger.get(&i) {
+                        let st = w.stack(&s.table, stack);
+                        let dev = dev_of.get(p).map_or(0, |x| x.0);
+                        let id = w.alloc(Alloc {
+                            size_bytes: *size,
+                            address: *addr,
+                            stack: st,
+                            thread: ThreadIdx(thread),
+                            device: DeviceIdx(dev),
+                            kind: AllocKind::Device,
+                            process: ProcessIdx(*p),
+                            ..Alloc::default()
+                        });
+                        segments.insert(*addr, id);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+        }
         match e {
             Ev::Alloc {
                 p,
@@ -1437,15 +1639,14 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
                 size,
                 stack,
                 free,
+                pinned,
+                thread,
                 ..
             } => {
-                let (dev, thread) = dev_of.get(p).copied().unwrap_or((0, 0));
+                let dev = dev_of.get(p).map_or(0, |x| x.0);
+                let thread = *thread;
                 if *free {
-                    // A raw free names the tensor id of its allocation (tensor - 1 by
-                    // construction is not guaranteed), so frees carry the size: match the
-                    // oldest live raw allocation of that size and process.
-                    let key = raw_key(*p, *size);
-                    if let Some(id) = ids.remove(&key) {
+                    if let Some(id) = ids.remove(tensor) {
                         w.free(id, thread, FreeKind::Immediate, 0);
                     }
                 } else {
@@ -1458,11 +1659,15 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
                         stack: st,
                         thread: ThreadIdx(thread),
                         device: DeviceIdx(dev),
-                        kind: AllocKind::Device,
+                        kind: if *pinned {
+                            AllocKind::PinnedHost
+                        } else {
+                            AllocKind::Device
+                        },
                         process: ProcessIdx(*p),
                         ..Alloc::default()
                     });
-                    ids.insert(raw_key(*p, *size), id);
+                    ids.insert(*tensor, id);
                 }
             }
             Ev::Segment { .. } => {}
@@ -1513,10 +1718,6 @@ pub fn render_trace(mut w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end
     w.finish(clean_end)
 }
 
-fn raw_key(p: u32, size: u64) -> u64 {
-    (1 << 63) | (u64::from(p) << 48) | size
-}
-
 fn frames_json(frames: &[Fr]) -> Value {
     Value::Array(
         frames
@@ -1540,7 +1741,10 @@ fn frames_json(frames: &[Fr]) -> Value {
 /// The snapshot `torch.cuda.memory._dump_snapshot` writes for process `tr` at its current
 /// time: the history as `device_traces` (requested sizes, as PyTorch records them), the final
 /// `segments` with their blocks (true block sizes), `external_annotations` for the ranges.
-pub fn render_snapshot(tr: &Torch, s: &Sites) -> Vec<u8> {
+///
+/// `ring`: keep only the last that many trace entries (`_record_memory_history(max_entries=N)`),
+/// so the history starts mid-run and blocks made before it appear only in the segments.
+pub fn render_snapshot(tr: &Torch, s: &Sites, ring: Option<usize>) -> Vec<u8> {
     let mut trace = Vec::new();
     let mut ann = Vec::new();
     let us = |t: u64| T0_US + t / 1000;
@@ -1642,6 +1846,17 @@ pub fn render_snapshot(tr: &Torch, s: &Sites) -> Vec<u8> {
                 "blocks": blocks})
         })
         .collect();
+    if let Some(n) = ring
+        && trace.len() > n
+    {
+        trace.drain(..trace.len() - n);
+        let first_us = trace
+            .first()
+            .and_then(|e| e.get("time_us"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        ann.retain(|a| a.get("time_us").and_then(Value::as_u64).unwrap_or(0) >= first_us);
+    }
     let mut traces = vec![Value::Array(Vec::new()); tr.p.device as usize + 1];
     traces[tr.p.device as usize] = Value::Array(trace);
     let snap = json!({
