@@ -18,7 +18,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-use crate::format::StackId;
+use crate::format::{ProcessIdx, StackId};
 use crate::model::TraceModel;
 
 /// At least this many repetitions make an iteration.
@@ -131,9 +131,13 @@ fn best_named(times_by_name: HashMap<String, Vec<u64>>) -> Option<(String, Vec<u
         })
 }
 
-fn from_ranges(m: &TraceModel) -> Option<Iterations> {
+fn from_ranges(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
     let mut by: HashMap<String, Vec<u64>> = HashMap::new();
-    for r in &m.ranges {
+    for r in m
+        .ranges
+        .iter()
+        .filter(|r| sel.is_none_or(|p| r.process == p))
+    {
         by.entry(strip_digits(m.string(r.name)))
             .or_default()
             .push(r.begin_ts_nanos);
@@ -142,9 +146,13 @@ fn from_ranges(m: &TraceModel) -> Option<Iterations> {
     Some(make(IterationSource::NvtxRange, name, starts))
 }
 
-fn from_marks(m: &TraceModel) -> Option<Iterations> {
+fn from_marks(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
     let mut by: HashMap<String, Vec<u64>> = HashMap::new();
-    for k in &m.marks {
+    for k in m
+        .marks
+        .iter()
+        .filter(|k| sel.is_none_or(|p| k.process == p))
+    {
         let name = strip_digits(m.string(k.name));
         if prefers(&name) {
             by.entry(name).or_default().push(k.ts_nanos);
@@ -162,14 +170,18 @@ fn optimizer_step(m: &TraceModel, stack: StackId) -> bool {
     })
 }
 
-fn from_recurring_site(m: &TraceModel) -> Option<Iterations> {
+fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
     let span = m.last_ts_nanos.saturating_sub(m.first_ts_nanos);
     if span == 0 {
         return None;
     }
     let mut times: HashMap<StackId, Vec<u64>> = HashMap::new();
     let mut lifetimes: HashMap<StackId, Vec<u64>> = HashMap::new();
-    for a in &m.allocs {
+    for a in m
+        .allocs
+        .iter()
+        .filter(|a| sel.is_none_or(|p| a.process == p))
+    {
         if a.size_bytes > 0 && a.kind.is_tracked() && a.stack.0 != 0 {
             times.entry(a.stack).or_default().push(a.ts_nanos);
             lifetimes
@@ -219,7 +231,7 @@ fn from_recurring_site(m: &TraceModel) -> Option<Iterations> {
     // Optimizer steps first; then a site that recurs with the period of live bytes (the
     // step: inner loops recur faster, evaluations slower); then the outermost unit that still
     // repeats at least 16 times (or, if none does, the outermost at all).
-    let period = live_bytes_period(m);
+    let period = live_bytes_period(m, sel);
     let with_period = period.and_then(|p| {
         regular
             .iter()
@@ -258,15 +270,26 @@ const PERIOD_SAMPLES: usize = 4096;
 /// detrended (a leak is a trend), and the first lag whose autocorrelation is a local maximum of
 /// at least 0.8 times the highest (multiples of the period correlate as well). None without a
 /// clear period (no lag above 0.3) or when the period is too short to resolve.
-fn live_bytes_period(m: &TraceModel) -> Option<u64> {
+fn live_bytes_period(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<u64> {
     let t0 = m.first_ts_nanos;
     let span = m.last_ts_nanos.saturating_sub(t0);
-    if span == 0 || m.total.len() < 16 {
+    // The process's largest device series, or the total.
+    let series = match sel {
+        None => &m.total,
+        Some(p) => {
+            &m.series
+                .iter()
+                .filter(|s| s.key.process == p && !s.key.host)
+                .max_by_key(|s| s.peak_bytes)?
+                .timeline
+        }
+    };
+    if span == 0 || series.len() < 16 {
         return None;
     }
     let n = PERIOD_SAMPLES;
     let at = |i: usize| t0 + (span as u128 * i as u128 / n as u128) as u64;
-    let ys: Vec<f64> = (0..n).map(|i| m.total.value_at(at(i)) as f64).collect();
+    let ys: Vec<f64> = (0..n).map(|i| series.value_at(at(i)) as f64).collect();
     let fit = crate::stats::linear_fit(ys.iter().enumerate().map(|(i, &y)| (i as f64, y)))?;
     let xs: Vec<f64> = ys
         .iter()
@@ -306,9 +329,10 @@ fn time_windows(m: &TraceModel) -> Iterations {
 /// When the allocation history begins: the first allocation after time 0, or the first free
 /// (a snapshot whose ring buffer wrapped puts the blocks that predate its history at time 0,
 /// while its annotations may reach back further: iterations before then show nothing).
-fn history_start(m: &TraceModel) -> u64 {
+fn history_start(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
     m.allocs
         .iter()
+        .filter(|a| sel.is_none_or(|p| a.process == p))
         .map(|a| {
             if a.ts_nanos > 0 {
                 a.ts_nanos
@@ -324,10 +348,16 @@ fn history_start(m: &TraceModel) -> u64 {
 
 /// Finds the program's iterations (always some: equal time windows at worst).
 pub fn detect(m: &TraceModel) -> Iterations {
-    let found = from_ranges(m)
-        .or_else(|| from_marks(m))
-        .or_else(|| from_recurring_site(m));
-    let start = history_start(m);
+    detect_in(m, None)
+}
+
+/// The iterations of one process (`Some`), or of the whole trace: each worker of a multi-process
+/// run has its own steps, on its own clock.
+pub fn detect_in(m: &TraceModel, sel: Option<ProcessIdx>) -> Iterations {
+    let found = from_ranges(m, sel)
+        .or_else(|| from_marks(m, sel))
+        .or_else(|| from_recurring_site(m, sel));
+    let start = history_start(m, sel);
     match found {
         Some(mut it) => {
             let keep = it

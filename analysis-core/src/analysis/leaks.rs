@@ -117,9 +117,21 @@ const MAX_SAMPLES: usize = 256;
 /// A cause: (process, device, pinned host, label).
 type CauseKey = (ProcessIdx, DeviceIdx, bool, String);
 
-/// What a cause needs to know of one stack: label, location, (file, function), Python frames,
-/// through a caching allocator.
-type StackFacts = (String, String, (String, String), bool, bool);
+/// What a cause needs to know of one stack.
+#[derive(Clone)]
+struct StackFacts {
+    label: String,
+    location: String,
+    /// File and function of the user's frame.
+    function: (String, String),
+    python: bool,
+    /// Passes through a caching allocator or pool.
+    allocator: bool,
+    /// No frame of it is the user's: a library's own memory.
+    library: bool,
+    /// A block a snapshot's history does not reach back to (the reader's marker first).
+    prehistory: bool,
+}
 
 /// Causes of every stack, built once.
 pub struct Causes {
@@ -132,23 +144,63 @@ pub struct Causes {
     pub python: Vec<bool>,
     /// Whether any stack of the cause passes through a caching allocator.
     pub allocator: Vec<bool>,
+    /// Whether the cause's frame is a library's (no user frame in its stacks).
+    pub library: Vec<bool>,
     /// The stack with the most bytes of each cause.
     pub top_stack: Vec<(StackId, u64)>,
+    /// Stacks of blocks that predate a snapshot's history, sorted.
+    pub prehistory: Vec<StackId>,
     by_alloc: Vec<u32>,
 }
 
 fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
     m.stack_frames(stack).iter().any(|f| {
         f.function.contains("CachingAllocator")
+            || f.function.contains("CachingHostAllocator")
             || f.function.contains("MemoryPool::")
             || f.function.contains("BFCAllocator")
             || f.file.contains("cupy/cuda/memory")
     })
 }
 
+fn stack_facts(m: &TraceModel, c: &Config, stack: StackId) -> StackFacts {
+    let mut frames = m.stack_frames(stack);
+    // A reader's marker (`<allocated before the snapshot's history began>`) stays in the
+    // label; the cause is the user's line under it, so these blocks join their line.
+    let prehistory = frames
+        .first()
+        .is_some_and(|f| f.file.is_empty() && f.function.starts_with('<'));
+    if prehistory {
+        frames.remove(0);
+    }
+    let users = crate::attribution::user_frame_indexes(&frames, &c.hide_frames);
+    let f = users
+        .first()
+        .copied()
+        .or_else(|| crate::attribution::user_frame_index(&frames, &c.hide_frames))
+        .map(|i| frames[i].clone());
+    let label = f
+        .as_ref()
+        .map_or_else(|| "<no stack>".into(), |f| format!("{f}"));
+    let location = f
+        .as_ref()
+        .filter(|f| !f.file.is_empty() && f.file != "??")
+        .map(|f| format!("{}:{}", f.file, f.line))
+        .unwrap_or_default();
+    StackFacts {
+        label,
+        location,
+        function: f.map(|f| (f.file, f.function)).unwrap_or_default(),
+        python: frames.iter().any(|f| f.python),
+        allocator: through_caching_allocator(m, stack),
+        library: users.is_empty(),
+        prehistory,
+    }
+}
+
 impl Causes {
     pub fn new(m: &TraceModel, c: &Config) -> Self {
-        let mut labels: HashMap<StackId, StackFacts> = HashMap::new();
+        let mut facts: HashMap<StackId, StackFacts> = HashMap::new();
         let mut index: HashMap<CauseKey, u32> = HashMap::new();
         let mut out = Causes {
             keys: Vec::new(),
@@ -156,49 +208,46 @@ impl Causes {
             functions: Vec::new(),
             python: Vec::new(),
             allocator: Vec::new(),
+            library: Vec::new(),
             top_stack: Vec::new(),
+            prehistory: Vec::new(),
             by_alloc: Vec::with_capacity(m.allocs.len()),
         };
         for a in &m.allocs {
-            let (label, loc, func, py, pool) = labels
+            let f = facts
                 .entry(a.stack)
-                .or_insert_with(|| {
-                    let frames = m.stack_frames(a.stack);
-                    let f = m.user_frame(a.stack, &c.hide_frames);
-                    let label = f
-                        .as_ref()
-                        .map_or_else(|| "<no stack>".into(), |f| format!("{f}"));
-                    let loc = f
-                        .as_ref()
-                        .filter(|f| !f.file.is_empty() && f.file != "??")
-                        .map(|f| format!("{}:{}", f.file, f.line))
-                        .unwrap_or_default();
-                    let func = f.map(|f| (f.file, f.function)).unwrap_or_default();
-                    let py = frames.iter().any(|f| f.python);
-                    (label, loc, func, py, through_caching_allocator(m, a.stack))
-                })
-                .clone();
+                .or_insert_with(|| stack_facts(m, c, a.stack));
             let host = a.kind == AllocKind::PinnedHost;
-            let key = (a.process, a.device, host, label);
+            let key = (a.process, a.device, host, f.label.clone());
             let next = out.keys.len() as u32;
             let i = *index.entry(key.clone()).or_insert(next);
             if i == next {
                 out.keys.push(key);
-                out.locations.push(loc);
-                out.functions.push(func);
-                out.python.push(py);
+                out.locations.push(f.location.clone());
+                out.functions.push(f.function.clone());
+                out.python.push(f.python);
                 out.allocator
-                    .push(pool || a.kind == AllocKind::StreamOrderedPool);
+                    .push(f.allocator || a.kind == AllocKind::StreamOrderedPool);
+                out.library.push(f.library);
                 out.top_stack.push((a.stack, 0));
             }
-            let t = &mut out.top_stack[i as usize];
+            let ci = i as usize;
+            out.python[ci] |= f.python;
+            out.allocator[ci] |= f.allocator || a.kind == AllocKind::StreamOrderedPool;
+            let t = &mut out.top_stack[ci];
             if t.0 == a.stack {
                 t.1 = t.1.saturating_add(a.size_bytes);
-            } else if a.size_bytes > t.1 {
+            } else if a.size_bytes > t.1 && !f.prehistory {
                 *t = (a.stack, a.size_bytes);
             }
             out.by_alloc.push(i);
         }
+        out.prehistory = facts
+            .iter()
+            .filter(|(_, f)| f.prehistory)
+            .map(|(s, _)| *s)
+            .collect();
+        out.prehistory.sort_unstable();
         out
     }
 
@@ -217,8 +266,24 @@ pub(crate) fn sample_times(
     m: &TraceModel,
     it: &Iterations,
     end: HistoryEnd,
-) -> (Vec<u64>, Vec<f64>, usize) {
-    let n = it.starts_nanos.len();
+    sel: Option<ProcessIdx>,
+) -> Sampling {
+    // The last sample: after an exit, the last allocation (from then on the program only frees
+    // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
+    // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
+    // otherwise the end of the history (a snapshot or a kill freezes what was live).
+    let mine = |a: &&crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
+    let last = if end.program_finished() {
+        m.allocs
+            .iter()
+            .filter(mine)
+            .map(|a| a.ts_nanos)
+            .max()
+            .unwrap_or(m.last_ts_nanos)
+    } else {
+        m.last_ts_nanos
+    };
+    let n = it.starts_nanos.partition_point(|&t| t <= last);
     let stride = n.div_ceil(MAX_SAMPLES).max(1);
     let mut times = Vec::new();
     let mut iters = Vec::new();
@@ -230,30 +295,76 @@ pub(crate) fn sample_times(
         times.push(it.starts_nanos[i]);
         iters.push(i as f64);
     }
-    // The last sample: after an exit, the last allocation (from then on the program only frees
-    // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
-    // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
-    // otherwise the end of the history (a snapshot or a kill freezes what was live).
-    let last = if end.program_finished() {
-        m.allocs
-            .iter()
-            .map(|a| a.ts_nanos)
-            .max()
-            .unwrap_or(m.last_ts_nanos)
-    } else {
-        m.last_ts_nanos
-    };
     if times.last().is_none_or(|&t| t < last) {
         if steady == usize::MAX {
             steady = times.len();
         }
         times.push(last);
-        let last_start = it.starts_nanos.last().copied().unwrap_or(m.first_ts_nanos);
+        let last_start = n
+            .checked_sub(1)
+            .map_or(m.first_ts_nanos, |i| it.starts_nanos[i]);
         let period = it.median_period_nanos.max(1) as f64;
         iters.push(n.saturating_sub(1) as f64 + (last - last_start) as f64 / period);
     }
     let steady = steady.min(times.len());
-    (times, iters, steady)
+    let secs = times
+        .iter()
+        .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
+        .collect();
+    Sampling {
+        times,
+        iters,
+        secs,
+        steady,
+    }
+}
+
+/// When a history is sampled: at the start of each iteration and at its end.
+pub(crate) struct Sampling {
+    pub times: Vec<u64>,
+    /// The iteration number of each sample.
+    pub iters: Vec<f64>,
+    /// Seconds since the first record.
+    pub secs: Vec<f64>,
+    /// The first steady-state sample.
+    pub steady: usize,
+}
+
+/// The sampling of each process (each worker of a multi-process run has its own steps and its
+/// own end), and the index of a process's in it.
+pub(crate) fn sampling_by_process(
+    m: &TraceModel,
+    it: &Iterations,
+) -> (Vec<(ProcessIdx, Sampling)>, impl Fn(ProcessIdx) -> usize) {
+    let mut procs: Vec<ProcessIdx> = m.processes.iter().map(|p| p.process).collect();
+    for a in &m.allocs {
+        if !procs.contains(&a.process) && procs.len() < 4096 {
+            procs.push(a.process);
+        }
+    }
+    procs.sort_unstable();
+    procs.dedup();
+    let single = procs.len() <= 1;
+    let out: Vec<(ProcessIdx, Sampling)> = procs
+        .iter()
+        .map(|&p| {
+            let own;
+            let its = if single {
+                it
+            } else {
+                own = super::iterations::detect_in(m, Some(p));
+                &own
+            };
+            (
+                p,
+                sample_times(m, its, super::history::end_of(m, p), Some(p)),
+            )
+        })
+        .collect();
+    let index: Vec<ProcessIdx> = procs;
+    (out, move |p: ProcessIdx| {
+        index.binary_search(&p).unwrap_or(0)
+    })
 }
 
 /// Whether a steady-state series grows persistently, and its fits.
@@ -325,12 +436,8 @@ pub fn analyze(
     causes: &Causes,
     found: &mut Found,
 ) -> LeakSections {
-    let (times, iters, steady) = sample_times(m, it, end);
-    let secs: Vec<f64> = times
-        .iter()
-        .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
-        .collect();
-    let n = times.len();
+    let (sampling, proc_of) = sampling_by_process(m, it);
+    let samp = |p: ProcessIdx| &sampling[proc_of(p)].1;
     let k = causes.keys.len();
 
     // Live bytes at every sample of each stack of each cause, by difference arrays, made only
@@ -341,6 +448,8 @@ pub fn analyze(
     let mut kept: Vec<u32> = Vec::new();
     let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
     for (i, a) in m.allocs.iter().enumerate() {
+        let sm = samp(a.process);
+        let (times, n) = (&sm.times, sm.times.len());
         if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
             continue;
         }
@@ -357,7 +466,7 @@ pub fn analyze(
             owner.len() - 1
         });
         // Made in the steady state and still there at the last sample: what growth is made of.
-        if i0 > steady && i1 == n {
+        if i0 > sm.steady && i1 == n {
             kept[si] += 1;
         }
         let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
@@ -374,7 +483,7 @@ pub fn analyze(
         .iter()
         .map(|d| {
             let mut acc = 0i64;
-            d[..n]
+            d[..d.len() - 1]
                 .iter()
                 .map(|x| {
                     acc = acc.saturating_add(*x);
@@ -388,8 +497,11 @@ pub fn analyze(
     let stack_leaking: Vec<bool> = series
         .iter()
         .zip(&kept)
-        .map(|(v, &kept)| {
-            kept >= MIN_KEPT && judge(c, v, &iters, &secs, steady).is_some_and(|j| j.leaking)
+        .zip(&owner)
+        .map(|((v, &kept), &(ci, _))| {
+            let sm = samp(causes.keys[ci].0);
+            kept >= MIN_KEPT
+                && judge(c, v, &sm.iters, &sm.secs, sm.steady).is_some_and(|j| j.leaking)
         })
         .collect();
     let mut stacks_of: Vec<Vec<usize>> = alloc::vec![Vec::new(); k];
@@ -397,7 +509,7 @@ pub fn analyze(
         stacks_of[ci].push(si);
     }
     let sum = |list: &[usize]| -> Vec<i64> {
-        let mut v = alloc::vec![0i64; n];
+        let mut v = alloc::vec![0i64; list.first().map_or(0, |&si| series[si].len())];
         for &si in list {
             for (x, y) in v.iter_mut().zip(&series[si]) {
                 *x = x.saturating_add(*y);
@@ -421,8 +533,10 @@ pub fn analyze(
         if list.is_empty() {
             continue;
         }
+        let sm = samp(causes.keys[ci].0);
+        let (iters, secs, steady, n) = (&sm.iters, &sm.secs, sm.steady, sm.times.len());
         let whole = sum(list);
-        let Some(mut jw) = judge(c, &whole, &iters, &secs, steady) else {
+        let Some(mut jw) = judge(c, &whole, iters, secs, steady) else {
             continue;
         };
         if list.iter().map(|&si| kept[si]).sum::<u32>() < MIN_KEPT {
@@ -445,7 +559,7 @@ pub fn analyze(
             (whole, jw)
         } else {
             let v = sum(&leak);
-            match judge(c, &v, &iters, &secs, steady) {
+            match judge(c, &v, iters, secs, steady) {
                 Some(mut j) => {
                     j.leaking = true;
                     (v, j)
@@ -513,17 +627,22 @@ pub fn analyze(
     // bytes: after an exit, before the shutdown frees). Where a site frees what it allocates
     // (a free that a path skips), an allocation of the last moments that is freed soon after,
     // as the site's allocations usually are, is in flight, not leaked.
-    let at = times.last().copied().unwrap_or(m.last_ts_nanos);
+    let at = |p: ProcessIdx| samp(p).times.last().copied().unwrap_or(m.last_ts_nanos);
+    // Blocks that predate a snapshot's history, of a leaking line, are what it kept before.
+    let mut leaking_lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
+    leaking_lines.dedup();
     let is_leak = |i: usize, a: &crate::model::AllocRecord| {
         a.size_bytes > 0
             && a.kind.is_tracked()
-            && leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
+            && (leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
+                || (causes.prehistory.binary_search(&a.stack).is_ok()
+                    && leaking_lines.contains(&causes.of(i))))
     };
     let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
     for (i, a) in m.allocs.iter().enumerate() {
         if is_leak(i, a)
             && !a.is_live()
-            && a.free_ts_nanos <= at
+            && a.free_ts_nanos <= at(a.process)
             && lifetimes[causes.of(i)].len() < 4096
         {
             lifetimes[causes.of(i)].push(a.free_ts_nanos - a.ts_nanos);
@@ -546,7 +665,7 @@ pub fn analyze(
         let in_flight = typical[ci].is_some_and(|t| {
             !a.is_live() && a.free_ts_nanos - a.ts_nanos <= t.saturating_mul(10).max(1)
         });
-        if a.live_at(at) && !in_flight {
+        if a.live_at(at(a.process)) && !in_flight {
             let e = &mut leak_end[ci];
             e.0 = e.0.saturating_add(a.size_bytes);
             e.1 += 1;
@@ -561,8 +680,10 @@ pub fn analyze(
 
     // Growth of every (process, device) series, for the trend insight.
     let mut series_growth = Vec::new();
-    if n > steady + 3 {
-        for s in m.series.iter().filter(|s| !s.key.host) {
+    for s in m.series.iter().filter(|s| !s.key.host) {
+        let sm = samp(s.key.process);
+        let (times, steady, n) = (&sm.times, sm.steady, sm.times.len());
+        if n > steady + 3 {
             let g = i128::from(s.timeline.value_at(times[n - 1]))
                 - i128::from(s.timeline.value_at(times[steady]));
             let explained: i64 = growth_rows
@@ -1077,10 +1198,12 @@ fn end_groups(
             .saturating_mul(10)
             .max(it.median_period_nanos.saturating_mul(3));
         let old = last.saturating_sub(g.last_ts) > old_after;
-        let class = if thread_gone {
-            LeakClass::ThreadExited
-        } else if causes.allocator[ci] {
+        // A caching allocator's reserve, or memory only a library's code allocated (its own
+        // caches: pinned staging buffers, workspaces), is held for reuse, whoever allocated it.
+        let class = if causes.allocator[ci] || causes.library[ci] {
             LeakClass::Cache
+        } else if thread_gone {
+            LeakClass::ThreadExited
         } else if end.program_finished() && free_count > 0 && (!causes.python[ci] || old) {
             // A native program frees nothing after it exits; a garbage-collected one may still
             // hold its last iteration's buffers, so only old ones count there.

@@ -14,7 +14,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use super::iterations::Iterations;
-use super::leaks::{judge, sample_times};
+use super::leaks::{judge, sampling_by_process};
 use super::{
     Config, Finding, FindingKind, Found, Impact, Severity, device_capacity, device_used_at_end,
 };
@@ -53,11 +53,7 @@ pub fn analyze(
     let mut out = Vec::new();
     let t0 = m.first_ts_nanos;
     let span = m.last_ts_nanos.saturating_sub(t0);
-    let (times, iters, steady) = sample_times(m, it, super::history::classify(m));
-    let secs: Vec<f64> = times
-        .iter()
-        .map(|&t| t.saturating_sub(t0) as f64 / 1e9)
-        .collect();
+    let (sampling, proc_of) = sampling_by_process(m, it);
     for s in m.series.iter().filter(|s| !s.key.host) {
         if (s.timeline.len() as u64) < c.trend_min_points.max(2) || span == 0 {
             continue;
@@ -94,11 +90,13 @@ pub fn analyze(
             .iter()
             .find(|g| g.0 == s.key.process && g.1 == s.key.device)
             .map_or(0, |g| g.3);
+        let sm = &sampling[proc_of(s.key.process)].1;
+        let (times, iters, secs, steady) = (&sm.times, &sm.iters, &sm.secs, sm.steady);
         let v: Vec<i64> = times
             .iter()
             .map(|&t| i64::try_from(s.timeline.value_at(t)).unwrap_or(i64::MAX))
             .collect();
-        let Some(j) = judge(c, &v, &iters, &secs, steady) else {
+        let Some(j) = judge(c, &v, iters, secs, steady) else {
             continue;
         };
         // Where a call site leaks, the leak is the finding; what remains is in-flight work.
