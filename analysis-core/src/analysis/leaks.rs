@@ -274,10 +274,17 @@ pub(crate) fn sample_times(
     // otherwise the end of the history (a snapshot or a kill freezes what was live).
     let mine = |a: &&crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
     let last = if end.program_finished() {
+        // Its last allocation or attempt: a failed allocation is activity too.
         m.allocs
             .iter()
             .filter(mine)
             .map(|a| a.ts_nanos)
+            .chain(
+                m.failed
+                    .iter()
+                    .filter(|f| sel.is_none_or(|p| f.record.process == p))
+                    .map(|f| f.record.ts_nanos),
+            )
             .max()
             .unwrap_or(m.last_ts_nanos)
     } else {
@@ -1188,9 +1195,19 @@ fn end_groups(
             .map(|t| m.thread_last_ts.get(&(*process, *t)).copied().unwrap_or(0))
             .max()
             .unwrap_or(0);
+        // The thread went quiet while its process went on: a whole process that stops
+        // allocating (a program in its last phase, or killed) has not lost a thread.
+        let process_last = m
+            .thread_last_ts
+            .iter()
+            .filter(|((p, _), _)| p == process)
+            .map(|(_, &t)| t)
+            .max()
+            .unwrap_or(0);
         let thread_gone = duration > 0
             && last.saturating_sub(thread_last) >= idle
-            && last.saturating_sub(g.last_ts) >= idle;
+            && last.saturating_sub(g.last_ts) >= idle
+            && process_last.saturating_sub(thread_last) >= idle;
         // Live allocations much older than the site's freed ones usually get.
         lifetimes.sort_unstable();
         let typical = lifetimes.get(lifetimes.len() / 2).copied().unwrap_or(0);
