@@ -13,8 +13,8 @@ use serde::Serialize;
 pub const MAGIC: &str = "gpucollect-trace";
 /// Major format version: a reader refuses a newer major version.
 pub const FORMAT_MAJOR: u32 = 1;
-/// Minor format version: newer minors only add record tags and trailing fields.
-pub const FORMAT_MINOR: u32 = 1;
+/// Minor format version: newer minors only add record tags, trailing fields and header keys.
+pub const FORMAT_MINOR: u32 = 2;
 
 /// Record tags (first element of every record array).
 pub mod tag {
@@ -112,6 +112,40 @@ pub struct Header {
     pub start_mono_nanos: u64,
     /// Wall clock (ns since the Unix epoch) = monotonic + this offset.
     pub wall_offset_nanos: i64,
+    /// What the end of the trace is (header key `ends_at`, since 1.2; absent: [`TraceEnd::Exit`]).
+    pub ends_at: TraceEnd,
+}
+
+/// What the end of a trace's history is (the header's `ends_at`, since format 1.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceEnd {
+    /// The traced programs ran until they exited (or until the trace was cut short, which a
+    /// missing `end` record says): memory live at the end was never freed.
+    #[default]
+    Exit,
+    /// The history ends at a snapshot of a program that was still running (an imported
+    /// PyTorch memory snapshot): memory live at the end is live at that moment, not leaked.
+    Snapshot,
+}
+
+impl TraceEnd {
+    /// The header value (`ends_at`) that stands for it; `Exit` is written as no key at all.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Exit => "exit",
+            Self::Snapshot => "snapshot",
+        }
+    }
+
+    /// The end a header value names: `"snapshot"`, else (`"exit"`, or a value a newer
+    /// version defines) `Exit`.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "snapshot" => Self::Snapshot,
+            _ => Self::Exit,
+        }
+    }
 }
 
 /// What kind of memory an allocation is.

@@ -18,6 +18,9 @@
 //!   table and the history's segment entries say). Where no known segment holds it (history lost
 //!   to the ring buffer, a JSON without segments) a large allocation is sized as its rounded
 //!   request, as are ghosts (see below), which may be up to 1 MiB low; the summary counts them.
+//! - The trace's header says `ends_at: snapshot` (format 1.2): the program was still running,
+//!   so what is live at the end is live at the snapshot, not leaked; the `end` record is at the
+//!   last entry's time (the history is complete up to the snapshot).
 //! - `frames` (innermost first) → interned Python frames and stacks.
 //! - `external_annotations` (record_function START/END) → NVTX-like ranges, i.e. scopes.
 //! - `allocator_settings` → a mark at time 0.
@@ -442,6 +445,8 @@ impl SinkHint {
 fn header() -> Header {
     let mut header = Encoder::header_v1();
     header.collector = String::from("torch.cuda.memory._dump_snapshot, imported by gpucollect");
+    // A snapshot is taken from a running program: what is live at its end is not leaked.
+    header.ends_at = TraceEnd::Snapshot;
     header
 }
 

@@ -146,6 +146,9 @@ fn a_real_pytorch_snapshot_matches_torch_cuda_memory_counters() {
     let (trace, summary) = convert(&asset("real-torch.pickle")).expect("converts");
     assert_eq!(summary.skipped, Vec::new());
     let m = load(&trace).expect("loads").model;
+    // The history ends at a snapshot of the running program, and is complete to it.
+    assert_eq!(m.header.ends_at, analysis_core::TraceEnd::Snapshot);
+    assert!(m.clean_end);
     assert_eq!(
         m.live_at_end_bytes(),
         expect["memory_allocated"].as_u64().expect("n")
