@@ -192,10 +192,19 @@ impl AllocKind {
             _ => Self::Other,
         }
     }
-    /// Whether the memory lives on the device (counts toward device live bytes).
-    /// Pinned host memory is tracked separately; IPC imports belong to the exporting process.
+    /// Whether the memory counts toward device live bytes (FORMAT.md, "Accounting rules"):
+    /// kinds 0, 1, 3, 4 and 5 only. Pinned host memory has totals of its own; an IPC import is
+    /// the exporting process's allocation, which counts it; kind 255 and codes this version does
+    /// not know ([`AllocKind::Other`]) are not device memory.
     pub const fn is_device_memory(self) -> bool {
-        !matches!(self, Self::PinnedHost | Self::IpcImport)
+        matches!(
+            self,
+            Self::Device
+                | Self::Managed
+                | Self::StreamOrderedPool
+                | Self::VmmPhysical
+                | Self::Array
+        )
     }
     pub const fn name(self) -> &'static str {
         match self {
@@ -543,5 +552,24 @@ impl Record {
             Self::End { ts_nanos } => Some(*ts_nanos),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kinds_0_1_3_4_5_are_device_memory() {
+        let device: Vec<u64> = (0..=255)
+            .map(AllocKind::from_code)
+            .filter(|k| k.is_device_memory())
+            .map(AllocKind::code)
+            .collect();
+        assert_eq!(device, [0, 1, 3, 4, 5]);
+        // Unknown codes read as "other" and are written back as 255.
+        assert_eq!(AllocKind::from_code(7), AllocKind::Other);
+        assert_eq!(AllocKind::from_code(7).code(), 255);
+        assert_eq!(FreeKind::from_code(9), FreeKind::Other);
     }
 }

@@ -247,6 +247,65 @@ fn ends_at_reads_snapshot_and_anything_else_as_exit() {
     assert!(snapshot.windows(7).any(|w| w == b"ends_at"));
 }
 
+/// A time that would go below 0 is clamped to 0, with a warning, and the next record's delta
+/// adds to the clamped time.
+#[test]
+fn a_clamped_time_is_the_clock_for_the_next_delta() {
+    let mut bytes = header_with_version(1, 2);
+    // mark at 10, mark at 10 - 25 (clamped to 0), mark 7 after that.
+    for dt in [10i64, -25, 7] {
+        write_array_len(&mut bytes, 2);
+        write_uint(&mut bytes, 21);
+        analysis_core::msgpack::write_int(&mut bytes, dt);
+    }
+    let (recs, _, warnings, fatal) = decode_all(&bytes);
+    assert!(fatal.is_none());
+    let times: Vec<_> = recs.iter().filter_map(Record::ts_nanos).collect();
+    assert_eq!(times, [10, 0, 7]);
+    assert!(
+        matches!(warnings[..], [Warning::NegativeTime { .. }]),
+        "{warnings:?}"
+    );
+}
+
+/// Nullable fields are never omitted for being zero: an exit code 0 stays 0, and a missing or
+/// nil one reads as "none" (unknown status), never as 0.
+#[test]
+fn a_zero_exit_code_is_written_and_a_missing_one_reads_as_none() {
+    let exit = |code, signal| {
+        Record::ProcessExit(ProcessExit {
+            ts_nanos: 5,
+            process: ProcessIdx(0),
+            code,
+            signal,
+        })
+    };
+    let mut e = Encoder::new(&Encoder::header_v1());
+    for r in [exit(Some(0), None), exit(None, Some(9)), exit(None, None)] {
+        e.record(&r);
+    }
+    let mut bytes = e.into_bytes();
+    // Hand-written: a record cut before its nullable fields, and one with a 0 exit code.
+    for rec in [vec![24u64, 0, 0], vec![24, 0, 0, 0]] {
+        write_array_len(&mut bytes, rec.len() as u32);
+        for v in rec {
+            write_uint(&mut bytes, v);
+        }
+    }
+    let (recs, _, warnings, fatal) = decode_all(&bytes);
+    assert!(fatal.is_none() && warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        recs,
+        [
+            exit(Some(0), None),
+            exit(None, Some(9)),
+            exit(None, None),
+            exit(None, None),
+            exit(Some(0), None),
+        ]
+    );
+}
+
 #[test]
 fn unknown_tags_and_extra_fields_of_a_newer_minor_are_skipped() {
     let mut bytes = header_with_version(1, 9);
