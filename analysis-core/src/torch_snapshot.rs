@@ -4,8 +4,10 @@
 //!
 //! Mapping:
 //! - `device_traces` entries, in `time_us` order across devices: `alloc` → allocation;
-//!   `free_completed` (or the older `free`) → free (stream-ordered when it completed after its
-//!   `free_requested`); `segment_alloc`/`segment_map` and `segment_free`/`segment_unmap` change
+//!   `free_requested` → free, where `memory_allocated()` drops (stream-ordered unless its
+//!   `free_completed` comes at the same time; the block keeps its place in its segment until
+//!   then); a `free_completed` without a request (the older `free`) → free;
+//!   `segment_alloc`/`segment_map` and `segment_free`/`segment_unmap` change
 //!   the reserved bytes, written as pool samples next to the allocated bytes, so fragmentation
 //!   gets exact numbers; `oom` → failed allocation, after a device sample whose `free_bytes`
 //!   is the entry's `addr` (PyTorch writes the device's free memory there);
@@ -505,11 +507,13 @@ struct BlockState {
     /// 0 may be, until the first close).
     live: Link,
     /// The position of the first entry that closes a block there (an allocation with a size,
-    /// a completed free), `u32::MAX` before it: a block alive at time 0 there ends then.
+    /// a free request, a completed free not requested), `u32::MAX` before it: a block alive at
+    /// time 0 there ends then.
     first_close: u32,
-    /// The entry that requested the free of the block there (its index in the entries),
-    /// `u32::MAX` if none did: no free completes before that, so a request then changes
-    /// nothing. An index rather than a time keeps the state at 16 bytes.
+    /// The `free_requested` entry of the block there whose completion has not come yet (its
+    /// index in the replay order), `u32::MAX` if none: the request freed the block, and its
+    /// completion frees nothing but says whether the free was stream-ordered. An index rather
+    /// than a time keeps the state at 16 bytes.
     requested: u32,
 }
 
@@ -857,6 +861,9 @@ struct Converter<'p, S> {
     /// runs from its address to the next of these or its segment's end.
     segments: Vec<BTreeMap<i64, u64>>,
     occupied: Vec<BTreeSet<i64>>,
+    /// Large blocks whose free was requested and has not completed, by (device, address):
+    /// freed, but still taking their place in the segment.
+    pending: IntSet<(u32, i64)>,
     skipped: HashMap<String, u64>,
     t0_us: i64,
     last_ns: u64,
@@ -932,6 +939,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             final_sizes: IntMap::default(),
             segments: Vec::new(),
             occupied: Vec::new(),
+            pending: IntSet::default(),
             skipped: HashMap::new(),
             t0_us: 0,
             last_ns: 0,
@@ -1060,12 +1068,11 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         (id, size)
     }
 
-    /// Frees the block `link` names, if any, at `addr`; returns its size.
+    /// Frees the block `link` names, if any; returns its size.
     fn free(
         &mut self,
         ts_nanos: u64,
         device: u32,
-        addr: i64,
         link: Link,
         kind: FreeKind,
         stream: u64,
@@ -1085,9 +1092,6 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             }));
             let a = per_device(&mut self.allocated, device);
             *a = a.saturating_sub(size);
-            if BlockRule::large(size) {
-                per_device(&mut self.occupied, device).remove(&addr);
-            }
             return Some(size);
         }
         None
@@ -1203,22 +1207,38 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         match (en.kind, size) {
             (Action::Alloc, Some(requested)) => {
                 // A block allocated twice without a free: the old one is closed first.
-                self.free(ts, d, addr, link, FreeKind::Other, stream);
+                let old = self.free(ts, d, link, FreeKind::Other, stream);
+                let pending = self.pending.remove(&(d, addr));
+                if pending || old.is_some_and(BlockRule::large) {
+                    per_device(&mut self.occupied, d).remove(&addr);
+                }
                 let size = self.block_size(d, addr, requested);
                 let stack = self.stack(en.frames(), None);
                 let block = self.alloc(ts, d, addr, size, stack, stream);
                 self.history_ids.push(block);
             }
-            (Action::FreeCompleted, _) => {
+            // The request frees the block (`memory_allocated()` drops then); it stays in its
+            // segment, not reusable, until the free completes.
+            (Action::FreeRequested, _) => {
                 let kind = if stream_ordered {
                     FreeKind::StreamOrdered
                 } else {
                     FreeKind::Immediate
                 };
-                self.free(ts, d, addr, link, kind, stream);
+                if self
+                    .free(ts, d, link, kind, stream)
+                    .is_some_and(BlockRule::large)
+                {
+                    self.pending.insert((d, addr));
+                }
             }
-            // Counted below like the other frees (`since_sample`), though nothing changes yet.
-            (Action::FreeRequested, _) => {}
+            (Action::FreeCompleted, _) => {
+                let freed = self.free(ts, d, link, FreeKind::Immediate, stream);
+                let pending = self.pending.remove(&(d, addr));
+                if pending || freed.is_some_and(BlockRule::large) {
+                    per_device(&mut self.occupied, d).remove(&addr);
+                }
+            }
             (Action::SegmentAdd, Some(size)) => {
                 per_device(&mut self.segments, d).insert(addr, size);
                 let r = per_device(&mut self.reserved, d);
@@ -1567,7 +1587,7 @@ impl Plan {
         // the segment (then the segment is not there at the start) and its size.
         let mut first_segment_event: IntMap<(u32, i64), (bool, u64)> = IntMap::default();
         let traced = traced as u32;
-        for o in order.iter().filter(|o| o.pos < traced) {
+        for (oi, o) in order.iter().enumerate().filter(|(_, o)| o.pos < traced) {
             let Some(en) = entries.get(o.entry as usize) else {
                 continue;
             };
@@ -1591,7 +1611,9 @@ impl Plan {
                     b.seen = Seen::Allocated;
                     if en.size().is_some() {
                         hint.allocs += 1;
-                        // The replay allocates it (and frees a block still there first).
+                        // The replay allocates it (and frees a block still there first); a
+                        // free requested there before is superseded.
+                        b.requested = u32::MAX;
                         links[pos] = b.close(pos);
                         b.live = Link(history_allocs);
                         history_allocs += 1;
@@ -1599,7 +1621,7 @@ impl Plan {
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
                     let completed = en.kind == Action::FreeCompleted;
-                    frees += usize::from(completed);
+                    frees += 1;
                     let b = per_device(&mut blocks, d)
                         .entry(addr)
                         .or_insert(BlockState::EMPTY);
@@ -1624,16 +1646,24 @@ impl Plan {
                         b.seen = Seen::Not;
                     }
                     if !completed {
-                        b.requested = o.entry;
+                        // `memory_allocated()` drops at the request: the replay frees the
+                        // block here, stream-ordered until its completion says otherwise.
+                        b.requested = oi as u32;
+                        stream_ordered[pos / 64] |= 1 << (pos % 64);
+                        links[pos] = b.close(pos);
                         continue;
                     }
                     let requested = core::mem::replace(&mut b.requested, u32::MAX);
-                    if let Some(r) = entries.get(requested as usize)
-                        && ns_since(r.time_us, t0_us) < ns_since(en.time_us, t0_us)
-                    {
-                        stream_ordered[pos / 64] |= 1 << (pos % 64);
+                    match order.get(requested as usize) {
+                        // Completed when requested: an immediate free.
+                        Some(r) if ns_since(r.time_us, t0_us) >= ns_since(en.time_us, t0_us) => {
+                            let at = r.pos as usize;
+                            stream_ordered[at / 64] &= !(1 << (at % 64));
+                        }
+                        Some(_) => {}
+                        // A free completed without a request (older snapshots' `free`).
+                        None => links[pos] = b.close(pos),
                     }
-                    links[pos] = b.close(pos);
                 }
                 Action::SegmentAdd => {
                     segment_changes += 1;

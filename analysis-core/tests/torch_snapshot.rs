@@ -376,8 +376,9 @@ fn reference_block(requested: u64, free: Option<u64>, max_split: u64) -> u64 {
 /// free (time, kind), in id order. Blocks alive at time 0 come first: ghosts (freed before the
 /// history allocates them, in replay order), then the final segments' active blocks the history
 /// does not leave allocated; any of them ends where the replay first closes a block at its
-/// address. An allocation at an address still allocated closes the old block ("other"); a
-/// completed free is stream-ordered when its free was requested earlier. Sizes: an allocation
+/// address. An allocation at an address still allocated closes the old block ("other"); a free
+/// request frees the block (as `memory_allocated()` counts), stream-ordered unless its
+/// completion comes at the same time; a completed free without a request frees it then. Sizes: an allocation
 /// still live at the end that the final segments list takes that block's size; any other
 /// takes [`reference_block`] of the free space from its address to the next live large block
 /// or the end of its segment (segments as the final table and the history's segment entries
@@ -522,7 +523,10 @@ fn reference_replay_sized(
         out.push((0, size, None));
         keys.push((k, false));
     }
-    let mut requested: HashMap<(usize, i64), u64> = HashMap::new();
+    // Frees requested and not completed: the block freed (if any), and when.
+    let mut requested: HashMap<(usize, i64), (Option<usize>, u64)> = HashMap::new();
+    // Large blocks freed by a request, still in their segment until the free completes.
+    let mut pending: std::collections::HashSet<(usize, i64)> = Default::default();
     let close = |out: &mut Vec<Replayed>,
                  large: &mut HashMap<usize, BTreeSet<i64>>,
                  k: (usize, i64),
@@ -542,6 +546,10 @@ fn reference_replay_sized(
                 };
                 if let Some(old) = live.remove(&k) {
                     close(&mut out, &mut large, k, old, (ts, FreeKind::Other));
+                }
+                requested.remove(&k);
+                if pending.remove(&k) {
+                    large.entry(d).or_default().remove(&k.1);
                 }
                 let segs = segments.entry(d).or_default();
                 let free = segs
@@ -570,16 +578,29 @@ fn reference_replay_sized(
                 out.push((ts, size, None));
                 keys.push((k, true));
             }
+            // A request frees the block, stream-ordered unless it completes at the same time.
             "free_requested" => {
-                requested.insert(k, ts);
+                let id = live.remove(&k);
+                if let Some(id) = id {
+                    out[id].2 = Some((ts, FreeKind::StreamOrdered));
+                    if out[id].1 > 1 << 20 {
+                        pending.insert(k);
+                    }
+                }
+                requested.insert(k, (id, ts));
             }
             "free_completed" => {
-                let kind = match requested.remove(&k) {
-                    Some(r) if r < ts => FreeKind::StreamOrdered,
-                    _ => FreeKind::Immediate,
-                };
-                if let Some(id) = live.remove(&k) {
-                    close(&mut out, &mut large, k, id, (ts, kind));
+                match requested.remove(&k) {
+                    Some((Some(id), r)) if r >= ts => out[id].2 = Some((r, FreeKind::Immediate)),
+                    Some(_) => {}
+                    None => {
+                        if let Some(id) = live.remove(&k) {
+                            close(&mut out, &mut large, k, id, (ts, FreeKind::Immediate));
+                        }
+                    }
+                }
+                if pending.remove(&k) {
+                    large.entry(d).or_default().remove(&k.1);
                 }
             }
             "segment_alloc" => {
@@ -800,8 +821,9 @@ fn unsplit_snapshot(max_split: i64, oom_free_bytes: i64) -> serde_json::Value {
         e(6, "free_completed", b + 2 * mib, 35 * mib / 2),
         e(7, "segment_alloc", c, 28 * mib),
         e(8, "alloc", c, 28 * mib),
+        // Stream-ordered: completes a microsecond after the request.
         e(9, "free_requested", c, 28 * mib),
-        e(9, "free_completed", c, 28 * mib),
+        e(10, "free_completed", c, 28 * mib),
         e(10, "alloc", c, 9 * mib),
         e(11, "free_requested", c, 9 * mib),
         e(11, "free_completed", c, 9 * mib),
@@ -872,6 +894,14 @@ fn unsplit_large_blocks_count_whole_as_pytorch_counts_them() {
             summary.unsplit_blocks, unsplit,
             "max_split_size {max_split}"
         );
+        // memory_allocated() drops at the free request, not when the stream reaches it.
+        let whole = &m.allocs[3];
+        assert_eq!(
+            (whole.free_ts_nanos, whole.free_kind),
+            (8_000, FreeKind::StreamOrdered)
+        );
+        assert_eq!(m.total.value_at(8_000), 14 * MIB);
+        assert_eq!(m.allocs[2].free_kind, FreeKind::Immediate);
         assert_eq!(summary.sized_from_segments, 3);
         assert_eq!(summary.unplaced_blocks, 0);
         // The OOM entry's address is the device's free memory: kept as a device sample.
