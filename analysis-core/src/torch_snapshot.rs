@@ -1208,7 +1208,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             (Action::Alloc, Some(requested)) => {
                 // A block allocated twice without a free: the old one is closed first.
                 let old = self.free(ts, d, link, FreeKind::Other, stream);
-                let pending = self.pending.remove(&(d, addr));
+                let pending = !self.pending.is_empty() && self.pending.remove(&(d, addr));
                 if pending || old.is_some_and(BlockRule::large) {
                     per_device(&mut self.occupied, d).remove(&addr);
                 }
@@ -1217,8 +1217,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 let block = self.alloc(ts, d, addr, size, stack, stream);
                 self.history_ids.push(block);
             }
-            // The request frees the block (`memory_allocated()` drops then); it stays in its
-            // segment, not reusable, until the free completes.
+            // The request frees the block (`memory_allocated()` drops then); a stream-ordered
+            // one stays in its segment, not reusable, until the free completes.
             (Action::FreeRequested, _) => {
                 let kind = if stream_ordered {
                     FreeKind::StreamOrdered
@@ -1229,12 +1229,16 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                     .free(ts, d, link, kind, stream)
                     .is_some_and(BlockRule::large)
                 {
-                    self.pending.insert((d, addr));
+                    if stream_ordered {
+                        self.pending.insert((d, addr));
+                    } else {
+                        per_device(&mut self.occupied, d).remove(&addr);
+                    }
                 }
             }
             (Action::FreeCompleted, _) => {
                 let freed = self.free(ts, d, link, FreeKind::Immediate, stream);
-                let pending = self.pending.remove(&(d, addr));
+                let pending = !self.pending.is_empty() && self.pending.remove(&(d, addr));
                 if pending || freed.is_some_and(BlockRule::large) {
                     per_device(&mut self.occupied, d).remove(&addr);
                 }
