@@ -37,7 +37,7 @@
 //! starts, so the sink's buffers are reserved once (WebAssembly copies on every realloc).
 
 use alloc::boxed::Box;
-use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -476,6 +476,17 @@ impl Link {
     const LAST_HISTORY: u32 = u32::MAX / 2;
 }
 
+/// A segment of the replay: its end and the start addresses of the large-pool blocks allocated
+/// in it (sorted; few: a segment holds a few large blocks).
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    end: i64,
+    blocks: Vec<i64>,
+}
+
+/// The segment index of a block in none.
+const NO_SEGMENT: u32 = u32::MAX;
+
 /// A block alive at time 0.
 #[derive(Clone, Copy, Debug)]
 struct StartBlock {
@@ -847,8 +858,8 @@ struct Converter<'p, S> {
     /// The id and size of each block alive at time 0 (as numbered in `Plan::at_start`) and of
     /// each allocation of the history (by [`Link`] ordinal), once allocated: frees find their
     /// block here.
-    start_ids: Vec<(AllocId, u64)>,
-    history_ids: Vec<(AllocId, u64)>,
+    start_ids: Vec<(AllocId, u64, u32)>,
+    history_ids: Vec<(AllocId, u64, u32)>,
     /// Reserved and allocated bytes, by device.
     reserved: Vec<u64>,
     allocated: Vec<u64>,
@@ -856,14 +867,13 @@ struct Converter<'p, S> {
     /// history ordinal (see `Plan::final_sizes`).
     rule: BlockRule,
     final_sizes: IntMap<u32, u64>,
-    /// Segments (start address to size) and the start addresses of the large-pool blocks
-    /// allocated (not yet freed) in them, by device: the free block an allocation comes from
-    /// runs from its address to the next of these or its segment's end.
-    segments: Vec<BTreeMap<i64, u64>>,
-    occupied: Vec<BTreeSet<i64>>,
-    /// Large blocks whose free was requested and has not completed, by (device, address):
-    /// freed, but still taking their place in the segment.
-    pending: IntSet<(u32, i64)>,
+    /// The segments there are, by device: start address to index in `segments`, which holds
+    /// each segment's end and the start addresses of the large-pool blocks allocated (not yet
+    /// freed) in it. The free block an allocation comes from runs from its address to the next
+    /// of these or its segment's end. Each block keeps its segment's index (with its id), so a
+    /// free finds it without a search.
+    segment_starts: Vec<BTreeMap<i64, u32>>,
+    segments: Vec<Segment>,
     skipped: HashMap<String, u64>,
     t0_us: i64,
     last_ns: u64,
@@ -882,7 +892,8 @@ struct Plan {
     /// blocks the history does not allocate. A [`Link`] from the top numbers them.
     at_start: Vec<StartBlock>,
     /// What each trace entry's replay frees, by position ([`Link`]); stream-ordered frees, by
-    /// position (a bit each).
+    /// position (a bit each). A stream-ordered free's completion (its bit set) holds the
+    /// position of its request instead: it frees nothing, its block leaves its segment.
     links: Vec<Link>,
     stream_ordered: Vec<u64>,
     /// Reserved bytes at the start of the history, by device.
@@ -937,9 +948,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             allocated: Vec::new(),
             rule: BlockRule::default(),
             final_sizes: IntMap::default(),
+            segment_starts: Vec::new(),
             segments: Vec::new(),
-            occupied: Vec::new(),
-            pending: IntSet::default(),
             skipped: HashMap::new(),
             t0_us: 0,
             last_ns: 0,
@@ -1040,15 +1050,17 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         }));
     }
 
+    /// Allocates a block of `(size, segment)` (its segment: where a large block takes its
+    /// place, [`NO_SEGMENT`] for others); returns its id, size and segment.
     fn alloc(
         &mut self,
         ts_nanos: u64,
         device: u32,
         addr: i64,
-        size: u64,
+        (size, segment): (u64, u32),
         stack: StackId,
         stream: u64,
-    ) -> (AllocId, u64) {
+    ) -> (AllocId, u64, u32) {
         let id = self.enc.emit_alloc(&Alloc {
             ts_nanos,
             size_bytes: size,
@@ -1061,14 +1073,57 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         });
         let a = per_device(&mut self.allocated, device);
         *a = a.saturating_add(size);
-        if BlockRule::large(size) {
-            per_device(&mut self.occupied, device).insert(addr);
+        if let Some(s) = self.segments.get_mut(segment as usize) {
+            let i = s.blocks.partition_point(|&b| b < addr);
+            if s.blocks.get(i) != Some(&addr) {
+                s.blocks.insert(i, addr);
+            }
         }
         self.summary.allocations += 1;
-        (id, size)
+        (id, size, segment)
     }
 
-    /// Frees the block `link` names, if any; returns its size.
+    /// The index of the segment of `device` that holds `addr` (the one starting last at or
+    /// before it), [`NO_SEGMENT`] if none.
+    fn segment_of(&self, device: u32, addr: i64) -> u32 {
+        self.segment_starts
+            .get(device as usize)
+            .and_then(|m| m.range(..=addr).next_back())
+            .map(|(_, &i)| i)
+            .filter(|&i| self.segments.get(i as usize).is_some_and(|s| addr < s.end))
+            .unwrap_or(NO_SEGMENT)
+    }
+
+    /// A large block at `addr` no longer takes its place in `segment`.
+    fn leave(&mut self, segment: u32, addr: i64) {
+        if let Some(s) = self.segments.get_mut(segment as usize)
+            && let Ok(i) = s.blocks.binary_search(&addr)
+        {
+            s.blocks.remove(i);
+        }
+    }
+
+    /// Adds a segment of `device`.
+    fn add_segment(&mut self, device: u32, start: i64, size: u64) {
+        let end = start.saturating_add(i64::try_from(size).unwrap_or(i64::MAX));
+        let i = self.segments.len() as u32;
+        self.segments.push(Segment {
+            end,
+            blocks: Vec::new(),
+        });
+        per_device(&mut self.segment_starts, device).insert(start, i);
+    }
+
+    /// The block `link` names, if any.
+    fn block(&self, link: Link) -> Option<&(AllocId, u64, u32)> {
+        match link.0 {
+            Link::NONE => None,
+            l if l > Link::LAST_HISTORY => self.start_ids.get((Link::FIRST_START - l) as usize),
+            l => self.history_ids.get(l as usize),
+        }
+    }
+
+    /// Frees the block `link` names, if any; returns its size and segment.
     fn free(
         &mut self,
         ts_nanos: u64,
@@ -1076,13 +1131,8 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         link: Link,
         kind: FreeKind,
         stream: u64,
-    ) -> Option<u64> {
-        let block = match link.0 {
-            Link::NONE => None,
-            l if l > Link::LAST_HISTORY => self.start_ids.get((Link::FIRST_START - l) as usize),
-            l => self.history_ids.get(l as usize),
-        };
-        if let Some(&(id, size)) = block {
+    ) -> Option<(u64, u32)> {
+        if let Some(&(id, size, segment)) = self.block(link) {
             self.enc.emit(Record::Free(Free {
                 ts_nanos,
                 alloc: id,
@@ -1092,7 +1142,7 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             }));
             let a = per_device(&mut self.allocated, device);
             *a = a.saturating_sub(size);
-            return Some(size);
+            return Some((size, segment));
         }
         None
     }
@@ -1100,15 +1150,21 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     /// The size of the block the next allocation of the history gets for `requested` bytes at
     /// `addr`: its block in the segment table when it is live at the snapshot, else the split
     /// rule applied to the free block it comes from (from `addr` to the next allocated block
-    /// or the end of its segment), else the rounded request.
-    fn block_size(&mut self, device: u32, addr: i64, requested: u64) -> u64 {
+    /// or the end of its segment), else the rounded request. Also the segment where a large
+    /// block takes its place ([`NO_SEGMENT`] for others).
+    fn block_size(&mut self, device: u32, addr: i64, requested: u64) -> (u64, u32) {
         let rounded = self.rule.round(requested);
         let ordinal = self.history_ids.len() as u32;
+        let segment = if self.rule.expandable {
+            NO_SEGMENT
+        } else {
+            self.segment_of(device, addr)
+        };
         let size = if let Some(&size) = self.final_sizes.get(&ordinal) {
             self.summary.sized_from_segments += 1;
             size
         } else if BlockRule::large(rounded) && !self.rule.expandable {
-            match self.free_extent(device, addr) {
+            match self.free_extent(segment, addr) {
                 Some(free) => self.rule.block(rounded, free),
                 None => {
                     self.summary.unplaced_blocks += 1;
@@ -1121,26 +1177,22 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         if size > rounded {
             self.summary.unsplit_blocks += 1;
         }
-        size
+        let segment = if BlockRule::large(size) {
+            segment
+        } else {
+            NO_SEGMENT
+        };
+        (size, segment)
     }
 
-    /// The free bytes from `addr` to the next allocated large-pool block or the end of the
-    /// segment that holds `addr`, if a known segment does.
-    fn free_extent(&self, device: u32, addr: i64) -> Option<u64> {
-        let (&start, &size) = self
-            .segments
-            .get(device as usize)?
-            .range(..=addr)
-            .next_back()?;
-        let end = start.saturating_add(i64::try_from(size).unwrap_or(i64::MAX));
-        if addr >= end {
-            return None;
-        }
-        let next = self
-            .occupied
-            .get(device as usize)
-            .and_then(|o| o.range(addr.saturating_add(1)..end).next().copied())
-            .unwrap_or(end);
+    /// The free bytes from `addr` to the next allocated large-pool block of `segment` or its
+    /// end, if there is such a segment.
+    fn free_extent(&self, segment: u32, addr: i64) -> Option<u64> {
+        let s = self.segments.get(segment as usize)?;
+        let next = s.blocks[s.blocks.partition_point(|&b| b <= addr)..]
+            .first()
+            .copied()
+            .unwrap_or(s.end);
         u64::try_from(next - addr).ok()
     }
 
@@ -1207,14 +1259,12 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         match (en.kind, size) {
             (Action::Alloc, Some(requested)) => {
                 // A block allocated twice without a free: the old one is closed first.
-                let old = self.free(ts, d, link, FreeKind::Other, stream);
-                let pending = !self.pending.is_empty() && self.pending.remove(&(d, addr));
-                if pending || old.is_some_and(BlockRule::large) {
-                    per_device(&mut self.occupied, d).remove(&addr);
+                if let Some((_, segment)) = self.free(ts, d, link, FreeKind::Other, stream) {
+                    self.leave(segment, addr);
                 }
-                let size = self.block_size(d, addr, requested);
+                let (size, segment) = self.block_size(d, addr, requested);
                 let stack = self.stack(en.frames(), None);
-                let block = self.alloc(ts, d, addr, size, stack, stream);
+                let block = self.alloc(ts, d, addr, (size, segment), stack, stream);
                 self.history_ids.push(block);
             }
             // The request frees the block (`memory_allocated()` drops then); a stream-ordered
@@ -1225,33 +1275,33 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 } else {
                     FreeKind::Immediate
                 };
-                if self
-                    .free(ts, d, link, kind, stream)
-                    .is_some_and(BlockRule::large)
+                if let Some((_, segment)) = self.free(ts, d, link, kind, stream)
+                    && !stream_ordered
                 {
-                    if stream_ordered {
-                        self.pending.insert((d, addr));
-                    } else {
-                        per_device(&mut self.occupied, d).remove(&addr);
-                    }
+                    self.leave(segment, addr);
+                }
+            }
+            // The completion of a stream-ordered free: its block (`link`, resolved from the
+            // request by `run`) leaves its segment.
+            (Action::FreeCompleted, _) if stream_ordered => {
+                if let Some(&(_, _, segment)) = self.block(link) {
+                    self.leave(segment, addr);
                 }
             }
             (Action::FreeCompleted, _) => {
-                let freed = self.free(ts, d, link, FreeKind::Immediate, stream);
-                let pending = !self.pending.is_empty() && self.pending.remove(&(d, addr));
-                if pending || freed.is_some_and(BlockRule::large) {
-                    per_device(&mut self.occupied, d).remove(&addr);
+                if let Some((_, segment)) = self.free(ts, d, link, FreeKind::Immediate, stream) {
+                    self.leave(segment, addr);
                 }
             }
             (Action::SegmentAdd, Some(size)) => {
-                per_device(&mut self.segments, d).insert(addr, size);
+                self.add_segment(d, addr, size);
                 let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_add(size);
                 self.pool_sample(ts, d);
                 return;
             }
             (Action::SegmentRemove, Some(size)) => {
-                per_device(&mut self.segments, d).remove(&addr);
+                per_device(&mut self.segment_starts, d).remove(&addr);
                 let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_sub(size);
                 self.pool_sample(ts, d);
@@ -1333,10 +1383,11 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         } = plan;
         self.rule = rule;
         self.final_sizes = final_sizes;
-        self.segments = segments_start
-            .into_iter()
-            .map(|s| s.into_iter().collect())
-            .collect();
+        for (d, segments) in segments_start.into_iter().enumerate() {
+            for (start, size) in segments {
+                self.add_segment(d as u32, start, size);
+            }
+        }
         self.start_ids.reserve(at_start.len());
         self.history_ids.reserve(hint.allocs);
         self.summary.trace_entries = u64::from(device_ends.last().copied().unwrap_or(0));
@@ -1387,7 +1438,12 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         self.allocated = alloc::vec![0; devices as usize];
         for b in at_start {
             let stack = self.stack(b.frames, Some(BEFORE_HISTORY));
-            let block = self.alloc(0, b.device, b.addr, b.size, stack, 0);
+            let segment = if BlockRule::large(b.size) && !self.rule.expandable {
+                self.segment_of(b.device, b.addr)
+            } else {
+                NO_SEGMENT
+            };
+            let block = self.alloc(0, b.device, b.addr, (b.size, segment), stack, 0);
             self.start_ids.push(block);
             if b.ghost {
                 self.summary.ghost_frees += 1;
@@ -1411,10 +1467,17 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 let d = device_ends.partition_point(|&end| end <= o.pos) as u32;
                 if let Some(en) = self.entries.get(o.entry as usize).copied() {
                     let i = o.pos as usize;
-                    let link = links.get(i).copied().unwrap_or(Link(Link::NONE));
+                    let mut link = links.get(i).copied().unwrap_or(Link(Link::NONE));
                     let so = stream_ordered
                         .get(i / 64)
                         .is_some_and(|w| w >> (i % 64) & 1 != 0);
+                    if so && en.kind == Action::FreeCompleted {
+                        // The position of its request, whose block it is.
+                        link = links
+                            .get(link.0 as usize)
+                            .copied()
+                            .unwrap_or(Link(Link::NONE));
+                    }
                     self.replay_entry(ts, d, &en, link, so, &mut replay.since_sample);
                 }
             } else if let Some(a) = annotations.get((o.pos - traced) as usize) {
@@ -1664,7 +1727,12 @@ impl Plan {
                             let at = r.pos as usize;
                             stream_ordered[at / 64] &= !(1 << (at % 64));
                         }
-                        Some(_) => {}
+                        // Stream-ordered: the completion ends the block's place in its segment;
+                        // its link holds the request's position (marked by its bit).
+                        Some(r) => {
+                            links[pos] = Link(r.pos);
+                            stream_ordered[pos / 64] |= 1 << (pos % 64);
+                        }
                         // A free completed without a request (older snapshots' `free`).
                         None => links[pos] = b.close(pos),
                     }

@@ -380,9 +380,11 @@ fn reference_block(requested: u64, free: Option<u64>, max_split: u64) -> u64 {
 /// request frees the block (as `memory_allocated()` counts), stream-ordered unless its
 /// completion comes at the same time; a completed free without a request frees it then. Sizes: an allocation
 /// still live at the end that the final segments list takes that block's size; any other
-/// takes [`reference_block`] of the free space from its address to the next live large block
-/// or the end of its segment (segments as the final table and the history's segment entries
-/// say).
+/// takes [`reference_block`] of the free space from its address to the next large block of its
+/// segment or that segment's end. Its segment: the one starting last at or before its address,
+/// if it holds the address (segments as the final table and the history's segment entries
+/// say). A large block takes its place in its segment until it is freed, or, freed by a
+/// stream-ordered request, until the free completes.
 fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
     // Which allocations stay live decides nothing about sizes, so a first replay finds them
     // and the second one sizes them.
@@ -510,34 +512,80 @@ fn reference_replay_sized(
             }
         }
     }
+    // Which free requests complete at their own time (immediate), by entry: a request is
+    // answered by the next completion at its address, unless an allocation or another request
+    // there comes first; one never completed is stream-ordered.
+    let mut immediate: HashMap<usize, bool> = HashMap::new();
+    let mut open: HashMap<(usize, i64), (usize, i64)> = HashMap::new();
+    for &(t, pos, d, e) in &entries {
+        let k = key(d, e);
+        match action(e) {
+            "alloc" if e["size"].as_u64().is_some() => {
+                open.remove(&k);
+            }
+            "free_requested" => {
+                open.insert(k, (pos, t));
+            }
+            "free_completed" => {
+                if let Some((req, rt)) = open.remove(&k) {
+                    immediate.insert(req, ns(rt) >= ns(t));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Segments: (end, start addresses of their large blocks), by id; live ones by device and
+    // start address.
+    let mut segs: Vec<(i64, BTreeSet<i64>)> = Vec::new();
+    let mut seg_at: HashMap<usize, BTreeMap<i64, usize>> = HashMap::new();
+    let add_segment = |segs: &mut Vec<(i64, BTreeSet<i64>)>,
+                       seg_at: &mut HashMap<usize, BTreeMap<i64, usize>>,
+                       d: usize,
+                       start: i64,
+                       size: u64| {
+        seg_at.entry(d).or_default().insert(start, segs.len());
+        segs.push((start + size as i64, BTreeSet::new()));
+    };
+    for (&d, starts) in &segments {
+        for (&start, &size) in starts {
+            add_segment(&mut segs, &mut seg_at, d, start, size);
+        }
+    }
+    let segment_of = |segs: &Vec<(i64, BTreeSet<i64>)>,
+                      seg_at: &HashMap<usize, BTreeMap<i64, usize>>,
+                      k: (usize, i64)| {
+        seg_at
+            .get(&k.0)
+            .and_then(|m| m.range(..=k.1).next_back())
+            .map(|(_, &id)| id)
+            .filter(|&id| k.1 < segs[id].0)
+    };
     let mut out: Vec<Replayed> = Vec::new();
     let mut keys = Vec::new();
+    // Each allocation's segment, where it is a large block that takes its place in one.
+    let mut place: Vec<Option<usize>> = Vec::new();
     let mut live: HashMap<(usize, i64), usize> = HashMap::new();
-    // Start addresses of live blocks over 1 MiB, by device.
-    let mut large: HashMap<usize, BTreeSet<i64>> = HashMap::new();
     for &(k, size) in &start {
         live.insert(k, out.len());
-        if size > 1 << 20 {
-            large.entry(k.0).or_default().insert(k.1);
+        let seg = segment_of(&segs, &seg_at, k).filter(|_| size > 1 << 20);
+        if let Some(id) = seg {
+            segs[id].1.insert(k.1);
         }
+        place.push(seg);
         out.push((0, size, None));
         keys.push((k, false));
     }
-    // Frees requested and not completed: the block freed (if any), and when.
-    let mut requested: HashMap<(usize, i64), (Option<usize>, u64)> = HashMap::new();
-    // Large blocks freed by a request, still in their segment until the free completes.
-    let mut pending: std::collections::HashSet<(usize, i64)> = Default::default();
-    let close = |out: &mut Vec<Replayed>,
-                 large: &mut HashMap<usize, BTreeSet<i64>>,
-                 k: (usize, i64),
+    let leave = |segs: &mut Vec<(i64, BTreeSet<i64>)>,
+                 place: &[Option<usize>],
                  id: usize,
-                 at: (u64, FreeKind)| {
-        out[id].2 = Some(at);
-        if out[id].1 > 1 << 20 {
-            large.entry(k.0).or_default().remove(&k.1);
+                 k: (usize, i64)| {
+        if let Some(s) = place[id] {
+            segs[s].1.remove(&k.1);
         }
     };
-    for &(t, _, d, e) in &entries {
+    // Requests not completed yet: the block they freed, if any.
+    let mut requested: HashMap<(usize, i64), Option<usize>> = HashMap::new();
+    for &(t, pos, d, e) in &entries {
         let (k, ts) = (key(d, e), ns(t));
         match action(e) {
             "alloc" => {
@@ -545,71 +593,64 @@ fn reference_replay_sized(
                     continue;
                 };
                 if let Some(old) = live.remove(&k) {
-                    close(&mut out, &mut large, k, old, (ts, FreeKind::Other));
+                    out[old].2 = Some((ts, FreeKind::Other));
+                    leave(&mut segs, &place, old, k);
                 }
                 requested.remove(&k);
-                if pending.remove(&k) {
-                    large.entry(d).or_default().remove(&k.1);
-                }
-                let segs = segments.entry(d).or_default();
-                let free = segs
-                    .range(..=k.1)
-                    .next_back()
-                    .map(|(&s, &n)| (s, s + n as i64))
-                    .filter(|&(_, end)| k.1 < end)
-                    .map(|(_, end)| {
-                        let next = large
-                            .entry(d)
-                            .or_default()
-                            .range(k.1 + 1..end)
-                            .next()
-                            .copied()
-                            .unwrap_or(end);
-                        (next - k.1) as u64
-                    });
+                let seg = segment_of(&segs, &seg_at, k);
+                let free = seg.map(|id| {
+                    let (end, blocks) = &segs[id];
+                    let next = blocks.range(k.1 + 1..).next().copied().unwrap_or(*end);
+                    (next - k.1) as u64
+                });
                 let size = overrides
                     .get(&out.len())
                     .copied()
                     .unwrap_or_else(|| reference_block(size, free, max_split));
-                if size > 1 << 20 {
-                    large.entry(d).or_default().insert(k.1);
+                let seg = seg.filter(|_| size > 1 << 20);
+                if let Some(id) = seg {
+                    segs[id].1.insert(k.1);
                 }
                 live.insert(k, out.len());
+                place.push(seg);
                 out.push((ts, size, None));
                 keys.push((k, true));
             }
-            // A request frees the block, stream-ordered unless it completes at the same time.
+            // A request frees the block; an immediate one ends its place in its segment now, a
+            // stream-ordered one when it completes.
             "free_requested" => {
+                let now = immediate.get(&pos).copied().unwrap_or(false);
                 let id = live.remove(&k);
                 if let Some(id) = id {
-                    out[id].2 = Some((ts, FreeKind::StreamOrdered));
-                    if out[id].1 > 1 << 20 {
-                        pending.insert(k);
+                    let kind = if now {
+                        FreeKind::Immediate
+                    } else {
+                        FreeKind::StreamOrdered
+                    };
+                    out[id].2 = Some((ts, kind));
+                    if now {
+                        leave(&mut segs, &place, id, k);
                     }
                 }
-                requested.insert(k, (id, ts));
+                requested.insert(k, id.filter(|_| !now));
             }
-            "free_completed" => {
-                match requested.remove(&k) {
-                    Some((Some(id), r)) if r >= ts => out[id].2 = Some((r, FreeKind::Immediate)),
-                    Some(_) => {}
-                    None => {
-                        if let Some(id) = live.remove(&k) {
-                            close(&mut out, &mut large, k, id, (ts, FreeKind::Immediate));
-                        }
+            "free_completed" => match requested.remove(&k) {
+                Some(Some(id)) => leave(&mut segs, &place, id, k),
+                Some(None) => {}
+                None => {
+                    if let Some(id) = live.remove(&k) {
+                        out[id].2 = Some((ts, FreeKind::Immediate));
+                        leave(&mut segs, &place, id, k);
                     }
                 }
-                if pending.remove(&k) {
-                    large.entry(d).or_default().remove(&k.1);
-                }
-            }
+            },
             "segment_alloc" => {
                 if let Some(size) = e["size"].as_u64() {
-                    segments.entry(d).or_default().insert(k.1, size);
+                    add_segment(&mut segs, &mut seg_at, d, k.1, size);
                 }
             }
             "segment_free" if e["size"].as_u64().is_some() => {
-                segments.entry(d).or_default().remove(&k.1);
+                seg_at.entry(d).or_default().remove(&k.1);
             }
             _ => {}
         }
