@@ -1155,12 +1155,16 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     fn block_size(&mut self, device: u32, addr: i64, requested: u64) -> (u64, u32) {
         let rounded = self.rule.round(requested);
         let ordinal = self.history_ids.len() as u32;
-        let segment = if self.rule.expandable {
-            NO_SEGMENT
-        } else {
+        let known = self.final_sizes.get(&ordinal).copied();
+        // Only large blocks take a place in a segment (small ones never share one with them).
+        let segment = if !self.rule.expandable
+            && (BlockRule::large(rounded) || known.is_some_and(BlockRule::large))
+        {
             self.segment_of(device, addr)
+        } else {
+            NO_SEGMENT
         };
-        let size = if let Some(&size) = self.final_sizes.get(&ordinal) {
+        let size = if let Some(size) = known {
             self.summary.sized_from_segments += 1;
             size
         } else if BlockRule::large(rounded) && !self.rule.expandable {
