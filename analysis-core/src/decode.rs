@@ -489,6 +489,7 @@ fn parse_header(r: &mut Reader<'_>) -> Result<Header, HeaderErr> {
             }
             b"start_mono_nanos" => r.uint().map(|v| h.start_mono_nanos = v),
             b"wall_offset_nanos" => r.i64().map(|v| h.wall_offset_nanos = v),
+            b"ends_at" => r.string().map(|s| h.ends_at = TraceEnd::from_name(&s)),
             _ => r.skip_values(1),
         };
         res.map_err(HeaderErr::Read)?;

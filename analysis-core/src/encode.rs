@@ -58,7 +58,8 @@ impl Encoder {
         write_str(&mut out, format::MAGIC);
         write_uint(&mut out, u64::from(header.format_major));
         write_uint(&mut out, u64::from(header.format_minor));
-        write_map_len(&mut out, 5);
+        let ends_at = header.ends_at != format::TraceEnd::Exit;
+        write_map_len(&mut out, 5 + u32::from(ends_at));
         write_str(&mut out, "collector");
         write_str(&mut out, &header.collector);
         write_str(&mut out, "host");
@@ -72,6 +73,10 @@ impl Encoder {
         write_uint(&mut out, header.start_mono_nanos);
         write_str(&mut out, "wall_offset_nanos");
         write_int(&mut out, header.wall_offset_nanos);
+        if ends_at {
+            write_str(&mut out, "ends_at");
+            write_str(&mut out, header.ends_at.name());
+        }
         Self {
             out,
             last_ts_nanos: 0,

@@ -13,8 +13,8 @@ use serde::Serialize;
 pub const MAGIC: &str = "gpucollect-trace";
 /// Major format version: a reader refuses a newer major version.
 pub const FORMAT_MAJOR: u32 = 1;
-/// Minor format version: newer minors only add record tags and trailing fields.
-pub const FORMAT_MINOR: u32 = 1;
+/// Minor format version: newer minors only add record tags, trailing fields and header keys.
+pub const FORMAT_MINOR: u32 = 2;
 
 /// Record tags (first element of every record array).
 pub mod tag {
@@ -112,6 +112,40 @@ pub struct Header {
     pub start_mono_nanos: u64,
     /// Wall clock (ns since the Unix epoch) = monotonic + this offset.
     pub wall_offset_nanos: i64,
+    /// What the end of the trace is (header key `ends_at`, since 1.2; absent: [`TraceEnd::Exit`]).
+    pub ends_at: TraceEnd,
+}
+
+/// What the end of a trace's history is (the header's `ends_at`, since format 1.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceEnd {
+    /// The traced programs ran until they exited (or until the trace was cut short, which a
+    /// missing `end` record says): memory live at the end was never freed.
+    #[default]
+    Exit,
+    /// The history ends at a snapshot of a program that was still running (an imported
+    /// PyTorch memory snapshot): memory live at the end is live at that moment, not leaked.
+    Snapshot,
+}
+
+impl TraceEnd {
+    /// The header value (`ends_at`) that stands for it; `Exit` is written as no key at all.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Exit => "exit",
+            Self::Snapshot => "snapshot",
+        }
+    }
+
+    /// The end a header value names: `"snapshot"`, else (`"exit"`, or a value a newer
+    /// version defines) `Exit`.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "snapshot" => Self::Snapshot,
+            _ => Self::Exit,
+        }
+    }
 }
 
 /// What kind of memory an allocation is.
@@ -158,11 +192,19 @@ impl AllocKind {
             _ => Self::Other,
         }
     }
-    /// Whether the memory lives on the device (counts toward device live bytes). Pinned host
-    /// memory is tracked separately; IPC imports belong to the exporting process; an unknown
-    /// kind (255, or a code this reader does not know) is not assumed to be device memory.
+    /// Whether the memory counts toward device live bytes (FORMAT.md, "Accounting rules"):
+    /// kinds 0, 1, 3, 4 and 5 only. Pinned host memory has totals of its own; an IPC import is
+    /// the exporting process's allocation, which counts it; kind 255 and codes this version does
+    /// not know ([`AllocKind::Other`]) are not device memory.
     pub const fn is_device_memory(self) -> bool {
-        !matches!(self, Self::PinnedHost | Self::IpcImport | Self::Other)
+        matches!(
+            self,
+            Self::Device
+                | Self::Managed
+                | Self::StreamOrderedPool
+                | Self::VmmPhysical
+                | Self::Array
+        )
     }
     /// Whether the allocation counts in a live-bytes series: device memory, or pinned host
     /// memory in its own per-process series. IPC imports and unknown kinds count in neither.
@@ -515,5 +557,24 @@ impl Record {
             Self::End { ts_nanos } => Some(*ts_nanos),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kinds_0_1_3_4_5_are_device_memory() {
+        let device: Vec<u64> = (0..=255)
+            .map(AllocKind::from_code)
+            .filter(|k| k.is_device_memory())
+            .map(AllocKind::code)
+            .collect();
+        assert_eq!(device, [0, 1, 3, 4, 5]);
+        // Unknown codes read as "other" and are written back as 255.
+        assert_eq!(AllocKind::from_code(7), AllocKind::Other);
+        assert_eq!(AllocKind::from_code(7).code(), 255);
+        assert_eq!(FreeKind::from_code(9), FreeKind::Other);
     }
 }

@@ -4,10 +4,25 @@
 //!
 //! Mapping:
 //! - `device_traces` entries, in `time_us` order across devices: `alloc` → allocation;
-//!   `free_completed` (or the older `free`) → free (stream-ordered when it completed after its
-//!   `free_requested`); `segment_alloc`/`segment_map` and `segment_free`/`segment_unmap` change
+//!   `free_requested` → free, where `memory_allocated()` drops (stream-ordered unless its
+//!   `free_completed` comes at the same time; the block keeps its place in its segment until
+//!   then); a `free_completed` without a request (the older `free`) → free;
+//!   `segment_alloc`/`segment_map` and `segment_free`/`segment_unmap` change
 //!   the reserved bytes, written as pool samples next to the allocated bytes, so fragmentation
-//!   gets exact numbers; `oom` → failed allocation; `snapshot`/`annotate` → marks.
+//!   gets exact numbers; `oom` → failed allocation, after a device sample whose `free_bytes`
+//!   is the entry's `addr` (PyTorch writes the device's free memory there);
+//!   `snapshot`/`annotate` → marks.
+//! - Sizes are the caching allocator's blocks, as `memory_allocated()` counts them, not the
+//!   requests the entries carry: an allocation still live at the snapshot takes its block's size
+//!   from the segment table; any other takes the allocator's split rule (`BlockRule`, as
+//!   `allocator_settings` configure it) applied to the free block it came from, which runs from
+//!   its address to the next allocated large block or the end of its segment (segments as the
+//!   table and the history's segment entries say). Where no known segment holds it (history lost
+//!   to the ring buffer, a JSON without segments) a large allocation is sized as its rounded
+//!   request, as are ghosts (see below), which may be up to 1 MiB low; the summary counts them.
+//! - The trace's header says `ends_at: snapshot` (format 1.2): the program was still running,
+//!   so what is live at the end is live at the snapshot, not leaked; the `end` record is at the
+//!   last entry's time (the history is complete up to the snapshot).
 //! - `frames` (innermost first) → interned Python frames and stacks.
 //! - `external_annotations` (record_function START/END) → NVTX-like ranges, i.e. scopes.
 //! - `allocator_settings` → a mark at time 0.
@@ -22,6 +37,7 @@
 //! starts, so the sink's buffers are reserved once (WebAssembly copies on every realloc).
 
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -57,6 +73,17 @@ pub struct ImportSummary {
     /// Frees of blocks the history never saw allocated.
     pub ghost_frees: u64,
     pub failed_allocations: u64,
+    /// Allocations of the history still live at the snapshot, sized by the segment table's
+    /// block (exact).
+    pub sized_from_segments: u64,
+    /// Allocations whose block is larger than their rounded request: the caching allocator did
+    /// not split the free block they came from (the segment table's size, or the allocator's
+    /// split rule replayed against the free space of their segment).
+    pub unsplit_blocks: u64,
+    /// Large-pool allocations (over 1 MiB) freed before the snapshot that lie in no segment
+    /// the snapshot knows (a JSON without `segments`, or history lost to the ring buffer): sized
+    /// as their rounded request, which is low where the allocator did not split their block.
+    pub unplaced_blocks: u64,
     pub ranges: u64,
     /// Entries that could not be used (missing fields, unknown actions), by kind.
     pub skipped: Vec<(String, u64)>,
@@ -420,6 +447,8 @@ impl SinkHint {
 fn header() -> Header {
     let mut header = Encoder::header_v1();
     header.collector = String::from("torch.cuda.memory._dump_snapshot, imported by gpucollect");
+    // A snapshot is taken from a running program: what is live at its end is not leaked.
+    header.ends_at = TraceEnd::Snapshot;
     header
 }
 
@@ -446,6 +475,17 @@ impl Link {
     const FIRST_START: u32 = u32::MAX - 1;
     const LAST_HISTORY: u32 = u32::MAX / 2;
 }
+
+/// A segment of the replay: its end and the start addresses of the large-pool blocks allocated
+/// in it (sorted; few: a segment holds a few large blocks).
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    end: i64,
+    blocks: Vec<i64>,
+}
+
+/// The segment index of a block in none.
+const NO_SEGMENT: u32 = u32::MAX;
 
 /// A block alive at time 0.
 #[derive(Clone, Copy, Debug)]
@@ -478,11 +518,13 @@ struct BlockState {
     /// 0 may be, until the first close).
     live: Link,
     /// The position of the first entry that closes a block there (an allocation with a size,
-    /// a completed free), `u32::MAX` before it: a block alive at time 0 there ends then.
+    /// a free request, a completed free not requested), `u32::MAX` before it: a block alive at
+    /// time 0 there ends then.
     first_close: u32,
-    /// The entry that requested the free of the block there (its index in the entries),
-    /// `u32::MAX` if none did: no free completes before that, so a request then changes
-    /// nothing. An index rather than a time keeps the state at 16 bytes.
+    /// The `free_requested` entry of the block there whose completion has not come yet (its
+    /// index in the replay order), `u32::MAX` if none: the request freed the block, and its
+    /// completion frees nothing but says whether the free was stream-ordered. An index rather
+    /// than a time keeps the state at 16 bytes.
     requested: u32,
 }
 
@@ -678,15 +720,6 @@ impl Action {
             _ => Self::Unknown,
         }
     }
-
-    /// Whether the entry's `size` is in bytes as written (segments, OOM requests), not a
-    /// requested block size.
-    const fn raw_size(self) -> bool {
-        matches!(
-            self,
-            Self::SegmentAdd | Self::SegmentRemove | Self::SegmentOther | Self::Oom
-        )
-    }
 }
 
 /// The fields of a trace entry the conversion reads, in the order of [`ENTRY_KEYS`].
@@ -825,11 +858,22 @@ struct Converter<'p, S> {
     /// The id and size of each block alive at time 0 (as numbered in `Plan::at_start`) and of
     /// each allocation of the history (by [`Link`] ordinal), once allocated: frees find their
     /// block here.
-    start_ids: Vec<(AllocId, u64)>,
-    history_ids: Vec<(AllocId, u64)>,
+    start_ids: Vec<(AllocId, u64, u32)>,
+    history_ids: Vec<(AllocId, u64, u32)>,
     /// Reserved and allocated bytes, by device.
     reserved: Vec<u64>,
     allocated: Vec<u64>,
+    /// How the allocator sizes blocks; sizes of history allocations live at the snapshot, by
+    /// history ordinal (see `Plan::final_sizes`).
+    rule: BlockRule,
+    final_sizes: IntMap<u32, u64>,
+    /// The segments there are, by device: start address to index in `segments`, which holds
+    /// each segment's end and the start addresses of the large-pool blocks allocated (not yet
+    /// freed) in it. The free block an allocation comes from runs from its address to the next
+    /// of these or its segment's end. Each block keeps its segment's index (with its id), so a
+    /// free finds it without a search.
+    segment_starts: Vec<BTreeMap<i64, u32>>,
+    segments: Vec<Segment>,
     skipped: HashMap<String, u64>,
     t0_us: i64,
     last_ns: u64,
@@ -848,11 +892,18 @@ struct Plan {
     /// blocks the history does not allocate. A [`Link`] from the top numbers them.
     at_start: Vec<StartBlock>,
     /// What each trace entry's replay frees, by position ([`Link`]); stream-ordered frees, by
-    /// position (a bit each).
+    /// position (a bit each). A stream-ordered free's completion (its bit set) holds the
+    /// position of its request instead: it frees nothing, its block leaves its segment.
     links: Vec<Link>,
     stream_ordered: Vec<u64>,
     /// Reserved bytes at the start of the history, by device.
     reserved_start: Vec<u64>,
+    /// Segments at the start of the history (start address, size), by device.
+    segments_start: Vec<Vec<(i64, u64)>>,
+    /// The size of each history allocation still live at the snapshot (by history ordinal):
+    /// its block in the segment table.
+    final_sizes: IntMap<u32, u64>,
+    rule: BlockRule,
     hint: SinkHint,
 }
 
@@ -895,6 +946,10 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             history_ids: Vec::new(),
             reserved: Vec::new(),
             allocated: Vec::new(),
+            rule: BlockRule::default(),
+            final_sizes: IntMap::default(),
+            segment_starts: Vec::new(),
+            segments: Vec::new(),
             skipped: HashMap::new(),
             t0_us: 0,
             last_ns: 0,
@@ -995,15 +1050,17 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         }));
     }
 
+    /// Allocates a block of `(size, segment)` (its segment: where a large block takes its
+    /// place, [`NO_SEGMENT`] for others); returns its id, size and segment.
     fn alloc(
         &mut self,
         ts_nanos: u64,
         device: u32,
         addr: i64,
-        size: u64,
+        (size, segment): (u64, u32),
         stack: StackId,
         stream: u64,
-    ) -> (AllocId, u64) {
+    ) -> (AllocId, u64, u32) {
         let id = self.enc.emit_alloc(&Alloc {
             ts_nanos,
             size_bytes: size,
@@ -1016,18 +1073,66 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         });
         let a = per_device(&mut self.allocated, device);
         *a = a.saturating_add(size);
+        if let Some(s) = self.segments.get_mut(segment as usize) {
+            let i = s.blocks.partition_point(|&b| b < addr);
+            if s.blocks.get(i) != Some(&addr) {
+                s.blocks.insert(i, addr);
+            }
+        }
         self.summary.allocations += 1;
-        (id, size)
+        (id, size, segment)
     }
 
-    /// Frees the block `link` names, if any.
-    fn free(&mut self, ts_nanos: u64, device: u32, link: Link, kind: FreeKind, stream: u64) {
-        let block = match link.0 {
+    /// The index of the segment of `device` that holds `addr` (the one starting last at or
+    /// before it), [`NO_SEGMENT`] if none.
+    fn segment_of(&self, device: u32, addr: i64) -> u32 {
+        self.segment_starts
+            .get(device as usize)
+            .and_then(|m| m.range(..=addr).next_back())
+            .map(|(_, &i)| i)
+            .filter(|&i| self.segments.get(i as usize).is_some_and(|s| addr < s.end))
+            .unwrap_or(NO_SEGMENT)
+    }
+
+    /// A large block at `addr` no longer takes its place in `segment`.
+    fn leave(&mut self, segment: u32, addr: i64) {
+        if let Some(s) = self.segments.get_mut(segment as usize)
+            && let Ok(i) = s.blocks.binary_search(&addr)
+        {
+            s.blocks.remove(i);
+        }
+    }
+
+    /// Adds a segment of `device`.
+    fn add_segment(&mut self, device: u32, start: i64, size: u64) {
+        let end = start.saturating_add(i64::try_from(size).unwrap_or(i64::MAX));
+        let i = self.segments.len() as u32;
+        self.segments.push(Segment {
+            end,
+            blocks: Vec::new(),
+        });
+        per_device(&mut self.segment_starts, device).insert(start, i);
+    }
+
+    /// The block `link` names, if any.
+    fn block(&self, link: Link) -> Option<&(AllocId, u64, u32)> {
+        match link.0 {
             Link::NONE => None,
             l if l > Link::LAST_HISTORY => self.start_ids.get((Link::FIRST_START - l) as usize),
             l => self.history_ids.get(l as usize),
-        };
-        if let Some(&(id, size)) = block {
+        }
+    }
+
+    /// Frees the block `link` names, if any; returns its size and segment.
+    fn free(
+        &mut self,
+        ts_nanos: u64,
+        device: u32,
+        link: Link,
+        kind: FreeKind,
+        stream: u64,
+    ) -> Option<(u64, u32)> {
+        if let Some(&(id, size, segment)) = self.block(link) {
             self.enc.emit(Record::Free(Free {
                 ts_nanos,
                 alloc: id,
@@ -1037,7 +1142,62 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             }));
             let a = per_device(&mut self.allocated, device);
             *a = a.saturating_sub(size);
+            return Some((size, segment));
         }
+        None
+    }
+
+    /// The size of the block the next allocation of the history gets for `requested` bytes at
+    /// `addr`: its block in the segment table when it is live at the snapshot, else the split
+    /// rule applied to the free block it comes from (from `addr` to the next allocated block
+    /// or the end of its segment), else the rounded request. Also the segment where a large
+    /// block takes its place ([`NO_SEGMENT`] for others).
+    fn block_size(&mut self, device: u32, addr: i64, requested: u64) -> (u64, u32) {
+        let rounded = self.rule.round(requested);
+        let ordinal = self.history_ids.len() as u32;
+        let known = self.final_sizes.get(&ordinal).copied();
+        // Only large blocks take a place in a segment (small ones never share one with them).
+        let segment = if !self.rule.expandable
+            && (BlockRule::large(rounded) || known.is_some_and(BlockRule::large))
+        {
+            self.segment_of(device, addr)
+        } else {
+            NO_SEGMENT
+        };
+        let size = if let Some(size) = known {
+            self.summary.sized_from_segments += 1;
+            size
+        } else if BlockRule::large(rounded) && !self.rule.expandable {
+            match self.free_extent(segment, addr) {
+                Some(free) => self.rule.block(rounded, free),
+                None => {
+                    self.summary.unplaced_blocks += 1;
+                    rounded
+                }
+            }
+        } else {
+            rounded
+        };
+        if size > rounded {
+            self.summary.unsplit_blocks += 1;
+        }
+        let segment = if BlockRule::large(size) {
+            segment
+        } else {
+            NO_SEGMENT
+        };
+        (size, segment)
+    }
+
+    /// The free bytes from `addr` to the next allocated large-pool block of `segment` or its
+    /// end, if there is such a segment.
+    fn free_extent(&self, segment: u32, addr: i64) -> Option<u64> {
+        let s = self.segments.get(segment as usize)?;
+        let next = s.blocks[s.blocks.partition_point(|&b| b <= addr)..]
+            .first()
+            .copied()
+            .unwrap_or(s.end);
+        u64::try_from(next - addr).ok()
     }
 
     /// Replays an annotation: a `record_function` range begins or ends.
@@ -1099,42 +1259,66 @@ impl<'p, S: RecordSink> Converter<'p, S> {
     ) {
         let addr = en.addr;
         let stream = self.streams.get(en.stream as usize).copied().unwrap_or(0);
-        let size = if en.kind.raw_size() {
-            en.size()
-        } else {
-            block_size(en.size())
-        };
+        let size = en.size();
         match (en.kind, size) {
-            (Action::Alloc, Some(size)) => {
+            (Action::Alloc, Some(requested)) => {
                 // A block allocated twice without a free: the old one is closed first.
-                self.free(ts, d, link, FreeKind::Other, stream);
+                if let Some((_, segment)) = self.free(ts, d, link, FreeKind::Other, stream) {
+                    self.leave(segment, addr);
+                }
+                let (size, segment) = self.block_size(d, addr, requested);
                 let stack = self.stack(en.frames(), None);
-                let block = self.alloc(ts, d, addr, size, stack, stream);
+                let block = self.alloc(ts, d, addr, (size, segment), stack, stream);
                 self.history_ids.push(block);
             }
-            (Action::FreeCompleted, _) => {
+            // The request frees the block (`memory_allocated()` drops then); a stream-ordered
+            // one stays in its segment, not reusable, until the free completes.
+            (Action::FreeRequested, _) => {
                 let kind = if stream_ordered {
                     FreeKind::StreamOrdered
                 } else {
                     FreeKind::Immediate
                 };
-                self.free(ts, d, link, kind, stream);
+                if let Some((_, segment)) = self.free(ts, d, link, kind, stream)
+                    && !stream_ordered
+                {
+                    self.leave(segment, addr);
+                }
             }
-            // Counted below like the other frees (`since_sample`), though nothing changes yet.
-            (Action::FreeRequested, _) => {}
+            // The completion of a stream-ordered free: its block (`link`, resolved from the
+            // request by `run`) leaves its segment.
+            (Action::FreeCompleted, _) if stream_ordered => {
+                if let Some(&(_, _, segment)) = self.block(link) {
+                    self.leave(segment, addr);
+                }
+            }
+            (Action::FreeCompleted, _) => {
+                if let Some((_, segment)) = self.free(ts, d, link, FreeKind::Immediate, stream) {
+                    self.leave(segment, addr);
+                }
+            }
             (Action::SegmentAdd, Some(size)) => {
+                self.add_segment(d, addr, size);
                 let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_add(size);
                 self.pool_sample(ts, d);
                 return;
             }
             (Action::SegmentRemove, Some(size)) => {
+                per_device(&mut self.segment_starts, d).remove(&addr);
                 let r = per_device(&mut self.reserved, d);
                 *r = r.saturating_sub(size);
                 self.pool_sample(ts, d);
                 return;
             }
             (Action::Oom, _) => {
+                // The entry's `addr` is the device's free bytes (cudaMemGetInfo) at the failure.
+                self.enc.emit(Record::DeviceSample(DeviceSample {
+                    ts_nanos: ts,
+                    device: DeviceIdx(d),
+                    free_bytes: u64::try_from(addr).unwrap_or(0),
+                    ..DeviceSample::default()
+                }));
                 let stack = self.stack(en.frames(), None);
                 self.enc.emit(Record::AllocFailed(AllocFailed {
                     ts_nanos: ts,
@@ -1196,8 +1380,18 @@ impl<'p, S: RecordSink> Converter<'p, S> {
             links,
             stream_ordered,
             reserved_start,
+            segments_start,
+            final_sizes,
+            rule,
             hint,
         } = plan;
+        self.rule = rule;
+        self.final_sizes = final_sizes;
+        for (d, segments) in segments_start.into_iter().enumerate() {
+            for (start, size) in segments {
+                self.add_segment(d as u32, start, size);
+            }
+        }
         self.start_ids.reserve(at_start.len());
         self.history_ids.reserve(hint.allocs);
         self.summary.trace_entries = u64::from(device_ends.last().copied().unwrap_or(0));
@@ -1248,7 +1442,12 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         self.allocated = alloc::vec![0; devices as usize];
         for b in at_start {
             let stack = self.stack(b.frames, Some(BEFORE_HISTORY));
-            let block = self.alloc(0, b.device, b.addr, b.size, stack, 0);
+            let segment = if BlockRule::large(b.size) && !self.rule.expandable {
+                self.segment_of(b.device, b.addr)
+            } else {
+                NO_SEGMENT
+            };
+            let block = self.alloc(0, b.device, b.addr, (b.size, segment), stack, 0);
             self.start_ids.push(block);
             if b.ghost {
                 self.summary.ghost_frees += 1;
@@ -1272,10 +1471,17 @@ impl<'p, S: RecordSink> Converter<'p, S> {
                 let d = device_ends.partition_point(|&end| end <= o.pos) as u32;
                 if let Some(en) = self.entries.get(o.entry as usize).copied() {
                     let i = o.pos as usize;
-                    let link = links.get(i).copied().unwrap_or(Link(Link::NONE));
+                    let mut link = links.get(i).copied().unwrap_or(Link(Link::NONE));
                     let so = stream_ordered
                         .get(i / 64)
                         .is_some_and(|w| w >> (i % 64) & 1 != 0);
+                    if so && en.kind == Action::FreeCompleted {
+                        // The position of its request, whose block it is.
+                        link = links
+                            .get(link.0 as usize)
+                            .copied()
+                            .unwrap_or(Link(Link::NONE));
+                    }
                     self.replay_entry(ts, d, &en, link, so, &mut replay.since_sample);
                 }
             } else if let Some(a) = annotations.get((o.pos - traced) as usize) {
@@ -1383,14 +1589,15 @@ impl Plan {
         bounds.push(slots.len());
         let order = replay_order(slots, &bounds);
 
+        let rule = BlockRule::of(p, p.get(root, "allocator_settings"));
         // Devices: from the traces and the segments.
-        let mut segment_keys = Keys::new(["device", "total_size", "blocks"]);
-        let segments: Vec<[Option<Value>; 3]> = segments
+        let mut segment_keys = Keys::new(["device", "total_size", "blocks", "address"]);
+        let segments: Vec<[Option<Value>; 4]> = segments
             .map_or(&[][..], |s| p.items(s))
             .iter()
             .map(|&s| segment_keys.get(p, s))
             .collect();
-        let device_of = |s: &[Option<Value>; 3]| p.int(s[0]).unwrap_or(0).clamp(0, 1 << 16) as u32;
+        let device_of = |s: &[Option<Value>; 4]| p.int(s[0]).unwrap_or(0).clamp(0, 1 << 16) as u32;
         let mut devices = lists.len() as u32;
         for s in &segments {
             devices = devices.max(device_of(s) + 1);
@@ -1401,10 +1608,14 @@ impl Plan {
         let mut final_blocks: Vec<(u32, i64, u64, Option<Value>)> = Vec::new();
         let size = |v: Option<Value>| p.int(v).and_then(|v| u64::try_from(v).ok());
         let mut block_keys = Keys::new(["state", "address", "size", "frames"]);
+        let mut final_segments: Vec<(u32, i64, u64)> = Vec::with_capacity(segments.len());
         for s in &segments {
             let d = device_of(s);
             let r = per_device(&mut final_reserved, d);
             *r = r.saturating_add(size(s[1]).unwrap_or(0));
+            if let Some(addr) = p.int(s[3]) {
+                final_segments.push((d, addr, size(s[1]).unwrap_or(0)));
+            }
             for &b in p.items(s[2].unwrap_or(Value::None)) {
                 let [state, addr, size_bytes, frames] = block_keys.get(p, b);
                 let state = state.and_then(|v| p.str(v)).unwrap_or("");
@@ -1443,8 +1654,11 @@ impl Plan {
             ..SinkHint::default()
         };
         let (mut frees, mut segment_changes) = (0, 0);
+        // The first segment entry of the history at each (device, address), and whether it adds
+        // the segment (then the segment is not there at the start) and its size.
+        let mut first_segment_event: IntMap<(u32, i64), (bool, u64)> = IntMap::default();
         let traced = traced as u32;
-        for o in order.iter().filter(|o| o.pos < traced) {
+        for (oi, o) in order.iter().enumerate().filter(|(_, o)| o.pos < traced) {
             let Some(en) = entries.get(o.entry as usize) else {
                 continue;
             };
@@ -1456,7 +1670,8 @@ impl Plan {
             ) {
                 en.size().unwrap_or(0)
             } else {
-                block_size(en.size()).unwrap_or(0)
+                // Ghosts' sizes: the rounded request (the block they had is not known).
+                rule.round(en.size().unwrap_or(0))
             };
             let pos = o.pos as usize;
             match en.kind {
@@ -1467,7 +1682,9 @@ impl Plan {
                     b.seen = Seen::Allocated;
                     if en.size().is_some() {
                         hint.allocs += 1;
-                        // The replay allocates it (and frees a block still there first).
+                        // The replay allocates it (and frees a block still there first); a
+                        // free requested there before is superseded.
+                        b.requested = u32::MAX;
                         links[pos] = b.close(pos);
                         b.live = Link(history_allocs);
                         history_allocs += 1;
@@ -1475,7 +1692,7 @@ impl Plan {
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
                     let completed = en.kind == Action::FreeCompleted;
-                    frees += usize::from(completed);
+                    frees += 1;
                     let b = per_device(&mut blocks, d)
                         .entry(addr)
                         .or_insert(BlockState::EMPTY);
@@ -1500,24 +1717,45 @@ impl Plan {
                         b.seen = Seen::Not;
                     }
                     if !completed {
-                        b.requested = o.entry;
+                        // `memory_allocated()` drops at the request: the replay frees the
+                        // block here, stream-ordered until its completion says otherwise.
+                        b.requested = oi as u32;
+                        stream_ordered[pos / 64] |= 1 << (pos % 64);
+                        links[pos] = b.close(pos);
                         continue;
                     }
                     let requested = core::mem::replace(&mut b.requested, u32::MAX);
-                    if let Some(r) = entries.get(requested as usize)
-                        && ns_since(r.time_us, t0_us) < ns_since(en.time_us, t0_us)
-                    {
-                        stream_ordered[pos / 64] |= 1 << (pos % 64);
+                    match order.get(requested as usize) {
+                        // Completed when requested: an immediate free.
+                        Some(r) if ns_since(r.time_us, t0_us) >= ns_since(en.time_us, t0_us) => {
+                            let at = r.pos as usize;
+                            stream_ordered[at / 64] &= !(1 << (at % 64));
+                        }
+                        // Stream-ordered: the completion ends the block's place in its segment;
+                        // its link holds the request's position (marked by its bit).
+                        Some(r) => {
+                            links[pos] = Link(r.pos);
+                            stream_ordered[pos / 64] |= 1 << (pos % 64);
+                        }
+                        // A free completed without a request (older snapshots' `free`).
+                        None => links[pos] = b.close(pos),
                     }
-                    links[pos] = b.close(pos);
                 }
                 Action::SegmentAdd => {
                     segment_changes += 1;
                     *per_device(&mut reserved_delta, d) += i128::from(size);
+                    if en.size().is_some() {
+                        first_segment_event.entry((d, addr)).or_insert((true, size));
+                    }
                 }
                 Action::SegmentRemove => {
                     segment_changes += 1;
                     *per_device(&mut reserved_delta, d) -= i128::from(size);
+                    if en.size().is_some() {
+                        first_segment_event
+                            .entry((d, addr))
+                            .or_insert((false, size));
+                    }
                 }
                 Action::Oom => hint.failed += 1,
                 Action::Snapshot | Action::Annotate => hint.marks += 1,
@@ -1528,6 +1766,7 @@ impl Plan {
         // leave allocated (each once): the replay frees them where it first closes a block at
         // their address while it has none there.
         let mut started: IntSet<(u32, i64)> = at_start.iter().map(|b| (b.device, b.addr)).collect();
+        let mut final_sizes: IntMap<u32, u64> = IntMap::default();
         for (device, addr, size, frames) in final_blocks {
             let key = (device, addr);
             let b = blocks
@@ -1535,7 +1774,14 @@ impl Plan {
                 .and_then(|m| m.get(&addr))
                 .copied()
                 .unwrap_or(BlockState::EMPTY);
-            if b.seen == Seen::Allocated || !started.insert(key) {
+            if b.seen == Seen::Allocated {
+                // The history's last allocation there is this block: the table has its size.
+                if b.live.0 <= Link::LAST_HISTORY {
+                    final_sizes.insert(b.live.0, size);
+                }
+                continue;
+            }
+            if !started.insert(key) {
                 continue;
             }
             if let Some(link) = links.get_mut(b.first_close as usize) {
@@ -1561,6 +1807,19 @@ impl Plan {
                 u64::try_from(start).unwrap_or(u64::MAX)
             })
             .collect();
+        // Segments at the start: those of the final table the history does not add or remove,
+        // and those whose first entry removes them.
+        let mut segments_start: Vec<Vec<(i64, u64)>> = alloc::vec![Vec::new(); devices as usize];
+        for (d, addr, size) in final_segments {
+            if !first_segment_event.contains_key(&(d, addr)) {
+                per_device(&mut segments_start, d).push((addr, size));
+            }
+        }
+        for (&(d, addr), &(added, size)) in &first_segment_event {
+            if !added {
+                per_device(&mut segments_start, d).push((addr, size));
+            }
+        }
         hint.allocs += at_start.len();
         hint.changes = hint.allocs + frees;
         hint.pool_samples = segment_changes + hint.changes / 64 + 3 * devices as usize + 16;
@@ -1573,6 +1832,9 @@ impl Plan {
             links,
             stream_ordered,
             reserved_start,
+            segments_start,
+            final_sizes,
+            rule,
             hint,
         }
     }
@@ -1585,17 +1847,145 @@ fn ns_since(time_us: i64, t0_us: i64) -> u64 {
         .saturating_mul(1000)
 }
 
-/// The block size the caching allocator reserves for a request: trace entries carry the
-/// requested size, while `memory_allocated()` and the segments count blocks, which are at
-/// least 512 bytes and multiples of 512 (`round_size` in CUDACachingAllocator.cpp).
-fn block_size(requested: Option<u64>) -> Option<u64> {
-    requested.map(|n| {
-        if n == 0 {
-            0
-        } else {
-            n.div_ceil(MIN_BLOCK_BYTES).saturating_mul(MIN_BLOCK_BYTES)
+/// The largest request of the caching allocator's small pool (`kSmallSize`): larger requests
+/// are served from the large pool, whose free blocks are split only when more than this is
+/// left over.
+pub const SMALL_REQUEST_MAX_BYTES: u64 = 1 << 20;
+
+/// The caching allocator's rules for the size of the block it hands out for a request, as
+/// `allocator_settings` configure them (CUDACachingAllocator.cpp: `round_size`,
+/// `should_split`). Trace entries carry the requested size, while `memory_allocated()` and the
+/// segments count whole blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct BlockRule {
+    /// `max_split_size`: large-pool blocks are split only for requests below it (`u64::MAX`:
+    /// no limit, written as -1 in `allocator_settings`).
+    max_split_bytes: u64,
+    /// `expandable_segments`: every pool splits off any remainder of 512 bytes or more.
+    expandable: bool,
+    /// `roundup_power2_divisions`, by power-of-two interval from 1 MiB (index 0: below 2 MiB,
+    /// the last one: everything above); 0 or 1 round to 512 bytes.
+    divisions: [u64; 16],
+}
+
+impl Default for BlockRule {
+    fn default() -> Self {
+        Self {
+            max_split_bytes: u64::MAX,
+            expandable: false,
+            divisions: [0; 16],
         }
-    })
+    }
+}
+
+impl BlockRule {
+    /// The rule `allocator_settings` describe (the defaults where a setting is missing).
+    fn of(p: &Pickle, settings: Option<Value>) -> Self {
+        let mut rule = Self::default();
+        let Some(settings) = settings else {
+            return rule;
+        };
+        let [max_split, expandable, divisions] = Keys::new([
+            "max_split_size",
+            "expandable_segments",
+            "roundup_power2_divisions",
+        ])
+        .get(p, settings);
+        if let Some(n) = p.int(max_split).and_then(|n| u64::try_from(n).ok())
+            && n > 0
+        {
+            rule.max_split_bytes = n;
+        }
+        rule.expandable = match expandable.map(|v| p.kind(v)) {
+            Some(Kind::Bool(b)) => b,
+            Some(Kind::Int(i)) => i != 0,
+            _ => false,
+        };
+        // A dict of interval (MiB, as a string) to divisions; older versions wrote a list.
+        if let Some(d) = divisions {
+            match p.kind(d) {
+                Kind::Dict(_) => {
+                    for &(k, v) in p.entries(d) {
+                        let mib = p.str(k).and_then(|s| s.parse::<u64>().ok());
+                        let n = p.int(Some(v)).and_then(|n| u64::try_from(n).ok());
+                        if let (Some(mib), Some(n)) = (mib, n)
+                            && mib.is_power_of_two()
+                            && let Some(slot) =
+                                rule.divisions.get_mut(mib.trailing_zeros() as usize)
+                        {
+                            *slot = n;
+                        }
+                    }
+                }
+                Kind::List(_) | Kind::Tuple(_) => {
+                    for (slot, &v) in rule.divisions.iter_mut().zip(p.items(d)) {
+                        *slot = p
+                            .int(Some(v))
+                            .and_then(|n| u64::try_from(n).ok())
+                            .unwrap_or(0);
+                    }
+                }
+                _ => {}
+            }
+        }
+        rule
+    }
+
+    /// The size a request is rounded to (`round_size`): at least 512 bytes, a multiple of 512,
+    /// or the next of `divisions` equal steps between two powers of two where configured.
+    fn round(&self, requested: u64) -> u64 {
+        if requested == 0 {
+            return 0;
+        }
+        if requested < MIN_BLOCK_BYTES {
+            return MIN_BLOCK_BYTES;
+        }
+        let interval =
+            (requested.ilog2().saturating_sub(20) as usize).min(self.divisions.len() - 1);
+        let divisions = self.divisions[interval];
+        if divisions > 1 && requested > MIN_BLOCK_BYTES.saturating_mul(divisions) {
+            if requested.is_power_of_two() {
+                return requested;
+            }
+            let floor = 1u64 << requested.ilog2();
+            let step = floor >> divisions.ilog2();
+            if step == 0 {
+                return floor.saturating_mul(2);
+            }
+            let down = requested & !(step - 1);
+            return if down == requested {
+                requested
+            } else {
+                down.saturating_add(step)
+            };
+        }
+        requested
+            .div_ceil(MIN_BLOCK_BYTES)
+            .saturating_mul(MIN_BLOCK_BYTES)
+    }
+
+    /// Whether a request of `rounded` bytes comes from the large pool.
+    const fn large(rounded: u64) -> bool {
+        rounded > SMALL_REQUEST_MAX_BYTES
+    }
+
+    /// The block a request of `rounded` bytes gets from a free block of `free` bytes
+    /// (`should_split`): `rounded` where the remainder is split off, else the whole free block.
+    /// The small pool (and expandable segments) split any remainder of 512 bytes or more; the
+    /// large pool only one above 1 MiB, and only for requests below `max_split_size`.
+    fn block(&self, rounded: u64, free: u64) -> u64 {
+        let remainder = free.saturating_sub(rounded);
+        let split = if !Self::large(rounded) || self.expandable {
+            remainder >= MIN_BLOCK_BYTES
+        } else {
+            rounded < self.max_split_bytes && remainder > SMALL_REQUEST_MAX_BYTES
+        };
+        if split || free < rounded {
+            rounded
+        } else {
+            free
+        }
+    }
 }
 
 /// Every event in replay order: by time, then by position (devices in order, annotations
@@ -1704,6 +2094,66 @@ fn merge_into<T: Ord + Copy>(a: &[T], b: &[T], out: &mut Vec<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn requests_round_as_the_caching_allocator_rounds_them() {
+        let plain = BlockRule::default();
+        assert_eq!(plain.round(0), 0);
+        assert_eq!(plain.round(4), 512);
+        assert_eq!(plain.round(513), 1024);
+        assert_eq!(plain.round(1200 * MIB + 1), 1200 * MIB + 512);
+        // roundup_power2_divisions: 4 steps between 1 and 2 GiB, 4 between 1 and 2 MiB (and
+        // below, where the request is over 4 × 512 bytes).
+        let mut divided = BlockRule::default();
+        divided.divisions[10] = 4;
+        divided.divisions[0] = 4;
+        assert_eq!(divided.round(1200 * MIB), 1280 * MIB);
+        assert_eq!(
+            divided.round(1024 * MIB),
+            1024 * MIB,
+            "a power of two stays"
+        );
+        assert_eq!(divided.round(1280 * MIB), 1280 * MIB, "a step stays");
+        assert_eq!(divided.round(1200 * 1024), 1280 * 1024);
+        assert_eq!(divided.round(3000), 3072);
+        assert_eq!(
+            divided.round(1200),
+            1536,
+            "not over 4 × 512: 512-byte rounding"
+        );
+    }
+
+    #[test]
+    fn free_blocks_split_as_the_caching_allocator_splits_them() {
+        let plain = BlockRule::default();
+        // Large pool: a remainder over 1 MiB is split off, one of at most 1 MiB is not.
+        assert_eq!(plain.block(10 * MIB, 12 * MIB), 10 * MIB);
+        assert_eq!(plain.block(11 * MIB + 512, 12 * MIB), 12 * MIB);
+        assert_eq!(
+            plain.block(11 * MIB, 12 * MIB),
+            12 * MIB,
+            "exactly 1 MiB left"
+        );
+        // Small pool: any remainder of 512 bytes or more is split off.
+        assert_eq!(plain.block(512, 2 * MIB), 512);
+        // A free block smaller than the request: the history is not what the rule expects.
+        assert_eq!(plain.block(4 * MIB, 2 * MIB), 4 * MIB);
+        // Requests at or above max_split_size are never split off their block.
+        let capped = BlockRule {
+            max_split_bytes: 8 * MIB,
+            ..BlockRule::default()
+        };
+        assert_eq!(capped.block(9 * MIB, 28 * MIB), 28 * MIB);
+        assert_eq!(capped.block(4 * MIB, 28 * MIB), 4 * MIB);
+        // Expandable segments split any remainder of 512 bytes or more, in either pool.
+        let expandable = BlockRule {
+            expandable: true,
+            ..BlockRule::default()
+        };
+        assert_eq!(expandable.block(11 * MIB + 512, 12 * MIB), 11 * MIB + 512);
+    }
 
     /// A small deterministic generator (no std, no dependencies).
     fn lcg(state: &mut u64) -> u64 {

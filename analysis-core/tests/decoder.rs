@@ -15,6 +15,9 @@ const GOLDEN_V1_REPORT: &str = include_str!("assets/v1.0/every-record-kind.repor
 const GOLDEN_V1_1: &[u8] = include_bytes!("assets/v1.1/every-record-kind.msgpack");
 const GOLDEN_V1_1_RECORDS: &str = include_str!("assets/v1.1/every-record-kind.records.json");
 const GOLDEN_V1_1_REPORT: &str = include_str!("assets/v1.1/every-record-kind.report.json");
+const GOLDEN_V1_2: &[u8] = include_bytes!("assets/v1.2/every-record-kind.msgpack");
+const GOLDEN_V1_2_RECORDS: &str = include_str!("assets/v1.2/every-record-kind.records.json");
+const GOLDEN_V1_2_REPORT: &str = include_str!("assets/v1.2/every-record-kind.report.json");
 
 fn records_json(recs: &[Record]) -> String {
     serde_json::to_string_pretty(recs).expect("records serialize") + "\n"
@@ -25,7 +28,7 @@ fn report_json(bytes: &[u8]) -> String {
     serde_json::to_string_pretty(&summarize(&t)).expect("report serializes") + "\n"
 }
 
-/// Set GPUCOLLECT_BLESS=1 to rewrite the golden files of the current version (1.1), and the
+/// Set GPUCOLLECT_BLESS=1 to rewrite the golden files of the current version (1.2), and the
 /// reports (analysis output, not format) of older versions; their traces and records never change.
 fn bless() -> bool {
     std::env::var_os("GPUCOLLECT_BLESS").is_some()
@@ -50,8 +53,36 @@ fn golden_v1_trace_decodes_to_its_recorded_records_forever() {
 
 #[test]
 fn golden_v1_1_trace_decodes_to_its_recorded_records_forever() {
+    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_1);
+    assert!(fatal.is_none(), "{fatal:?}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(records_json(&recs), GOLDEN_V1_1_RECORDS);
     if bless() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.1/");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/assets/v1.1/every-record-kind.report.json"
+        );
+        std::fs::write(path, report_json(GOLDEN_V1_1)).expect("write");
+        return;
+    }
+    assert_eq!(report_json(GOLDEN_V1_1), GOLDEN_V1_1_REPORT);
+    // The 1.1 notice: the worker ran untraced, and the report says so.
+    let t = load(GOLDEN_V1_1).expect("loads");
+    assert_eq!(t.model.notices.len(), 1);
+    assert_eq!(
+        t.model.header.ends_at,
+        TraceEnd::Exit,
+        "no ends_at before 1.2"
+    );
+    let r = summarize(&t);
+    assert_eq!(r.capture_incomplete.len(), 1);
+    assert!(r.capture_incomplete[0].contains("libcupti was not found in a worker"));
+}
+
+#[test]
+fn golden_v1_2_trace_decodes_to_its_recorded_records_forever() {
+    if bless() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.2/");
         std::fs::create_dir_all(dir).expect("mkdir");
         let bytes = every_record_kind();
         std::fs::write(format!("{dir}every-record-kind.msgpack"), &bytes).expect("write");
@@ -68,17 +99,20 @@ fn golden_v1_1_trace_decodes_to_its_recorded_records_forever() {
         .expect("write");
         return;
     }
-    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_1);
+    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_2);
     assert!(fatal.is_none(), "{fatal:?}");
     assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(records_json(&recs), GOLDEN_V1_2_RECORDS);
+    assert_eq!(report_json(GOLDEN_V1_2), GOLDEN_V1_2_REPORT);
+    // 1.2: the header says the history ends at a snapshot of a running program.
+    let t = load(GOLDEN_V1_2).expect("loads");
+    assert_eq!(
+        (t.model.header.format_major, t.model.header.format_minor),
+        (1, 2)
+    );
+    assert_eq!(t.model.header.ends_at, TraceEnd::Snapshot);
+    // The records are 1.1's: only the header grew.
     assert_eq!(records_json(&recs), GOLDEN_V1_1_RECORDS);
-    assert_eq!(report_json(GOLDEN_V1_1), GOLDEN_V1_1_REPORT);
-    // The 1.1 notice: the worker ran untraced, and the report says so.
-    let t = load(GOLDEN_V1_1).expect("loads");
-    assert_eq!(t.model.notices.len(), 1);
-    let r = summarize(&t);
-    assert_eq!(r.capture_incomplete.len(), 1);
-    assert!(r.capture_incomplete[0].contains("libcupti was not found in a worker"));
 }
 
 #[test]
@@ -101,13 +135,14 @@ fn golden_v1_model_facts() {
     assert_eq!(frames[0].to_string(), "main (app.cu:17)");
     assert_eq!(frames[1].to_string(), "step (train.py:42)");
     assert!(m.clean_end);
+    assert_eq!(m.header.ends_at, TraceEnd::Exit);
 }
 
 #[test]
 fn the_current_encoder_still_writes_the_golden_bytes() {
-    // While 1.1 is the current version, the encoder must produce the checked-in bytes exactly.
-    // When the format grows (1.2), keep the old files and their tests above; drop only this check.
-    assert_eq!(every_record_kind(), GOLDEN_V1_1);
+    // While 1.2 is the current version, the encoder must produce the checked-in bytes exactly.
+    // When the format grows (1.3), keep the old files and their tests above; drop only this check.
+    assert_eq!(every_record_kind(), GOLDEN_V1_2);
 }
 
 #[test]
@@ -187,6 +222,105 @@ fn a_newer_major_version_is_refused_naming_both_versions() {
     let msg = e.to_string();
     assert!(msg.contains("2.3"), "{msg}");
     assert!(msg.contains("1.x"), "{msg}");
+}
+
+/// A header with `ends_at` (since 1.2) and other keys, as map entries after the known ones.
+fn header_with_keys(keys: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 4);
+    write_str(&mut out, MAGIC);
+    write_uint(&mut out, 1);
+    write_uint(&mut out, 2);
+    analysis_core::msgpack::write_map_len(&mut out, keys.len() as u32);
+    for (k, v) in keys {
+        write_str(&mut out, k);
+        write_str(&mut out, v);
+    }
+    out
+}
+
+#[test]
+fn ends_at_reads_snapshot_and_anything_else_as_exit() {
+    let read = |keys: &[(&str, &str)]| {
+        let mut d = Decoder::new();
+        d.push(&header_with_keys(keys));
+        assert_eq!(d.next_record(), Ok(None));
+        d.header().expect("header").ends_at
+    };
+    assert_eq!(read(&[]), TraceEnd::Exit);
+    assert_eq!(read(&[("ends_at", "snapshot")]), TraceEnd::Snapshot);
+    assert_eq!(read(&[("ends_at", "exit")]), TraceEnd::Exit);
+    // A value a newer version defines, and keys this version does not know.
+    assert_eq!(
+        read(&[("future", "x"), ("ends_at", "paused"), ("other", "y")]),
+        TraceEnd::Exit
+    );
+    // The encoder writes the key only for a snapshot: 1.1 headers keep their bytes.
+    let mut h = Encoder::header_v1();
+    let exit = Encoder::new(&h).into_bytes();
+    h.ends_at = TraceEnd::Snapshot;
+    let snapshot = Encoder::new(&h).into_bytes();
+    assert!(!exit.windows(7).any(|w| w == b"ends_at"));
+    assert!(snapshot.windows(7).any(|w| w == b"ends_at"));
+}
+
+/// A time that would go below 0 is clamped to 0, with a warning, and the next record's delta
+/// adds to the clamped time.
+#[test]
+fn a_clamped_time_is_the_clock_for_the_next_delta() {
+    let mut bytes = header_with_version(1, 2);
+    // mark at 10, mark at 10 - 25 (clamped to 0), mark 7 after that.
+    for dt in [10i64, -25, 7] {
+        write_array_len(&mut bytes, 2);
+        write_uint(&mut bytes, 21);
+        analysis_core::msgpack::write_int(&mut bytes, dt);
+    }
+    let (recs, _, warnings, fatal) = decode_all(&bytes);
+    assert!(fatal.is_none());
+    let times: Vec<_> = recs.iter().filter_map(Record::ts_nanos).collect();
+    assert_eq!(times, [10, 0, 7]);
+    assert!(
+        matches!(warnings[..], [Warning::NegativeTime { .. }]),
+        "{warnings:?}"
+    );
+}
+
+/// Nullable fields are never omitted for being zero: an exit code 0 stays 0, and a missing or
+/// nil one reads as "none" (unknown status), never as 0.
+#[test]
+fn a_zero_exit_code_is_written_and_a_missing_one_reads_as_none() {
+    let exit = |code, signal| {
+        Record::ProcessExit(ProcessExit {
+            ts_nanos: 5,
+            process: ProcessIdx(0),
+            code,
+            signal,
+        })
+    };
+    let mut e = Encoder::new(&Encoder::header_v1());
+    for r in [exit(Some(0), None), exit(None, Some(9)), exit(None, None)] {
+        e.record(&r);
+    }
+    let mut bytes = e.into_bytes();
+    // Hand-written: a record cut before its nullable fields, and one with a 0 exit code.
+    for rec in [vec![24u64, 0, 0], vec![24, 0, 0, 0]] {
+        write_array_len(&mut bytes, rec.len() as u32);
+        for v in rec {
+            write_uint(&mut bytes, v);
+        }
+    }
+    let (recs, _, warnings, fatal) = decode_all(&bytes);
+    assert!(fatal.is_none() && warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        recs,
+        [
+            exit(Some(0), None),
+            exit(None, Some(9)),
+            exit(None, None),
+            exit(None, None),
+            exit(Some(0), None),
+        ]
+    );
 }
 
 #[test]

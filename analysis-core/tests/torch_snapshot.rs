@@ -146,6 +146,9 @@ fn a_real_pytorch_snapshot_matches_torch_cuda_memory_counters() {
     let (trace, summary) = convert(&asset("real-torch.pickle")).expect("converts");
     assert_eq!(summary.skipped, Vec::new());
     let m = load(&trace).expect("loads").model;
+    // The history ends at a snapshot of the running program, and is complete to it.
+    assert_eq!(m.header.ends_at, analysis_core::TraceEnd::Snapshot);
+    assert!(m.clean_end);
     assert_eq!(
         m.live_at_end_bytes(),
         expect["memory_allocated"].as_u64().expect("n")
@@ -348,16 +351,81 @@ fn direct_models_equal_decoded_ones_for_random_snapshots() {
 /// An allocation as replayed: its time, size, and free (time, kind).
 type Replayed = (u64, u64, Option<(u64, FreeKind)>);
 
+/// The caching allocator's block size for a request of `requested` bytes taken from a free
+/// block of `free` bytes (None: no known segment holds it), with `max_split` bytes as
+/// `max_split_size`, no power-of-two divisions and no expandable segments: the request rounded
+/// up to 512 bytes, or the whole free block where the large pool (over 1 MiB) does not split
+/// (a remainder of at most 1 MiB, or a request of at least `max_split`).
+fn reference_block(requested: u64, free: Option<u64>, max_split: u64) -> u64 {
+    let rounded = if requested == 0 {
+        0
+    } else {
+        requested.div_ceil(512) * 512
+    };
+    match free {
+        Some(free) if rounded > 1 << 20 && free >= rounded => {
+            let split = rounded < max_split && free - rounded > 1 << 20;
+            if split { rounded } else { free }
+        }
+        _ => rounded,
+    }
+}
+
 /// The replay's rules, written plainly with maps by address (the converter resolves them in
 /// one pass before the replay, so the replay needs no map): each allocation's time, size, and
 /// free (time, kind), in id order. Blocks alive at time 0 come first: ghosts (freed before the
 /// history allocates them, in replay order), then the final segments' active blocks the history
 /// does not leave allocated; any of them ends where the replay first closes a block at its
-/// address. An allocation at an address still allocated closes the old block ("other"); a
-/// completed free is stream-ordered when its free was requested earlier.
+/// address. An allocation at an address still allocated closes the old block ("other"); a free
+/// request frees the block (as `memory_allocated()` counts), stream-ordered unless its
+/// completion comes at the same time; a completed free without a request frees it then. Sizes: an allocation
+/// still live at the end that the final segments list takes that block's size; any other
+/// takes [`reference_block`] of the free space from its address to the next large block of its
+/// segment or that segment's end. Its segment: the one starting last at or before its address,
+/// if it holds the address (segments as the final table and the history's segment entries
+/// say). A large block takes its place in its segment until it is freed, or, freed by a
+/// stream-ordered request, until the free completes.
 fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
-    use std::collections::HashMap;
+    // Which allocations stay live decides nothing about sizes, so a first replay finds them
+    // and the second one sizes them.
+    let (first, keys) = reference_replay_sized(snapshot, &Default::default());
+    let mut final_sizes = std::collections::HashMap::new();
+    for (d, seg) in snapshot["segments"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .enumerate()
+    {
+        for b in seg["blocks"].as_array().expect("list") {
+            if b["state"].as_str().unwrap_or("").starts_with("active") {
+                let k = (d, b["address"].as_i64().expect("address"));
+                final_sizes.insert(k, b["size"].as_u64().expect("size"));
+            }
+        }
+    }
+    let overrides = first
+        .iter()
+        .zip(&keys)
+        .enumerate()
+        .filter(|(_, (r, k))| r.2.is_none() && k.1)
+        .filter_map(|(i, (_, k))| final_sizes.get(&k.0).map(|&s| (i, s)))
+        .collect();
+    reference_replay_sized(snapshot, &overrides).0
+}
+
+/// One replay of [`reference_replay`], with the sizes of `overrides` (by output index); also
+/// returns each allocation's (device, address) and whether the history allocated it.
+#[allow(clippy::type_complexity)]
+fn reference_replay_sized(
+    snapshot: &serde_json::Value,
+    overrides: &std::collections::HashMap<usize, u64>,
+) -> (Vec<Replayed>, Vec<((usize, i64), bool)>) {
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
     let block = |n: u64| n.div_ceil(512) * 512;
+    let max_split = snapshot["allocator_settings"]["max_split_size"]
+        .as_u64()
+        .filter(|&n| n > 0)
+        .unwrap_or(u64::MAX);
     let mut entries = Vec::new();
     for (d, list) in snapshot["device_traces"]
         .as_array()
@@ -375,13 +443,16 @@ fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
     fn action(e: &serde_json::Value) -> &str {
         match e["action"].as_str().unwrap_or("") {
             "free" => "free_completed",
+            "segment_map" => "segment_alloc",
+            "segment_unmap" => "segment_free",
             a => a,
         }
     }
     let key = |d: usize, e: &serde_json::Value| (d, e["addr"].as_i64().unwrap_or(0));
-    // Ghosts, and which addresses the history leaves allocated.
+    // Ghosts, and which addresses the history leaves allocated; segments at the start.
     let mut seen: HashMap<(usize, i64), bool> = HashMap::new();
     let mut start: Vec<((usize, i64), u64)> = Vec::new();
+    let mut first_segment: HashMap<(usize, i64), (bool, u64)> = HashMap::new();
     for &(_, _, d, e) in &entries {
         let k = key(d, e);
         match action(e) {
@@ -396,7 +467,20 @@ fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
                     seen.remove(&k);
                 }
             }
+            a @ ("segment_alloc" | "segment_free") => {
+                if let Some(size) = e["size"].as_u64() {
+                    first_segment
+                        .entry(k)
+                        .or_insert((a == "segment_alloc", size));
+                }
+            }
             _ => {}
+        }
+    }
+    let mut segments: HashMap<usize, BTreeMap<i64, u64>> = HashMap::new();
+    for (&k, &(added, size)) in &first_segment {
+        if !added {
+            segments.entry(k.0).or_default().insert(k.1, size);
         }
     }
     let mut started: std::collections::HashSet<_> = start.iter().map(|s| s.0).collect();
@@ -411,6 +495,13 @@ fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
             Some(d as u64),
             "one segment per device here"
         );
+        let at = seg["address"].as_i64().expect("address");
+        if !first_segment.contains_key(&(d, at)) {
+            segments
+                .entry(d)
+                .or_default()
+                .insert(at, seg["total_size"].as_u64().expect("size"));
+        }
         for b in seg["blocks"].as_array().expect("list") {
             let k = (d, b["address"].as_i64().expect("address"));
             if b["state"].as_str().unwrap_or("").starts_with("active")
@@ -421,14 +512,80 @@ fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
             }
         }
     }
+    // Which free requests complete at their own time (immediate), by entry: a request is
+    // answered by the next completion at its address, unless an allocation or another request
+    // there comes first; one never completed is stream-ordered.
+    let mut immediate: HashMap<usize, bool> = HashMap::new();
+    let mut open: HashMap<(usize, i64), (usize, i64)> = HashMap::new();
+    for &(t, pos, d, e) in &entries {
+        let k = key(d, e);
+        match action(e) {
+            "alloc" if e["size"].as_u64().is_some() => {
+                open.remove(&k);
+            }
+            "free_requested" => {
+                open.insert(k, (pos, t));
+            }
+            "free_completed" => {
+                if let Some((req, rt)) = open.remove(&k) {
+                    immediate.insert(req, ns(rt) >= ns(t));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Segments: (end, start addresses of their large blocks), by id; live ones by device and
+    // start address.
+    let mut segs: Vec<(i64, BTreeSet<i64>)> = Vec::new();
+    let mut seg_at: HashMap<usize, BTreeMap<i64, usize>> = HashMap::new();
+    let add_segment = |segs: &mut Vec<(i64, BTreeSet<i64>)>,
+                       seg_at: &mut HashMap<usize, BTreeMap<i64, usize>>,
+                       d: usize,
+                       start: i64,
+                       size: u64| {
+        seg_at.entry(d).or_default().insert(start, segs.len());
+        segs.push((start + size as i64, BTreeSet::new()));
+    };
+    for (&d, starts) in &segments {
+        for (&start, &size) in starts {
+            add_segment(&mut segs, &mut seg_at, d, start, size);
+        }
+    }
+    let segment_of = |segs: &Vec<(i64, BTreeSet<i64>)>,
+                      seg_at: &HashMap<usize, BTreeMap<i64, usize>>,
+                      k: (usize, i64)| {
+        seg_at
+            .get(&k.0)
+            .and_then(|m| m.range(..=k.1).next_back())
+            .map(|(_, &id)| id)
+            .filter(|&id| k.1 < segs[id].0)
+    };
     let mut out: Vec<Replayed> = Vec::new();
+    let mut keys = Vec::new();
+    // Each allocation's segment, where it is a large block that takes its place in one.
+    let mut place: Vec<Option<usize>> = Vec::new();
     let mut live: HashMap<(usize, i64), usize> = HashMap::new();
     for &(k, size) in &start {
         live.insert(k, out.len());
+        let seg = segment_of(&segs, &seg_at, k).filter(|_| size > 1 << 20);
+        if let Some(id) = seg {
+            segs[id].1.insert(k.1);
+        }
+        place.push(seg);
         out.push((0, size, None));
+        keys.push((k, false));
     }
-    let mut requested: HashMap<(usize, i64), u64> = HashMap::new();
-    for &(t, _, d, e) in &entries {
+    let leave = |segs: &mut Vec<(i64, BTreeSet<i64>)>,
+                 place: &[Option<usize>],
+                 id: usize,
+                 k: (usize, i64)| {
+        if let Some(s) = place[id] {
+            segs[s].1.remove(&k.1);
+        }
+    };
+    // Requests not completed yet: the block they freed, if any.
+    let mut requested: HashMap<(usize, i64), Option<usize>> = HashMap::new();
+    for &(t, pos, d, e) in &entries {
         let (k, ts) = (key(d, e), ns(t));
         match action(e) {
             "alloc" => {
@@ -437,26 +594,68 @@ fn reference_replay(snapshot: &serde_json::Value) -> Vec<Replayed> {
                 };
                 if let Some(old) = live.remove(&k) {
                     out[old].2 = Some((ts, FreeKind::Other));
+                    leave(&mut segs, &place, old, k);
+                }
+                requested.remove(&k);
+                let seg = segment_of(&segs, &seg_at, k);
+                let free = seg.map(|id| {
+                    let (end, blocks) = &segs[id];
+                    let next = blocks.range(k.1 + 1..).next().copied().unwrap_or(*end);
+                    (next - k.1) as u64
+                });
+                let size = overrides
+                    .get(&out.len())
+                    .copied()
+                    .unwrap_or_else(|| reference_block(size, free, max_split));
+                let seg = seg.filter(|_| size > 1 << 20);
+                if let Some(id) = seg {
+                    segs[id].1.insert(k.1);
                 }
                 live.insert(k, out.len());
-                out.push((ts, block(size), None));
+                place.push(seg);
+                out.push((ts, size, None));
+                keys.push((k, true));
             }
+            // A request frees the block; an immediate one ends its place in its segment now, a
+            // stream-ordered one when it completes.
             "free_requested" => {
-                requested.insert(k, ts);
-            }
-            "free_completed" => {
-                let kind = match requested.remove(&k) {
-                    Some(r) if r < ts => FreeKind::StreamOrdered,
-                    _ => FreeKind::Immediate,
-                };
-                if let Some(id) = live.remove(&k) {
+                let now = immediate.get(&pos).copied().unwrap_or(false);
+                let id = live.remove(&k);
+                if let Some(id) = id {
+                    let kind = if now {
+                        FreeKind::Immediate
+                    } else {
+                        FreeKind::StreamOrdered
+                    };
                     out[id].2 = Some((ts, kind));
+                    if now {
+                        leave(&mut segs, &place, id, k);
+                    }
                 }
+                requested.insert(k, id.filter(|_| !now));
+            }
+            "free_completed" => match requested.remove(&k) {
+                Some(Some(id)) => leave(&mut segs, &place, id, k),
+                Some(None) => {}
+                None => {
+                    if let Some(id) = live.remove(&k) {
+                        out[id].2 = Some((ts, FreeKind::Immediate));
+                        leave(&mut segs, &place, id, k);
+                    }
+                }
+            },
+            "segment_alloc" => {
+                if let Some(size) = e["size"].as_u64() {
+                    add_segment(&mut segs, &mut seg_at, d, k.1, size);
+                }
+            }
+            "segment_free" if e["size"].as_u64().is_some() => {
+                seg_at.entry(d).or_default().remove(&k.1);
             }
             _ => {}
         }
     }
-    out
+    (out, keys)
 }
 
 #[test]
@@ -629,4 +828,132 @@ fn pending_entries_count_the_trace_entries_parsed_so_far() {
     let mut json = SnapshotLoader::new(None);
     json.push(&asset("two-devices.json")).expect("json");
     assert_eq!(json.pending_entries(), None);
+}
+
+const MIB: u64 = 1 << 20;
+
+/// A snapshot (JSON) whose caching allocator left large blocks unsplit, as PyTorch 2.x does:
+/// an 11.5 MiB request in a fresh 12 MiB segment gets all of it (0.5 MiB left is not split off
+/// in the large pool), a 17.5 MiB request in the 18 MiB left of a 20 MiB segment gets the 18
+/// MiB, and a 9 MiB request at or above `max_split_size` (8 MiB here, `max_split` bytes) takes a
+/// whole free 28 MiB block. A 100-byte request gets 512 bytes. The segment table at the end
+/// says what PyTorch's counters would: `allocated_size` per segment.
+fn unsplit_snapshot(max_split: i64, oom_free_bytes: i64) -> serde_json::Value {
+    use serde_json::json;
+    let base: i64 = 0x7f00_0000_0000;
+    let (a, b, c, d) = (
+        base,
+        base + 0x100_0000,
+        base + 0x300_0000,
+        base + 0x500_0000,
+    );
+    let mib = MIB as i64;
+    let e = |t: i64, action: &str, addr: i64, size: i64| {
+        json!({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+               "frames": [{"filename": "train.py", "line": t, "name": "step"}]})
+    };
+    let trace = vec![
+        e(1, "segment_alloc", a, 12 * mib),
+        e(2, "alloc", a, 23 * mib / 2),
+        e(3, "segment_alloc", b, 20 * mib),
+        e(4, "alloc", b, 2 * mib),
+        e(5, "alloc", b + 2 * mib, 35 * mib / 2),
+        e(6, "free_requested", b + 2 * mib, 35 * mib / 2),
+        e(6, "free_completed", b + 2 * mib, 35 * mib / 2),
+        e(7, "segment_alloc", c, 28 * mib),
+        e(8, "alloc", c, 28 * mib),
+        // Stream-ordered: completes a microsecond after the request.
+        e(9, "free_requested", c, 28 * mib),
+        e(10, "free_completed", c, 28 * mib),
+        e(10, "alloc", c, 9 * mib),
+        e(11, "free_requested", c, 9 * mib),
+        e(11, "free_completed", c, 9 * mib),
+        e(12, "segment_alloc", d, 2 * mib),
+        e(13, "alloc", d, 100),
+        e(14, "oom", oom_free_bytes, 40 * mib),
+    ];
+    let block =
+        |addr: i64, size: i64, state: &str| json!({"address": addr, "size": size, "state": state});
+    let segment = |addr: i64, total: i64, allocated: i64, blocks: Vec<serde_json::Value>| {
+        json!({"device": 0, "address": addr, "total_size": total, "allocated_size": allocated,
+               "segment_type": if total == 2 * mib { "small" } else { "large" }, "blocks": blocks})
+    };
+    json!({
+        "segments": [
+            segment(a, 12 * mib, 12 * mib, vec![block(a, 12 * mib, "active_allocated")]),
+            segment(b, 20 * mib, 2 * mib, vec![
+                block(b, 2 * mib, "active_allocated"),
+                block(b + 2 * mib, 18 * mib, "inactive"),
+            ]),
+            segment(c, 28 * mib, 0, vec![block(c, 28 * mib, "inactive")]),
+            segment(d, 2 * mib, 512, vec![
+                block(d, 512, "active_allocated"),
+                block(d + 512, 2 * mib - 512, "inactive"),
+            ]),
+        ],
+        "device_traces": [trace],
+        "allocator_settings": {"max_split_size": max_split, "expandable_segments": false},
+    })
+}
+
+/// Allocation sizes are the caching allocator's blocks, not the requests rounded to 512 bytes:
+/// live bytes equal the segment table's active blocks and `allocated_size`, and the peak is
+/// what `max_memory_allocated()` counts. `max_split_size` decides whether the 9 MiB request is
+/// split off its 28 MiB block.
+#[test]
+fn unsplit_large_blocks_count_whole_as_pytorch_counts_them() {
+    for (max_split, nine_mib_block, unsplit) in [(8 * MIB as i64, 28 * MIB, 3), (-1, 9 * MIB, 2)] {
+        let snapshot = unsplit_snapshot(max_split, 5_000_000_000);
+        let bytes = serde_json::to_vec(&snapshot).expect("json");
+        let (trace, summary) = convert(&bytes).expect("converts");
+        let m = load(&trace).expect("loads").model;
+        let sizes: Vec<u64> = m.allocs.iter().map(|a| a.size_bytes).collect();
+        assert_eq!(
+            sizes,
+            [12 * MIB, 2 * MIB, 18 * MIB, 28 * MIB, nine_mib_block, 512],
+            "max_split_size {max_split}"
+        );
+        let segments = snapshot["segments"].as_array().expect("list");
+        let allocated: u64 = segments
+            .iter()
+            .map(|s| s["allocated_size"].as_u64().expect("n"))
+            .sum();
+        let active: u64 = segments
+            .iter()
+            .flat_map(|s| s["blocks"].as_array().expect("list"))
+            .filter(|b| b["state"] == "active_allocated")
+            .map(|b| b["size"].as_u64().expect("n"))
+            .sum();
+        assert_eq!(m.live_at_end_bytes(), active);
+        assert_eq!(m.live_at_end_bytes(), allocated);
+        assert_eq!(m.live_at_end_bytes(), 14 * MIB + 512);
+        // 12 + 2 + 28 MiB while the 28 MiB block is allocated; 12 + 2 + 18 before.
+        assert_eq!(m.peak_bytes, 42 * MIB);
+        let at_five = m.total.value_at(5_000 - 1_000);
+        assert_eq!(at_five, 32 * MIB, "12 + 2 + the unsplit 18 MiB");
+        assert_eq!(
+            summary.unsplit_blocks, unsplit,
+            "max_split_size {max_split}"
+        );
+        // memory_allocated() drops at the free request, not when the stream reaches it.
+        let whole = &m.allocs[3];
+        assert_eq!(
+            (whole.free_ts_nanos, whole.free_kind),
+            (8_000, FreeKind::StreamOrdered)
+        );
+        assert_eq!(m.total.value_at(8_000), 14 * MIB);
+        assert_eq!(m.allocs[2].free_kind, FreeKind::Immediate);
+        assert_eq!(summary.sized_from_segments, 3);
+        assert_eq!(summary.unplaced_blocks, 0);
+        // The OOM entry's address is the device's free memory: kept as a device sample.
+        let oom = m.failed.first().expect("the oom");
+        assert_eq!(oom.record.size_bytes, 40 * MIB);
+        let sample = m
+            .device_samples
+            .iter()
+            .find(|s| s.ts_nanos == oom.record.ts_nanos)
+            .expect("a device sample at the oom");
+        assert_eq!(sample.free_bytes, 5_000_000_000);
+        assert_eq!((sample.total_bytes, sample.used_bytes), (0, 0), "unknown");
+    }
 }

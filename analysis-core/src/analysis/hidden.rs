@@ -233,7 +233,13 @@ fn device_gap(
     pids: &[u32],
     found: &mut Found,
 ) -> HiddenMemory {
-    let samples: Vec<_> = m.device_samples.iter().filter(|s| s.device == d).collect();
+    // A sample without the device's total (an imported snapshot's OOM, which knows only the
+    // free bytes) says nothing about what is used.
+    let samples: Vec<_> = m
+        .device_samples
+        .iter()
+        .filter(|s| s.device == d && s.total_bytes > 0)
+        .collect();
     let reserve = reserved_steps(m, d);
     let mut ts = Vec::with_capacity(samples.len());
     let mut gaps = Vec::with_capacity(samples.len());

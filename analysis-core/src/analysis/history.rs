@@ -44,10 +44,8 @@ impl HistoryEnd {
 /// own `process_exit` (a signal: killed; an exit code: exited; neither: unknown, so cut); a
 /// process without one ends with the trace (an `end` record: exited; none: cut).
 pub fn end_of(m: &TraceModel, process: ProcessIdx) -> HistoryEnd {
-    if m.header
-        .collector
-        .starts_with("torch.cuda.memory._dump_snapshot")
-    {
+    // The header's `ends_at` (format 1.2): a snapshot's history stops while the program runs.
+    if m.header.ends_at == crate::format::TraceEnd::Snapshot {
         return HistoryEnd::Snapshot;
     }
     match m.process_exits.iter().rev().find(|e| e.process == process) {

@@ -34,9 +34,11 @@ pub fn decode_all(bytes: &[u8]) -> (Vec<Record>, Vec<u64>, Vec<Warning>, Option<
     (recs, ends, warnings, fatal)
 }
 
-/// A small trace that uses every record kind of format 1.0.
+/// A small trace that uses every record kind of the current format (1.2: the 1.1 records, and
+/// the header's `ends_at`, here `snapshot`).
 pub fn every_record_kind() -> Vec<u8> {
     let mut h = Encoder::header_v1();
+    h.ends_at = TraceEnd::Snapshot;
     h.collector = "gpucollect 0.1.0".into();
     h.host = "golden-host".into();
     h.argv = vec!["./app".into(), "--steps".into(), "3".into()];

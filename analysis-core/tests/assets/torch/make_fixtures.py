@@ -156,7 +156,8 @@ def make(entries, seed=1, devices=1, ring=None, real=False):
 
 def expected(snap):
     """What the snapshot itself says: final allocated and reserved bytes per device (from the
-    segments), and the peak of allocated bytes over the history replayed in time order, starting
+    segments), and the peak of allocated bytes (as memory_allocated() counts: a block is freed
+    at its free request) over the history replayed in time order, starting
     from the blocks that were alive before it (final active blocks the history never allocated,
     plus blocks the history frees without allocating)."""
     devices = max(len(snap["device_traces"]), 1 + max((s["device"] for s in snap["segments"]), default=-1))
@@ -194,7 +195,8 @@ def expected(snap):
             live[k] = e["size"]
             total += e["size"]
             peak = max(peak, total)
-        elif e["action"] == "free_completed" and k in live:
+        elif e["action"] == "free_requested" and k in live:
+            # memory_allocated() drops when the free is requested, not when it completes.
             total -= live.pop(k)
     return {"live_at_end_bytes": sum(live_end), "live_at_end_per_device": live_end,
             "reserved_per_device": reserved_end, "peak_bytes": peak,
