@@ -708,8 +708,22 @@ pub fn analyze(
         }
     }
 
-    for (mut members, common) in groups {
+    // Every stack each leaking line allocated from (to tell its leaking paths from the others).
+    let mut stacks_by_line: HashMap<usize, Vec<StackId>> = HashMap::new();
+    for (i, a) in m.allocs.iter().enumerate() {
+        let ci = causes.of(i);
+        if leaking_lines.contains(&ci) {
+            let v = stacks_by_line.entry(ci).or_default();
+            if !v.contains(&a.stack) && v.len() < 64 {
+                v.push(a.stack);
+            }
+        }
+    }
+    for (mut members, mut common) in groups {
         members.sort_by_key(|&ci| core::cmp::Reverse(leak_end[ci].0));
+        if common.is_none() {
+            common = separating_frame(m, c, members[0], &leak_stacks, &stacks_by_line);
+        }
         let allocs: u64 = members.iter().map(|&ci| allocated[ci]).sum();
         let mut f = growth_finding(
             m,
@@ -726,10 +740,17 @@ pub fn analyze(
             let loc = format!("{}:{}", common.file, common.line);
             f.evidence.insert(
                 0,
-                format!(
-                    "the growing allocations are made at {} lines, all under {common}",
-                    members.len()
-                ),
+                if members.len() > 1 {
+                    format!(
+                        "the growing allocations are made at {} lines, all under {common}",
+                        members.len()
+                    )
+                } else {
+                    format!(
+                        "what {} allocates under {common} stays; what it allocates on its other paths is freed",
+                        f.site
+                    )
+                },
             );
             f.headline = f.headline.replacen(&f.location, &loc, 1);
             f.fix = f.fix.replace(&f.location, &loc);
@@ -829,6 +850,57 @@ pub fn analyze(
         teardown,
         series_growth,
     }
+}
+
+/// Where a line leaks on some paths only (the model's head allocates under evaluation and under
+/// training, but only what evaluation keeps stays), the first frame of a leaking path that no
+/// other path of the line passes through names the cause better than the line.
+fn separating_frame(
+    m: &TraceModel,
+    c: &Config,
+    ci: usize,
+    leak_stacks: &[(usize, StackId)],
+    stacks_by_line: &HashMap<usize, Vec<StackId>>,
+) -> Option<FrameView> {
+    let chain = |stack: StackId| -> Vec<FrameView> {
+        let frames = m.stack_frames(stack);
+        crate::attribution::user_frame_indexes(&frames, &c.hide_frames)
+            .into_iter()
+            .map(|i| frames[i].clone())
+            .collect()
+    };
+    let all = stacks_by_line.get(&ci)?;
+    let leaking: Vec<StackId> = all
+        .iter()
+        .copied()
+        .filter(|s| leak_stacks.binary_search(&(ci, *s)).is_ok())
+        .collect();
+    let others: Vec<Vec<FrameView>> = all
+        .iter()
+        .copied()
+        .filter(|s| !leaking.contains(s))
+        .map(chain)
+        .collect();
+    if others.is_empty() || leaking.is_empty() {
+        return None;
+    }
+    let mut found: Option<FrameView> = None;
+    for s in leaking {
+        let path = chain(s);
+        // Skip the line itself; stop short of the script's entry.
+        let inner = path.len().saturating_sub(1);
+        let f = path
+            .get(1..inner)?
+            .iter()
+            .find(|f| !others.iter().any(|o| o.contains(f)))?
+            .clone();
+        // Every leaking path must agree on it.
+        if found.as_ref().is_some_and(|g| *g != f) {
+            return None;
+        }
+        found = Some(f);
+    }
+    found
 }
 
 /// Leaking causes grouped into findings, with the frame they meet in where that names the
