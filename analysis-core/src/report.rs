@@ -54,6 +54,14 @@ pub struct ProcessSummary {
     pub live_at_end_bytes: u64,
 }
 
+/// Pinned host memory of one process: its own totals, never in the device's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PinnedHostSummary {
+    pub process: ProcessIdx,
+    pub peak_bytes: u64,
+    pub live_at_end_bytes: u64,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FailedSummary {
     pub ts_nanos: u64,
@@ -91,6 +99,9 @@ pub struct Report {
     pub live_at_end_bytes: u64,
     pub live_at_end_count: u64,
     pub live_at_end_sites: Vec<SiteBytes>,
+    /// Pinned host memory (cudaHostAlloc / cuMemHostAlloc), per process.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pinned_host: Vec<PinnedHostSummary>,
     pub failed_allocations: Vec<FailedSummary>,
     /// Whether the trace ended with an `end` record.
     pub clean_end: bool,
@@ -283,6 +294,23 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         .collect();
 
     let free_count = m.allocs.iter().filter(|a| !a.is_live()).count() as u64;
+    let mut pinned_host: Vec<PinnedHostSummary> = Vec::new();
+    for s in m.series.iter().filter(|s| s.key.host) {
+        match pinned_host.iter_mut().find(|p| p.process == s.key.process) {
+            // Series of one process on several devices: their sum at the end; the highest peak
+            // (a lower bound of the process's peak).
+            Some(p) => {
+                p.peak_bytes = p.peak_bytes.max(s.peak_bytes);
+                p.live_at_end_bytes = p.live_at_end_bytes.saturating_add(s.live_bytes);
+            }
+            None => pinned_host.push(PinnedHostSummary {
+                process: s.key.process,
+                peak_bytes: s.peak_bytes,
+                live_at_end_bytes: s.live_bytes,
+            }),
+        }
+    }
+    pinned_host.sort_by_key(|p| p.process);
     Report {
         format_version: alloc::format!("{}.{}", h.format_major, h.format_minor),
         collector: h.collector.clone(),
@@ -302,6 +330,7 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         live_at_end_bytes: m.live_at_end_bytes(),
         live_at_end_count,
         live_at_end_sites,
+        pinned_host,
         failed_allocations,
         clean_end: m.clean_end,
         dropped_events: m.dropped_events,

@@ -29,6 +29,7 @@ pub enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Analyze a trace: peak and live at end by call site, leaks, growth, trend, spikes,
     /// fragmentation, hidden memory, OOM forensics, score and recommendations.
+    #[command(after_long_help = cmd_report::SCORE_HELP)]
     Report(cmd_report::ReportArgs),
     /// Check a trace against limits for CI: exit 1 with a one-line reason when one is exceeded.
     Check(cmd_check::CheckArgs),

@@ -34,6 +34,11 @@ pub struct CheckArgs {
     /// Detector thresholds as JSON (any subset of the `config` keys of the JSON report).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Skip frames whose function, file or module contains TEXT when naming the user's line
+    /// (repeatable; on top of the built-in rules for the Python standard library, installed
+    /// packages, torch and the CUDA libraries). The full stack stays in the report.
+    #[arg(long = "hide-frame", value_name = "TEXT")]
+    pub hide_frame: Vec<String>,
 }
 
 fn parse_bytes_arg(s: &str) -> Result<u64, String> {
@@ -101,7 +106,7 @@ pub fn violations(r: &Report, l: &Limits) -> Vec<String> {
 }
 
 pub fn run(a: CheckArgs) -> Result<u8> {
-    let config = cmd_report::load_config(a.config.as_deref())?;
+    let config = cmd_report::load_config(a.config.as_deref(), &a.hide_frame)?;
     let trace = input::load_trace(&a.trace)?;
     let report = analysis_core::analyze(&trace, &config);
     if let Some(e) = &report.fatal {

@@ -22,10 +22,15 @@ pub struct DiffArgs {
     /// Detector thresholds as JSON (any subset of the `config` keys of the JSON report).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Skip frames whose function, file or module contains TEXT when naming the user's line
+    /// (repeatable; on top of the built-in rules for the Python standard library, installed
+    /// packages, torch and the CUDA libraries). The full stack stays in the report.
+    #[arg(long = "hide-frame", value_name = "TEXT")]
+    pub hide_frame: Vec<String>,
 }
 
 pub fn run(a: DiffArgs) -> Result<u8> {
-    let config = load_config(a.config.as_deref())?;
+    let config = load_config(a.config.as_deref(), &a.hide_frame)?;
     let before = analysis_core::analyze(&input::load_trace(&a.before)?, &config);
     let after = analysis_core::analyze(&input::load_trace(&a.after)?, &config);
     let d = analysis_core::analysis::diff::diff(&before, &after);

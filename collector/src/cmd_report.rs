@@ -25,25 +25,53 @@ pub struct ReportArgs {
     /// Detector thresholds as JSON (any subset of the `config` keys of the JSON report).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Skip frames whose function, file or module contains TEXT when naming the user's line
+    /// (repeatable; on top of the built-in rules for the Python standard library, installed
+    /// packages, torch and the CUDA libraries). The full stack stays in the report.
+    #[arg(long = "hide-frame", value_name = "TEXT")]
+    pub hide_frame: Vec<String>,
 }
 
-/// Reads detector thresholds from a JSON file; the defaults (the reference rules) otherwise.
-pub fn load_config(path: Option<&Path>) -> Result<Config> {
-    let Some(path) = path else {
-        return Ok(Config::default());
+/// Reads detector thresholds from a JSON file (the defaults otherwise) and adds the frames
+/// `--hide-frame` skips when naming the user's line.
+pub fn load_config(path: Option<&Path>, hide_frames: &[String]) -> Result<Config> {
+    let mut config = match path {
+        None => Config::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the config {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "the config is not valid: give a JSON object with keys from the report's `analysis.config` in {}",
+                    path.display()
+                )
+            })?
+        }
     };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the config {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "the config is not valid: give a JSON object with keys from the report's `analysis.config` in {}",
-            path.display()
-        )
-    })
+    config
+        .hide_frames
+        .extend(hide_frames.iter().filter(|h| !h.is_empty()).cloned());
+    Ok(config)
 }
+
+/// How the score is made, for `gpucollect report --help`.
+pub const SCORE_HELP: &str = "\
+Findings are problems (warning or critical), one per cause, ranked by harm: severity, then the
+bytes the problem costs or puts at risk over the next hour of the program (growth per hour plus
+what it holds, capped at the device's memory; a failed allocation first). Notes (caches, memory
+live at a snapshot, bounded growth, churn) are facts, not problems.
+
+Score = 100 - 30 per critical finding - 15 per warning, at least 0; notes cost nothing.
+Grade: A >= 90, B >= 80, C >= 70, D >= 60, else F. A program with no problem scores 100 (A),
+one warning 85 (B), one critical finding 70 (C).
+
+A leak is memory of one call site that grows in every third of the steady-state iterations
+(after the warm-up ones), or that a finished program never freed. Its line is the first frame
+of your own code: frames of the Python standard library, installed packages, torch and the CUDA
+libraries are skipped (--hide-frame skips more).";
 
 pub fn run(a: ReportArgs) -> Result<u8> {
-    let config = load_config(a.config.as_deref())?;
+    let config = load_config(a.config.as_deref(), &a.hide_frame)?;
     let trace = input::load_trace(&a.trace)?;
     let report = analysis_core::analyze(&trace, &config);
     match a.format {

@@ -190,3 +190,26 @@ fn diff_shows_the_change_per_call_site_and_scope() {
         "{text}"
     );
 }
+
+#[test]
+fn hide_frame_moves_the_named_line_and_the_help_gives_the_score_formula() {
+    let t = synth("training-leak", 5_000);
+    let r = json(&run(&["report", "--format", "json"], &t));
+    assert_eq!(r["findings"][0]["site"], "record_loss (train.py:42)");
+    // Skipping the function names its caller; the full stack is unchanged.
+    let r = json(&run(
+        &["report", "--format", "json", "--hide-frame", "record_loss"],
+        &t,
+    ));
+    assert_eq!(r["findings"][0]["site"], "train_step (train.py:64)");
+    assert_eq!(r["findings"][0]["location"], "train.py:64");
+    let help = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .args(["report", "--help"])
+        .output()
+        .expect("runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Score = 100 - 30 per critical finding - 15 per warning"),
+        "{help}"
+    );
+}
