@@ -214,6 +214,7 @@ pub fn analyze(
         // Still forcing growth through the middle and the last third: it goes on.
         if forced_count >= 3 && forced_middle && forced_late && forced_bytes >= significant {
             let mut x = Finding::new(FindingKind::Fragmentation, Severity::Warning, name.clone());
+            x.device = Some(device);
             x.bytes = forced_bytes;
             x.count = forced_count;
             x.harm_bytes = forced_bytes;

@@ -515,6 +515,7 @@ fn oom_finding(m: &TraceModel, o: &OomForensics, stack: crate::format::StackId) 
         FindingKind::OutOfMemory
     };
     let mut f = Finding::new(kind, Severity::Critical, o.site.clone());
+    f.device = Some(o.device);
     f.location = match m.user_frame(stack, &[]) {
         Some(u) if !u.file.is_empty() => alloc::format!("{}:{}", u.file, u.line),
         _ => String::new(),

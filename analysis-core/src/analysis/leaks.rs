@@ -1085,6 +1085,7 @@ fn growth_finding(
         FindingKind::LeakGrowth
     };
     let mut f = Finding::new(kind, severity, label.clone());
+    f.device = (!*host).then_some(*device);
     f.scope = range_of(m, causes, members);
     f.location = causes.locations[main].clone();
     f.stack = Some(causes.top_stack[main].0);

@@ -157,6 +157,9 @@ pub struct Finding {
     #[serde(skip_serializing_if = "String::is_empty", default)]
     pub location: String,
     pub stack: Option<StackId>,
+    /// The device the finding is about, when it is about one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub device: Option<crate::format::DeviceIdx>,
     /// The scope (NVTX range name or call site) the finding is about, if any.
     pub scope: Option<String>,
     /// Bytes involved (leaked or live at the end, spiking, wasted, requested...).
@@ -199,6 +202,7 @@ impl Finding {
             site,
             location: String::new(),
             stack: None,
+            device: None,
             scope: None,
             bytes: 0,
             count: 0,
@@ -304,6 +308,7 @@ pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
     a.churn = churn::analyze(m, config, &sites, &mut found);
     let (hidden, oom) = hidden::analyze(m, config, &mut found);
     fold_out_of_memory(&mut found, &oom);
+    fold_fragmentation(&mut found);
     a.hidden = hidden;
     a.oom = oom;
     a.sites = site_summaries(m, config);
@@ -363,6 +368,36 @@ fn fold_out_of_memory(found: &mut Found, ooms: &[hidden::OomForensics]) {
         l.harm_bytes = l.harm_bytes.max(oom.harm_bytes);
         l.headline = alloc::format!("{}; it caused an out-of-memory", l.headline);
         l.evidence.push(oom.message);
+    }
+}
+
+/// One cause, one finding: forced reserve growth on a device where a leak grows is the leak's
+/// doing (leaked blocks pin partly used segments, so the free memory splits into holes): it
+/// becomes evidence of that leak. A failed allocation stays its own finding.
+fn fold_fragmentation(found: &mut Found) {
+    let mut i = 0;
+    while i < found.findings.len() {
+        let f = &found.findings[i];
+        let forced = f.kind == FindingKind::Fragmentation && f.severity == Severity::Warning;
+        let leak = forced
+            .then(|| {
+                found
+                    .findings
+                    .iter()
+                    .position(|l| l.kind.is_leak() && l.device.is_some() && l.device == f.device)
+            })
+            .flatten();
+        match leak {
+            Some(j) => {
+                let frag = found.findings.remove(i);
+                let j = if j > i { j - 1 } else { j };
+                found.findings[j].evidence.push(alloc::format!(
+                    "it also fragments the allocator: {}",
+                    frag.message
+                ));
+            }
+            None => i += 1,
+        }
     }
 }
 

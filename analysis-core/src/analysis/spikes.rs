@@ -303,6 +303,7 @@ fn timeline_spikes(
             (n, Some(p)) => format!("{n} times, every {p} {unit}s"),
         };
         let mut f = Finding::new(FindingKind::TimelineSpike, severity, label.clone());
+        f.device = Some(*device);
         f.location = causes.locations[*ci].clone();
         f.stack = Some(m.allocs[list[0].1].stack);
         f.bytes = max_size;
