@@ -460,10 +460,12 @@ impl Analysis {
                     .iter()
                     .chain(&r.notes)
                     .filter(|f| {
-                        matches!(
-                            f.kind,
-                            FindingKind::ScopeGrowth | FindingKind::BoundedGrowth
-                        ) && f.scope.as_deref() == Some(scope.scope.as_str())
+                        (f.kind.is_leak()
+                            || matches!(
+                                f.kind,
+                                FindingKind::ScopeGrowth | FindingKind::BoundedGrowth
+                            ))
+                            && f.scope.as_deref() == Some(scope.scope.as_str())
                     })
                     .map(|f| f.severity)
                     .max();
@@ -924,7 +926,7 @@ mod tests {
         let finding = rep(&a)
             .findings
             .iter()
-            .find(|f| f.kind == FindingKind::ScopeGrowth && f.scope.as_deref() == Some("validate"))
+            .find(|f| f.kind.is_leak() && f.scope.as_deref() == Some("validate"))
             .expect("the report flags validate");
         assert_eq!(validate.severity, Some(finding.severity));
         assert!(finding.severity >= Severity::Warning);
