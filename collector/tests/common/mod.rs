@@ -34,3 +34,24 @@ pub fn spawn_serve(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
     std::thread::spawn(move || for _ in lines {});
     (child, base)
 }
+
+/// Staged uploads in a local store: `.part` files under `tmp/` (each server stages in its own
+/// `tmp/<instance>/` folder).
+#[allow(dead_code)]
+pub fn staged_uploads(store: &std::path::Path) -> usize {
+    fn walk(d: &std::path::Path) -> usize {
+        std::fs::read_dir(d).map_or(0, |rd| {
+            rd.flatten()
+                .map(|e| {
+                    let p = e.path();
+                    if p.is_dir() {
+                        walk(&p)
+                    } else {
+                        usize::from(p.extension().is_some_and(|x| x == "part"))
+                    }
+                })
+                .sum()
+        })
+    }
+    walk(&store.join("tmp"))
+}
