@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 
 /// Starts `gpucollect serve --addr 127.0.0.1:0 ARGS...` with `envs`; returns the child and
 /// its base URL (read from the "listening on" line). Stderr keeps being drained.
+#[allow(dead_code)]
 pub fn spawn_serve(args: &[&str], envs: &[(&str, &str)]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
         .args(["serve", "--addr", "127.0.0.1:0"])
