@@ -654,7 +654,19 @@ pub async fn serve(cfg: ServerConfig, addr: SocketAddr) -> anyhow::Result<()> {
     let viewer = cfg.assets.has_viewer();
     let limits = cfg.limits.clone();
     let retention = cfg.max_age.is_some() || cfg.max_store_bytes.is_some();
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+    // A deep accept queue (the kernel caps it at net.core.somaxconn): a burst of connections
+    // waits there for the accept loop instead of having its SYNs dropped and retried 1 s later.
+    let listener = (|| {
+        let sock = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }?;
+        sock.set_reuseaddr(true)?;
+        sock.bind(addr)?;
+        sock.listen(4096)
+    })()
+    .with_context(|| {
         format!("cannot listen on {addr}: is another server using it? pick one with --addr")
     })?;
     let local = listener.local_addr()?;
