@@ -97,13 +97,16 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// rewrites `Host`, `X-Forwarded-Host` (which a cross-site page cannot set without a CORS
 /// preflight, which this server never grants) names the public host.
 fn cross_site(headers: &HeaderMap) -> Option<String> {
-    if let Some(site) = headers.get("sec-fetch-site") {
-        if !matches!(site.as_bytes(), b"same-origin" | b"none") {
-            return Some(format!(
-                "Sec-Fetch-Site is {}",
-                String::from_utf8_lossy(site.as_bytes())
-            ));
-        }
+    if let Some(site) = headers.get("sec-fetch-site")
+        && !matches!(site.as_bytes(), b"same-origin" | b"none")
+    {
+        return Some(format!(
+            "Sec-Fetch-Site is {}",
+            String::from_utf8_lossy(site.as_bytes())
+                .chars()
+                .take(40)
+                .collect::<String>()
+        ));
     }
     let origin = headers.get(header::ORIGIN)?;
     let origin = origin.to_str().unwrap_or("");
