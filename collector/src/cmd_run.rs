@@ -6,7 +6,6 @@
 //! program; gpucollect exits with its exit code (128 + signal when killed).
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
@@ -306,12 +305,20 @@ pub fn run(a: RunArgs) -> Result<u8> {
     }
     let inject = find_inject(a.inject.as_deref())?;
     let ring = RingOwner::create().context("cannot set up the event transport")?;
-    let out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(
-            File::create(p)
-                .with_context(|| format!("cannot create the trace file {}", p.display()))?,
-        ),
-        None => Box::new(std::io::stdout()),
+    // `-o FILE` is opened (to report an unwritable path before anything runs) but truncated
+    // only once the program has started: a typo in the program name keeps an existing trace.
+    let opened = match &a.output {
+        Some(p) => {
+            let existed = p.exists();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .with_context(|| format!("cannot create the trace file {}", p.display()))?;
+            Some((f, p.clone(), existed))
+        }
+        None => None,
     };
 
     let start_mono_nanos = host::monotonic_nanos();
@@ -335,8 +342,6 @@ pub fn run(a: RunArgs) -> Result<u8> {
     let opts = WriterOptions {
         hide_frames: a.hide_frame.clone(),
     };
-    let mut writer = TraceWriter::new(&header, out, opts);
-    writer.flush()?;
 
     for var in ["CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH"] {
         if let Some(v) = std::env::var_os(var)
@@ -384,7 +389,14 @@ pub fn run(a: RunArgs) -> Result<u8> {
             .context("cannot duplicate stderr for the program's stdout")?;
         cmd.stdout(Stdio::from(err));
     }
-    let mut child = cmd.spawn().map_err(|e| {
+    let spawned = cmd.spawn();
+    if spawned.is_err()
+        && let Some((_, path, false)) = &opened
+    {
+        // We created the file for this run; the run did not happen.
+        let _ = std::fs::remove_file(path);
+    }
+    let mut child = spawned.map_err(|e| {
         let p = program.to_string_lossy();
         if e.kind() == std::io::ErrorKind::NotFound {
             anyhow::anyhow!("cannot run `{p}`: no such program (not a file, and not found on PATH)")
@@ -394,6 +406,16 @@ pub fn run(a: RunArgs) -> Result<u8> {
             anyhow::anyhow!("cannot run `{p}`: {e}")
         }
     })?;
+    let out: Box<dyn Write> = match opened {
+        Some((f, path, _)) => {
+            f.set_len(0)
+                .with_context(|| format!("cannot truncate the trace file {}", path.display()))?;
+            Box::new(f)
+        }
+        None => Box::new(std::io::stdout()),
+    };
+    let mut writer = TraceWriter::new(&header, out, opts);
+    writer.flush()?;
     let child_pid = child.id();
     host::forward_signals_to(child_pid).context("cannot install signal forwarding")?;
     writer.add_process(

@@ -9,7 +9,7 @@ use analysis_core::units::parse_bytes;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::serve::{self, ServerConfig, assets::Assets, store::Store};
+use crate::serve::{self, ServerConfig, assets::Assets, limits::Limits, store::Store};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -26,9 +26,14 @@ pub struct ServeArgs {
     /// Largest accepted upload (units allowed: 512MiB, 2GB).
     #[arg(long, default_value = "4GiB")]
     pub max_upload: String,
-    /// Token required to upload (sent as `Authorization: Bearer TOKEN`).
+    /// Token required to upload (sent as `Authorization: Bearer TOKEN`). Required when
+    /// listening on a non-loopback address, unless --allow-anonymous-uploads is given.
     #[arg(long, env = "GPUCOLLECT_UPLOAD_TOKEN", hide_env_values = true)]
     pub upload_token: Option<String>,
+    /// Accept uploads without a token on a non-loopback address (anyone who can reach the
+    /// server can store traces on it).
+    #[arg(long)]
+    pub allow_anonymous_uploads: bool,
     /// Token required to read traces (a private server); links then carry `?token=`.
     #[arg(long, env = "GPUCOLLECT_READ_TOKEN", hide_env_values = true)]
     pub read_token: Option<String>,
@@ -45,6 +50,28 @@ pub struct ServeArgs {
     /// Events per bundled demo trace.
     #[arg(long, default_value_t = 200_000)]
     pub demo_events: u64,
+    /// Longest time to receive a request's headers (also how long an idle connection stays
+    /// open), e.g. 10s.
+    #[arg(long, default_value = "10s")]
+    pub header_timeout: String,
+    /// Longest pause in an upload's body before the upload is dropped (408).
+    #[arg(long, default_value = "30s")]
+    pub body_timeout: String,
+    /// Longest time one upload may take from start to end (408).
+    #[arg(long, default_value = "30m")]
+    pub request_timeout: String,
+    /// Most connections open at once; more get 503 at once. Each takes a file descriptor.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Most connections open at once from one client (an IPv4 address or IPv6 /64).
+    #[arg(long, default_value_t = 64)]
+    pub max_connections_per_client: usize,
+    /// Most uploads running at once; more get 503.
+    #[arg(long, default_value_t = 4)]
+    pub max_uploads: usize,
+    /// Most uploads running at once from one client; more get 429.
+    #[arg(long, default_value_t = 2)]
+    pub max_uploads_per_client: usize,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -75,8 +102,32 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs(secs))
 }
 
+fn duration_arg(name: &str, v: &str) -> Result<Duration> {
+    let d = parse_duration(v).with_context(|| format!("--{name}"))?;
+    if d.is_zero() {
+        bail!("--{name} is 0: give a positive duration, e.g. 10s");
+    }
+    Ok(d)
+}
+
 fn bytes_arg(name: &str, v: &str) -> Result<u64> {
     parse_bytes(v).with_context(|| format!("--{name} `{v}` is not a size: use e.g. 512MiB or 2GB"))
+}
+
+/// A token from its flag or environment variable: an empty one is an error, not "no token"
+/// (which would silently start an open server).
+fn token(flag: &str, env: &str, v: Option<String>) -> Result<Option<String>> {
+    let from_env = std::env::var_os(env).is_some_and(|v| v.is_empty());
+    match v {
+        Some(t) if t.trim().is_empty() => bail!(
+            "--{flag} is empty: give a token (e.g. `openssl rand -hex 16`), or leave the option \
+             and {env} unset"
+        ),
+        None if from_env => {
+            bail!("{env} is set but empty: give a token (e.g. `openssl rand -hex 16`), or unset it")
+        }
+        t => Ok(t),
+    }
 }
 
 pub fn run(a: ServeArgs) -> Result<u8> {
@@ -89,6 +140,37 @@ pub fn run(a: ServeArgs) -> Result<u8> {
     match a.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+    let upload_token = token("upload-token", "GPUCOLLECT_UPLOAD_TOKEN", a.upload_token)?;
+    let read_token = token("read-token", "GPUCOLLECT_READ_TOKEN", a.read_token)?;
+    if upload_token.is_none() && !a.addr.ip().is_loopback() && !a.allow_anonymous_uploads {
+        bail!(
+            "refusing to accept anonymous uploads on {}, which other machines can reach: set \
+             --upload-token (or GPUCOLLECT_UPLOAD_TOKEN), or pass --allow-anonymous-uploads",
+            a.addr
+        );
+    }
+    let limits = Limits {
+        header_timeout: duration_arg("header-timeout", &a.header_timeout)?,
+        body_idle_timeout: duration_arg("body-timeout", &a.body_timeout)?,
+        request_timeout: duration_arg("request-timeout", &a.request_timeout)?,
+        max_connections: a.max_connections,
+        max_connections_per_client: a.max_connections_per_client,
+        max_uploads: a.max_uploads,
+        max_uploads_per_client: a.max_uploads_per_client,
+    };
+    for (name, v) in [
+        ("max-connections", limits.max_connections),
+        (
+            "max-connections-per-client",
+            limits.max_connections_per_client,
+        ),
+        ("max-uploads", limits.max_uploads),
+        ("max-uploads-per-client", limits.max_uploads_per_client),
+    ] {
+        if v == 0 {
+            bail!("--{name} is 0: the server could serve nothing; give at least 1");
+        }
     }
     for origin in &a.frame_ancestors {
         let ok = (origin.starts_with("https://") || origin.starts_with("http://"))
@@ -117,8 +199,8 @@ pub fn run(a: ServeArgs) -> Result<u8> {
             store,
             assets,
             max_upload_bytes: bytes_arg("max-upload", &a.max_upload)?,
-            upload_token: a.upload_token.filter(|t| !t.is_empty()),
-            read_token: a.read_token.filter(|t| !t.is_empty()),
+            upload_token,
+            read_token,
             frame_ancestors: a.frame_ancestors,
             max_age: a.max_age.as_deref().map(parse_duration).transpose()?,
             max_store_bytes: a
@@ -127,6 +209,7 @@ pub fn run(a: ServeArgs) -> Result<u8> {
                 .map(|v| bytes_arg("max-bytes", v))
                 .transpose()?,
             demo_events: a.demo_events,
+            limits,
         };
         serve::serve(cfg, a.addr).await
     })?;

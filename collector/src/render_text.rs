@@ -1,11 +1,70 @@
 //! Renders a `Report` (and a report diff) for a terminal.
+//!
+//! Every string in a report may come from an untrusted trace (call sites, frames, argv, device
+//! and process names). A terminal obeys control sequences in what it prints (ESC ] 52 writes
+//! the clipboard, ESC [ 2 J clears the screen, ESC ] 8 makes fake links, ESC ] 0 sets the
+//! window title), so the rendered text escapes every C0 and C1 control character and DEL
+//! (`\x1b`, `\u{9b}`) except the line breaks the renderer writes itself, and a trace string
+//! that holds a line break is shown on one line (`\n`).
 
+use std::borrow::Cow;
 use std::fmt::Write;
 
 use analysis_core::analysis::Finding;
 use analysis_core::analysis::diff::{Change, ReportDiff};
 use analysis_core::report::{Report, SiteBytes};
 use analysis_core::units::{fmt_bytes, fmt_bytes_signed, fmt_duration};
+
+fn is_control(c: char) -> bool {
+    matches!(c, '\0'..='\x1f' | '\x7f'..='\u{9f}')
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+}
+
+/// One trace-derived string, safe for a terminal and kept on one line: every control
+/// character (line breaks included) is written as an escape.
+pub fn one_line(s: &str) -> Cow<'_, str> {
+    if !s.contains(is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_control(c) {
+            push_escaped(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Text for a terminal: every control character except `\n` is written as an escape.
+pub fn terminal_safe(s: &str) -> Cow<'_, str> {
+    if !s.contains(|c| c != '\n' && is_control(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c != '\n' && is_control(c) {
+            push_escaped(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
 
 fn sites(out: &mut String, title: &str, sites: &[SiteBytes]) {
     if sites.is_empty() {
@@ -18,10 +77,10 @@ fn sites(out: &mut String, title: &str, sites: &[SiteBytes]) {
             "    {:>10}  {:>6}x  {}",
             fmt_bytes(s.bytes),
             s.count,
-            s.site
+            one_line(&s.site)
         );
         for f in s.frames.iter().skip(1).take(4) {
-            let _ = writeln!(out, "                         from {f}");
+            let _ = writeln!(out, "                         from {}", one_line(f));
         }
     }
 }
@@ -30,7 +89,7 @@ pub fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "gpucollect report");
     if !r.argv.is_empty() {
-        let _ = writeln!(o, "  command     {}", r.argv.join(" "));
+        let _ = writeln!(o, "  command     {}", one_line(&r.argv.join(" ")));
     }
     let _ = writeln!(
         o,
@@ -45,7 +104,11 @@ pub fn render(r: &Report) -> String {
             o,
             "  device {}    {} ({} total): peak {}, live at end {}",
             d.device.0,
-            if d.name.is_empty() { "?" } else { &d.name },
+            if d.name.is_empty() {
+                "?".into()
+            } else {
+                one_line(&d.name)
+            },
             fmt_bytes(d.total_bytes),
             fmt_bytes(d.peak_bytes),
             fmt_bytes(d.live_at_end_bytes)
@@ -61,7 +124,9 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(
             o,
             "  process {}   pid {} {} ({exit})",
-            p.process.0, p.pid, p.exe
+            p.process.0,
+            p.pid,
+            one_line(&p.exe)
         );
     }
     let _ = writeln!(o);
@@ -90,7 +155,7 @@ pub fn render(r: &Report) -> String {
                 f.device.0,
                 f.error_code,
                 fmt_bytes(f.live_bytes),
-                f.site
+                one_line(&f.site)
             );
         }
     }
@@ -104,7 +169,7 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(o, "  - {w}");
         }
     }
-    o
+    terminal_safe(&o).into_owned()
 }
 
 fn finding(o: &mut String, f: &Finding) {
@@ -114,10 +179,10 @@ fn finding(o: &mut String, f: &Finding) {
         f.severity.name().to_uppercase(),
         f.kind.name(),
         fmt_bytes(f.bytes),
-        f.site
+        one_line(&f.site)
     );
-    let _ = writeln!(o, "           {}", f.message);
-    let _ = writeln!(o, "           fix: {}", f.fix);
+    let _ = writeln!(o, "           {}", one_line(&f.message));
+    let _ = writeln!(o, "           fix: {}", one_line(&f.fix));
 }
 
 fn analysis(o: &mut String, r: &Report) {
@@ -135,7 +200,7 @@ fn analysis(o: &mut String, r: &Report) {
     if !r.notes.is_empty() {
         let _ = writeln!(o, "Notes (not problems):");
         for n in &r.notes {
-            let _ = writeln!(o, "  {:<20} {}", n.kind.name(), n.message);
+            let _ = writeln!(o, "  {:<20} {}", n.kind.name(), one_line(&n.message));
         }
     }
     if !r.recommendations.is_empty() {
@@ -146,9 +211,9 @@ fn analysis(o: &mut String, r: &Report) {
                 "  {:>2}. [{}] {} ({}): {}",
                 x.priority,
                 x.severity.name(),
-                x.site,
+                one_line(&x.site),
                 fmt_bytes(x.bytes),
-                x.fix
+                one_line(&x.fix)
             );
         }
     }
@@ -163,7 +228,7 @@ fn analysis(o: &mut String, r: &Report) {
             let _ = writeln!(
                 o,
                 "  {:<32} {:>7} calls  {:>11} total  {:>4.0} % grow  {}",
-                s.scope,
+                one_line(&s.scope),
                 s.calls,
                 fmt_bytes_signed(s.total_growth_bytes),
                 s.positive_ratio * 100.0,
@@ -197,7 +262,7 @@ fn analysis(o: &mut String, r: &Report) {
         let _ = writeln!(
             o,
             "Spikes in `{}`: {} above {} (Q1 {}, Q3 {})",
-            s.scope,
+            one_line(&s.scope),
             s.spike_count,
             fmt_bytes(s.threshold_bytes as u64),
             fmt_bytes(s.q1_bytes as u64),
@@ -212,7 +277,7 @@ fn analysis(o: &mut String, r: &Report) {
             fmt_duration(e.ts_nanos.saturating_sub(r.first_ts_nanos)),
             fmt_bytes(e.live_bytes),
             fmt_duration(e.duration_nanos),
-            e.site
+            one_line(&e.site)
         );
     }
     for p in &a.fragmentation {
@@ -256,7 +321,7 @@ fn analysis(o: &mut String, r: &Report) {
             "Out of memory at {}: {} requested at {} ({:?})",
             fmt_duration(x.ts_nanos.saturating_sub(r.first_ts_nanos)),
             fmt_bytes(x.requested_bytes),
-            x.site,
+            one_line(&x.site),
             x.cause
         );
         if let (Some(free), Some(total)) = (x.free_bytes, x.total_bytes) {
@@ -269,7 +334,7 @@ fn analysis(o: &mut String, r: &Report) {
         }
         let _ = writeln!(o, "  ours: {} live", fmt_bytes(x.live_bytes));
         for s in &x.live_sites {
-            let _ = writeln!(o, "    {:>10}  {}", fmt_bytes(s.bytes), s.site);
+            let _ = writeln!(o, "    {:>10}  {}", fmt_bytes(s.bytes), one_line(&s.site));
         }
         for p in &x.other_processes {
             let _ = writeln!(
@@ -323,7 +388,7 @@ pub fn render_diff(d: &ReportDiff, before: &str, after: &str) -> String {
                 fmt_bytes_signed(s.peak_bytes.delta),
                 fmt_bytes_signed(s.live_at_end_bytes.delta),
                 fmt_bytes_signed(s.alloc_bytes.delta),
-                s.site
+                one_line(&s.site)
             );
         }
     }
@@ -333,7 +398,7 @@ pub fn render_diff(d: &ReportDiff, before: &str, after: &str) -> String {
             let _ = writeln!(
                 o,
                 "  {:<32} {} -> {} ({}), calls {} -> {}",
-                s.scope,
+                one_line(&s.scope),
                 fmt_bytes_signed(s.growth_bytes.before),
                 fmt_bytes_signed(s.growth_bytes.after),
                 fmt_bytes_signed(s.growth_bytes.delta),
@@ -354,5 +419,51 @@ pub fn render_diff(d: &ReportDiff, before: &str, after: &str) -> String {
             finding(&mut o, f);
         }
     }
-    o
+    terminal_safe(&o).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use analysis_core::synth::{Scenario, generate};
+
+    /// OSC 52 (write the clipboard), a screen clear, a window title, a fake hyperlink, a C1
+    /// CSI and DEL: none may reach the terminal as raw bytes.
+    const HOSTILE: &str = "train.py:1\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x1b[H\x1b]0;pwned\x07\
+                           \x1b]8;;https://evil.example/\x1b\\\\click\x1b]8;;\x1b\\\\\u{9b}31m\x7f\nFAKE LINE";
+
+    fn assert_clean(text: &str) {
+        for c in text.chars() {
+            assert!(
+                c == '\n' || !is_control(c),
+                "control character {:?} reached the output:\n{text}",
+                c
+            );
+        }
+        assert!(!text.contains("\nFAKE LINE"), "{text}");
+    }
+
+    #[test]
+    fn trace_strings_cannot_drive_the_terminal() {
+        let trace = analysis_core::load(&generate(Scenario::TrainingLeak, 2000, 1).0)
+            .expect("synthetic trace loads");
+        let mut r = analysis_core::analyze(&trace, &Default::default());
+        assert!(!r.peak_sites.is_empty() && !r.findings.is_empty());
+        r.argv = vec![HOSTILE.to_owned()];
+        r.peak_sites[0].site = HOSTILE.to_owned();
+        r.peak_sites[0].frames = vec![HOSTILE.to_owned(), HOSTILE.to_owned()];
+        r.findings[0].site = HOSTILE.to_owned();
+        r.findings[0].message = HOSTILE.to_owned();
+        let text = render(&r);
+        assert_clean(&text);
+        assert!(text.contains("\\x1b]52;c;cm0gLXJmIH4=\\x07"), "{text}");
+        assert!(text.contains("\\u{9b}31m\\x7f\\nFAKE LINE"), "{text}");
+    }
+
+    #[test]
+    fn escapes_keep_ordinary_text_and_line_breaks() {
+        assert_eq!(one_line("f (a.py:1) → ünïcode"), "f (a.py:1) → ünïcode");
+        assert_eq!(terminal_safe("a\nb\x1bc"), "a\nb\\x1bc");
+        assert_eq!(one_line("a\nb\tc\r"), "a\\nb\\tc\\r");
+    }
 }

@@ -46,8 +46,9 @@ impl Server {
         v
     }
 
+    /// Staged uploads (`tmp/<server instance>/<id>.part`).
     fn temp_files(&self) -> usize {
-        std::fs::read_dir(self.store.join("tmp")).map_or(0, |rd| rd.count())
+        common::staged_uploads(&self.store)
     }
 }
 

@@ -687,15 +687,23 @@ pub fn site_matches(row: &SiteRow, needle_lower: &str) -> bool {
             .any(|f| f.to_lowercase().contains(needle_lower))
 }
 
-/// A table as CSV (RFC 4180 quoting).
+/// A table as CSV (RFC 4180 quoting). A cell that a spreadsheet would run as a formula (it
+/// starts with `=`, `+`, `-`, `@`, a tab or a carriage return, and is not a plain number) gets
+/// a leading `'`, so a call site named `=HYPERLINK(…)` in a trace stays text.
 pub fn to_csv(headers: &[&str], rows: &[Vec<String>]) -> String {
     fn cell(out: &mut String, s: &str) {
+        let formula = s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.parse::<f64>().is_err();
+        let s: std::borrow::Cow<'_, str> = if formula {
+            format!("'{s}").into()
+        } else {
+            s.into()
+        };
         if s.contains([',', '"', '\n', '\r']) {
             out.push('"');
             out.push_str(&s.replace('"', "\"\""));
             out.push('"');
         } else {
-            out.push_str(s);
+            out.push_str(&s);
         }
     }
     let mut out = String::new();
@@ -1037,5 +1045,29 @@ mod tests {
             &[vec!["f (a.py:1), \"x\"".into(), "12".into()]],
         );
         assert_eq!(csv, "site,bytes\r\n\"f (a.py:1), \"\"x\"\"\",12\r\n");
+    }
+
+    #[test]
+    fn csv_cells_that_start_a_formula_stay_text() {
+        let csv = to_csv(
+            &["site", "bytes"],
+            &[
+                vec![
+                    "=HYPERLINK(\"https://evil.example\",\"x\")".into(),
+                    "-12".into(),
+                ],
+                vec!["+cmd|' /C calc'!A0".into(), "+3.5".into()],
+                vec!["-2+3".into(), "@SUM(A1)".into()],
+                vec!["\t=1".into(), "\r=1".into()],
+            ],
+        );
+        assert_eq!(
+            csv,
+            "site,bytes\r\n\
+             \"'=HYPERLINK(\"\"https://evil.example\"\",\"\"x\"\")\",-12\r\n\
+             '+cmd|' /C calc'!A0,+3.5\r\n\
+             '-2+3,'@SUM(A1)\r\n\
+             '\t=1,\"'\r=1\"\r\n"
+        );
     }
 }

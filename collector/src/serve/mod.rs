@@ -3,20 +3,27 @@
 //! `API.md`. Everything from the network is untrusted: ids are validated, uploads are decoded
 //! as they stream in and refused unless they are traces, and every response carries security
 //! headers (CSP with an explicit `frame-ancestors` allow-list, `nosniff`, no referrer).
+//!
+//! Every byte costs a bounded amount: connections are served by hyper's HTTP/1.1 connection
+//! builder from our own accept loop (`serve`), which caps connections per client and in total
+//! and times out request headers; uploads are capped per client and in total, time out when
+//! idle or too long, and are decoded on the blocking pool (see `limits.rs` and `store.rs`).
 
 pub mod assets;
 pub mod ids;
+pub mod limits;
 pub mod store;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use analysis_core::synth::{Scenario, generate};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -24,6 +31,7 @@ use serde::Deserialize;
 
 use assets::Assets;
 use ids::TraceId;
+use limits::{ClientKey, Limits, Refused, Slots};
 use store::{Store, UploadError};
 
 /// Everything the server needs, resolved from the command line before it starts.
@@ -40,13 +48,23 @@ pub struct ServerConfig {
     pub max_store_bytes: Option<u64>,
     /// Approximate events per bundled demo trace.
     pub demo_events: u64,
+    pub limits: Limits,
 }
 
 struct AppState {
     cfg: ServerConfig,
     csp: HeaderValue,
     demos: Vec<(Scenario, bytes::Bytes)>,
+    uploads: Arc<Slots>,
+    /// Held while a retention pass runs: one pass at a time.
+    retention: Arc<tokio::sync::Mutex<()>>,
+    /// A pass was asked for while one ran: run another when it ends.
+    retention_again: AtomicBool,
 }
+
+/// The client's address, put on every request by the accept loop.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub IpAddr);
 
 type Shared = Arc<AppState>;
 
@@ -73,6 +91,44 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .strip_prefix("Bearer ")
 }
 
+/// Why a browser request to upload comes from another site, if it does. Browsers send
+/// `Sec-Fetch-Site` and `Origin` with every POST, `fetch(no-cors)` and form posts included,
+/// and a page cannot forge either; the CLI and scripts send neither. Behind a proxy that
+/// rewrites `Host`, `X-Forwarded-Host` (which a cross-site page cannot set without a CORS
+/// preflight, which this server never grants) names the public host.
+fn cross_site(headers: &HeaderMap) -> Option<String> {
+    if let Some(site) = headers.get("sec-fetch-site")
+        && !matches!(site.as_bytes(), b"same-origin" | b"none")
+    {
+        return Some(format!(
+            "Sec-Fetch-Site is {}",
+            String::from_utf8_lossy(site.as_bytes())
+                .chars()
+                .take(40)
+                .collect::<String>()
+        ));
+    }
+    let origin = headers.get(header::ORIGIN)?;
+    let origin = origin.to_str().unwrap_or("");
+    let host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    let ours = |name| {
+        headers
+            .get(name)
+            .and_then(|h: &HeaderValue| h.to_str().ok())
+            .is_some_and(|h| Some(h) == host)
+    };
+    if ours(header::HOST) || ours(HeaderName::from_static("x-forwarded-host")) {
+        None
+    } else {
+        Some(format!(
+            "the page's origin {} is not this server",
+            origin.chars().take(100).collect::<String>()
+        ))
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct TokenQuery {
     token: Option<String>,
@@ -92,7 +148,7 @@ fn read_denied(state: &AppState, headers: &HeaderMap, q: &TokenQuery) -> Option<
     }
 }
 
-pub fn router(cfg: ServerConfig) -> Router {
+fn app(cfg: ServerConfig) -> (Router, Shared) {
     let mut script_src = vec!["'self'".to_owned(), "'wasm-unsafe-eval'".to_owned()];
     script_src.extend(cfg.assets.inline_script_hashes.iter().cloned());
     let mut ancestors = vec!["'self'".to_owned()];
@@ -110,10 +166,13 @@ pub fn router(cfg: ServerConfig) -> Router {
         .collect();
     let state: Shared = Arc::new(AppState {
         csp: HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static("default-src 'self'")),
+        uploads: Slots::new(cfg.limits.max_uploads, cfg.limits.max_uploads_per_client),
+        retention: Arc::new(tokio::sync::Mutex::new(())),
+        retention_again: AtomicBool::new(false),
         cfg,
         demos,
     });
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/v1", get(api_info))
         .route("/api/v1/traces", axum::routing::post(upload))
@@ -129,8 +188,34 @@ pub fn router(cfg: ServerConfig) -> Router {
             state.clone(),
             security_headers,
         ))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span))
+        .with_state(state.clone());
+    (router, state)
+}
+
+/// The log span of a request: method, path and query with every `token` value redacted, so
+/// that no log level ever shows a token (headers are never logged).
+fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
+    let uri = req.uri();
+    let query = uri.query().map(redact_query).unwrap_or_default();
+    tracing::debug_span!(
+        "request",
+        method = %req.method(),
+        path = %uri.path(),
+        query = %query,
+    )
+}
+
+/// A query string with every value redacted (`token=…` may be spelled `tok%65n=…`, so no
+/// value is trusted to be harmless); the names stay, for debugging.
+fn redact_query(q: &str) -> String {
+    q.split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) => format!("{}=REDACTED", k.chars().take(40).collect::<String>()),
+            None => kv.chars().take(40).collect(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 async fn security_headers(State(state): State<Shared>, req: Request, next: Next) -> Response {
@@ -159,7 +244,22 @@ async fn api_info(State(state): State<Shared>) -> Response {
     .into_response()
 }
 
-async fn upload(State(state): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+async fn upload(
+    State(state): State<Shared>,
+    client: Option<axum::Extension<ClientAddr>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    if let Some(why) = cross_site(&headers) {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "uploads from another site's page are refused ({why}): upload with \
+                 `gpucollect upload` or from this server's own pages"
+            ),
+        );
+    }
     if let Some(want) = &state.cfg.upload_token {
         match bearer(&headers) {
             Some(t) if same_secret(t, want) => {}
@@ -171,7 +271,11 @@ async fn upload(State(state): State<Shared>, headers: HeaderMap, body: Body) -> 
             }
         }
     }
-    let limit = state.cfg.max_upload_bytes;
+    // An upload larger than the whole store would be deleted by retention at once.
+    let limit = state
+        .cfg
+        .max_upload_bytes
+        .min(state.cfg.max_store_bytes.unwrap_or(u64::MAX));
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -182,16 +286,40 @@ async fn upload(State(state): State<Shared>, headers: HeaderMap, body: Body) -> 
             format!("the trace is larger than this server's limit of {limit} bytes"),
         );
     }
+    let key = ClientKey::of(client.map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.0));
+    let _slot = match state.uploads.try_take(key) {
+        Ok(slot) => slot,
+        Err(why) => {
+            let (status, msg) = match why {
+                Refused::ClientFull => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "this client has as many uploads running as the server allows: wait for one to finish",
+                ),
+                Refused::Full => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the server has as many uploads running as it allows: try again shortly",
+                ),
+            };
+            let mut r = error(status, msg);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return r;
+        }
+    };
     let id = match TraceId::random() {
         Ok(id) => id,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let stream = body.into_data_stream();
+    let l = &state.cfg.limits;
+    let stream = guarded_body(body, l.body_idle_timeout, started + l.request_timeout);
     match state.cfg.store.put(&id, stream, limit).await {
         Ok(summary) => {
             tracing::info!(%id, bytes = summary.bytes, records = summary.records, "stored trace");
             spawn_retention(state.clone());
-            let link = format!("/t/{id}");
+            let link = match &state.cfg.read_token {
+                Some(t) => format!("/t/{id}?token={}", encode_query(t)),
+                None => format!("/t/{id}"),
+            };
             (
                 StatusCode::CREATED,
                 [(header::LOCATION, link.clone())],
@@ -202,6 +330,7 @@ async fn upload(State(state): State<Shared>, headers: HeaderMap, body: Body) -> 
                     "bytes": summary.bytes,
                     "records": summary.records,
                     "warnings": summary.warnings,
+                    "warnings_total": summary.warnings_total,
                 })),
             )
                 .into_response()
@@ -211,11 +340,57 @@ async fn upload(State(state): State<Shared>, headers: HeaderMap, body: Body) -> 
             let status = match e {
                 UploadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
                 UploadError::NotATrace(_) | UploadError::Interrupted(_) => StatusCode::BAD_REQUEST,
+                UploadError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+                UploadError::Damaged(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 UploadError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };
-            error(status, e.to_string())
+            let mut r = error(status, e.to_string());
+            if status == StatusCode::REQUEST_TIMEOUT {
+                r.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            r
         }
     }
+}
+
+/// An upload body as a stream that fails with `TimedOut` when the client pauses longer than
+/// `idle` or the request runs past `deadline`, and with `Interrupted` when the client goes.
+fn guarded_body(
+    body: Body,
+    idle: Duration,
+    deadline: Instant,
+) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<bytes::Bytes, UploadError>> + Send>> {
+    use futures_util::StreamExt;
+    let stream = body.into_data_stream();
+    Box::pin(futures_util::stream::unfold(
+        Some(stream),
+        move |stream| async move {
+            let mut stream = stream?;
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
+            let wait = idle.min(left);
+            match tokio::time::timeout(wait, stream.next()).await {
+                Ok(Some(Ok(b))) => Some((Ok(b), Some(stream))),
+                Ok(Some(Err(e))) => Some((Err(UploadError::Interrupted(e.to_string())), None)),
+                Ok(None) => None,
+                Err(_) if wait < idle => Some((
+                    Err(UploadError::TimedOut(format!(
+                        "an upload may take at most {} s (--request-timeout)",
+                        (deadline - (now - wait)).as_secs()
+                    ))),
+                    None,
+                )),
+                Err(_) => Some((
+                    Err(UploadError::TimedOut(format!(
+                        "no data for {} s (--body-timeout)",
+                        idle.as_secs()
+                    ))),
+                    None,
+                )),
+            }
+        },
+    ))
 }
 
 async fn download(
@@ -239,6 +414,11 @@ async fn download(
                     HeaderValue::from_static("application/octet-stream"),
                 ),
                 (header::CONTENT_LENGTH, HeaderValue::from(len)),
+                (
+                    header::CONTENT_DISPOSITION,
+                    HeaderValue::from_str(&format!("attachment; filename=\"{id}.msgpack\""))
+                        .unwrap_or(HeaderValue::from_static("attachment")),
+                ),
                 (
                     header::CACHE_CONTROL,
                     HeaderValue::from_static("private, max-age=31536000, immutable"),
@@ -422,53 +602,181 @@ pub async fn enforce_retention(
     Ok(deleted)
 }
 
+/// Runs retention in the background, one pass at a time: asked for while a pass runs, it
+/// makes that task run one more pass when it ends, rather than starting a second one.
 fn spawn_retention(state: Shared) {
     if state.cfg.max_age.is_none() && state.cfg.max_store_bytes.is_none() {
         return;
     }
+    state.retention_again.store(true, Ordering::SeqCst);
+    let Ok(guard) = state.retention.clone().try_lock_owned() else {
+        return;
+    };
     tokio::spawn(async move {
-        if let Err(e) = enforce_retention(
-            &state.cfg.store,
-            state.cfg.max_age,
-            state.cfg.max_store_bytes,
-        )
-        .await
-        {
-            tracing::warn!(error = %e, "retention failed");
+        let mut guard = Some(guard);
+        loop {
+            while state.retention_again.swap(false, Ordering::SeqCst) {
+                retention_pass(&state).await;
+            }
+            drop(guard.take());
+            // A request that came between the last check and the unlock found the lock taken.
+            if !state.retention_again.load(Ordering::SeqCst) {
+                break;
+            }
+            match state.retention.clone().try_lock_owned() {
+                Ok(g) => guard = Some(g),
+                Err(_) => break,
+            }
         }
     });
 }
 
-/// Serves until SIGINT or SIGTERM, then finishes in-flight requests.
+async fn retention_pass(state: &AppState) {
+    if let Err(e) = enforce_retention(
+        &state.cfg.store,
+        state.cfg.max_age,
+        state.cfg.max_store_bytes,
+    )
+    .await
+    {
+        tracing::warn!(error = %e, "retention failed");
+    }
+}
+
+/// Serves until SIGINT or SIGTERM, then finishes in-flight requests (for at most 30 s).
+///
+/// The accept loop is ours, around hyper's HTTP/1.1 connection builder, because
+/// `axum::serve` offers neither a header timeout nor a connection cap. Every accepted
+/// connection takes a slot (per client and in total); a connection beyond either cap gets a
+/// one-line 503 and is closed at once, so one client's sockets cannot starve the others and
+/// nothing waits in the kernel's accept queue. HTTP/2 is not offered.
 pub async fn serve(cfg: ServerConfig, addr: SocketAddr) -> anyhow::Result<()> {
     use anyhow::Context;
-    let (store, max_age, max_bytes) = (cfg.store.clone(), cfg.max_age, cfg.max_store_bytes);
+    use hyper_util::rt::{TokioIo, TokioTimer};
     let described = cfg.store.describe();
     let viewer = cfg.assets.has_viewer();
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+    let limits = cfg.limits.clone();
+    let retention = cfg.max_age.is_some() || cfg.max_store_bytes.is_some();
+    // A deep accept queue (the kernel caps it at net.core.somaxconn): a burst of connections
+    // waits there for the accept loop instead of having its SYNs dropped and retried 1 s later.
+    let listener = (|| {
+        let sock = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }?;
+        sock.set_reuseaddr(true)?;
+        sock.bind(addr)?;
+        sock.listen(4096)
+    })()
+    .with_context(|| {
         format!("cannot listen on {addr}: is another server using it? pick one with --addr")
     })?;
     let local = listener.local_addr()?;
+    let (router, state) = app(cfg);
     eprintln!(
         "gpucollect serve: listening on http://{local}/ (store: {described}{})",
         if viewer { "" } else { "; no viewer built in" }
     );
-    if max_age.is_some() || max_bytes.is_some() {
+    if retention {
+        let state = state.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = enforce_retention(&store, max_age, max_bytes).await {
-                    tracing::warn!(error = %e, "retention failed");
-                }
+                spawn_retention(state.clone());
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
         });
     }
-    axum::serve(listener, router(cfg))
-        .with_graceful_shutdown(shutdown_signal())
+    let conns = Slots::new(limits.max_connections, limits.max_connections_per_client);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(256 * 1024)
+        .half_close(true);
+    let http = Arc::new(http);
+    // Each connection holds a receiver; the sender's `closed()` says when all are gone.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors or memory: let connections finish, then go on.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let slot = match conns.try_take(ClientKey::of(peer.ip())) {
+            Ok(slot) => slot,
+            Err(why) => {
+                tracing::debug!(client = %peer.ip(), ?why, "connection refused");
+                refuse_connection(&tcp, why);
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let router = router.clone();
+        let http = http.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service =
+                hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ClientAddr(peer.ip()));
+                    tower::ServiceExt::oneshot(router.clone(), req)
+                });
+            let conn = http.serve_connection(TokioIo::new(tcp), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(client = %peer.ip(), error = %e, "connection ended");
+                    }
+                }
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    drop(stop_rx);
+    if tokio::time::timeout(Duration::from_secs(30), stop_tx.closed())
         .await
-        .context("the server stopped with an error")?;
+        .is_err()
+    {
+        eprintln!("gpucollect serve: requests still running after 30 s were cut off");
+    }
     eprintln!("gpucollect serve: stopped");
     Ok(())
+}
+
+/// Answers a connection beyond a cap with a 503 it can read, without waiting for its request,
+/// then closes it (a single non-blocking write: a client that does not read loses it).
+fn refuse_connection(tcp: &tokio::net::TcpStream, why: Refused) {
+    let body: &[u8] = match why {
+        Refused::ClientFull => {
+            b"{\"error\":\"this client has too many connections open to this server: close some\"}"
+        }
+        Refused::Full => {
+            b"{\"error\":\"the server has as many connections as it allows: try again shortly\"}"
+        }
+    };
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut msg = head.into_bytes();
+    msg.extend_from_slice(body);
+    let _ = tcp.try_write(&msg);
 }
 
 async fn shutdown_signal() {

@@ -1,8 +1,15 @@
 //! Trace storage for `gpucollect serve`: a local directory (default) or any S3-compatible object
 //! store. Uploads stream in: every chunk is validated by the trace decoder and written out as
-//! it arrives, so memory stays bounded whatever the trace size. A trace becomes visible only
-//! when complete: a local upload goes to a temporary file that is fsynced and renamed; an S3
-//! upload is a multipart upload that is completed at the end (and aborted on any error).
+//! it arrives, so memory stays bounded whatever the trace size. Decoding runs on tokio's
+//! blocking pool, a batch of up to 256 KiB at a time, so a costly upload never stalls the
+//! async workers that answer other requests. A trace becomes visible only when complete: a
+//! local upload goes to a temporary file that is fsynced and renamed; an S3 upload is a
+//! multipart upload that is completed at the end (and aborted on any error).
+//!
+//! Several servers may share a local store folder: each stages its uploads in its own
+//! `tmp/<instance>/` folder, marked live by an OS file lock on `tmp/<instance>/lock` that
+//! the kernel drops when the process ends. At start a server removes only folders whose lock
+//! it can take (their server is gone).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,14 +27,30 @@ use super::ids::TraceId;
 /// Where traces live.
 #[derive(Clone, Debug)]
 pub enum Store {
-    /// `<root>/traces/<id>.msgpack`, with uploads staged in `<root>/tmp/`.
-    Local { root: PathBuf },
+    /// `<root>/traces/<id>.msgpack`, with uploads staged in `<root>/tmp/<instance>/`.
+    Local {
+        root: PathBuf,
+        instance: Arc<Instance>,
+    },
     /// `<prefix>/<id>.msgpack` in an object store.
     Object {
         store: Arc<dyn ObjectStore>,
         prefix: ObjectPath,
         label: String,
     },
+}
+
+/// This server's staging folder in a local store, and the lock that marks it live.
+#[derive(Debug)]
+pub struct Instance {
+    dir: PathBuf,
+    _lock: std::fs::File,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// One stored trace, for retention.
@@ -47,6 +70,13 @@ pub enum UploadError {
     NotATrace(String),
     #[error("the upload was interrupted: {0}")]
     Interrupted(String),
+    #[error("the upload took too long: {0}")]
+    TimedOut(String),
+    #[error(
+        "the upload was refused: it is mostly damage ({0}); check the file with \
+         `gpucollect report` and upload an intact trace"
+    )]
+    Damaged(String),
     #[error("the trace could not be stored: {0}")]
     Storage(String),
 }
@@ -56,53 +86,140 @@ pub enum UploadError {
 pub struct UploadSummary {
     pub bytes: u64,
     pub records: u64,
+    /// The first `WARNINGS_SHOWN` warnings.
     pub warnings: Vec<String>,
+    /// All warnings, including those not shown.
+    pub warnings_total: u64,
 }
+
+/// Warnings an upload answer lists; the rest are only counted.
+pub const WARNINGS_SHOWN: usize = 20;
+/// An upload with more warnings than this is refused as damaged.
+pub const MAX_WARNINGS: u64 = 10_000;
+/// Below this many warnings an upload is never refused as damaged.
+const DAMAGE_FLOOR: u64 = 100;
+/// Bytes handed to the decoder at a time, on the blocking pool.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// Feeds upload chunks to the decoder, discarding records, to reject anything that is not a
 /// trace as early as possible with bounded memory.
 struct Validator {
     decoder: Decoder,
-    bytes: u64,
-    limit_bytes: u64,
 }
 
 impl Validator {
-    fn new(limit_bytes: u64) -> Self {
+    fn new() -> Self {
         Self {
             decoder: Decoder::new(),
-            bytes: 0,
-            limit_bytes,
         }
     }
 
     fn push(&mut self, chunk: &[u8]) -> Result<(), UploadError> {
-        self.bytes += chunk.len() as u64;
-        if self.bytes > self.limit_bytes {
-            return Err(UploadError::TooLarge {
-                limit_bytes: self.limit_bytes,
-            });
-        }
         self.decoder.push(chunk);
         loop {
             match self.decoder.next_record() {
                 Ok(Some(_)) => {}
-                Ok(None) => return Ok(()),
+                Ok(None) => return self.check_damage(0),
                 Err(e) => return Err(not_a_trace(&e)),
             }
         }
     }
 
-    fn finish(mut self) -> Result<UploadSummary, UploadError> {
+    /// Refuses an upload that is mostly damage: more than `MAX_WARNINGS` warnings, or (past
+    /// `DAMAGE_FLOOR`) more damaged records than good ones. Checked after every batch, so the
+    /// decoder never holds more than one batch's worth of warnings beyond the limit.
+    fn check_damage(&self, more: u64) -> Result<(), UploadError> {
+        let warnings = self.decoder.warnings().len() as u64 + more;
+        let records = self.decoder.records_decoded();
+        if warnings > MAX_WARNINGS || (warnings > DAMAGE_FLOOR && warnings > records) {
+            let first = self
+                .decoder
+                .warnings()
+                .first()
+                .map(|w| format!("; the first: {w}"))
+                .unwrap_or_default();
+            return Err(UploadError::Damaged(format!(
+                "{warnings} warnings against {records} good records{first}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, bytes: u64) -> Result<UploadSummary, UploadError> {
         let warnings = self.decoder.finish().map_err(|e| not_a_trace(&e))?;
         if let Some(e) = self.decoder.fatal() {
             return Err(not_a_trace(e));
         }
+        self.check_damage(0)?;
         Ok(UploadSummary {
-            bytes: self.bytes,
+            bytes,
             records: self.decoder.records_decoded(),
-            warnings: warnings.iter().map(ToString::to_string).collect(),
+            warnings: warnings
+                .iter()
+                .take(WARNINGS_SHOWN)
+                .map(ToString::to_string)
+                .collect(),
+            warnings_total: warnings.len() as u64,
         })
+    }
+}
+
+/// Decodes a batch on the blocking pool; gives the validator and the batch back.
+async fn validate(
+    mut v: Validator,
+    batch: Vec<Bytes>,
+) -> Result<(Validator, Vec<Bytes>), UploadError> {
+    tokio::task::spawn_blocking(move || {
+        for c in &batch {
+            v.push(c)?;
+        }
+        Ok((v, batch))
+    })
+    .await
+    .map_err(storage)?
+}
+
+/// Reads the next batch of at most about `BATCH_BYTES` from an upload body, counting bytes
+/// against the limit as they arrive. An empty batch means the body ended.
+async fn next_batch<S>(
+    body: &mut S,
+    bytes: &mut u64,
+    limit_bytes: u64,
+) -> Result<Vec<Bytes>, UploadError>
+where
+    S: Stream<Item = Result<Bytes, UploadError>> + Unpin,
+{
+    let mut batch = Vec::new();
+    let mut len = 0;
+    while len < BATCH_BYTES {
+        let Some(chunk) = body.next().await else {
+            break;
+        };
+        let chunk = chunk?;
+        *bytes += chunk.len() as u64;
+        if *bytes > limit_bytes {
+            return Err(UploadError::TooLarge { limit_bytes });
+        }
+        len += chunk.len();
+        if !chunk.is_empty() {
+            batch.push(chunk);
+        }
+    }
+    Ok(batch)
+}
+
+/// Removes a staged upload unless it was completed; also when the upload's task is dropped
+/// mid-way (a client gone, a shutdown).
+struct Staged {
+    path: PathBuf,
+    done: bool,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -115,7 +232,9 @@ fn storage<E: std::fmt::Display>(e: E) -> UploadError {
 }
 
 impl Store {
-    /// A local store; creates its folders and removes uploads a crash left half-written.
+    /// A local store; creates its folders, takes a staging folder of its own and removes
+    /// those of servers that are gone (uploads a crash left half-written). Another server's
+    /// live staging folder is left alone.
     pub async fn local(root: &Path) -> anyhow::Result<Self> {
         use anyhow::Context;
         for sub in ["traces", "tmp"] {
@@ -128,12 +247,38 @@ impl Store {
                     )
                 })?;
         }
+        let name = TraceId::random()?.to_string();
+        let dir = root.join("tmp").join(&name[..16]);
+        std::fs::create_dir(&dir)
+            .with_context(|| format!("cannot create the staging folder {}", dir.display()))?;
+        let lock = std::fs::File::create(dir.join("lock"))
+            .and_then(|f| f.lock().map(|()| f))
+            .with_context(|| format!("cannot lock the staging folder {}", dir.display()))?;
+        let instance = Arc::new(Instance { dir, _lock: lock });
         let mut tmp = tokio::fs::read_dir(root.join("tmp")).await?;
         while let Some(e) = tmp.next_entry().await? {
-            let _ = tokio::fs::remove_file(e.path()).await;
+            let path = e.path();
+            if path == instance.dir {
+                continue;
+            }
+            if e.file_type().await?.is_dir() {
+                // Live while its server holds the lock; a missing lock file means its server
+                // died before taking it, or it is being removed.
+                let stale = match std::fs::File::open(path.join("lock")) {
+                    Ok(f) => f.try_lock().is_ok(),
+                    Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+                };
+                if stale {
+                    let _ = tokio::fs::remove_dir_all(&path).await;
+                }
+            } else {
+                // An older server's staging file: such servers did not share folders.
+                let _ = tokio::fs::remove_file(&path).await;
+            }
         }
         Ok(Self::Local {
             root: root.to_path_buf(),
+            instance,
         })
     }
 
@@ -166,7 +311,7 @@ impl Store {
     /// Human-readable location, for logs.
     pub fn describe(&self) -> String {
         match self {
-            Self::Local { root } => format!("local directory {}", root.display()),
+            Self::Local { root, .. } => format!("local directory {}", root.display()),
             Self::Object { label, .. } => format!("object store {label}"),
         }
     }
@@ -176,58 +321,74 @@ impl Store {
     }
 
     /// Streams an upload into the store under `id`. On any error nothing is left behind.
-    pub async fn put<S, E>(
+    /// The body's errors (a client gone, a timeout) are passed through as they are.
+    pub async fn put<S>(
         &self,
         id: &TraceId,
-        mut body: S,
+        body: S,
         limit_bytes: u64,
     ) -> Result<UploadSummary, UploadError>
     where
-        S: Stream<Item = Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
+        S: Stream<Item = Result<Bytes, UploadError>> + Unpin,
     {
-        let mut v = Validator::new(limit_bytes);
+        // A batch ends when the body does; the next batch must then see the end again.
+        let mut body = body.fuse();
+        let mut v = Validator::new();
+        let mut bytes = 0u64;
         match self {
-            Self::Local { root } => {
-                let tmp = root.join("tmp").join(format!("{id}.part"));
-                let result = async {
-                    let mut f = tokio::fs::File::create(&tmp).await.map_err(storage)?;
-                    while let Some(chunk) = body.next().await {
-                        let chunk = chunk.map_err(|e| UploadError::Interrupted(e.to_string()))?;
-                        v.push(&chunk)?;
-                        f.write_all(&chunk).await.map_err(storage)?;
+            Self::Local { root, instance } => {
+                let mut staged = Staged {
+                    path: instance.dir.join(format!("{id}.part")),
+                    done: false,
+                };
+                let mut f = tokio::fs::File::create(&staged.path)
+                    .await
+                    .map_err(storage)?;
+                loop {
+                    let batch = next_batch(&mut body, &mut bytes, limit_bytes).await?;
+                    if batch.is_empty() {
+                        break;
                     }
-                    let summary = v.finish()?;
-                    f.flush().await.map_err(storage)?;
-                    f.sync_all().await.map_err(storage)?;
-                    drop(f);
-                    let dest = root.join("traces").join(format!("{id}.msgpack"));
-                    tokio::fs::rename(&tmp, &dest).await.map_err(storage)?;
-                    // Make the rename itself durable.
-                    let dir = tokio::fs::File::open(root.join("traces"))
-                        .await
-                        .map_err(storage)?;
-                    dir.sync_all().await.map_err(storage)?;
-                    Ok(summary)
+                    let (back, batch) = validate(v, batch).await?;
+                    v = back;
+                    for c in &batch {
+                        f.write_all(c).await.map_err(storage)?;
+                    }
                 }
-                .await;
-                if result.is_err() {
-                    let _ = tokio::fs::remove_file(&tmp).await;
-                }
-                result
+                let summary = v.finish(bytes)?;
+                f.flush().await.map_err(storage)?;
+                f.sync_all().await.map_err(storage)?;
+                drop(f);
+                let dest = root.join("traces").join(format!("{id}.msgpack"));
+                tokio::fs::rename(&staged.path, &dest)
+                    .await
+                    .map_err(storage)?;
+                staged.done = true;
+                // Make the rename itself durable.
+                let dir = tokio::fs::File::open(root.join("traces"))
+                    .await
+                    .map_err(storage)?;
+                dir.sync_all().await.map_err(storage)?;
+                Ok(summary)
             }
             Self::Object { store, prefix, .. } => {
                 let path = Self::object_path(prefix, id);
                 let upload = store.put_multipart(&path).await.map_err(storage)?;
                 let mut w = WriteMultipart::new(upload);
                 let result = async {
-                    while let Some(chunk) = body.next().await {
-                        let chunk = chunk.map_err(|e| UploadError::Interrupted(e.to_string()))?;
-                        v.push(&chunk)?;
-                        w.wait_for_capacity(4).await.map_err(storage)?;
-                        w.write(&chunk);
+                    loop {
+                        let batch = next_batch(&mut body, &mut bytes, limit_bytes).await?;
+                        if batch.is_empty() {
+                            break;
+                        }
+                        let (back, batch) = validate(v, batch).await?;
+                        v = back;
+                        for c in &batch {
+                            w.wait_for_capacity(4).await.map_err(storage)?;
+                            w.write(c);
+                        }
                     }
-                    v.finish()
+                    v.finish(bytes)
                 }
                 .await;
                 match result {
@@ -255,7 +416,7 @@ impl Store {
         )>,
     > {
         match self {
-            Self::Local { root } => {
+            Self::Local { root, .. } => {
                 let path = root.join("traces").join(format!("{id}.msgpack"));
                 let f = match tokio::fs::File::open(&path).await {
                     Ok(f) => f,
@@ -294,7 +455,7 @@ impl Store {
     /// Whether a trace is stored, without reading it (a HEAD on object stores).
     pub async fn exists(&self, id: &TraceId) -> anyhow::Result<bool> {
         match self {
-            Self::Local { root } => Ok(tokio::fs::try_exists(
+            Self::Local { root, .. } => Ok(tokio::fs::try_exists(
                 root.join("traces").join(format!("{id}.msgpack")),
             )
             .await?),
@@ -312,7 +473,7 @@ impl Store {
     pub async fn list(&self) -> anyhow::Result<Vec<StoredTrace>> {
         let mut out = Vec::new();
         match self {
-            Self::Local { root } => {
+            Self::Local { root, .. } => {
                 let mut dir = tokio::fs::read_dir(root.join("traces")).await?;
                 while let Some(e) = dir.next_entry().await? {
                     let name = e.file_name();
@@ -354,10 +515,17 @@ impl Store {
         Ok(out)
     }
 
+    /// Deletes a trace. One already gone (another server sharing the store deleted it) is
+    /// not an error.
     pub async fn delete(&self, id: &TraceId) -> anyhow::Result<()> {
         match self {
-            Self::Local { root } => {
-                tokio::fs::remove_file(root.join("traces").join(format!("{id}.msgpack"))).await?
+            Self::Local { root, .. } => {
+                match tokio::fs::remove_file(root.join("traces").join(format!("{id}.msgpack")))
+                    .await
+                {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
             }
             Self::Object { store, prefix, .. } => {
                 store.delete(&Self::object_path(prefix, id)).await?
