@@ -144,6 +144,15 @@ pub fn render(r: &Report) -> String {
         r.live_at_end_count
     );
     sites(&mut o, "by call site:", &r.live_at_end_sites);
+    for p in &r.pinned_host {
+        let _ = writeln!(
+            o,
+            "Pinned host memory of process {}: peak {}, live at end {}",
+            p.process.0,
+            fmt_bytes(p.peak_bytes),
+            fmt_bytes(p.live_at_end_bytes)
+        );
+    }
     if !r.failed_allocations.is_empty() {
         let _ = writeln!(o, "Failed allocations: {}", r.failed_allocations.len());
         for f in &r.failed_allocations {
@@ -182,12 +191,41 @@ fn finding(o: &mut String, f: &Finding) {
         one_line(&f.site)
     );
     let _ = writeln!(o, "           {}", one_line(&f.message));
+    for e in &f.evidence {
+        let _ = writeln!(o, "           - {}", one_line(e));
+    }
     let _ = writeln!(o, "           fix: {}", one_line(&f.fix));
 }
 
 fn analysis(o: &mut String, r: &Report) {
     let a = &r.analysis;
     let _ = writeln!(o);
+    // The verdict first: one sentence per problem, most harmful first.
+    if r.findings.is_empty() {
+        let _ = writeln!(
+            o,
+            "Verdict: healthy, no leak, spike, fragmentation or out-of-memory found ({})",
+            a.history.describe()
+        );
+    } else {
+        let _ = writeln!(o, "Verdict:");
+        for f in &r.findings {
+            let _ = writeln!(
+                o,
+                "  {:<8} {}",
+                f.severity.name().to_uppercase(),
+                one_line(&f.headline)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "Iterations: {} {} from {} ({} warm-up)",
+        a.iterations.count,
+        a.iterations.unit(),
+        one_line(&a.iterations.label),
+        a.iterations.warmup
+    );
     let _ = writeln!(o, "Score: {}/100 (grade {})", r.score, r.grade);
     if r.findings.is_empty() {
         let _ = writeln!(o, "Findings: none");

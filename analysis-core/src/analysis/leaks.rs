@@ -754,6 +754,11 @@ pub fn analyze(
             );
             f.headline = f.headline.replacen(&f.location, &loc, 1);
             f.fix = f.fix.replace(&f.location, &loc);
+            f.message = f.message.replacen(
+                &format!("allocated at {}", f.site),
+                &format!("allocated under {common}"),
+                1,
+            );
             f.site = format!("{common}");
             f.location = loc;
         }
