@@ -452,3 +452,183 @@ fn nvtx_scoped_leak_is_reported_on_the_inner_range_with_its_call_site() {
         assert_eq!(train.calls, truth.steps);
     }
 }
+
+/// A small trace written record by record: a process, a device, named native frames.
+struct Builder {
+    enc: Encoder,
+    next_string: u32,
+    t: u64,
+    addr: u64,
+}
+
+impl Builder {
+    fn new() -> Self {
+        let mut enc = Encoder::new(&Encoder::header_v1());
+        enc.record(&Record::Process(ProcessInfo {
+            process: ProcessIdx(0),
+            pid: 7,
+            ..ProcessInfo::default()
+        }));
+        enc.record(&Record::Device(DeviceInfo {
+            device: DeviceIdx(0),
+            total_bytes: 16 << 30,
+            ..DeviceInfo::default()
+        }));
+        Self {
+            enc,
+            next_string: 1,
+            t: 1_000,
+            addr: 1 << 40,
+        }
+    }
+
+    fn string(&mut self, v: &str) -> StringId {
+        let id = StringId(self.next_string);
+        self.next_string += 1;
+        self.enc.record(&Record::String {
+            id,
+            value: v.into(),
+        });
+        id
+    }
+
+    /// A stack of (function, file, line) frames, innermost first, as Python frame records.
+    fn stack(&mut self, id: u32, frames: &[(&str, &str, u32)]) -> StackId {
+        let mut parent = StackId(0);
+        for (k, &(function, file, line)) in frames.iter().rev().enumerate() {
+            let frame = FrameId(id * 100 + k as u32);
+            let (function, file) = (self.string(function), self.string(file));
+            self.enc.record(&Record::Frame(FrameDef::Python {
+                id: frame,
+                function,
+                file,
+                line,
+            }));
+            let stack = StackId(id * 100 + k as u32);
+            self.enc.record(&Record::Stack(StackDef {
+                stack,
+                parent,
+                frame,
+            }));
+            parent = stack;
+        }
+        parent
+    }
+
+    fn alloc(&mut self, size_bytes: u64, stack: StackId, kind: AllocKind) -> AllocId {
+        self.t += 1_000_000;
+        self.addr += size_bytes;
+        self.enc.alloc(&Alloc {
+            ts_nanos: self.t,
+            size_bytes,
+            address: self.addr,
+            stack,
+            kind,
+            ..Alloc::default()
+        })
+    }
+
+    fn pool_sample(&mut self, reserved_bytes: u64, used_bytes: u64) {
+        self.t += 1_000;
+        self.enc.record(&Record::PoolSample(PoolSample {
+            ts_nanos: self.t,
+            reserved_bytes,
+            used_bytes,
+            ..PoolSample::default()
+        }));
+    }
+
+    fn exit(mut self) -> Report {
+        self.t += 1_000;
+        self.enc.record(&Record::ProcessExit(ProcessExit {
+            ts_nanos: self.t,
+            process: ProcessIdx(0),
+            code: Some(0),
+            signal: None,
+        }));
+        self.enc.record(&Record::End { ts_nanos: self.t });
+        summarize(&load(&self.enc.into_bytes()).expect("loads"))
+    }
+}
+
+#[test]
+fn every_segment_of_a_caching_allocator_gets_the_same_cache_verdict() {
+    // Eight segments of one caching allocator, made at different times from different user
+    // lines as its use grew, all live at exit once the program freed its tensors (the pool
+    // samples say nothing is in use): cache, every one.
+    let mut b = Builder::new();
+    let early = b.stack(
+        1,
+        &[
+            (
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+                "",
+                0,
+            ),
+            ("forward", "model.py", 31),
+            ("main", "train.py", 10),
+        ],
+    );
+    let late = b.stack(
+        2,
+        &[
+            (
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+                "",
+                0,
+            ),
+            ("update", "metrics.py", 33),
+            ("main", "train.py", 12),
+        ],
+    );
+    for k in 0..8 {
+        b.alloc(
+            20 << 20,
+            if k < 2 { early } else { late },
+            AllocKind::Device,
+        );
+        b.pool_sample((k + 1) * (20 << 20), (k + 1) * (20 << 20) - (1 << 20));
+    }
+    b.pool_sample(8 * (20 << 20), 0);
+    let r = b.exit();
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    assert!(
+        r.analysis
+            .leaks_at_exit
+            .iter()
+            .all(|g| g.class == LeakClass::Cache),
+        "{:#?}",
+        r.analysis.leaks_at_exit
+    );
+    let cached: u64 = r
+        .notes
+        .iter()
+        .filter(|n| n.kind == FindingKind::Cache)
+        .map(|n| n.bytes)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(cached, 8 * (20 << 20));
+}
+
+#[test]
+fn unknown_kinds_are_not_device_memory_and_pinned_memory_has_its_own_totals_and_leaks() {
+    let mut b = Builder::new();
+    let staging = b.stack(1, &[("stage", "staging.cpp", 19), ("main", "app.cpp", 5)]);
+    let other = b.stack(2, &[("mystery", "app.cpp", 40), ("main", "app.cpp", 6)]);
+    b.alloc(64 << 20, staging, AllocKind::PinnedHost);
+    b.alloc(1 << 30, other, AllocKind::Other);
+    let r = b.exit();
+    // Neither counts as device memory.
+    assert_eq!(r.peak_bytes, 0);
+    assert_eq!(r.live_at_end_bytes, 0);
+    assert_eq!(r.pinned_host.len(), 1);
+    assert_eq!(r.pinned_host[0].peak_bytes, 64 << 20);
+    assert_eq!(r.pinned_host[0].live_at_end_bytes, 64 << 20);
+    // The pinned buffer a native program never freed is a leak, said to be pinned memory.
+    assert_eq!(r.findings.len(), 1, "{:#?}", r.findings);
+    let f = &r.findings[0];
+    assert_eq!(f.kind, FindingKind::LeakAtExit);
+    assert_eq!(f.location, "staging.cpp:19");
+    assert_eq!(f.bytes, 64 << 20);
+    assert!(f.message.contains("pinned host memory"), "{}", f.message);
+}

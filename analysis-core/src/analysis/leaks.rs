@@ -191,7 +191,8 @@ fn stack_facts(m: &TraceModel, c: &Config, stack: StackId) -> StackFacts {
         label,
         location,
         function: f.map(|f| (f.file, f.function)).unwrap_or_default(),
-        python: frames.iter().any(|f| f.python),
+        // Python source, not Python frame records: snapshots record C++ frames that way too.
+        python: frames.iter().any(|f| f.file.ends_with(".py")),
         allocator: through_caching_allocator(m, stack),
         library: users.is_empty(),
         prehistory,
@@ -584,6 +585,14 @@ pub fn analyze(
             device_capacity(m, *device)
                 .map(|cap| cap.saturating_sub(device_used_at_end(m, *device)) as f64 / j.per_sec)
         };
+        // A caching allocator's reserve that grows while its pool samples say it is mostly
+        // unused is cache filling up, not a leak.
+        let idle_pool =
+            causes.allocator[ci] && super::idle_pool(m, causes.keys[ci].0, causes.keys[ci].1);
+        let mut j = j;
+        if idle_pool {
+            j.leaking = false;
+        }
         if j.leaking {
             leaking_causes.push(ci);
             for &si in &leak {

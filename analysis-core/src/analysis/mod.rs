@@ -412,6 +412,20 @@ fn rank(m: &TraceModel, findings: &mut [Finding]) {
     });
 }
 
+/// Whether the pools of a process on a device end mostly unused (their last samples: at most a
+/// tenth of what they reserve handed out): what they hold is cache.
+pub(crate) fn idle_pool(
+    m: &TraceModel,
+    process: crate::format::ProcessIdx,
+    device: crate::format::DeviceIdx,
+) -> bool {
+    m.pool_samples
+        .iter()
+        .rev()
+        .find(|p| p.process == process && p.device == device)
+        .is_some_and(|p| p.used_bytes.saturating_mul(10) <= p.reserved_bytes)
+}
+
 /// The device's memory: its `device` record, else the last device sample.
 pub(crate) fn device_capacity(m: &TraceModel, device: crate::format::DeviceIdx) -> Option<u64> {
     m.devices

@@ -100,7 +100,7 @@ pub fn analyze(
             continue;
         };
         // Where a call site leaks, the leak is the finding; what remains is in-flight work.
-        if !j.leaking || explained != 0 {
+        if !j.leaking || explained != 0 || super::idle_pool(m, s.key.process, s.key.device) {
             continue;
         }
         let to_full = device_capacity(m, s.key.device)
