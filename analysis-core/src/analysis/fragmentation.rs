@@ -82,9 +82,9 @@ pub fn analyze(
         .get(it.warmup as usize)
         .copied()
         .unwrap_or(m.first_ts_nanos);
-    let third = (m.last_ts_nanos - m.first_ts_nanos) / 3;
+    let third = m.last_ts_nanos.saturating_sub(m.first_ts_nanos) / 3;
     let middle_third = m.first_ts_nanos + third;
-    let last_third = m.last_ts_nanos - third;
+    let last_third = m.last_ts_nanos.saturating_sub(third);
     let mut keys: Vec<(ProcessIdx, DeviceIdx, u64)> = Vec::new();
     for s in &m.pool_samples {
         let k = (s.process, s.device, s.pool);

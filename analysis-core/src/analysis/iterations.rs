@@ -95,7 +95,10 @@ fn warmup_of(count: usize) -> u64 {
 }
 
 fn median_gap(starts: &[u64]) -> u64 {
-    let mut gaps: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut gaps: Vec<u64> = starts
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .collect();
     if gaps.is_empty() {
         return 0;
     }
@@ -190,13 +193,17 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
                 .push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
         }
     }
+    // Damaged traces can step back in time: judge each stack's times in order.
+    for t in times.values_mut() {
+        t.sort_unstable();
+    }
     // (prefer, count, stack) of every regular candidate.
     let mut regular: Vec<(bool, usize, StackId)> = Vec::new();
     for (stack, t) in &times {
         if t.len() < MIN_ITERATIONS {
             continue;
         }
-        let covered = t[t.len() - 1] - t[0];
+        let covered = t[t.len() - 1].saturating_sub(t[0]);
         if covered < span / 2 {
             continue;
         }
@@ -207,7 +214,7 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
         let steady = t
             .windows(2)
             .filter(|w| {
-                let g = w[1] - w[0];
+                let g = w[1].saturating_sub(w[0]);
                 g >= med / 2 && g <= med.saturating_mul(2)
             })
             .count();

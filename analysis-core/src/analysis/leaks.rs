@@ -1,19 +1,19 @@
-//! Leaks, one finding per cause. A cause is the user's line (see `crate::attribution`) in one
-//! process, on one device (or in its pinned host memory).
+//! Leaks, one finding per cause. A cause is the user's line in one process, on one device or in
+//! its pinned host memory (`causes`).
 //!
-//! 1. **Growth.** Each cause's live bytes are sampled at the start of every steady-state
-//!    iteration (`iterations`) and at the end. A cause leaks when it grows by at least
-//!    `Config::growth_min_bytes`, in each third of the steady state, with a linear fit r of at
-//!    least `Config::growth_min_r`: growth that persists across iterations. Growth that stops
-//!    (a cache that fills during the first epochs) is a note. One-time allocations (parameters,
-//!    optimizer state made on the first step) are in every sample and never grow.
-//! 2. **What is live at the end**, for causes that do not grow, by how the history ends
-//!    (`history`): after an exit, memory a native call site never freed is a leak at exit, memory
-//!    its site frees elsewhere is a missed free, and memory a caching allocator holds is cache;
-//!    in a snapshot or at a kill, live memory is in use, not leaked. At any end, memory left by
-//!    a thread that went idle or ended long before is a leak.
+//! 1. **Growth.** The live bytes of every stack of every cause are sampled at the start of each
+//!    iteration and at the end (`sampling`). A stack leaks when it grows persistently across the
+//!    steady state (`sampling::judge`: in each third, steadily, enough bytes for the history or
+//!    its rate, made of kept allocations); a cause when a stack of it does, or when it does as a
+//!    whole. Growth that stops (a cache that fills during the first epochs) is a note. One-time
+//!    allocations (parameters, optimizer state made on the first step) are in every sample and
+//!    never grow. Leaking causes become findings in `grouping`.
+//! 2. **What is live at the end**, for what does not grow, by how each process's history ends
+//!    (`history`): after an exit, memory a native call site never freed is a leak at exit and
+//!    memory its site frees elsewhere a missed free; a caching allocator's or a library's memory
+//!    is cache; in a snapshot or at a kill, live memory is in use, not leaked. At any end, memory
+//!    left by a thread that went quiet while its process went on is a leak.
 //!
-//! Leaking lines of one function (the statements of one `forward`, say) are one finding.
 //! Memory released only by a context teardown is listed separately and is a note.
 
 use alloc::format;
@@ -22,13 +22,15 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+use super::causes::Causes;
+use super::grouping::{group_causes, separating_frame};
 use super::history::HistoryEnd;
 use super::iterations::Iterations;
+use super::sampling::{judge, sampling_by_process};
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
-use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::model::{FrameView, TraceModel};
+use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
+use crate::model::TraceModel;
 use crate::report::{SiteBytes, group_by_stack};
-use crate::stats::linear_fit;
 use crate::units::{fmt_bytes, fmt_duration};
 
 /// Why a cause's live-at-end memory is (or is not) a leak.
@@ -109,331 +111,6 @@ pub struct LeakSections {
 const MAX_GROWTH_ROWS: usize = 50;
 /// Allocations made in the steady state and kept to its end that growth needs.
 const MIN_KEPT: u32 = 3;
-/// Growth below this is never a leak, whatever its rate.
-const MIN_GROWTH_BYTES: i64 = 4096;
-/// Samples at most per cause series.
-const MAX_SAMPLES: usize = 256;
-
-/// A cause: (process, device, pinned host, label).
-type CauseKey = (ProcessIdx, DeviceIdx, bool, String);
-
-/// What a cause needs to know of one stack.
-#[derive(Clone)]
-struct StackFacts {
-    label: String,
-    location: String,
-    /// File and function of the user's frame.
-    function: (String, String),
-    python: bool,
-    /// Passes through a caching allocator or pool.
-    allocator: bool,
-    /// No frame of it is the user's: a library's own memory.
-    library: bool,
-    /// A block a snapshot's history does not reach back to (the reader's marker first).
-    prehistory: bool,
-}
-
-/// Causes of every stack, built once.
-pub struct Causes {
-    pub keys: Vec<CauseKey>,
-    /// `file:line` of each cause's frame.
-    pub locations: Vec<String>,
-    /// `file` and function of each cause's frame (to fold lines of one function).
-    pub functions: Vec<(String, String)>,
-    /// Whether any stack of the cause has Python frames.
-    pub python: Vec<bool>,
-    /// Whether any stack of the cause passes through a caching allocator.
-    pub allocator: Vec<bool>,
-    /// Whether the cause's frame is a library's (no user frame in its stacks).
-    pub library: Vec<bool>,
-    /// The stack with the most bytes of each cause.
-    pub top_stack: Vec<(StackId, u64)>,
-    /// Stacks of blocks that predate a snapshot's history, sorted.
-    pub prehistory: Vec<StackId>,
-    by_alloc: Vec<u32>,
-}
-
-fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
-    m.stack_frames(stack).iter().any(|f| {
-        f.function.contains("CachingAllocator")
-            || f.function.contains("CachingHostAllocator")
-            || f.function.contains("MemoryPool::")
-            || f.function.contains("BFCAllocator")
-            || f.file.contains("cupy/cuda/memory")
-    })
-}
-
-fn stack_facts(m: &TraceModel, c: &Config, stack: StackId) -> StackFacts {
-    let mut frames = m.stack_frames(stack);
-    // A reader's marker (`<allocated before the snapshot's history began>`) stays in the
-    // label; the cause is the user's line under it, so these blocks join their line.
-    let prehistory = frames
-        .first()
-        .is_some_and(|f| f.file.is_empty() && f.function.starts_with('<'));
-    if prehistory {
-        frames.remove(0);
-    }
-    let users = crate::attribution::user_frame_indexes(&frames, &c.hide_frames);
-    let f = users
-        .first()
-        .copied()
-        .or_else(|| crate::attribution::user_frame_index(&frames, &c.hide_frames))
-        .map(|i| frames[i].clone());
-    let label = f
-        .as_ref()
-        .map_or_else(|| "<no stack>".into(), |f| format!("{f}"));
-    let location = f
-        .as_ref()
-        .filter(|f| !f.file.is_empty() && f.file != "??")
-        .map(|f| format!("{}:{}", f.file, f.line))
-        .unwrap_or_default();
-    StackFacts {
-        label,
-        location,
-        function: f.map(|f| (f.file, f.function)).unwrap_or_default(),
-        // Python source, not Python frame records: snapshots record C++ frames that way too.
-        python: frames.iter().any(|f| f.file.ends_with(".py")),
-        allocator: through_caching_allocator(m, stack),
-        library: users.is_empty(),
-        prehistory,
-    }
-}
-
-impl Causes {
-    pub fn new(m: &TraceModel, c: &Config) -> Self {
-        let mut facts: HashMap<StackId, StackFacts> = HashMap::new();
-        let mut index: HashMap<CauseKey, u32> = HashMap::new();
-        let mut out = Causes {
-            keys: Vec::new(),
-            locations: Vec::new(),
-            functions: Vec::new(),
-            python: Vec::new(),
-            allocator: Vec::new(),
-            library: Vec::new(),
-            top_stack: Vec::new(),
-            prehistory: Vec::new(),
-            by_alloc: Vec::with_capacity(m.allocs.len()),
-        };
-        for a in &m.allocs {
-            let f = facts
-                .entry(a.stack)
-                .or_insert_with(|| stack_facts(m, c, a.stack));
-            let host = a.kind == AllocKind::PinnedHost;
-            let key = (a.process, a.device, host, f.label.clone());
-            let next = out.keys.len() as u32;
-            let i = *index.entry(key.clone()).or_insert(next);
-            if i == next {
-                out.keys.push(key);
-                out.locations.push(f.location.clone());
-                out.functions.push(f.function.clone());
-                out.python.push(f.python);
-                out.allocator
-                    .push(f.allocator || a.kind == AllocKind::StreamOrderedPool);
-                out.library.push(f.library);
-                out.top_stack.push((a.stack, 0));
-            }
-            let ci = i as usize;
-            out.python[ci] |= f.python;
-            out.allocator[ci] |= f.allocator || a.kind == AllocKind::StreamOrderedPool;
-            let t = &mut out.top_stack[ci];
-            if t.0 == a.stack {
-                t.1 = t.1.saturating_add(a.size_bytes);
-            } else if a.size_bytes > t.1 && !f.prehistory {
-                *t = (a.stack, a.size_bytes);
-            }
-            out.by_alloc.push(i);
-        }
-        out.prehistory = facts
-            .iter()
-            .filter(|(_, f)| f.prehistory)
-            .map(|(s, _)| *s)
-            .collect();
-        out.prehistory.sort_unstable();
-        out
-    }
-
-    pub fn of(&self, alloc_index: usize) -> usize {
-        self.by_alloc[alloc_index] as usize
-    }
-
-    pub fn label(&self, cause: usize) -> &str {
-        &self.keys[cause].3
-    }
-}
-
-/// Sample times: the starts of iterations from 0, and the end; and the index of the first
-/// steady-state sample.
-pub(crate) fn sample_times(
-    m: &TraceModel,
-    it: &Iterations,
-    end: HistoryEnd,
-    sel: Option<ProcessIdx>,
-) -> Sampling {
-    // The last sample: after an exit, the last allocation (from then on the program only frees
-    // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
-    // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
-    // otherwise the end of the history (a snapshot or a kill freezes what was live).
-    let mine = |a: &&crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
-    let last = if end.program_finished() {
-        // Its last allocation or attempt: a failed allocation is activity too.
-        m.allocs
-            .iter()
-            .filter(mine)
-            .map(|a| a.ts_nanos)
-            .chain(
-                m.failed
-                    .iter()
-                    .filter(|f| sel.is_none_or(|p| f.record.process == p))
-                    .map(|f| f.record.ts_nanos),
-            )
-            .max()
-            .unwrap_or(m.last_ts_nanos)
-    } else {
-        m.last_ts_nanos
-    };
-    let n = it.starts_nanos.partition_point(|&t| t <= last);
-    let stride = n.div_ceil(MAX_SAMPLES).max(1);
-    let mut times = Vec::new();
-    let mut iters = Vec::new();
-    let mut steady = usize::MAX;
-    for i in (0..n).step_by(stride) {
-        if steady == usize::MAX && i as u64 >= it.warmup {
-            steady = times.len();
-        }
-        times.push(it.starts_nanos[i]);
-        iters.push(i as f64);
-    }
-    if times.last().is_none_or(|&t| t < last) {
-        if steady == usize::MAX {
-            steady = times.len();
-        }
-        times.push(last);
-        let last_start = n
-            .checked_sub(1)
-            .map_or(m.first_ts_nanos, |i| it.starts_nanos[i]);
-        let period = it.median_period_nanos.max(1) as f64;
-        iters.push(n.saturating_sub(1) as f64 + (last - last_start) as f64 / period);
-    }
-    let steady = steady.min(times.len());
-    let secs = times
-        .iter()
-        .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
-        .collect();
-    Sampling {
-        times,
-        iters,
-        secs,
-        steady,
-    }
-}
-
-/// When a history is sampled: at the start of each iteration and at its end.
-pub(crate) struct Sampling {
-    pub times: Vec<u64>,
-    /// The iteration number of each sample.
-    pub iters: Vec<f64>,
-    /// Seconds since the first record.
-    pub secs: Vec<f64>,
-    /// The first steady-state sample.
-    pub steady: usize,
-}
-
-/// The sampling of each process (each worker of a multi-process run has its own steps and its
-/// own end), and the index of a process's in it.
-pub(crate) fn sampling_by_process(
-    m: &TraceModel,
-    it: &Iterations,
-) -> (Vec<(ProcessIdx, Sampling)>, impl Fn(ProcessIdx) -> usize) {
-    let mut procs: Vec<ProcessIdx> = m.processes.iter().map(|p| p.process).collect();
-    for a in &m.allocs {
-        if !procs.contains(&a.process) && procs.len() < 4096 {
-            procs.push(a.process);
-        }
-    }
-    procs.sort_unstable();
-    procs.dedup();
-    let single = procs.len() <= 1;
-    let out: Vec<(ProcessIdx, Sampling)> = procs
-        .iter()
-        .map(|&p| {
-            let own;
-            let its = if single {
-                it
-            } else {
-                own = super::iterations::detect_in(m, Some(p));
-                &own
-            };
-            (
-                p,
-                sample_times(m, its, super::history::end_of(m, p), Some(p)),
-            )
-        })
-        .collect();
-    let index: Vec<ProcessIdx> = procs;
-    (out, move |p: ProcessIdx| {
-        index.binary_search(&p).unwrap_or(0)
-    })
-}
-
-/// Whether a steady-state series grows persistently, and its fits.
-#[derive(Clone, Copy)]
-pub(crate) struct Judged {
-    pub growth: i64,
-    pub per_iteration: f64,
-    pub per_sec: f64,
-    pub r: f64,
-    pub leaking: bool,
-    pub bounded: bool,
-    /// Grew in every third of the steady state, steadily, however little.
-    pub persistent: bool,
-}
-
-pub(crate) fn judge(
-    c: &Config,
-    v: &[i64],
-    iters: &[f64],
-    secs: &[f64],
-    steady: usize,
-) -> Option<Judged> {
-    let u = &v[steady..];
-    let n = u.len();
-    if n < 4 {
-        return None;
-    }
-    let (a, b) = (n / 3, 2 * n / 3);
-    let g = [u[a] - u[0], u[b] - u[a], u[n - 1] - u[b]];
-    let growth = u[n - 1] - u[0];
-    let fit_i = linear_fit(iters[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
-    let fit_t = linear_fit(secs[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
-    let r = fit_i.map_or(0.0, |f| f.r);
-    let per_sec = fit_t.map_or(0.0, |f| f.slope);
-    // Enough to matter: over the history, or at its rate over an hour of run time.
-    let enough = growth >= MIN_GROWTH_BYTES
-        && (growth >= c.growth_min_bytes as i64
-            || per_sec * 3600.0 >= c.growth_min_bytes_per_hour as f64);
-    let persistent = g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
-    let leaking = enough && persistent;
-    // Grew over several samples (not one allocation), then stopped.
-    let rises = v.windows(2).filter(|w| w[1] > w[0]).count();
-    let early = v[..=b.saturating_add(steady).min(v.len() - 1)]
-        .windows(2)
-        .map(|w| (w[1] - w[0]).max(0))
-        .sum::<i64>();
-    let bounded = !leaking
-        && rises >= 3
-        && early >= c.growth_min_bytes as i64
-        && g[2] <= 0
-        && v[v.len() - 1] >= c.growth_min_bytes as i64;
-    Some(Judged {
-        growth,
-        per_iteration: fit_i.map_or(0.0, |f| f.slope),
-        per_sec,
-        r,
-        leaking,
-        bounded,
-        persistent,
-    })
-}
 
 /// Runs growth and end-of-history classification; pushes findings and notes.
 pub fn analyze(
@@ -661,7 +338,7 @@ pub fn analyze(
             && a.free_ts_nanos <= at(a.process)
             && lifetimes[causes.of(i)].len() < 4096
         {
-            lifetimes[causes.of(i)].push(a.free_ts_nanos - a.ts_nanos);
+            lifetimes[causes.of(i)].push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
         }
     }
     let typical: Vec<Option<u64>> = lifetimes
@@ -679,7 +356,8 @@ pub fn analyze(
         let ci = causes.of(i);
         allocated[ci] += 1;
         let in_flight = typical[ci].is_some_and(|t| {
-            !a.is_live() && a.free_ts_nanos - a.ts_nanos <= t.saturating_mul(10).max(1)
+            !a.is_live()
+                && a.free_ts_nanos.saturating_sub(a.ts_nanos) <= t.saturating_mul(10).max(1)
         });
         if a.live_at(at(a.process)) && !in_flight {
             let e = &mut leak_end[ci];
@@ -706,8 +384,8 @@ pub fn analyze(
                 .iter()
                 .filter(|r| r.leaking && !r.pinned_host)
                 .filter(|r| r.process == s.key.process && r.device == s.key.device)
-                .map(|r| r.end_bytes as i64 - r.steady_start_bytes as i64)
-                .sum();
+                .map(|r| super::signed_diff(r.end_bytes, r.steady_start_bytes))
+                .fold(0i64, i64::saturating_add);
             series_growth.push((
                 s.key.process,
                 s.key.device,
@@ -866,172 +544,6 @@ pub fn analyze(
     }
 }
 
-/// Where a line leaks on some paths only (the model's head allocates under evaluation and under
-/// training, but only what evaluation keeps stays), the first frame of a leaking path that no
-/// other path of the line passes through names the cause better than the line.
-fn separating_frame(
-    m: &TraceModel,
-    c: &Config,
-    ci: usize,
-    leak_stacks: &[(usize, StackId)],
-    stacks_by_line: &HashMap<usize, Vec<StackId>>,
-) -> Option<FrameView> {
-    let chain = |stack: StackId| -> Vec<FrameView> {
-        let frames = m.stack_frames(stack);
-        crate::attribution::user_frame_indexes(&frames, &c.hide_frames)
-            .into_iter()
-            .map(|i| frames[i].clone())
-            .collect()
-    };
-    let all = stacks_by_line.get(&ci)?;
-    let leaking: Vec<StackId> = all
-        .iter()
-        .copied()
-        .filter(|s| leak_stacks.binary_search(&(ci, *s)).is_ok())
-        .collect();
-    let others: Vec<Vec<FrameView>> = all
-        .iter()
-        .copied()
-        .filter(|s| !leaking.contains(s))
-        .map(chain)
-        .collect();
-    if others.is_empty() || leaking.is_empty() {
-        return None;
-    }
-    let mut found: Option<FrameView> = None;
-    for s in leaking {
-        let path = chain(s);
-        // Skip the line itself; stop short of the script's entry.
-        let inner = path.len().saturating_sub(1);
-        let f = path
-            .get(1..inner)?
-            .iter()
-            .find(|f| !others.iter().any(|o| o.contains(f)))?
-            .clone();
-        // Every leaking path must agree on it.
-        if found.as_ref().is_some_and(|g| *g != f) {
-            return None;
-        }
-        found = Some(f);
-    }
-    found
-}
-
-/// Leaking causes grouped into findings, with the frame they meet in where that names the
-/// cause better than any one line. Lines of one function, on every device and in every process
-/// (workers running the same code), are one cause; so is a line whose frame every stack of the
-/// group passes through the function of (the training step that calls the model at one line
-/// and keeps its result, made at the next: the statements of `forward` that leak are its
-/// graph), and the line of that function the group's stacks pass through names the group.
-fn group_causes(
-    m: &TraceModel,
-    c: &Config,
-    causes: &Causes,
-    leaking: &[usize],
-    weak: &[(usize, Vec<(usize, StackId)>)],
-    leak_stacks: &[(usize, StackId)],
-) -> Vec<(Vec<usize>, Option<FrameView>)> {
-    let chain = |ci: usize| -> Vec<FrameView> {
-        let stack = leak_stacks
-            .iter()
-            .find(|(c2, _)| *c2 == ci)
-            .map_or(causes.top_stack[ci].0, |x| x.1);
-        let frames = m.stack_frames(stack);
-        crate::attribution::user_frame_indexes(&frames, &c.hide_frames)
-            .into_iter()
-            .map(|i| frames[i].clone())
-            .collect()
-    };
-    let mut groups: Vec<(Vec<usize>, Option<FrameView>)> = Vec::new();
-    let mut done: Vec<bool> = alloc::vec![false; leaking.len()];
-    for x in 0..leaking.len() {
-        if done[x] {
-            continue;
-        }
-        let ci = leaking[x];
-        let host = causes.keys[ci].2;
-        let func = &causes.functions[ci];
-        let mut members = alloc::vec![ci];
-        for y in x + 1..leaking.len() {
-            let cj = leaking[y];
-            let same = if func.1.is_empty() {
-                causes.keys[cj].3 == causes.keys[ci].3
-            } else {
-                causes.functions[cj] == *func
-            };
-            if !done[y] && causes.keys[cj].2 == host && same {
-                members.push(cj);
-                done[y] = true;
-            }
-        }
-        groups.push((members, None));
-    }
-    // A caller's line that every stack of a group passes through (leaking or growing weakly)
-    // joins it and names it; groups under the same caller's line become one.
-    let callers: Vec<(usize, FrameView)> = leaking
-        .iter()
-        .copied()
-        .chain(weak.iter().map(|w| w.0))
-        .filter_map(|ci| chain(ci).into_iter().next().map(|f| (ci, f)))
-        .collect();
-    let chains: Vec<Vec<Vec<FrameView>>> = groups
-        .iter()
-        .map(|(members, _)| members.iter().map(|&ci| chain(ci)).collect())
-        .collect();
-    for (g, (members, common)) in groups.iter_mut().enumerate() {
-        let host = causes.keys[members[0]].2;
-        // The outermost such function (nearest the script's entry, short of the entry itself),
-        // named by the line of it the group's stacks pass through.
-        let mut best: Option<(usize, usize, FrameView)> = None; // (depth from outside, cause, frame)
-        for (ci, frame) in &callers {
-            if members.contains(ci) || causes.keys[*ci].2 != host {
-                continue;
-            }
-            let same_function =
-                |f: &FrameView| f.file == frame.file && f.function == frame.function;
-            let mut all = true;
-            let mut d = usize::MAX;
-            let mut named: Option<FrameView> = None;
-            for ch in &chains[g] {
-                let outer = ch.len().saturating_sub(1);
-                match ch[..outer].iter().position(same_function) {
-                    Some(p) => {
-                        d = d.min(outer - p);
-                        named.get_or_insert_with(|| ch[p].clone());
-                    }
-                    None => all = false,
-                }
-            }
-            if let (true, Some(named)) = (all, named)
-                && best.as_ref().is_none_or(|b| d < b.0)
-            {
-                best = Some((d, *ci, named));
-            }
-        }
-        if let Some((_, ci, frame)) = best {
-            members.push(ci);
-            *common = Some(frame);
-        }
-    }
-    // Groups that now share a member (two leaking functions under one caller) are one.
-    let mut out: Vec<(Vec<usize>, Option<FrameView>)> = Vec::new();
-    for (members, common) in groups {
-        match out.iter_mut().find(|(m2, c2)| {
-            common.is_some() && *c2 == common && m2.iter().any(|x| members.contains(x))
-        }) {
-            Some((m2, _)) => {
-                for x in members {
-                    if !m2.contains(&x) {
-                        m2.push(x);
-                    }
-                }
-            }
-            None => out.push((members, common)),
-        }
-    }
-    out
-}
-
 #[allow(clippy::too_many_arguments)]
 fn growth_finding(
     m: &TraceModel,
@@ -1115,9 +627,7 @@ fn growth_finding(
         .enumerate()
         .find(|(i, a)| a.is_live() && members.contains(&causes.of(*i)))
         .map(|(_, a)| a.ts_nanos);
-    let full = to_full
-        .map(|s| format!(" — device full in {}", fmt_duration((s * 1e9) as u64)))
-        .unwrap_or_default();
+    let full = to_full.map(super::full_in).unwrap_or_default();
     f.headline = format!(
         "leaks {} per {unit} at {loc}{full}",
         fmt_bytes(per_iter.max(0.0) as u64)

@@ -6,14 +6,17 @@
 //! Findings (warning or critical) are problems; notes (info) are facts worth knowing that are
 //! not problems: bounded growth, memory released only by a context teardown, churn.
 
+pub mod causes;
 pub mod churn;
 pub mod config;
 pub mod diff;
 pub mod fragmentation;
+pub mod grouping;
 pub mod hidden;
 pub mod history;
 pub mod iterations;
 pub mod leaks;
+pub mod sampling;
 pub mod scopes;
 pub mod score;
 pub mod spikes;
@@ -288,7 +291,7 @@ pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
     let sites = SiteIndex::new(m);
     let end = history::classify(m);
     let its = iterations::detect(m);
-    let causes = leaks::Causes::new(m, config);
+    let causes = causes::Causes::new(m, config);
     let mut a = Analysis {
         config: config.clone(),
         history: end,
@@ -424,6 +427,18 @@ pub(crate) fn idle_pool(
         .rev()
         .find(|p| p.process == process && p.device == device)
         .is_some_and(|p| p.used_bytes.saturating_mul(10) <= p.reserved_bytes)
+}
+
+/// " — device full in 3 h" for a headline, or " — the device is full" when nothing is left.
+pub(crate) fn full_in(seconds: f64) -> String {
+    if seconds < 1e-3 {
+        String::from(" — the device is full")
+    } else {
+        alloc::format!(
+            " — device full in {}",
+            crate::units::fmt_duration((seconds * 1e9) as u64)
+        )
+    }
 }
 
 /// The device's memory: its `device` record, else the last device sample.

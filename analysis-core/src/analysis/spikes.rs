@@ -16,8 +16,8 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+use super::causes::Causes;
 use super::iterations::Iterations;
-use super::leaks::Causes;
 use super::scopes::{ScopeKind, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;

@@ -14,14 +14,14 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use super::iterations::Iterations;
-use super::leaks::{judge, sampling_by_process};
+use super::sampling::{judge, sampling_by_process};
 use super::{
     Config, Finding, FindingKind, Found, Impact, Severity, device_capacity, device_used_at_end,
 };
 use crate::format::{DeviceIdx, ProcessIdx};
 use crate::model::TraceModel;
 use crate::stats::{LinearFit, linear_fit};
-use crate::units::{fmt_bytes, fmt_duration};
+use crate::units::fmt_bytes;
 
 /// Moments sampled per series for the time-weighted fit.
 pub const SAMPLES: usize = 256;
@@ -130,9 +130,7 @@ pub fn analyze(
         f.harm_bytes = (j.growth.max(0) as f64 + j.per_sec.max(0.0) * 3600.0)
             .min(device_capacity(m, s.key.device).unwrap_or(u64::MAX) as f64)
             as u64;
-        let full = to_full
-            .map(|t| format!(" — device full in {}", fmt_duration((t * 1e9) as u64)))
-            .unwrap_or_default();
+        let full = to_full.map(super::full_in).unwrap_or_default();
         f.headline = format!(
             "live memory grows {} per {unit} on device {}, spread over many call sites{full}",
             fmt_bytes(j.per_iteration.max(0.0) as u64),

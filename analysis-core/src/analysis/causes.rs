@@ -1,0 +1,158 @@
+//! Causes: the user's line (see `crate::attribution`) of every stack, in one process, on one
+//! device or in its pinned host memory. Built once per analysis, read by `leaks` and `spikes`.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+
+use super::Config;
+use crate::format::{AllocKind, DeviceIdx, ProcessIdx, StackId};
+use crate::model::TraceModel;
+
+/// A cause: (process, device, pinned host, label).
+pub type CauseKey = (ProcessIdx, DeviceIdx, bool, String);
+
+/// What a cause needs to know of one stack.
+#[derive(Clone)]
+struct StackFacts {
+    label: String,
+    location: String,
+    /// File and function of the user's frame.
+    function: (String, String),
+    python: bool,
+    /// Passes through a caching allocator or pool.
+    allocator: bool,
+    /// No frame of it is the user's: a library's own memory.
+    library: bool,
+    /// A block a snapshot's history does not reach back to (the reader's marker first).
+    prehistory: bool,
+}
+
+/// Causes of every stack, built once.
+pub struct Causes {
+    pub keys: Vec<CauseKey>,
+    /// `file:line` of each cause's frame.
+    pub locations: Vec<String>,
+    /// `file` and function of each cause's frame (to fold lines of one function).
+    pub functions: Vec<(String, String)>,
+    /// Whether any stack of the cause has Python frames.
+    pub python: Vec<bool>,
+    /// Whether any stack of the cause passes through a caching allocator.
+    pub allocator: Vec<bool>,
+    /// Whether the cause's frame is a library's (no user frame in its stacks).
+    pub library: Vec<bool>,
+    /// The stack with the most bytes of each cause.
+    pub top_stack: Vec<(StackId, u64)>,
+    /// Stacks of blocks that predate a snapshot's history, sorted.
+    pub prehistory: Vec<StackId>,
+    by_alloc: Vec<u32>,
+}
+
+fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
+    m.stack_frames(stack).iter().any(|f| {
+        f.function.contains("CachingAllocator")
+            || f.function.contains("CachingHostAllocator")
+            || f.function.contains("MemoryPool::")
+            || f.function.contains("BFCAllocator")
+            || f.file.contains("cupy/cuda/memory")
+    })
+}
+
+fn stack_facts(m: &TraceModel, c: &Config, stack: StackId) -> StackFacts {
+    let mut frames = m.stack_frames(stack);
+    // A reader's marker (`<allocated before the snapshot's history began>`) stays in the
+    // label; the cause is the user's line under it, so these blocks join their line.
+    let prehistory = frames
+        .first()
+        .is_some_and(|f| f.file.is_empty() && f.function.starts_with('<'));
+    if prehistory {
+        frames.remove(0);
+    }
+    let users = crate::attribution::user_frame_indexes(&frames, &c.hide_frames);
+    let f = users
+        .first()
+        .copied()
+        .or_else(|| crate::attribution::user_frame_index(&frames, &c.hide_frames))
+        .map(|i| frames[i].clone());
+    let label = f
+        .as_ref()
+        .map_or_else(|| "<no stack>".into(), |f| format!("{f}"));
+    let location = f
+        .as_ref()
+        .filter(|f| !f.file.is_empty() && f.file != "??")
+        .map(|f| format!("{}:{}", f.file, f.line))
+        .unwrap_or_default();
+    StackFacts {
+        label,
+        location,
+        function: f.map(|f| (f.file, f.function)).unwrap_or_default(),
+        // Python source, not Python frame records: snapshots record C++ frames that way too.
+        python: frames.iter().any(|f| f.file.ends_with(".py")),
+        allocator: through_caching_allocator(m, stack),
+        library: users.is_empty(),
+        prehistory,
+    }
+}
+
+impl Causes {
+    pub fn new(m: &TraceModel, c: &Config) -> Self {
+        let mut facts: HashMap<StackId, StackFacts> = HashMap::new();
+        let mut index: HashMap<CauseKey, u32> = HashMap::new();
+        let mut out = Causes {
+            keys: Vec::new(),
+            locations: Vec::new(),
+            functions: Vec::new(),
+            python: Vec::new(),
+            allocator: Vec::new(),
+            library: Vec::new(),
+            top_stack: Vec::new(),
+            prehistory: Vec::new(),
+            by_alloc: Vec::with_capacity(m.allocs.len()),
+        };
+        for a in &m.allocs {
+            let f = facts
+                .entry(a.stack)
+                .or_insert_with(|| stack_facts(m, c, a.stack));
+            let host = a.kind == AllocKind::PinnedHost;
+            let key = (a.process, a.device, host, f.label.clone());
+            let next = out.keys.len() as u32;
+            let i = *index.entry(key.clone()).or_insert(next);
+            if i == next {
+                out.keys.push(key);
+                out.locations.push(f.location.clone());
+                out.functions.push(f.function.clone());
+                out.python.push(f.python);
+                out.allocator
+                    .push(f.allocator || a.kind == AllocKind::StreamOrderedPool);
+                out.library.push(f.library);
+                out.top_stack.push((a.stack, 0));
+            }
+            let ci = i as usize;
+            out.python[ci] |= f.python;
+            out.allocator[ci] |= f.allocator || a.kind == AllocKind::StreamOrderedPool;
+            let t = &mut out.top_stack[ci];
+            if t.0 == a.stack {
+                t.1 = t.1.saturating_add(a.size_bytes);
+            } else if a.size_bytes > t.1 && !f.prehistory {
+                *t = (a.stack, a.size_bytes);
+            }
+            out.by_alloc.push(i);
+        }
+        out.prehistory = facts
+            .iter()
+            .filter(|(_, f)| f.prehistory)
+            .map(|(s, _)| *s)
+            .collect();
+        out.prehistory.sort_unstable();
+        out
+    }
+
+    pub fn of(&self, alloc_index: usize) -> usize {
+        self.by_alloc[alloc_index] as usize
+    }
+
+    pub fn label(&self, cause: usize) -> &str {
+        &self.keys[cause].3
+    }
+}

@@ -1,0 +1,195 @@
+//! When a history is sampled for growth: at the start of every iteration (`iterations`) of a
+//! process and at its end; and whether a series sampled so grows persistently (`judge`).
+
+use alloc::vec::Vec;
+
+use super::Config;
+use super::history::HistoryEnd;
+use super::iterations::Iterations;
+use crate::format::ProcessIdx;
+use crate::model::TraceModel;
+use crate::stats::linear_fit;
+
+/// Samples at most per cause series.
+const MAX_SAMPLES: usize = 256;
+
+/// Growth below this is never a leak, whatever its rate.
+pub(crate) const MIN_GROWTH_BYTES: i64 = 4096;
+
+/// Sample times: the starts of iterations from 0, and the end; and the index of the first
+/// steady-state sample.
+pub(crate) fn sample_times(
+    m: &TraceModel,
+    it: &Iterations,
+    end: HistoryEnd,
+    sel: Option<ProcessIdx>,
+) -> Sampling {
+    // The last sample: after an exit, the last allocation (from then on the program only frees
+    // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
+    // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
+    // otherwise the end of the history (a snapshot or a kill freezes what was live).
+    let mine = |a: &&crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
+    let last = if end.program_finished() {
+        // Its last allocation or attempt: a failed allocation is activity too.
+        m.allocs
+            .iter()
+            .filter(mine)
+            .map(|a| a.ts_nanos)
+            .chain(
+                m.failed
+                    .iter()
+                    .filter(|f| sel.is_none_or(|p| f.record.process == p))
+                    .map(|f| f.record.ts_nanos),
+            )
+            .max()
+            .unwrap_or(m.last_ts_nanos)
+    } else {
+        m.last_ts_nanos
+    };
+    let n = it.starts_nanos.partition_point(|&t| t <= last);
+    let stride = n.div_ceil(MAX_SAMPLES).max(1);
+    let mut times = Vec::new();
+    let mut iters = Vec::new();
+    let mut steady = usize::MAX;
+    for i in (0..n).step_by(stride) {
+        if steady == usize::MAX && i as u64 >= it.warmup {
+            steady = times.len();
+        }
+        times.push(it.starts_nanos[i]);
+        iters.push(i as f64);
+    }
+    if times.last().is_none_or(|&t| t < last) {
+        if steady == usize::MAX {
+            steady = times.len();
+        }
+        times.push(last);
+        let last_start = n
+            .checked_sub(1)
+            .map_or(m.first_ts_nanos, |i| it.starts_nanos[i]);
+        let period = it.median_period_nanos.max(1) as f64;
+        iters.push(n.saturating_sub(1) as f64 + (last - last_start) as f64 / period);
+    }
+    let steady = steady.min(times.len());
+    let secs = times
+        .iter()
+        .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
+        .collect();
+    Sampling {
+        times,
+        iters,
+        secs,
+        steady,
+    }
+}
+
+/// When a history is sampled: at the start of each iteration and at its end.
+pub(crate) struct Sampling {
+    pub times: Vec<u64>,
+    /// The iteration number of each sample.
+    pub iters: Vec<f64>,
+    /// Seconds since the first record.
+    pub secs: Vec<f64>,
+    /// The first steady-state sample.
+    pub steady: usize,
+}
+
+/// The sampling of each process (each worker of a multi-process run has its own steps and its
+/// own end), and the index of a process's in it.
+pub(crate) fn sampling_by_process(
+    m: &TraceModel,
+    it: &Iterations,
+) -> (Vec<(ProcessIdx, Sampling)>, impl Fn(ProcessIdx) -> usize) {
+    let mut procs: Vec<ProcessIdx> = m.processes.iter().map(|p| p.process).collect();
+    for a in &m.allocs {
+        if !procs.contains(&a.process) && procs.len() < 4096 {
+            procs.push(a.process);
+        }
+    }
+    procs.sort_unstable();
+    procs.dedup();
+    let single = procs.len() <= 1;
+    let out: Vec<(ProcessIdx, Sampling)> = procs
+        .iter()
+        .map(|&p| {
+            let own;
+            let its = if single {
+                it
+            } else {
+                own = super::iterations::detect_in(m, Some(p));
+                &own
+            };
+            (
+                p,
+                sample_times(m, its, super::history::end_of(m, p), Some(p)),
+            )
+        })
+        .collect();
+    let index: Vec<ProcessIdx> = procs;
+    (out, move |p: ProcessIdx| {
+        index.binary_search(&p).unwrap_or(0)
+    })
+}
+
+/// Whether a steady-state series grows persistently, and its fits.
+#[derive(Clone, Copy)]
+pub(crate) struct Judged {
+    pub growth: i64,
+    pub per_iteration: f64,
+    pub per_sec: f64,
+    pub r: f64,
+    pub leaking: bool,
+    pub bounded: bool,
+    /// Grew in every third of the steady state, steadily, however little.
+    pub persistent: bool,
+}
+
+pub(crate) fn judge(
+    c: &Config,
+    v: &[i64],
+    iters: &[f64],
+    secs: &[f64],
+    steady: usize,
+) -> Option<Judged> {
+    let u = &v[steady..];
+    let n = u.len();
+    if n < 4 {
+        return None;
+    }
+    let (a, b) = (n / 3, 2 * n / 3);
+    let g = [
+        u[a].saturating_sub(u[0]),
+        u[b].saturating_sub(u[a]),
+        u[n - 1].saturating_sub(u[b]),
+    ];
+    let growth = u[n - 1].saturating_sub(u[0]);
+    let fit_i = linear_fit(iters[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
+    let fit_t = linear_fit(secs[steady..].iter().zip(u).map(|(&x, &y)| (x, y as f64)));
+    let r = fit_i.map_or(0.0, |f| f.r);
+    let per_sec = fit_t.map_or(0.0, |f| f.slope);
+    // Enough to matter: over the history, or at its rate over an hour of run time.
+    let enough = growth >= MIN_GROWTH_BYTES
+        && (growth >= c.growth_min_bytes as i64
+            || per_sec * 3600.0 >= c.growth_min_bytes_per_hour as f64);
+    let persistent = g.iter().all(|&x| x > 0) && r >= c.growth_min_r;
+    let leaking = enough && persistent;
+    // Grew over several samples (not one allocation), then stopped.
+    let rises = v.windows(2).filter(|w| w[1] > w[0]).count();
+    let early = v[..=b.saturating_add(steady).min(v.len() - 1)]
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]).max(0))
+        .fold(0i64, i64::saturating_add);
+    let bounded = !leaking
+        && rises >= 3
+        && early >= c.growth_min_bytes as i64
+        && g[2] <= 0
+        && v[v.len() - 1] >= c.growth_min_bytes as i64;
+    Some(Judged {
+        growth,
+        per_iteration: fit_i.map_or(0.0, |f| f.slope),
+        per_sec,
+        r,
+        leaking,
+        bounded,
+        persistent,
+    })
+}
