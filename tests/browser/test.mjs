@@ -392,11 +392,12 @@ test('leaks: live-at-end sites add up and rows expand to a growth chart and stac
   await page.screenshot({ path: path.join(ARTIFACTS, 'leaks-expanded.png'), fullPage: true });
 });
 
-/** The severity the report gives a scope: its scope-growth or bounded-growth finding or note. */
+/** The severity the report gives a scope: a leak found in it, or its growth finding or note. */
+const SCOPE_KINDS = ['scope_growth', 'bounded_growth', 'leak_growth', 'leak_at_exit', 'missed_free', 'thread_exit_leak'];
 function scopeSeverity(r, scope) {
   const order = ['info', 'warning', 'critical'];
   const sevs = [...r.findings, ...r.notes]
-    .filter((f) => (f.kind === 'scope_growth' || f.kind === 'bounded_growth') && f.scope === scope)
+    .filter((f) => SCOPE_KINDS.includes(f.kind) && f.scope === scope)
     .map((f) => f.severity);
   return sevs.length ? sevs.sort((a, b) => order.indexOf(b) - order.indexOf(a))[0] : 'none';
 }
