@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run() {
-  GPUCOLLECT_ABUSE_ATTACKS="$1" GPUCOLLECT_ABUSE_REPORT=1 ${2:+GPUCOLLECT_ABUSE_STRICT=1} \
+  env GPUCOLLECT_ABUSE_ATTACKS="$1" GPUCOLLECT_ABUSE_REPORT=1 ${2:+GPUCOLLECT_ABUSE_STRICT=1} \
     cargo test --quiet --release -p gpucollect --test serve_abuse -- --nocapture 2>&1 \
     | grep -E "^(attacks|server|/healthz)"
   echo

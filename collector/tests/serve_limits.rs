@@ -330,7 +330,9 @@ fn connections_beyond_a_clients_cap_get_503_and_others_still_get_through() {
     );
     // Another client is served.
     assert_eq!(get(&s, "/healthz").0, 200);
-    // The total cap: 8 + 4 from the probe's address fill it.
+    // The total cap: 8 + 4 from the probe's address fill it (once the server has let go of
+    // the probe's connection just closed).
+    std::thread::sleep(Duration::from_millis(300));
     let more: Vec<TcpStream> = (0..4).map(|_| connect_from(PROBE, s.addr)).collect();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(get(&s, "/healthz").0, 503);

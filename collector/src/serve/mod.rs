@@ -311,7 +311,7 @@ async fn upload(
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let l = &state.cfg.limits;
-    let stream = guarded_body(body, l.body_idle_timeout, started + l.request_timeout);
+    let stream = guarded_body(body, l.body_idle_timeout, started, l.request_timeout);
     match state.cfg.store.put(&id, stream, limit).await {
         Ok(summary) => {
             tracing::info!(%id, bytes = summary.bytes, records = summary.records, "stored trace");
@@ -359,10 +359,12 @@ async fn upload(
 fn guarded_body(
     body: Body,
     idle: Duration,
-    deadline: Instant,
+    started: Instant,
+    total: Duration,
 ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<bytes::Bytes, UploadError>> + Send>> {
     use futures_util::StreamExt;
     let stream = body.into_data_stream();
+    let deadline = started + total;
     Box::pin(futures_util::stream::unfold(
         Some(stream),
         move |stream| async move {
@@ -377,7 +379,7 @@ fn guarded_body(
                 Err(_) if wait < idle => Some((
                     Err(UploadError::TimedOut(format!(
                         "an upload may take at most {} s (--request-timeout)",
-                        (deadline - (now - wait)).as_secs()
+                        total.as_secs()
                     ))),
                     None,
                 )),
