@@ -44,7 +44,8 @@ GAP_CLASS = {
     "persistent_drift": "hidden",
     "fragmentation_like": "fragmentation",
 }
-SEVERITY_RANK = {"critical": 0, "warning": 1}
+# A high-impact insight ranks with critical patterns (stormlog's recommendations order).
+SEVERITY_RANK = {"critical": 0, "high": 0, "warning": 1}
 
 
 class InputError(Exception):
@@ -348,7 +349,7 @@ def problems_of(report: dict) -> list[dict]:
                     1,
                     {
                         "kind": f"{ins['category']}: {ins['title']}",
-                        "severity": "critical",
+                        "severity": "high",
                         "class": INSIGHT_CLASS.get(ins["category"]),
                         "functions": [],
                         "description": ins["description"],
@@ -502,18 +503,18 @@ def markdown(rows: list[dict], t: dict, version: str, gross: str) -> str:
         f"stormlog {version}, `MemoryAnalyzer().generate_optimization_report` with its defaults "
         f"(bytes a call allocated: {'peak minus before' if gross == 'peak' else 'net growth'})",
         "",
-        "| Scenario | Truth | stormlog's first problem | Problems | Pass |",
-        "|---|---|---|---:|:---:|",
+        "| Scenario | Truth | stormlog's problems, most severe first | Pass |",
+        "|---|---|---|:---:|",
     ]
     for r in rows:
         tr = r["truth"]
         truth = "healthy" if tr["healthy"] else tr["class"] + (
             f" @ {' or '.join(tr['locations'])}" if tr["locations"] else ""
         )
-        first = r["problems"][0]["label"] if r["problems"] else "—"
+        found = "; ".join(p["label"] for p in r["problems"]) or "—"
         j = r["judgement"]
         mark = "yes" if j["pass"] else f"no ({j['reason']})"
-        out.append(f"| {r['scenario']} | {truth} | {first} | {len(r['problems'])} | {mark} |")
+        out.append(f"| {r['scenario']} | {truth} | {found} | {mark} |")
     out += [
         "",
         f"Totals: {t['passed']}/{t['scenarios']} pass; precision {t['precision']:.3f} "
