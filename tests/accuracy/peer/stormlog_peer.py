@@ -567,6 +567,17 @@ def self_test(sl: dict) -> None:
     leak = read_scenario(os.path.join(SAMPLES, "leak-metrics-4mib.json"))
     diffs = [r.memory_diff() for r in to_profile_results(sl, leak["calls"])]
     assert diffs == [4 << 20] * 100, diffs[:5]
+    # Two processes get one analyzer run each, with their own calls; a second device's samples
+    # get a run of their own.
+    two = dict(leak)
+    two["calls"] = [dict(c, pid=1 + i % 2) for i, c in enumerate(leak["calls"])]
+    two["samples"] = leak["samples"] + [dict(x, device=1) for x in leak["samples"]]
+    runs = analyze(sl, two)["runs"]
+    assert [r["pid"] for r in runs] == [1, 2, None], [r["pid"] for r in runs]
+    assert [len(r["results"]) for r in runs] == [50, 50, 0]
+    n = len(leak["samples"])
+    assert [len(r["events"]) for r in runs] == [n, 0, n]
+    assert all(e.device_id == 1 for e in runs[2]["events"])
     # The judge: a class match naming a function decorated at a truth location is the cause;
     # the same function named at another line is not.
     sites = {"train_step": {"metrics.py:33"}}
