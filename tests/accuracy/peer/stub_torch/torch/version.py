@@ -1,0 +1,4 @@
+"""`torch.version` of the stub: no CUDA or ROCm build."""
+
+cuda = None
+hip = None
