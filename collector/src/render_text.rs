@@ -130,6 +130,8 @@ pub fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(o);
+    verdict(&mut o, r);
+    let _ = writeln!(o);
     let _ = writeln!(
         o,
         "Peak: {} at {}",
@@ -197,10 +199,10 @@ fn finding(o: &mut String, f: &Finding) {
     let _ = writeln!(o, "           fix: {}", one_line(&f.fix));
 }
 
-fn analysis(o: &mut String, r: &Report) {
+/// The verdict: one sentence per problem, most harmful first, or that the program is healthy;
+/// and the repeated unit the verdict was judged on.
+fn verdict(o: &mut String, r: &Report) {
     let a = &r.analysis;
-    let _ = writeln!(o);
-    // The verdict first: one sentence per problem, most harmful first.
     if r.findings.is_empty() {
         let _ = writeln!(
             o,
@@ -226,6 +228,11 @@ fn analysis(o: &mut String, r: &Report) {
         one_line(&a.iterations.label),
         a.iterations.warmup
     );
+}
+
+fn analysis(o: &mut String, r: &Report) {
+    let a = &r.analysis;
+    let _ = writeln!(o);
     let _ = writeln!(o, "Score: {}/100 (grade {})", r.score, r.grade);
     if r.findings.is_empty() {
         let _ = writeln!(o, "Findings: none");
