@@ -408,8 +408,12 @@ pub fn run(a: RunArgs) -> Result<u8> {
     })?;
     let out: Box<dyn Write> = match opened {
         Some((f, path, _)) => {
-            f.set_len(0)
-                .with_context(|| format!("cannot truncate the trace file {}", path.display()))?;
+            // Only a regular file has a length to cut (`-o /dev/null` is fine as it is).
+            if f.metadata().is_ok_and(|m| m.is_file()) {
+                f.set_len(0).with_context(|| {
+                    format!("cannot truncate the trace file {}", path.display())
+                })?;
+            }
             Box::new(f)
         }
         None => Box::new(std::io::stdout()),
