@@ -408,8 +408,7 @@ pub fn run(a: RunArgs) -> Result<u8> {
     })?;
     let out: Box<dyn Write> = match opened {
         Some((f, path, _)) => {
-            // Only a regular file has an old trace to drop; /dev/null, a pipe or a terminal
-            // cannot be truncated and need not be.
+            // Only a regular file has a length to cut (`-o /dev/null` is fine as it is).
             if f.metadata().is_ok_and(|m| m.is_file()) {
                 f.set_len(0).with_context(|| {
                     format!("cannot truncate the trace file {}", path.display())

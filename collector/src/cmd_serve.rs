@@ -54,7 +54,8 @@ pub struct ServeArgs {
     /// open), e.g. 10s.
     #[arg(long, default_value = "10s")]
     pub header_timeout: String,
-    /// Longest pause in an upload's body before the upload is dropped (408).
+    /// Longest pause in an upload's body before the upload is dropped (408), and longest
+    /// time a client may read none of an answer (a download) before its connection is closed.
     #[arg(long, default_value = "30s")]
     pub body_timeout: String,
     /// Longest time one upload may take from start to end (408).

@@ -659,3 +659,38 @@ fn upload_treats_a_redirect_as_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_client_that_stops_reading_a_download_is_cut_off() {
+    let s = start("slow-read", &["--body-timeout", "1s"]);
+    let t = trace(800_000);
+    assert!(t.len() > 8 << 20, "{} bytes", t.len());
+    let (status, _, body) = post(&s, PROBE, &t, "");
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let id = json(&body)["id"].as_str().expect("id").to_owned();
+    // Ask for the trace, read nothing for 4 s (the socket buffers hold far less than the
+    // trace), then read what comes.
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.set_recv_buffer_size(32 * 1024).expect("small buffer");
+    sock.bind(&SocketAddr::from((ATTACKER, 0)).into())
+        .expect("bind");
+    sock.connect(&s.addr.into()).expect("connect");
+    let mut tcp: TcpStream = sock.into();
+    write!(
+        tcp,
+        "GET /api/v1/traces/{id} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        s.addr
+    )
+    .expect("request");
+    std::thread::sleep(Duration::from_secs(4));
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let _ = tcp.read_to_end(&mut got);
+    assert!(
+        got.len() < t.len(),
+        "the whole trace ({} bytes) came after the stall",
+        got.len()
+    );
+}

@@ -724,6 +724,7 @@ pub async fn serve(cfg: ServerConfig, addr: SocketAddr) -> anyhow::Result<()> {
         let _ = tcp.set_nodelay(true);
         let router = router.clone();
         let http = http.clone();
+        let body_timeout = limits.body_idle_timeout;
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -732,7 +733,8 @@ pub async fn serve(cfg: ServerConfig, addr: SocketAddr) -> anyhow::Result<()> {
                     req.extensions_mut().insert(ClientAddr(peer.ip()));
                     tower::ServiceExt::oneshot(router.clone(), req)
                 });
-            let conn = http.serve_connection(TokioIo::new(tcp), service);
+            let io = limits::WriteStall::new(tcp, body_timeout);
+            let conn = http.serve_connection(TokioIo::new(io), service);
             tokio::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {
