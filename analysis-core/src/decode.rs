@@ -67,6 +67,98 @@ pub enum Warning {
         code: u32,
         message: String,
     },
+    /// More warnings of one kind than [`MAX_WARNINGS_PER_KIND`]: the first ones are kept, the
+    /// rest only counted here.
+    MoreWarnings { kind: &'static str, count: u64 },
+}
+
+/// The most warnings of one kind a decode keeps (the rest are counted in one
+/// [`Warning::MoreWarnings`]), so a hostile input of millions of malformed records costs a few
+/// KiB of warnings, not hundreds of bytes per input byte.
+pub const MAX_WARNINGS_PER_KIND: usize = 100;
+
+impl Warning {
+    /// The kind's name, as serialized in the `warning` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Truncated { .. } => "truncated",
+            Self::MalformedRecord { .. } => "malformed_record",
+            Self::UnknownRecords { .. } => "unknown_records",
+            Self::NoEndRecord => "no_end_record",
+            Self::BadFree { .. } => "bad_free",
+            Self::DroppedEvents { .. } => "dropped_events",
+            Self::NegativeTime { .. } => "negative_time",
+            Self::CaptureIncomplete { .. } => "capture_incomplete",
+            Self::MoreWarnings { .. } => "more_warnings",
+        }
+    }
+}
+
+/// Warnings with a cap per kind: the first [`MAX_WARNINGS_PER_KIND`] of each kind are kept, the
+/// rest counted; [`WarningLog::into_vec`] ends with one [`Warning::MoreWarnings`] per kind that
+/// went over.
+#[derive(Clone, Debug, Default)]
+pub struct WarningLog {
+    kept: Vec<Warning>,
+    /// (kind, warnings seen) for each kind seen, in order of first appearance.
+    seen: Vec<(&'static str, u64)>,
+}
+
+impl WarningLog {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps `w` if fewer than [`MAX_WARNINGS_PER_KIND`] of its kind were kept, else counts it.
+    pub fn push(&mut self, w: Warning) {
+        let kind = w.kind();
+        let n = match self.seen.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => n,
+            None => {
+                self.seen.push((kind, 0));
+                match self.seen.last_mut() {
+                    Some((_, n)) => n,
+                    None => return,
+                }
+            }
+        };
+        *n += 1;
+        if *n <= MAX_WARNINGS_PER_KIND as u64 {
+            self.kept.push(w);
+        }
+    }
+
+    /// The warnings kept so far (without the summaries).
+    pub fn kept(&self) -> &[Warning] {
+        &self.kept
+    }
+
+    /// Warnings pushed so far, kept or only counted.
+    pub fn total(&self) -> u64 {
+        self.seen.iter().map(|(_, n)| n).sum()
+    }
+
+    /// The kept warnings, then one summary per kind that went over the cap.
+    pub fn into_vec(self) -> Vec<Warning> {
+        let mut v = self.kept;
+        for (kind, n) in self.seen {
+            if n > MAX_WARNINGS_PER_KIND as u64 {
+                v.push(Warning::MoreWarnings {
+                    kind,
+                    count: n - MAX_WARNINGS_PER_KIND as u64,
+                });
+            }
+        }
+        v
+    }
+}
+
+impl Extend<Warning> for WarningLog {
+    fn extend<I: IntoIterator<Item = Warning>>(&mut self, iter: I) {
+        for w in iter {
+            self.push(w);
+        }
+    }
 }
 
 impl fmt::Display for Warning {
@@ -108,6 +200,12 @@ impl fmt::Display for Warning {
                 f,
                 "a timestamp before the trace start at byte {offset} was clamped to 0"
             ),
+            Self::MoreWarnings { kind, count } => write!(
+                f,
+                "… and {count} more {} warning(s), not listed (the first \
+                 {MAX_WARNINGS_PER_KIND} are)",
+                kind.replace('_', " ")
+            ),
         }
     }
 }
@@ -129,7 +227,7 @@ pub struct Decoder {
     header: Option<Header>,
     state: DeltaState,
     fatal: Option<DecodeError>,
-    warnings: Vec<Warning>,
+    warnings: WarningLog,
     unknown_first_tag: u64,
     unknown_count: u64,
     records: u64,
@@ -534,8 +632,9 @@ impl Decoder {
     }
 
     /// Warnings so far (more may come from `finish`).
+    /// At most [`MAX_WARNINGS_PER_KIND`] of each kind; the rest are summarised by `finish`.
     pub fn warnings(&self) -> &[Warning] {
-        &self.warnings
+        self.warnings.kept()
     }
 
     /// The error that stopped decoding, if any.
@@ -705,7 +804,7 @@ impl Decoder {
         }
         match &self.fatal {
             Some(e) if self.header.is_none() => Err(e.clone()),
-            _ => Ok(self.warnings.clone()),
+            _ => Ok(self.warnings.clone().into_vec()),
         }
     }
 }

@@ -30,7 +30,7 @@ pub mod torch_snapshot;
 pub mod units;
 
 pub use analysis::{Config, analyze};
-pub use decode::{DecodeError, Decoder, Warning};
+pub use decode::{DecodeError, Decoder, MAX_WARNINGS_PER_KIND, Warning, WarningLog};
 pub use encode::Encoder;
 pub use format::*;
 pub use model::{LoadedTrace, Loader, TraceModel, load};

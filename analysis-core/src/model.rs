@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-use crate::decode::{DecodeError, Decoder, Warning};
+use crate::decode::{DecodeError, Decoder, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
 use crate::timeline::Timeline;
@@ -961,7 +961,10 @@ impl Loader {
             Some(m) => m,
             None => TraceModel::new(self.decoder.header().cloned().unwrap_or_default()),
         };
-        warnings.extend(model.finish());
+        // Model warnings are one per kind except notices, which are one per record: capped too.
+        let mut model_warnings = WarningLog::new();
+        model_warnings.extend(model.finish());
+        warnings.extend(model_warnings.into_vec());
         Ok(LoadedTrace {
             model,
             warnings,
