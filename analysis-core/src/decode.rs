@@ -37,7 +37,17 @@ pub enum DecodeError {
     TruncatedHeader { bytes: u64 },
     #[error("the input is empty: no trace header")]
     Empty,
+    #[error(
+        "the trace is corrupt at byte {offset}: a single record is larger than {limit_bytes} \
+         bytes, the most this gpucollect reads; everything before it was kept"
+    )]
+    RecordTooLarge { offset: u64, limit_bytes: u64 },
 }
+
+/// The largest record (or header) the decoder reads, in bytes: a bigger one stops decoding with
+/// [`DecodeError::RecordTooLarge`]. Real records are tens of bytes (a stack of a thousand frames
+/// is a few KiB); the limit bounds what one record holds in the decoder's buffer.
+pub const MAX_RECORD_BYTES: usize = 16 << 20;
 
 /// A problem that did not stop decoding.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -210,6 +220,16 @@ impl fmt::Display for Warning {
     }
 }
 
+/// A value cut off by the end of the input so far: where scanning for its end stopped, so the
+/// next push goes on from there instead of parsing it again from its start (offsets are
+/// absolute, as the buffer is compacted between pushes).
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    start: u64,
+    at: u64,
+    pending: u64,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct DeltaState {
     last_ts: u64,
@@ -232,6 +252,8 @@ pub struct Decoder {
     unknown_count: u64,
     records: u64,
     finished: bool,
+    cut: Option<Cut>,
+    examined: u64,
 }
 
 /// Reads record fields positionally; a missing trailing field reads as its default.
@@ -631,6 +653,14 @@ impl Decoder {
         self.records
     }
 
+    /// A measure of the work done so far, in bytes: those read by each parse of a record that
+    /// is not a plain alloc or free (complete or not), and those scanned while waiting for the
+    /// rest of a cut-off record. At most a small multiple of the input, however it is cut into
+    /// pushes.
+    pub fn bytes_examined(&self) -> u64 {
+        self.examined
+    }
+
     /// Warnings so far (more may come from `finish`).
     /// At most [`MAX_WARNINGS_PER_KIND`] of each kind; the rest are summarised by `finish`.
     pub fn warnings(&self) -> &[Warning] {
@@ -642,7 +672,57 @@ impl Decoder {
         self.fatal.as_ref()
     }
 
+    /// Whether the value at `buf[start]` is all in the buffer (or is not valid MessagePack, for
+    /// the parser to report), found in one pass over its bytes however many pushes it takes;
+    /// an error once it is over [`MAX_RECORD_BYTES`].
+    fn value_complete(&mut self, start: usize) -> Result<bool, DecodeError> {
+        let start_abs = self.base + start as u64;
+        let mut cut = match self.cut {
+            Some(c) if c.start == start_abs => c,
+            _ => Cut {
+                start: start_abs,
+                at: start_abs,
+                pending: 1,
+            },
+        };
+        let mut r = Reader::new(&self.buf);
+        r.pos = usize::try_from(cut.at - self.base).unwrap_or(usize::MAX);
+        let scanned = r.skip_pending(&mut cut.pending);
+        self.examined += self.base + r.pos as u64 - cut.at;
+        cut.at = self.base + r.pos as u64;
+        let size = match scanned {
+            Ok(()) => r.pos - start,
+            Err(ReadErr::Invalid { .. }) => {
+                self.cut = None;
+                return Ok(true);
+            }
+            Err(ReadErr::Incomplete) => self.buf.len() - start,
+        };
+        if size > MAX_RECORD_BYTES {
+            let e = DecodeError::RecordTooLarge {
+                offset: start_abs,
+                limit_bytes: MAX_RECORD_BYTES as u64,
+            };
+            self.fatal = Some(e.clone());
+            return Err(e);
+        }
+        let complete = scanned.is_ok();
+        self.cut = if complete { None } else { Some(cut) };
+        Ok(complete)
+    }
+
+    /// Whether the value at `buf[start]` was found cut off and has not been completed since.
+    fn still_cut(&mut self, start: usize) -> Result<bool, DecodeError> {
+        match self.cut {
+            Some(c) if c.start == self.base + start as u64 => Ok(!self.value_complete(start)?),
+            _ => Ok(false),
+        }
+    }
+
     fn try_header(&mut self) -> Result<bool, DecodeError> {
+        if self.still_cut(self.pos)? {
+            return Ok(false);
+        }
         let mut r = Reader::new(&self.buf[self.pos..]);
         match parse_header(&mut r) {
             Ok(h) => {
@@ -650,7 +730,10 @@ impl Decoder {
                 self.header = Some(h);
                 Ok(true)
             }
-            Err(HeaderErr::Read(ReadErr::Incomplete)) => Ok(false),
+            Err(HeaderErr::Read(ReadErr::Incomplete)) => {
+                self.value_complete(self.pos)?;
+                Ok(false)
+            }
             Err(HeaderErr::Read(ReadErr::Invalid { what, .. })) => Err(DecodeError::NotATrace {
                 what: alloc::format!("its header is malformed (expected {what})"),
             }),
@@ -692,6 +775,10 @@ impl Decoder {
                 self.records += 1;
                 return Ok(Some(rec));
             }
+            // A record cut off earlier is parsed again only once all of it is here.
+            if self.still_cut(start)? {
+                return Ok(None);
+            }
             let mut r = Reader::new(&self.buf[start..]);
             let mut st = self.state;
             let mut neg = false;
@@ -718,6 +805,7 @@ impl Decoder {
                 }
                 Ok(rec)
             })();
+            self.examined += r.pos as u64;
             match parsed {
                 Ok(rec) => {
                     self.pos += r.pos;
@@ -740,7 +828,10 @@ impl Decoder {
                         }
                     }
                 }
-                Err(ReadErr::Incomplete) => return Ok(None),
+                Err(ReadErr::Incomplete) => {
+                    self.value_complete(start)?;
+                    return Ok(None);
+                }
                 Err(ReadErr::Invalid { offset, what }) => {
                     // Can the record be skipped as a whole MessagePack value?
                     let mut skip = Reader::new(&self.buf[start..]);
@@ -757,7 +848,10 @@ impl Decoder {
                                 what,
                             });
                         }
-                        Err(ReadErr::Incomplete) => return Ok(None),
+                        Err(ReadErr::Incomplete) => {
+                            self.value_complete(start)?;
+                            return Ok(None);
+                        }
                         Err(ReadErr::Invalid { offset, what }) => {
                             let e = DecodeError::Corrupt {
                                 offset: self.base + (start + offset) as u64,

@@ -945,6 +945,11 @@ impl Loader {
         self.decoder.bytes_consumed()
     }
 
+    /// The decoder's measure of work ([`Decoder::bytes_examined`]).
+    pub fn bytes_examined(&self) -> u64 {
+        self.decoder.bytes_examined()
+    }
+
     pub fn records_decoded(&self) -> u64 {
         self.decoder.records_decoded()
     }
