@@ -37,7 +37,17 @@ pub enum DecodeError {
     TruncatedHeader { bytes: u64 },
     #[error("the input is empty: no trace header")]
     Empty,
+    #[error(
+        "the trace is corrupt at byte {offset}: a single record is larger than {limit_bytes} \
+         bytes, the most this gpucollect reads; everything before it was kept"
+    )]
+    RecordTooLarge { offset: u64, limit_bytes: u64 },
 }
+
+/// The largest record (or header) the decoder reads, in bytes: a bigger one stops decoding with
+/// [`DecodeError::RecordTooLarge`]. Real records are tens of bytes (a stack of a thousand frames
+/// is a few KiB); the limit bounds what one record holds in the decoder's buffer.
+pub const MAX_RECORD_BYTES: usize = 16 << 20;
 
 /// A problem that did not stop decoding.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -67,6 +77,98 @@ pub enum Warning {
         code: u32,
         message: String,
     },
+    /// More warnings of one kind than [`MAX_WARNINGS_PER_KIND`]: the first ones are kept, the
+    /// rest only counted here.
+    MoreWarnings { kind: &'static str, count: u64 },
+}
+
+/// The most warnings of one kind a decode keeps (the rest are counted in one
+/// [`Warning::MoreWarnings`]), so a hostile input of millions of malformed records costs a few
+/// KiB of warnings, not hundreds of bytes per input byte.
+pub const MAX_WARNINGS_PER_KIND: usize = 100;
+
+impl Warning {
+    /// The kind's name, as serialized in the `warning` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Truncated { .. } => "truncated",
+            Self::MalformedRecord { .. } => "malformed_record",
+            Self::UnknownRecords { .. } => "unknown_records",
+            Self::NoEndRecord => "no_end_record",
+            Self::BadFree { .. } => "bad_free",
+            Self::DroppedEvents { .. } => "dropped_events",
+            Self::NegativeTime { .. } => "negative_time",
+            Self::CaptureIncomplete { .. } => "capture_incomplete",
+            Self::MoreWarnings { .. } => "more_warnings",
+        }
+    }
+}
+
+/// Warnings with a cap per kind: the first [`MAX_WARNINGS_PER_KIND`] of each kind are kept, the
+/// rest counted; [`WarningLog::into_vec`] ends with one [`Warning::MoreWarnings`] per kind that
+/// went over.
+#[derive(Clone, Debug, Default)]
+pub struct WarningLog {
+    kept: Vec<Warning>,
+    /// (kind, warnings seen) for each kind seen, in order of first appearance.
+    seen: Vec<(&'static str, u64)>,
+}
+
+impl WarningLog {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps `w` if fewer than [`MAX_WARNINGS_PER_KIND`] of its kind were kept, else counts it.
+    pub fn push(&mut self, w: Warning) {
+        let kind = w.kind();
+        let n = match self.seen.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => n,
+            None => {
+                self.seen.push((kind, 0));
+                match self.seen.last_mut() {
+                    Some((_, n)) => n,
+                    None => return,
+                }
+            }
+        };
+        *n += 1;
+        if *n <= MAX_WARNINGS_PER_KIND as u64 {
+            self.kept.push(w);
+        }
+    }
+
+    /// The warnings kept so far (without the summaries).
+    pub fn kept(&self) -> &[Warning] {
+        &self.kept
+    }
+
+    /// Warnings pushed so far, kept or only counted.
+    pub fn total(&self) -> u64 {
+        self.seen.iter().map(|(_, n)| n).sum()
+    }
+
+    /// The kept warnings, then one summary per kind that went over the cap.
+    pub fn into_vec(self) -> Vec<Warning> {
+        let mut v = self.kept;
+        for (kind, n) in self.seen {
+            if n > MAX_WARNINGS_PER_KIND as u64 {
+                v.push(Warning::MoreWarnings {
+                    kind,
+                    count: n - MAX_WARNINGS_PER_KIND as u64,
+                });
+            }
+        }
+        v
+    }
+}
+
+impl Extend<Warning> for WarningLog {
+    fn extend<I: IntoIterator<Item = Warning>>(&mut self, iter: I) {
+        for w in iter {
+            self.push(w);
+        }
+    }
 }
 
 impl fmt::Display for Warning {
@@ -108,8 +210,24 @@ impl fmt::Display for Warning {
                 f,
                 "a timestamp before the trace start at byte {offset} was clamped to 0"
             ),
+            Self::MoreWarnings { kind, count } => write!(
+                f,
+                "… and {count} more {} warning(s), not listed (the first \
+                 {MAX_WARNINGS_PER_KIND} are)",
+                kind.replace('_', " ")
+            ),
         }
     }
+}
+
+/// A value cut off by the end of the input so far: where scanning for its end stopped, so the
+/// next push goes on from there instead of parsing it again from its start (offsets are
+/// absolute, as the buffer is compacted between pushes).
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    start: u64,
+    at: u64,
+    pending: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -129,11 +247,13 @@ pub struct Decoder {
     header: Option<Header>,
     state: DeltaState,
     fatal: Option<DecodeError>,
-    warnings: Vec<Warning>,
+    warnings: WarningLog,
     unknown_first_tag: u64,
     unknown_count: u64,
     records: u64,
     finished: bool,
+    cut: Option<Cut>,
+    examined: u64,
 }
 
 /// Reads record fields positionally; a missing trailing field reads as its default.
@@ -534,9 +654,18 @@ impl Decoder {
         self.records
     }
 
+    /// A measure of the work done so far, in bytes: those read by each parse of a record that
+    /// is not a plain alloc or free (complete or not), and those scanned while waiting for the
+    /// rest of a cut-off record. At most a small multiple of the input, however it is cut into
+    /// pushes.
+    pub fn bytes_examined(&self) -> u64 {
+        self.examined
+    }
+
     /// Warnings so far (more may come from `finish`).
+    /// At most [`MAX_WARNINGS_PER_KIND`] of each kind; the rest are summarised by `finish`.
     pub fn warnings(&self) -> &[Warning] {
-        &self.warnings
+        self.warnings.kept()
     }
 
     /// The error that stopped decoding, if any.
@@ -544,7 +673,57 @@ impl Decoder {
         self.fatal.as_ref()
     }
 
+    /// Whether the value at `buf[start]` is all in the buffer (or is not valid MessagePack, for
+    /// the parser to report), found in one pass over its bytes however many pushes it takes;
+    /// an error once it is over [`MAX_RECORD_BYTES`].
+    fn value_complete(&mut self, start: usize) -> Result<bool, DecodeError> {
+        let start_abs = self.base + start as u64;
+        let mut cut = match self.cut {
+            Some(c) if c.start == start_abs => c,
+            _ => Cut {
+                start: start_abs,
+                at: start_abs,
+                pending: 1,
+            },
+        };
+        let mut r = Reader::new(&self.buf);
+        r.pos = usize::try_from(cut.at - self.base).unwrap_or(usize::MAX);
+        let scanned = r.skip_pending(&mut cut.pending);
+        self.examined += self.base + r.pos as u64 - cut.at;
+        cut.at = self.base + r.pos as u64;
+        let size = match scanned {
+            Ok(()) => r.pos - start,
+            Err(ReadErr::Invalid { .. }) => {
+                self.cut = None;
+                return Ok(true);
+            }
+            Err(ReadErr::Incomplete) => self.buf.len() - start,
+        };
+        if size > MAX_RECORD_BYTES {
+            let e = DecodeError::RecordTooLarge {
+                offset: start_abs,
+                limit_bytes: MAX_RECORD_BYTES as u64,
+            };
+            self.fatal = Some(e.clone());
+            return Err(e);
+        }
+        let complete = scanned.is_ok();
+        self.cut = if complete { None } else { Some(cut) };
+        Ok(complete)
+    }
+
+    /// Whether the value at `buf[start]` was found cut off and has not been completed since.
+    fn still_cut(&mut self, start: usize) -> Result<bool, DecodeError> {
+        match self.cut {
+            Some(c) if c.start == self.base + start as u64 => Ok(!self.value_complete(start)?),
+            _ => Ok(false),
+        }
+    }
+
     fn try_header(&mut self) -> Result<bool, DecodeError> {
+        if self.still_cut(self.pos)? {
+            return Ok(false);
+        }
         let mut r = Reader::new(&self.buf[self.pos..]);
         match parse_header(&mut r) {
             Ok(h) => {
@@ -552,7 +731,10 @@ impl Decoder {
                 self.header = Some(h);
                 Ok(true)
             }
-            Err(HeaderErr::Read(ReadErr::Incomplete)) => Ok(false),
+            Err(HeaderErr::Read(ReadErr::Incomplete)) => {
+                self.value_complete(self.pos)?;
+                Ok(false)
+            }
             Err(HeaderErr::Read(ReadErr::Invalid { what, .. })) => Err(DecodeError::NotATrace {
                 what: alloc::format!("its header is malformed (expected {what})"),
             }),
@@ -594,6 +776,10 @@ impl Decoder {
                 self.records += 1;
                 return Ok(Some(rec));
             }
+            // A record cut off earlier is parsed again only once all of it is here.
+            if self.still_cut(start)? {
+                return Ok(None);
+            }
             let mut r = Reader::new(&self.buf[start..]);
             let mut st = self.state;
             let mut neg = false;
@@ -620,6 +806,7 @@ impl Decoder {
                 }
                 Ok(rec)
             })();
+            self.examined += r.pos as u64;
             match parsed {
                 Ok(rec) => {
                     self.pos += r.pos;
@@ -642,7 +829,10 @@ impl Decoder {
                         }
                     }
                 }
-                Err(ReadErr::Incomplete) => return Ok(None),
+                Err(ReadErr::Incomplete) => {
+                    self.value_complete(start)?;
+                    return Ok(None);
+                }
                 Err(ReadErr::Invalid { offset, what }) => {
                     // Can the record be skipped as a whole MessagePack value?
                     let mut skip = Reader::new(&self.buf[start..]);
@@ -659,7 +849,10 @@ impl Decoder {
                                 what,
                             });
                         }
-                        Err(ReadErr::Incomplete) => return Ok(None),
+                        Err(ReadErr::Incomplete) => {
+                            self.value_complete(start)?;
+                            return Ok(None);
+                        }
                         Err(ReadErr::Invalid { offset, what }) => {
                             let e = DecodeError::Corrupt {
                                 offset: self.base + (start + offset) as u64,
@@ -706,7 +899,7 @@ impl Decoder {
         }
         match &self.fatal {
             Some(e) if self.header.is_none() => Err(e.clone()),
-            _ => Ok(self.warnings.clone()),
+            _ => Ok(self.warnings.clone().into_vec()),
         }
     }
 }

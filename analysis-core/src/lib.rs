@@ -31,7 +31,9 @@ pub mod torch_snapshot;
 pub mod units;
 
 pub use analysis::{Config, analyze};
-pub use decode::{DecodeError, Decoder, Warning};
+pub use decode::{
+    DecodeError, Decoder, MAX_RECORD_BYTES, MAX_WARNINGS_PER_KIND, Warning, WarningLog,
+};
 pub use encode::Encoder;
 pub use format::*;
 pub use model::{LoadedTrace, Loader, TraceModel, load};

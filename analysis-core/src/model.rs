@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-use crate::decode::{DecodeError, Decoder, Warning};
+use crate::decode::{DecodeError, Decoder, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
 use crate::timeline::Timeline;
@@ -957,6 +957,11 @@ impl Loader {
         self.decoder.bytes_consumed()
     }
 
+    /// The decoder's measure of work ([`Decoder::bytes_examined`]).
+    pub fn bytes_examined(&self) -> u64 {
+        self.decoder.bytes_examined()
+    }
+
     pub fn records_decoded(&self) -> u64 {
         self.decoder.records_decoded()
     }
@@ -973,7 +978,10 @@ impl Loader {
             Some(m) => m,
             None => TraceModel::new(self.decoder.header().cloned().unwrap_or_default()),
         };
-        warnings.extend(model.finish());
+        // Model warnings are one per kind except notices, which are one per record: capped too.
+        let mut model_warnings = WarningLog::new();
+        model_warnings.extend(model.finish());
+        warnings.extend(model_warnings.into_vec());
         Ok(LoadedTrace {
             model,
             warnings,

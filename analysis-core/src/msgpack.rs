@@ -346,80 +346,102 @@ impl<'a> Reader<'a> {
     /// Skips `count` complete values, iteratively (no recursion, no allocation).
     pub fn skip_values(&mut self, count: u64) -> ReadResult<()> {
         let mut pending = count;
-        while pending > 0 {
-            pending -= 1;
+        self.skip_pending(&mut pending)
+    }
+
+    /// [`Reader::skip_values`], resumable: skips values while `*pending > 0`. On `Incomplete`,
+    /// `pos` and `*pending` stop at the last whole value (the start of the one cut off, or just
+    /// past a container whose entries cannot all be present), so a later call over a longer
+    /// buffer goes on from there: finding where a value ends costs one pass over its bytes
+    /// however it arrives.
+    pub fn skip_pending(&mut self, pending: &mut u64) -> ReadResult<()> {
+        while *pending > 0 {
             let at = self.pos;
-            let b = self.byte()?;
-            match b {
-                0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => {}
-                0x80..=0x8f => pending += 2 * u64::from(b & 0x0f),
-                0x90..=0x9f => pending += u64::from(b & 0x0f),
-                0xa0..=0xbf => {
-                    self.take(usize::from(b & 0x1f))?;
+            match self.skip_one() {
+                Ok(children) => *pending = *pending - 1 + children,
+                Err(e) => {
+                    self.pos = at;
+                    return Err(e);
                 }
-                0xcc | 0xd0 => {
-                    self.take(1)?;
-                }
-                0xcd | 0xd1 => {
-                    self.take(2)?;
-                }
-                0xce | 0xd2 | 0xca => {
-                    self.take(4)?;
-                }
-                0xcf | 0xd3 | 0xcb => {
-                    self.take(8)?;
-                }
-                0xc4 | 0xd9 => {
-                    let n = usize::from(self.byte()?);
-                    self.take(n)?;
-                }
-                0xc5 | 0xda => {
-                    let n = usize::from(u16::from_be_bytes(self.be()?));
-                    self.take(n)?;
-                }
-                0xc6 | 0xdb => {
-                    let n = u32::from_be_bytes(self.be()?) as usize;
-                    self.take(n)?;
-                }
-                0xd4 => {
-                    self.take(2)?;
-                }
-                0xd5 => {
-                    self.take(3)?;
-                }
-                0xd6 => {
-                    self.take(5)?;
-                }
-                0xd7 => {
-                    self.take(9)?;
-                }
-                0xd8 => {
-                    self.take(17)?;
-                }
-                0xc7 => {
-                    let n = usize::from(self.byte()?);
-                    self.take(n + 1)?;
-                }
-                0xc8 => {
-                    let n = usize::from(u16::from_be_bytes(self.be()?));
-                    self.take(n + 1)?;
-                }
-                0xc9 => {
-                    let n = u32::from_be_bytes(self.be()?) as usize;
-                    self.take(n.saturating_add(1))?;
-                }
-                0xdc => pending += u64::from(u16::from_be_bytes(self.be()?)),
-                0xdd => pending += u64::from(u32::from_be_bytes(self.be()?)),
-                0xde => pending += 2 * u64::from(u16::from_be_bytes(self.be()?)),
-                0xdf => pending += 2 * u64::from(u32::from_be_bytes(self.be()?)),
-                0xc1 => return Err(self.invalid(at, "a MessagePack value (0xc1 is reserved)")),
             }
             // Every pending value needs at least one byte: fail fast on absurd counts.
-            if pending > self.remaining() as u64 {
+            if *pending > self.remaining() as u64 {
                 return Err(ReadErr::Incomplete);
             }
         }
         Ok(())
+    }
+
+    /// Skips one value's own bytes; the number of values it contains (which follow it).
+    fn skip_one(&mut self) -> ReadResult<u64> {
+        let at = self.pos;
+        let b = self.byte()?;
+        let mut children = 0u64;
+        match b {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => {}
+            0x80..=0x8f => children += 2 * u64::from(b & 0x0f),
+            0x90..=0x9f => children += u64::from(b & 0x0f),
+            0xa0..=0xbf => {
+                self.take(usize::from(b & 0x1f))?;
+            }
+            0xcc | 0xd0 => {
+                self.take(1)?;
+            }
+            0xcd | 0xd1 => {
+                self.take(2)?;
+            }
+            0xce | 0xd2 | 0xca => {
+                self.take(4)?;
+            }
+            0xcf | 0xd3 | 0xcb => {
+                self.take(8)?;
+            }
+            0xc4 | 0xd9 => {
+                let n = usize::from(self.byte()?);
+                self.take(n)?;
+            }
+            0xc5 | 0xda => {
+                let n = usize::from(u16::from_be_bytes(self.be()?));
+                self.take(n)?;
+            }
+            0xc6 | 0xdb => {
+                let n = u32::from_be_bytes(self.be()?) as usize;
+                self.take(n)?;
+            }
+            0xd4 => {
+                self.take(2)?;
+            }
+            0xd5 => {
+                self.take(3)?;
+            }
+            0xd6 => {
+                self.take(5)?;
+            }
+            0xd7 => {
+                self.take(9)?;
+            }
+            0xd8 => {
+                self.take(17)?;
+            }
+            0xc7 => {
+                let n = usize::from(self.byte()?);
+                self.take(n + 1)?;
+            }
+            0xc8 => {
+                let n = usize::from(u16::from_be_bytes(self.be()?));
+                self.take(n + 1)?;
+            }
+            0xc9 => {
+                let n = u32::from_be_bytes(self.be()?) as usize;
+                self.take(n.saturating_add(1))?;
+            }
+            0xdc => children += u64::from(u16::from_be_bytes(self.be()?)),
+            0xdd => children += u64::from(u32::from_be_bytes(self.be()?)),
+            0xde => children += 2 * u64::from(u16::from_be_bytes(self.be()?)),
+            0xdf => children += 2 * u64::from(u32::from_be_bytes(self.be()?)),
+            0xc1 => return Err(self.invalid(at, "a MessagePack value (0xc1 is reserved)")),
+        }
+        Ok(children)
     }
 }
 

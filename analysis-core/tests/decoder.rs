@@ -523,3 +523,61 @@ proptest! {
         prop_assert_eq!(recs, expected);
     }
 }
+
+/// Decodes `bytes` pushed in pieces of the given sizes (cycled).
+fn decode_in_pieces(
+    bytes: &[u8],
+    sizes: &[usize],
+) -> (Vec<Record>, Vec<Warning>, Option<DecodeError>) {
+    let mut d = Decoder::new();
+    let mut recs = Vec::new();
+    let mut fatal = None;
+    let mut rest = bytes;
+    let mut i = 0;
+    'push: while !rest.is_empty() {
+        let n = sizes[i % sizes.len()].clamp(1, rest.len());
+        i += 1;
+        d.push(&rest[..n]);
+        rest = &rest[n..];
+        loop {
+            match d.next_record() {
+                Ok(Some(r)) => recs.push(r),
+                Ok(None) => break,
+                Err(e) => {
+                    fatal = Some(e);
+                    break 'push;
+                }
+            }
+        }
+    }
+    let warnings = match d.finish() {
+        Ok(w) => w,
+        Err(e) => {
+            fatal.get_or_insert(e);
+            Vec::new()
+        }
+    };
+    (recs, warnings, fatal)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    /// A record cut by a push is scanned on from where the push ended (not parsed again): on
+    /// any bytes after a valid header, damaged or not, pieces give what one push gives.
+    #[test]
+    fn pieces_decode_the_same_as_one_push(
+        body in proptest::collection::vec(
+            prop_oneof![Just(0x92u8), Just(0x93), Just(0xdc), Just(0xc0), Just(0xa3), Just(0x10), Just(0x63), Just(0x01), any::<u8>()],
+            0..400,
+        ),
+        sizes in proptest::collection::vec(1usize..40, 1..8),
+    ) {
+        let mut bytes = header_with_version(1, 1);
+        bytes.extend_from_slice(&body);
+        let (recs, _, warnings, fatal) = decode_all(&bytes);
+        let (p_recs, p_warnings, p_fatal) = decode_in_pieces(&bytes, &sizes);
+        prop_assert_eq!(p_recs, recs);
+        prop_assert_eq!(p_warnings, warnings);
+        prop_assert_eq!(p_fatal, fatal);
+    }
+}

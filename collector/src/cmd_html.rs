@@ -1,7 +1,6 @@
 //! `gpucollect html TRACE -o report.html`: a single self-contained HTML report (viewer and
 //! trace inlined, no network access) for wikis that only take attachments.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -33,17 +32,17 @@ pub fn run(a: HtmlArgs) -> Result<u8> {
         );
     }
     let (mut file, size, first) = crate::input::open_with_head(&a.trace, "trace")?;
+    // Anything that is not a trace is refused before a page is built around it.
     let trace = if analysis_core::torch_snapshot::looks_like_snapshot(&first) {
         // A snapshot is converted as it is read, never held whole.
-        crate::input::convert_snapshot_file(&first, &mut file, size, &a.trace)?.0
+        let trace = crate::input::convert_snapshot_file(&first, &mut file, size, &a.trace)?.0;
+        analysis_core::load(&trace)
+            .with_context(|| format!("{} is not a trace", a.trace.display()))?;
+        trace
     } else {
-        let mut all = first;
-        file.read_to_end(&mut all)
-            .with_context(|| format!("cannot read {}", a.trace.display()))?;
-        all
+        // Decoded as it is read: reading stops where the bytes stop being a trace.
+        crate::input::read_trace_bytes(first, &mut file, &a.trace)?
     };
-    // Refuse anything that is not a trace before building a page around it.
-    analysis_core::load(&trace).with_context(|| format!("{} is not a trace", a.trace.display()))?;
     let index = String::from_utf8_lossy(assets.index()).into_owned();
     let files = assets.files();
     let viewer = ViewerFiles {

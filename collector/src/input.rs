@@ -135,6 +135,31 @@ pub fn open_with_head(path: &Path, what: &str) -> Result<(File, Option<u64>, Vec
     Ok((file, size, head))
 }
 
+/// Reads the rest of a trace whose first bytes are `head` into memory, decoding it as it is
+/// read: reading stops at the first byte that cannot be a trace (so `/dev/zero`, or any file
+/// that is not a trace, costs one chunk, never all of it). Fails when not even the header could
+/// be read; a trace damaged further on is kept up to the read that found the damage.
+pub fn read_trace_bytes(head: Vec<u8>, reader: &mut dyn Read, path: &Path) -> Result<Vec<u8>> {
+    let mut loader = Loader::new();
+    let mut all = head;
+    let mut stopped = loader.push(&all).is_err();
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    while !stopped {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        all.extend_from_slice(&buf[..n]);
+        stopped = loader.push(&buf[..n]).is_err();
+    }
+    loader
+        .finish()
+        .with_context(|| format!("{} is not a trace", path.display()))?;
+    Ok(all)
+}
+
 /// Bytes [`open_with_head`] reads first.
 const HEAD_BYTES: usize = 4096;
 
@@ -154,4 +179,32 @@ pub fn convert_snapshot_file(
     snapshot
         .finish_trace_bytes()
         .with_context(|| not_a_snapshot(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `gpucollect html /dev/zero` read until memory ran out: the bytes are now decoded as they
+    /// are read, and the first one that cannot start a trace stops the reading.
+    #[test]
+    fn an_endless_input_that_is_not_a_trace_stops_at_once() {
+        let mut zeros = std::io::repeat(0).take(1 << 40);
+        let err = read_trace_bytes(vec![0; HEAD_BYTES], &mut zeros, Path::new("/dev/zero"))
+            .expect_err("not a trace");
+        assert!(
+            format!("{err:#}").contains("not a gpucollect trace"),
+            "{err:#}"
+        );
+        assert!(zeros.limit() >= (1 << 40) - 2 * CHUNK_BYTES as u64);
+    }
+
+    #[test]
+    fn a_trace_reads_whole_and_unchanged() {
+        let (trace, _) =
+            analysis_core::synth::generate(analysis_core::synth::Scenario::TrainingLeak, 2_000, 1);
+        let (head, rest) = trace.split_at(HEAD_BYTES.min(trace.len()));
+        let got = read_trace_bytes(head.to_vec(), &mut &rest[..], Path::new("t")).expect("reads");
+        assert_eq!(got, trace);
+    }
 }
