@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use analysis_core::report::summarize;
+use analysis_core::summarize;
 use analysis_core::{load, torch_snapshot};
 
 fn main() {

@@ -8,8 +8,36 @@
 //! function, file or module.
 
 use alloc::string::String;
+use serde::Serialize;
 
-use crate::model::FrameView;
+/// A symbolized frame, for display.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FrameView {
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+    pub module: String,
+    pub offset: u64,
+    pub python: bool,
+}
+
+impl core::fmt::Display for FrameView {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let func = if self.function.is_empty() {
+            "??"
+        } else {
+            &self.function
+        };
+        if !self.file.is_empty() {
+            write!(f, "{func} ({}:{})", self.file, self.line)
+        } else if !self.module.is_empty() {
+            let m = self.module.rsplit('/').next().unwrap_or(&self.module);
+            write!(f, "{func} ({m}+{:#x})", self.offset)
+        } else {
+            write!(f, "{func}")
+        }
+    }
+}
 
 /// Python packages whose frames are library code even when a path is relative to the package
 /// root (`torch/optim/adam.py`).

@@ -16,6 +16,7 @@ extern crate std;
 
 pub mod analysis;
 pub mod attribution;
+pub mod config;
 pub mod decode;
 pub mod encode;
 pub mod format;
@@ -30,6 +31,7 @@ pub mod timeline;
 pub mod torch_snapshot;
 pub mod units;
 
+pub use analysis::summarize;
 pub use analysis::{Config, analyze};
 pub use decode::{
     DecodeError, Decoder, MAX_RECORD_BYTES, MAX_WARNINGS_PER_KIND, Warning, WarningLog,
@@ -37,4 +39,4 @@ pub use decode::{
 pub use encode::Encoder;
 pub use format::*;
 pub use model::{LoadedTrace, Loader, TraceModel, load};
-pub use report::{Report, summarize};
+pub use report::Report;

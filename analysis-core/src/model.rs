@@ -12,6 +12,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+pub use crate::attribution::FrameView;
 use crate::decode::{DecodeError, Decoder, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
@@ -146,35 +147,6 @@ pub struct ResetEvent {
     pub record: ContextReset,
     pub freed_count: u64,
     pub freed_bytes: u64,
-}
-
-/// A symbolized frame, for display.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct FrameView {
-    pub function: String,
-    pub file: String,
-    pub line: u32,
-    pub module: String,
-    pub offset: u64,
-    pub python: bool,
-}
-
-impl core::fmt::Display for FrameView {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let func = if self.function.is_empty() {
-            "??"
-        } else {
-            &self.function
-        };
-        if !self.file.is_empty() {
-            write!(f, "{func} ({}:{})", self.file, self.line)
-        } else if !self.module.is_empty() {
-            let m = self.module.rsplit('/').next().unwrap_or(&self.module);
-            write!(f, "{func} ({m}+{:#x})", self.offset)
-        } else {
-            write!(f, "{func}")
-        }
-    }
 }
 
 /// Everything a trace replays into.

@@ -386,7 +386,7 @@ fn pool_and_graph_memory_are_polled_outside_the_callbacks() {
     // unallocated). Its worst sample is the one with the largest share unallocated: that one,
     // unless the poller also saw the pool at 0 of 2 MiB between the last free and its
     // destruction (the program does not pause there; seen once in CI).
-    let report = analysis_core::report::summarize(&r.trace);
+    let report = analysis_core::summarize(&r.trace);
     let f = report
         .analysis
         .fragmentation
@@ -534,7 +534,7 @@ fn busy_cupti_is_reported_and_the_program_runs_untraced() {
     let notices = &r.trace.model.notices;
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert_eq!(notices[0].code, notice_code::CUPTI_BUSY);
-    let report = analysis_core::report::summarize(&r.trace);
+    let report = analysis_core::summarize(&r.trace);
     assert!(
         report.capture_incomplete[0].contains("another CUPTI client already holds"),
         "{:?}",
@@ -957,7 +957,7 @@ fn slots_of_exited_processes_are_reused() {
     // Every child left through _exit(0), so only its end is known, not its status; the report
     // says so rather than "no exit recorded".
     assert_eq!(m.process_exits.len(), 101, "{:?}", m.process_exits);
-    let report = analysis_core::report::summarize(&r.trace);
+    let report = analysis_core::summarize(&r.trace);
     let unknown = report
         .processes
         .iter()

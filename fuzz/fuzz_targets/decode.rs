@@ -4,7 +4,7 @@
 
 use analysis_core::decode::Decoder;
 use analysis_core::model::Loader;
-use analysis_core::report::summarize;
+use analysis_core::summarize;
 use libfuzzer_sys::fuzz_target;
 
 /// Decodes with the given chunk size; returns the records' debug form and the warnings.

@@ -4,7 +4,7 @@
 //! give what loading them whole gives.
 #![no_main]
 
-use analysis_core::report::summarize;
+use analysis_core::summarize;
 use analysis_core::{load, torch_snapshot};
 use libfuzzer_sys::fuzz_target;
 

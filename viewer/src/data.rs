@@ -11,11 +11,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use analysis_core::analysis::group_by_stack;
 use analysis_core::analysis::scopes::{ScopeGrowth, ScopeKind};
 use analysis_core::analysis::{FindingKind, Severity};
 use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
 use analysis_core::model::{AllocRecord, LoadedTrace, Series, TraceModel};
-use analysis_core::report::{SiteBytes, group_by_stack};
+use analysis_core::report::SiteBytes;
 use analysis_core::timeline::Timeline;
 use analysis_core::units::fmt_bytes;
 use analysis_core::{Report, summarize};

@@ -5,35 +5,12 @@
 //! pre-allocation recommendation.
 
 use alloc::format;
-use alloc::string::String;
 use alloc::vec::Vec;
-use serde::Serialize;
 
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex, site_location};
-use crate::format::StackId;
 use crate::model::TraceModel;
+pub use crate::report::{ChurnKind, ChurnSite};
 use crate::units::{fmt_bytes, fmt_duration};
-
-/// One churning call site.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ChurnSite {
-    pub kind: ChurnKind,
-    pub stack: StackId,
-    pub site: String,
-    pub alloc_count: u64,
-    /// Bytes allocated (and released) over the trace.
-    pub churned_bytes: u64,
-    pub mean_size_bytes: u64,
-    /// Allocations freed within `short_lived_max_nanos`.
-    pub short_lived_count: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChurnKind {
-    Repeated,
-    ShortLived,
-}
 
 pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found) -> Vec<ChurnSite> {
     let mut out = Vec::new();

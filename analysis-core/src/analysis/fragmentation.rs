@@ -12,60 +12,13 @@
 
 use alloc::format;
 use alloc::vec::Vec;
-use serde::Serialize;
 
 use super::iterations::Iterations;
 use super::{Config, Finding, FindingKind, Found, Severity};
 use crate::format::{DeviceIdx, ProcessIdx, pool};
 use crate::model::TraceModel;
+pub use crate::report::{AddressGaps, PoolFragmentation, RatioPoint};
 use crate::units::fmt_bytes;
-
-/// Free space between the live allocations of a device at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct AddressGaps {
-    /// From the lowest live address to the highest live end.
-    pub span_bytes: u64,
-    pub live_bytes: u64,
-    /// Free bytes inside the span.
-    pub free_bytes: u64,
-    pub largest_free_bytes: u64,
-    /// 1 - largest free block / all free bytes (0 when nothing is free).
-    pub external_fragmentation: f64,
-}
-
-/// One point of a pool's ratio over time.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct RatioPoint {
-    pub ts_nanos: u64,
-    pub ratio: f64,
-}
-
-/// One pool's fragmentation.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PoolFragmentation {
-    pub process: ProcessIdx,
-    pub device: DeviceIdx,
-    pub pool: u64,
-    pub samples: u64,
-    pub mean_ratio: f64,
-    pub max_ratio: f64,
-    pub max_ts_nanos: u64,
-    /// Reserved minus allocated at the worst sample.
-    pub max_wasted_bytes: u64,
-    /// The reference rule (mean ratio above `fragmentation_ratio`); a fact for the table, not a
-    /// finding: a reserve that is free is cache unless requests could not use it.
-    pub flagged: bool,
-    /// Times the reserve grew although the request that made it grow would have fit in the
-    /// free reserve, and the bytes those growths added.
-    pub forced_growth_count: u64,
-    pub forced_growth_bytes: u64,
-    /// Reserved but unallocated at the last sample.
-    pub free_at_end_bytes: u64,
-    /// Address gaps at the worst sample, when the live allocations fit in the reserved bytes.
-    pub gaps_at_max: Option<AddressGaps>,
-    /// The ratio over time, at most `MAX_POINTS` points (evenly strided).
-    pub series: Vec<RatioPoint>,
-}
 
 pub const MAX_POINTS: usize = 256;
 

@@ -11,76 +11,15 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use serde::Serialize;
 
-use super::fragmentation::{AddressGaps, address_gaps};
+use super::facts::group_by_stack;
+use super::fragmentation::address_gaps;
 use super::{Config, Finding, FindingKind, Found, Impact, Severity, saturating_sum, site_location};
 use crate::format::{DeviceIdx, ProcessUsage};
 use crate::model::TraceModel;
-use crate::report::{SiteBytes, group_by_stack};
+pub use crate::report::{GapPoint, HiddenMemory, OomCause, OomForensics};
 use crate::stats::{LinearFit, linear_fit, mean, z_scores};
 use crate::units::fmt_bytes;
-
-/// One sample of the untraced gap.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct GapPoint {
-    pub ts_nanos: u64,
-    pub gap_bytes: i64,
-    pub z: f64,
-}
-
-/// Untraced device memory on one device.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct HiddenMemory {
-    pub device: DeviceIdx,
-    pub samples: u64,
-    pub mean_gap_bytes: f64,
-    pub max_gap_bytes: i64,
-    /// Highest memory held by processes other than the traced ones, over the samples.
-    pub other_processes_max_bytes: u64,
-    /// Why the reference rules were not applied, if they were not.
-    pub skipped: Option<String>,
-    /// Samples with z above the spike threshold.
-    pub spikes: Vec<GapPoint>,
-    /// Fit of the gap over seconds (drift), when there are enough samples.
-    pub drift: Option<LinearFit>,
-}
-
-/// Why an allocation failed, as far as the trace can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OomCause {
-    /// Enough bytes were free in the pool, but no block was large enough.
-    Fragmentation,
-    /// Other processes hold more than we do.
-    OtherProcesses,
-    /// Driver/context overhead or memory the trace did not see holds more than we do.
-    UntracedMemory,
-    /// Our own live allocations fill the device.
-    OwnAllocations,
-}
-
-/// The forensic summary of one failed allocation.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct OomForensics {
-    pub ts_nanos: u64,
-    pub device: DeviceIdx,
-    pub requested_bytes: u64,
-    pub site: String,
-    /// Device free and total memory from the last sample before the failure.
-    pub free_bytes: Option<u64>,
-    pub total_bytes: Option<u64>,
-    /// Our live bytes on that device.
-    pub live_bytes: u64,
-    /// Our live bytes by call site (top 5).
-    pub live_sites: Vec<SiteBytes>,
-    /// Other processes on the device (from the sample), largest first.
-    pub other_processes: Vec<ProcessUsage>,
-    /// Used memory neither traced by us nor attributed to another process.
-    pub untraced_bytes: u64,
-    pub gaps: Option<AddressGaps>,
-    pub cause: OomCause,
-}
 
 /// Failed allocations examined in detail.
 pub const MAX_OOM: usize = 32;

@@ -4,25 +4,9 @@
 //! an exit makes "never freed" a leak; in the others, leaks come from steady-state growth (and
 //! from memory whose owner is gone, such as a thread that ended).
 
-use serde::Serialize;
-
 use crate::format::ProcessIdx;
 use crate::model::TraceModel;
-
-/// How the history ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HistoryEnd {
-    /// The traced program exited (an `end` record, and no process killed by a signal).
-    #[default]
-    Exited,
-    /// A traced process was killed by a signal.
-    Killed,
-    /// No `end` record: the collector or the program died, or the trace was cut short.
-    Cut,
-    /// A snapshot of a running program (a PyTorch memory snapshot).
-    Snapshot,
-}
+pub use crate::report::HistoryEnd;
 
 impl HistoryEnd {
     /// Whether memory live at the end was left unfreed by a finished program.

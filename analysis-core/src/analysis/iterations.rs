@@ -16,41 +16,15 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
-use serde::Serialize;
 
 use crate::format::{ProcessIdx, StackId};
 use crate::model::TraceModel;
+pub use crate::report::{IterationSource, Iterations};
 
 /// At least this many repetitions make an iteration.
 pub const MIN_ITERATIONS: usize = 6;
 /// Windows used when the history shows no repeated unit.
 pub const TIME_WINDOWS: usize = 32;
-
-/// Where the iterations come from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IterationSource {
-    NvtxRange,
-    Mark,
-    RecurringSite,
-    #[default]
-    TimeWindows,
-}
-
-/// The program's iterations.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Iterations {
-    pub source: IterationSource,
-    /// The range or mark name, the call site, or "time windows".
-    pub label: String,
-    pub count: u64,
-    /// How many of the first iterations are warm-up (excluded from growth and baselines).
-    pub warmup: u64,
-    pub median_period_nanos: u64,
-    /// Start of every iteration, in time order.
-    #[serde(skip)]
-    pub starts_nanos: Vec<u64>,
-}
 
 impl Iterations {
     /// Iteration `i` spans `[start(i), start(i + 1))`; the last one ends at `end`.

@@ -20,9 +20,9 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
-use serde::Serialize;
 
 use super::causes::Causes;
+use super::facts::group_by_stack;
 use super::grouping::{group_causes, separating_frame};
 use super::history::HistoryEnd;
 use super::iterations::Iterations;
@@ -30,71 +30,9 @@ use super::sampling::{judge, sampling_by_process};
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
 use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
 use crate::model::TraceModel;
-use crate::report::{SiteBytes, group_by_stack};
+use crate::report::SiteBytes;
+pub use crate::report::{Growth, LeakClass, LeakGroup};
 use crate::units::{fmt_bytes, fmt_duration};
-
-/// Why a cause's live-at-end memory is (or is not) a leak.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LeakClass {
-    /// Keeps growing across steady-state iterations.
-    Growing,
-    /// A program that exited never freed it, and its call site never frees.
-    NeverFreed,
-    /// A program that exited never freed it, while its call site frees its other allocations.
-    MissedFree,
-    /// Every allocating thread went idle (or ended) long before the end.
-    ThreadExited,
-    /// Grew early, then stopped: a cache, pool or warm-up buffer (not a leak).
-    Bounded,
-    /// Held by a caching allocator or memory pool as reserve (not a leak).
-    Cache,
-    /// In use when the history ended: a snapshot, a kill, or what a garbage-collected program
-    /// still held at exit (not a leak).
-    LiveAtEnd,
-}
-
-/// One cause's live allocations at the end.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LeakGroup {
-    pub class: LeakClass,
-    #[serde(flatten)]
-    pub site: SiteBytes,
-    /// `file:line` of the user's frame.
-    pub location: String,
-    pub pinned_host: bool,
-    pub first_ts_nanos: u64,
-    pub last_ts_nanos: u64,
-    /// All allocations and frees of the cause over the trace.
-    pub site_alloc_count: u64,
-    pub site_free_count: u64,
-    /// Last activity of the allocating thread(s), when they went idle.
-    pub thread_last_ts_nanos: Option<u64>,
-}
-
-/// One cause's live bytes over the steady-state iterations.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Growth {
-    pub site: String,
-    pub location: String,
-    pub stack: StackId,
-    pub process: ProcessIdx,
-    pub device: DeviceIdx,
-    pub pinned_host: bool,
-    /// Samples judged (steady-state iteration starts and the end).
-    pub samples: u64,
-    /// Live bytes at the first steady-state sample and at the end.
-    pub steady_start_bytes: u64,
-    pub end_bytes: u64,
-    pub bytes_per_iteration: f64,
-    pub bytes_per_sec: f64,
-    pub r: f64,
-    /// Persistent growth: a leak.
-    pub leaking: bool,
-    /// Grew, then stopped (a cache that filled).
-    pub bounded: bool,
-    pub seconds_to_full: Option<f64>,
-}
 
 /// What `analyze` returns besides findings.
 #[derive(Debug, Default)]

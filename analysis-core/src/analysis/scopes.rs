@@ -8,45 +8,11 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
-use serde::Serialize;
 
 use super::{Config, SiteIndex, site_label};
 use crate::format::{StackId, StringId};
 use crate::model::{LIVE, TraceModel};
-
-/// What a scope is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ScopeKind {
-    NvtxRange,
-    CallSite,
-}
-
-/// Growth statistics of one scope.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ScopeGrowth {
-    pub scope: String,
-    pub kind: ScopeKind,
-    pub calls: u64,
-    pub total_growth_bytes: i64,
-    pub avg_growth_bytes: f64,
-    /// Fraction of calls that grew.
-    pub positive_ratio: f64,
-    /// Growth of the last third of the calls.
-    pub tail_growth_bytes: i64,
-    /// The reference rule holds.
-    pub reference_leak: bool,
-    /// Growth that plateaued (not a leak).
-    pub bounded: bool,
-    pub max_peak_bytes: u64,
-    /// An enclosed scope that accounts for (almost) all of this scope's growth: the finding is
-    /// reported there, not here.
-    pub explained_by: Option<String>,
-    /// The call site that kept the most bytes beyond the calls, when known.
-    pub top_stack: Option<StackId>,
-    pub top_site: Option<String>,
-    pub top_site_bytes: u64,
-}
+pub use crate::report::{ScopeGrowth, ScopeKind};
 
 /// How many call-site scopes are kept in the report (NVTX scopes are all kept).
 const MAX_CALL_SITE_SCOPES: usize = 50;

@@ -11,29 +11,10 @@
 //! order, then notes that call for a change (repeated and short-lived allocations), one per
 //! call site; at most `Config::max_recommendations`.
 
-use alloc::string::String;
 use alloc::vec::Vec;
-use serde::Serialize;
 
 use super::{Config, Finding, FindingKind, Severity};
-use crate::format::StackId;
-
-/// One prioritized recommendation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Recommendation {
-    /// 1 = most urgent.
-    pub priority: u32,
-    pub severity: Severity,
-    pub kind: FindingKind,
-    pub site: String,
-    pub stack: Option<StackId>,
-    pub scope: Option<String>,
-    pub bytes: u64,
-    /// What was found.
-    pub problem: String,
-    /// The concrete fix.
-    pub fix: String,
-}
+pub use crate::report::Recommendation;
 
 /// Points a finding costs.
 pub const fn penalty(severity: Severity) -> i32 {

@@ -14,7 +14,6 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
-use serde::Serialize;
 
 use super::causes::Causes;
 use super::iterations::Iterations;
@@ -22,45 +21,9 @@ use super::scopes::{ScopeKind, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::TraceModel;
+pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
 use crate::stats::quantile_select;
 use crate::units::fmt_bytes;
-
-/// One allocation that stands out.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SpikeEvent {
-    pub ts_nanos: u64,
-    pub size_bytes: u64,
-    pub stack: StackId,
-    pub site: String,
-}
-
-/// The outlier rule over one scope's allocation sizes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ScopeSpikes {
-    pub scope: String,
-    pub kind: ScopeKind,
-    pub allocations: u64,
-    pub q1_bytes: f64,
-    pub q3_bytes: f64,
-    pub threshold_bytes: f64,
-    pub spike_count: u64,
-    pub max_spike_bytes: u64,
-    /// The first spikes, at most `MAX_EVENTS`.
-    pub events: Vec<SpikeEvent>,
-}
-
-/// One spiking iteration: the allocation that lifted it and the peak it reached.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TimelineSpikeEvent {
-    pub ts_nanos: u64,
-    pub size_bytes: u64,
-    /// Live bytes (all devices) at the iteration's peak.
-    pub live_bytes: u64,
-    /// How long the allocation lived (to the end, if never freed).
-    pub duration_nanos: u64,
-    pub stack: StackId,
-    pub site: String,
-}
 
 /// Events kept per scope, and timeline spikes kept in total.
 pub const MAX_EVENTS: usize = 100;

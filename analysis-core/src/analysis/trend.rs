@@ -11,7 +11,6 @@
 
 use alloc::format;
 use alloc::vec::Vec;
-use serde::Serialize;
 
 use super::iterations::Iterations;
 use super::sampling::{judge, sampling_by_process};
@@ -20,28 +19,12 @@ use super::{
 };
 use crate::format::{DeviceIdx, ProcessIdx};
 use crate::model::TraceModel;
-use crate::stats::{LinearFit, linear_fit};
+pub use crate::report::Trend;
+use crate::stats::linear_fit;
 use crate::units::fmt_bytes;
 
 /// Moments sampled per series for the time-weighted fit.
 pub const SAMPLES: usize = 256;
-
-/// The trend of one series.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Trend {
-    pub process: ProcessIdx,
-    pub device: DeviceIdx,
-    pub fit: LinearFit,
-    /// The same fit over the last third of the time span.
-    pub tail_fit: Option<LinearFit>,
-    pub growth_bytes_per_sec: f64,
-    /// The reference rule holds.
-    pub flagged: bool,
-    /// Flagged, but the last third is flat: a plateau.
-    pub bounded: bool,
-    /// Seconds until the device is full at this rate, when growing.
-    pub seconds_to_full: Option<f64>,
-}
 
 pub fn analyze(
     m: &TraceModel,
