@@ -31,7 +31,8 @@ pub fn fmt_bytes_signed(bytes: i64) -> String {
     format!("{sign}{}", fmt_bytes(bytes.unsigned_abs()))
 }
 
-/// Formats nanoseconds: `850 ns`, `12.5 µs`, `3.20 ms`, `1.50 s`, `2 min 5 s`.
+/// Formats nanoseconds: `850 ns`, `12.500 µs` (`12 µs` when whole), `3.20 ms`, `1.50 s`,
+/// `2 min 5 s`, `2 h 5 min`.
 pub fn fmt_duration(nanos: u64) -> String {
     let n = nanos as f64;
     if nanos < 1_000 {
