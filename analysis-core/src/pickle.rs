@@ -4,8 +4,10 @@
 //! It never executes anything: opcodes that name or build Python objects (`GLOBAL`, `REDUCE`,
 //! `BUILD`, `NEWOBJ`, persistent ids, …) are refused with an error naming the opcode. Memory is
 //! bounded by the input: every opcode creates at most one node in an arena, memo references copy
-//! an index (so shared or even cyclic structures cost nothing extra), and no length prefix is
-//! trusted beyond the bytes present.
+//! an index (so shared or even cyclic structures cost nothing extra), no length prefix is
+//! trusted beyond the bytes present, and a pickle whose values take more than
+//! [`PARSE_HEAP_PER_INPUT_BYTE`] bytes of heap per byte (plus [`PARSE_HEAP_FREE`]) is refused
+//! ([`PickleError::TooDense`]; the JSON reader does the same).
 //!
 //! [`Parser`] reads a whole input or one that arrives in pieces (an opcode cut by the end of the
 //! input so far is rerun once the rest is there), with the same result. Pieces are dropped once

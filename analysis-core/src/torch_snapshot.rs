@@ -31,6 +31,11 @@
 //!   the start of the history. Both are allocated from a stack whose innermost frame says so, and
 //!   counted in the [`ImportSummary`], never dropped or counted twice.
 //!
+//! Work and memory stay proportional to the input: device traces, trace entries, segments and
+//! blocks that memo references name again are read again only within a budget per input byte
+//! ([`ImportError::Shared`]), and a snapshot has at most one trace entry, annotation or block
+//! per 32 bytes plus a constant ([`ImportError::TooManyEvents`]); FORMAT.md, "Robustness".
+//!
 //! [`load`] and [`convert`] take the whole snapshot; [`SnapshotLoader`] takes it in pieces and
 //! parses while the rest is still being read (same result). Trace entries are read into compact
 //! entries while the pickle is parsed; everything the conversion writes is counted before it
@@ -164,7 +169,10 @@ pub struct SnapshotLoader {
 impl SnapshotLoader {
     /// A loader for a snapshot of about `size_hint_bytes` (the file's size, a
     /// Content-Length), if known: the input buffer and the parser's tables are reserved for
-    /// it up front instead of being copied as they grow. The hint only sizes buffers.
+    /// it up front instead of being copied as they grow. The hint sizes buffers, and the heap
+    /// a pickle's parser may take ([`crate::pickle::PARSE_HEAP_PER_INPUT_BYTE`] per byte of
+    /// the hint or of the bytes pushed, whichever is larger): given the input's size, the
+    /// result equals [`load`]'s even for a pickle refused as too dense.
     pub fn new(size_hint_bytes: Option<usize>) -> Self {
         Self {
             load: Load::Start {
