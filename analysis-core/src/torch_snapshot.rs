@@ -281,6 +281,12 @@ struct PickleLoad<'a> {
     parser: Parser<'a>,
     reader: EntryReader,
     entries: Vec<Entry>,
+    /// The size hint and the bytes pushed: past [`Repeats::events_limit`] of the larger, trace
+    /// entries are left in the arena as dicts (which the parser's heap limit then counts), so
+    /// that `entries` stays proportional to the input; the conversion reads them all the same
+    /// (and refuses the snapshot if it has too many).
+    hint: usize,
+    pushed: usize,
 }
 
 impl<'a> PickleLoad<'a> {
@@ -292,6 +298,8 @@ impl<'a> PickleLoad<'a> {
             // shared frames; real ones with their own frames lists take more): reserved for
             // that, not to be copied as it grows.
             entries: Vec::with_capacity(size_hint_bytes / 64),
+            hint: size_hint_bytes,
+            pushed: 0,
         }
     }
 
@@ -303,9 +311,15 @@ impl<'a> PickleLoad<'a> {
             parser,
             reader,
             entries,
+            hint,
+            pushed,
         } = self;
+        let most = Repeats::events_limit((*hint).max(*pushed) as u64);
         parser.advance(
             &mut |p, kv| {
+                if entries.len() as u64 >= most {
+                    return None;
+                }
                 let (entry, has_action) = reader.read(p, kv.chunks_exact(2).map(|x| (x[0], x[1])));
                 has_action.then(|| {
                     entries.push(entry);
@@ -361,6 +375,7 @@ impl<'a> Load<'a> {
             }
             Load::Pickle(pl) => {
                 pl.parser.push_with(len, fill)?;
+                pl.pushed += len;
                 pl.advance(false)?;
                 Ok(())
             }
@@ -394,6 +409,7 @@ impl<'a> Load<'a> {
                     parser,
                     reader,
                     entries,
+                    ..
                 } = *pl;
                 let p = parser.into_pickle();
                 Converter::convert(&p, input_bytes, reader, entries, make_sink)
@@ -1937,7 +1953,7 @@ impl Repeats {
 
     fn new(input_bytes: u64) -> Self {
         let limit = input_bytes / Self::BYTES_PER_REPEAT + Self::FREE;
-        let events_limit = input_bytes / Self::BYTES_PER_EVENT + Self::FREE_EVENTS;
+        let events_limit = Self::events_limit(input_bytes);
         Self {
             seqs: Vec::new(),
             dicts: Vec::new(),
@@ -1947,6 +1963,11 @@ impl Repeats {
             events_left: events_limit,
             events_limit,
         }
+    }
+
+    /// The trace entries, annotations and blocks a snapshot of `input_bytes` may have.
+    const fn events_limit(input_bytes: u64) -> u64 {
+        input_bytes / Self::BYTES_PER_EVENT + Self::FREE_EVENTS
     }
 
     /// Counts `n` trace entries, annotations or blocks.

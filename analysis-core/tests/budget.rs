@@ -483,10 +483,12 @@ fn pickle_and_json_readers_stay_within_the_budget() {
     }
 }
 
-/// Distinct trace entries as small as they come (`{'action': 'alloc', 'addr': i, 'size': 1}`
-/// in 18 bytes, keys through the memo: 2 million took over 8 times their bytes to convert)
-/// are refused; with a stream and a time (37 bytes, still smaller than PyTorch's) they
-/// convert, within the budget.
+/// Distinct trace entries as small as they come are refused: `{'action': 'alloc'}` in 7 bytes
+/// (4 million: their compact entries, 40 bytes each, asked for 294 MB while parsing; now at
+/// most one per 32 input bytes is kept compact, the rest stay dicts in the arena, which the
+/// parser's heap limit counts), `{'action': 'alloc', 'addr': i, 'size': 1}` in 18 bytes (keys
+/// through the memo; 2 million took over 8 times their bytes to convert). With a stream and a
+/// time (37 bytes, still smaller than PyTorch's) they convert, within the budget.
 #[test]
 fn many_tiny_trace_entries_stay_within_the_budget() {
     let _g = SERIAL.lock();
@@ -524,6 +526,37 @@ fn many_tiny_trace_entries_stay_within_the_budget() {
         w.op(b"eeu");
         w.finish()
     };
+    // The smallest a trace entry can be: `{'action': 'alloc'}` in 7 bytes, 4 million of them.
+    let mut w = PickleWriter::new();
+    w.dict();
+    w.str("device_traces");
+    w.list();
+    w.list();
+    w.dict();
+    w.str("action");
+    w.str("alloc");
+    w.op(b"u");
+    for i in 1..4 << 20 {
+        w.op(&[
+            b'}',
+            b'(',
+            b'h',
+            w.keys["action"] as u8,
+            b'h',
+            w.keys["alloc"] as u8,
+            b'u',
+        ]);
+        if i % 1000 == 0 {
+            w.op(b"e(");
+        }
+    }
+    w.op(b"eeu");
+    let bytes = w.finish();
+    let err = import_bounded(&bytes).expect_err("refused");
+    assert!(
+        err.to_string().contains("per 32 bytes") || err.to_string().contains("packs more"),
+        "{err}"
+    );
     let n = 2 << 20;
     let bytes = tiny(n, false);
     assert!(bytes.len() < 20 * n, "{}", bytes.len());
