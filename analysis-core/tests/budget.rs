@@ -567,3 +567,20 @@ fn many_tiny_trace_entries_stay_within_the_budget() {
     let t = import_bounded(&bytes).expect("converts");
     assert_eq!(t.model.allocs.len(), n);
 }
+
+/// Valid traces of a million allocations and more are read within the budget too (18 to 26
+/// bytes per allocation as the synthetic workloads write them; every allocation is kept in the
+/// model).
+#[test]
+fn valid_traces_load_within_the_budget() {
+    let _g = SERIAL.lock();
+    for scenario in [
+        synth::Scenario::TrainingLeak,
+        synth::Scenario::ShortLived,
+        synth::Scenario::MultiDevice,
+    ] {
+        let (bytes, _) = synth::generate(scenario, 2_000_000, 1);
+        let t = bounded(bytes.len(), || load(&bytes)).expect("loads");
+        assert!(t.model.allocs.len() >= 1_000_000, "{scenario:?}");
+    }
+}
