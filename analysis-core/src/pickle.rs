@@ -541,8 +541,10 @@ pub enum PickleError {
     NotAPickle,
     #[error("the pickle is larger than 4 GiB, more than gpucollect reads at once")]
     TooLarge,
-    /// Whole or in pieces, the same pickle gives this or not (the tables only grow, and the
-    /// limit is fixed by the size hint where it is the input's size).
+    /// Decided on the tables' capacities, which only grow, against a limit fixed by the size
+    /// hint where that is the input's size: so whole or in pieces, a pickle gives this or not
+    /// alike, as far as both grow their tables alike (the same opcodes run; a vector grown by
+    /// one `extend` rather than item by item could end with another capacity).
     #[error(
         "the pickle packs more values into its bytes than gpucollect reads: its values took \
          more than 4 bytes of memory per byte of pickle (plus 32 MiB), where a PyTorch \

@@ -171,8 +171,8 @@ impl SnapshotLoader {
     /// Content-Length), if known: the input buffer and the parser's tables are reserved for
     /// it up front instead of being copied as they grow. The hint sizes buffers, and the heap
     /// a pickle's parser may take ([`crate::pickle::PARSE_HEAP_PER_INPUT_BYTE`] per byte of
-    /// the hint or of the bytes pushed, whichever is larger): given the input's size, the
-    /// result equals [`load`]'s even for a pickle refused as too dense.
+    /// the hint or of the bytes pushed, whichever is larger: give the input's size, so that
+    /// the limit is [`load`]'s).
     pub fn new(size_hint_bytes: Option<usize>) -> Self {
         Self {
             load: Load::Start {

@@ -20,7 +20,7 @@ use super::{
 /// Nesting deeper than this is an error (serde_json's limit), not a deep stack.
 const MAX_DEPTH: usize = 128;
 
-/// Values completed between checks of the heap (containers are checked as they close).
+/// Values completed (containers included) between checks of the heap.
 const CHECK_EVERY: u32 = 1 << 12;
 
 /// Why JSON text could not be read, and where (a byte offset in the whole text).
@@ -158,20 +158,19 @@ impl JsonParser {
         }
     }
 
-    /// Refuses to go on once the parser holds more than [`PARSE_HEAP_PER_INPUT_BYTE`] bytes of
-    /// heap per byte of text up to `t[at]` plus [`PARSE_HEAP_FREE`] (as a pickle's parser
-    /// does: `[]` is 2 bytes of text and 20 of arena). Checked at the same tokens however the
-    /// text is cut, so the result does not depend on the pieces.
+    /// Refuses to go on once the tables hold more than [`PARSE_HEAP_PER_INPUT_BYTE`] bytes
+    /// of heap per byte of text up to `t[at]` plus [`PARSE_HEAP_FREE`] (as a pickle's parser
+    /// does: `[]` is 2 bytes of text and 20 of arena). Checked after the same values however
+    /// the text is cut, on what grows the same way (not the buffers of a cut token, which are
+    /// at most the token), so the result does not depend on the pieces.
     fn check_heap(&mut self, at: usize) -> Result<(), JsonError> {
         self.unchecked = 0;
         let parsed = usize::try_from(self.base).unwrap_or(usize::MAX) + at;
         let limit = PARSE_HEAP_PER_INPUT_BYTE
             .saturating_mul(parsed)
             .saturating_add(PARSE_HEAP_FREE);
-        let own = self.open.capacity() * core::mem::size_of::<Open>()
-            + self.pending.capacity()
-            + self.scratch.capacity();
-        if self.b.heap_bytes() + own > limit {
+        let open = self.open.capacity() * core::mem::size_of::<Open>();
+        if self.b.heap_bytes() + open > limit {
             return Err(self.error(
                 "the JSON packs more values into its text than gpucollect reads (over 4 bytes \
                  of memory per byte of text, plus 32 MiB; a PyTorch snapshot takes far less): \
@@ -188,9 +187,6 @@ impl JsonParser {
         loop {
             while i < t.len() && matches!(t[i], b' ' | b'\t' | b'\n' | b'\r') {
                 i += 1;
-            }
-            if self.unchecked >= CHECK_EVERY {
-                self.check_heap(i)?;
             }
             let Some(&c) = t.get(i) else {
                 if at_end && self.expect != Expect::End {
@@ -220,8 +216,7 @@ impl JsonParser {
                     self.open.pop();
                     let v = self.b.list(start);
                     i += 1;
-                    self.complete(v);
-                    self.check_heap(i)?;
+                    self.complete(v, i)?;
                 }
                 (
                     Expect::CommaOrClose | Expect::KeyOrClose,
@@ -231,8 +226,7 @@ impl JsonParser {
                     self.open.pop();
                     let v = self.b.dict(start);
                     i += 1;
-                    self.complete(v);
-                    self.check_heap(i)?;
+                    self.complete(v, i)?;
                 }
                 (Expect::CommaOrClose, _, _) => {
                     return Err(self.error("expected `,` or the container's end", i));
@@ -273,14 +267,14 @@ impl JsonParser {
                         return Ok(i);
                     };
                     i = end;
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::Value | Expect::ValueOrClose, b'-' | b'0'..=b'9', _) => {
                     let Some((v, end)) = self.number(t, i, at_end)? else {
                         return Ok(i);
                     };
                     i = end;
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::Value | Expect::ValueOrClose, b't' | b'f' | b'n', _) => {
                     let (word, v): (&[u8], Value) = match c {
@@ -301,7 +295,7 @@ impl JsonParser {
                         return Ok(i);
                     }
                     i += word.len();
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::Value | Expect::ValueOrClose, _, _) => {
                     return Err(self.error("expected value", i));
@@ -310,9 +304,9 @@ impl JsonParser {
         }
     }
 
-    /// A value is complete: the root, an array's item or an object's value.
-    fn complete(&mut self, v: Value) {
-        self.unchecked += 1;
+    /// A value is complete: the root, an array's item or an object's value, ending before
+    /// `t[end]`; every [`CHECK_EVERY`] values, the heap is checked.
+    fn complete(&mut self, v: Value, end: usize) -> Result<(), JsonError> {
         match self.open.last() {
             None => {
                 self.root = Some(v);
@@ -327,6 +321,11 @@ impl JsonParser {
                 self.expect = Expect::CommaOrClose;
             }
         }
+        self.unchecked += 1;
+        if self.unchecked >= CHECK_EVERY {
+            self.check_heap(end)?;
+        }
+        Ok(())
     }
 
     /// Where the token starting at `t[i]` ends, scanning from where an earlier call stopped.
