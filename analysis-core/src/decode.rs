@@ -668,6 +668,12 @@ impl Decoder {
         self.warnings.kept()
     }
 
+    /// How many warnings there were so far, kept or only counted (after `finish`, all of
+    /// them): what judging an input's damage must count, not [`Decoder::warnings`]`.len()`.
+    pub fn warning_count(&self) -> u64 {
+        self.warnings.total()
+    }
+
     /// The error that stopped decoding, if any.
     pub fn fatal(&self) -> Option<&DecodeError> {
         self.fatal.as_ref()

@@ -4,8 +4,10 @@
 //! It never executes anything: opcodes that name or build Python objects (`GLOBAL`, `REDUCE`,
 //! `BUILD`, `NEWOBJ`, persistent ids, …) are refused with an error naming the opcode. Memory is
 //! bounded by the input: every opcode creates at most one node in an arena, memo references copy
-//! an index (so shared or even cyclic structures cost nothing extra), and no length prefix is
-//! trusted beyond the bytes present.
+//! an index (so shared or even cyclic structures cost nothing extra), no length prefix is
+//! trusted beyond the bytes present, and a pickle whose values take more than
+//! [`PARSE_HEAP_PER_INPUT_BYTE`] bytes of heap per byte (plus [`PARSE_HEAP_FREE`]) is refused
+//! ([`PickleError::TooDense`]; the JSON reader does the same).
 //!
 //! [`Parser`] reads a whole input or one that arrives in pieces (an opcode cut by the end of the
 //! input so far is rerun once the rest is there), with the same result. Pieces are dropped once
@@ -290,6 +292,8 @@ struct Arena<T> {
     heads: Vec<Items>,
     flat: Vec<T>,
     own: Vec<Vec<T>>,
+    /// Items in `own`, all vectors together (for [`Arena::heap_bytes`]).
+    own_items: usize,
 }
 
 impl<T> Default for Arena<T> {
@@ -298,6 +302,7 @@ impl<T> Default for Arena<T> {
             heads: Vec::new(),
             flat: Vec::new(),
             own: Vec::new(),
+            own_items: 0,
         }
     }
 }
@@ -341,10 +346,16 @@ impl<T: Copy> Arena<T> {
             Items::Flat { start, len } => {
                 let mut own = self.flat[start as usize..(start + len) as usize].to_vec();
                 own.extend(items);
+                self.own_items += own.len();
                 self.own.push(own);
                 *head = Items::Own((self.own.len() - 1) as u32);
             }
-            Items::Own(k) => self.own[k as usize].extend(items),
+            Items::Own(k) => {
+                let own = &mut self.own[k as usize];
+                let before = own.len();
+                own.extend(items);
+                self.own_items += own.len() - before;
+            }
             Items::Taken(_) => {
                 let start = self.flat.len() as u32;
                 self.flat.extend(items);
@@ -376,6 +387,15 @@ impl<T: Copy> Arena<T> {
             Some(&Items::Taken(tag)) => Some(tag),
             _ => None,
         }
+    }
+
+    /// Heap bytes held (vectors' capacities; items of own vectors by their number).
+    fn heap_bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.heads.capacity() * size_of::<Items>()
+            + self.flat.capacity() * size_of::<T>()
+            + self.own.capacity() * size_of::<Vec<T>>()
+            + self.own_items * size_of::<T>()
     }
 
     fn get(&self, i: u32) -> &[T] {
@@ -521,6 +541,16 @@ pub enum PickleError {
     NotAPickle,
     #[error("the pickle is larger than 4 GiB, more than gpucollect reads at once")]
     TooLarge,
+    /// Decided on the tables' capacities, which only grow, against a limit fixed by the size
+    /// hint where that is the input's size: so whole or in pieces, a pickle gives this or not
+    /// alike, as far as both grow their tables alike (the same opcodes run; a vector grown by
+    /// one `extend` rather than item by item could end with another capacity).
+    #[error(
+        "the pickle packs more values into its bytes than gpucollect reads: its values took \
+         more than 4 bytes of memory per byte of pickle (plus 32 MiB), where a PyTorch \
+         snapshot takes about one; refused, so that memory stays proportional to the file"
+    )]
+    TooDense,
 }
 
 /// Opcodes (see CPython's Lib/pickletools.py for the reference descriptions).
@@ -835,6 +865,15 @@ fn memo_refs(c: &mut Cursor<'_>, stack: &mut Vec<Value>, memo: &[Value]) {
 }
 
 impl Vm {
+    /// Heap bytes held by the stacks and the memo.
+    fn heap_bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.stack.capacity() * size_of::<Value>()
+            + self.marks.capacity() * size_of::<usize>()
+            + self.memo.capacity() * size_of::<Value>()
+            + self.sparse_memo.capacity() * (size_of::<(u32, Value)>() + 1)
+    }
+
     fn new(fast_dicts: bool) -> Self {
         Self {
             pos: 0,
@@ -1162,6 +1201,15 @@ impl<'a> Cursor<'a> {
 /// Opcodes run per [`Vm::run`] call.
 const BATCH_OPCODES: usize = 1 << 14;
 
+/// The heap a [`Parser`] may hold per byte of input (the larger of the bytes parsed and the
+/// size hint), beyond [`PARSE_HEAP_FREE`]: checked after every batch of opcodes, so it holds
+/// within a batch's growth. PyTorch snapshots take about one byte per byte (the tables
+/// reserved from the hint, see `Parser::with_input`); a pickle of one-byte values (`None`,
+/// empty lists), 8 bytes each in the arena and again on the stack, would take 16 and more.
+pub const PARSE_HEAP_PER_INPUT_BYTE: usize = 4;
+/// The heap any pickle may take while parsed (see [`PARSE_HEAP_PER_INPUT_BYTE`]).
+pub const PARSE_HEAP_FREE: usize = 32 << 20;
+
 /// A pickle being parsed, from a whole input or from pieces as they arrive.
 ///
 /// [`Parser::advance`] runs every opcode whose bytes are all there; an opcode cut by the end of
@@ -1179,6 +1227,8 @@ pub struct Parser<'a> {
     input: Cow<'a, [u8]>,
     /// Where `input` starts in the whole (errors give offsets in the whole).
     base: usize,
+    /// The size hint (or the whole input's size), for the heap limit.
+    hint: usize,
     done: bool,
 }
 
@@ -1216,11 +1266,13 @@ impl<'a> Parser<'a> {
                     heads: Vec::with_capacity(hint / 160),
                     flat: Vec::with_capacity(hint / 40),
                     own: Vec::new(),
+                    own_items: 0,
                 },
                 dicts: Arena {
                     heads: Vec::with_capacity(hint / 48),
                     flat: Vec::with_capacity(hint / 48),
                     own: Vec::new(),
+                    own_items: 0,
                 },
                 shared: IntMap::default(),
                 ref_lists: RefLists::default(),
@@ -1233,8 +1285,22 @@ impl<'a> Parser<'a> {
             },
             input,
             base: 0,
+            hint,
             done: false,
         }
+    }
+
+    /// Refuses to go on once the tables hold more than [`PARSE_HEAP_PER_INPUT_BYTE`] bytes per
+    /// byte of input (parsed, or hinted) plus [`PARSE_HEAP_FREE`].
+    fn check_heap(&self) -> Result<(), PickleError> {
+        let parsed = self.base + self.vm.pos;
+        let limit = PARSE_HEAP_PER_INPUT_BYTE
+            .saturating_mul(parsed.max(self.hint))
+            .saturating_add(PARSE_HEAP_FREE);
+        if self.p.heap_bytes() + self.vm.heap_bytes() > limit {
+            return Err(PickleError::TooDense);
+        }
+        Ok(())
     }
 
     /// Turns the fast path for dicts off (tests compare it with the generic machine).
@@ -1304,7 +1370,9 @@ impl<'a> Parser<'a> {
             _ => return Err(PickleError::NotAPickle),
         }
         loop {
-            match self.vm.run(&self.input, &mut self.p, take, BATCH_OPCODES) {
+            let ran = self.vm.run(&self.input, &mut self.p, take, BATCH_OPCODES);
+            self.check_heap()?;
+            match ran {
                 Ok(Some(root)) => {
                     self.p.root = Some(root);
                     self.done = true;
@@ -1358,6 +1426,19 @@ impl PickleError {
 }
 
 impl Pickle {
+    /// Heap bytes held by the arena and the parse-time tables (capacities).
+    fn heap_bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.texts.bytes.capacity()
+            + self.texts.spans.capacity() * size_of::<(u32, u32)>()
+            + self.numbers.capacity() * size_of::<u64>()
+            + self.seqs.heap_bytes()
+            + self.dicts.heap_bytes()
+            + self.shared.capacity() * (size_of::<(u64, (u32, u32))>() + 1)
+            + self.ref_lists.bytes.capacity()
+            + self.ref_lists.by_hash.capacity() * (size_of::<(u64, RefList)>() + 1)
+    }
+
     /// Parses a whole pickle.
     pub fn parse(input: &[u8]) -> Result<Self, PickleError> {
         Self::parse_with(input, |_, _| None)
@@ -1549,6 +1630,21 @@ struct JsonBuilder {
 
 impl JsonBuilder {
     const SHARED_DICT_PAIRS: usize = 8;
+
+    /// Heap bytes held: the arena, the tables of distinct strings and frames (their keys
+    /// counted as the arena's copies of the strings, and up to the most pairs), the stacks.
+    fn heap_bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.p.heap_bytes()
+            + self.p.texts.bytes.len()
+            + self.strings.capacity() * (size_of::<(alloc::boxed::Box<str>, Value)>() + 1)
+            + self.dicts.capacity()
+                * (size_of::<(alloc::boxed::Box<[(Value, Value)]>, u32)>()
+                    + 1
+                    + Self::SHARED_DICT_PAIRS * size_of::<(Value, Value)>())
+            + self.items.capacity() * size_of::<Value>()
+            + self.pairs.capacity() * size_of::<(Value, Value)>()
+    }
 
     fn new() -> Self {
         JsonBuilder {

@@ -31,6 +31,11 @@
 //!   the start of the history. Both are allocated from a stack whose innermost frame says so, and
 //!   counted in the [`ImportSummary`], never dropped or counted twice.
 //!
+//! Work and memory stay proportional to the input: device traces, trace entries, segments and
+//! blocks that memo references name again are read again only within a budget per input byte
+//! ([`ImportError::Shared`]), and a snapshot has at most one trace entry, annotation or block
+//! per 32 bytes plus a constant ([`ImportError::TooManyEvents`]); FORMAT.md, "Robustness".
+//!
 //! [`load`] and [`convert`] take the whole snapshot; [`SnapshotLoader`] takes it in pieces and
 //! parses while the rest is still being read (same result). Trace entries are read into compact
 //! entries while the pickle is parsed; everything the conversion writes is counted before it
@@ -60,6 +65,21 @@ pub enum ImportError {
          (make one with torch.cuda.memory._dump_snapshot)"
     )]
     NotASnapshot,
+    #[error(
+        "the snapshot names the same lists or dicts over and over through pickle memo \
+         references: converting its {input_bytes} bytes would read {limit} or more shared \
+         values again (at most one per 16 bytes of input), so it is refused. \
+         torch.cuda.memory._dump_snapshot never writes such a snapshot; if a script made this \
+         one, give every segment its own `blocks` list and every trace entry its own dict"
+    )]
+    Shared { input_bytes: u64, limit: u64 },
+    #[error(
+        "the snapshot has more trace entries, annotations and blocks than its {input_bytes} \
+         bytes can hold ({limit} or more: over one per 32 bytes, where a PyTorch snapshot \
+         takes 50 bytes or more for each); refused, so that converting it takes memory \
+         proportional to its size"
+    )]
+    TooManyEvents { input_bytes: u64, limit: u64 },
 }
 
 /// What the conversion found.
@@ -109,7 +129,7 @@ pub fn looks_like_snapshot(bytes: &[u8]) -> bool {
 
 /// Converts a snapshot (pickle or JSON) to trace bytes.
 pub fn convert(bytes: &[u8]) -> Result<(Vec<u8>, ImportSummary), ImportError> {
-    Load::over(bytes).finish_bytes()
+    Load::over(bytes).finish_bytes(bytes.len() as u64)
 }
 
 /// Converts a snapshot (pickle or JSON) straight into a replayed model: the same model that
@@ -149,7 +169,10 @@ pub struct SnapshotLoader {
 impl SnapshotLoader {
     /// A loader for a snapshot of about `size_hint_bytes` (the file's size, a
     /// Content-Length), if known: the input buffer and the parser's tables are reserved for
-    /// it up front instead of being copied as they grow. The hint only sizes buffers.
+    /// it up front instead of being copied as they grow. The hint sizes buffers, and the heap
+    /// a pickle's parser may take ([`crate::pickle::PARSE_HEAP_PER_INPUT_BYTE`] per byte of
+    /// the hint or of the bytes pushed, whichever is larger: give the input's size, so that
+    /// the limit is [`load`]'s).
     pub fn new(size_hint_bytes: Option<usize>) -> Self {
         Self {
             load: Load::Start {
@@ -207,7 +230,7 @@ impl SnapshotLoader {
     /// Ends the input like [`SnapshotLoader::finish`], but converts into trace bytes, exactly
     /// as [`convert`] does.
     pub fn finish_trace_bytes(self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
-        self.load.finish_bytes()
+        self.load.finish_bytes(self.bytes_read)
     }
 }
 
@@ -258,6 +281,12 @@ struct PickleLoad<'a> {
     parser: Parser<'a>,
     reader: EntryReader,
     entries: Vec<Entry>,
+    /// The size hint and the bytes pushed: past [`Repeats::events_limit`] of the larger, trace
+    /// entries are left in the arena as dicts (which the parser's heap limit then counts), so
+    /// that `entries` stays proportional to the input; the conversion reads them all the same
+    /// (and refuses the snapshot if it has too many).
+    hint: usize,
+    pushed: usize,
 }
 
 impl<'a> PickleLoad<'a> {
@@ -269,6 +298,8 @@ impl<'a> PickleLoad<'a> {
             // shared frames; real ones with their own frames lists take more): reserved for
             // that, not to be copied as it grows.
             entries: Vec::with_capacity(size_hint_bytes / 64),
+            hint: size_hint_bytes,
+            pushed: 0,
         }
     }
 
@@ -280,9 +311,15 @@ impl<'a> PickleLoad<'a> {
             parser,
             reader,
             entries,
+            hint,
+            pushed,
         } = self;
+        let most = Repeats::events_limit((*hint).max(*pushed) as u64);
         parser.advance(
             &mut |p, kv| {
+                if entries.len() as u64 >= most {
+                    return None;
+                }
                 let (entry, has_action) = reader.read(p, kv.chunks_exact(2).map(|x| (x[0], x[1])));
                 has_action.then(|| {
                     entries.push(entry);
@@ -338,6 +375,7 @@ impl<'a> Load<'a> {
             }
             Load::Pickle(pl) => {
                 pl.parser.push_with(len, fill)?;
+                pl.pushed += len;
                 pl.advance(false)?;
                 Ok(())
             }
@@ -354,23 +392,27 @@ impl<'a> Load<'a> {
         }
     }
 
-    /// Ends the input and converts into the sink `make_sink` returns when given what the
-    /// conversion will write, for sizing its buffers.
+    /// Ends the input (`input_bytes` in all) and converts into the sink `make_sink` returns
+    /// when given what the conversion will write, for sizing its buffers.
     fn finish_into<S: RecordSink>(
         self,
+        input_bytes: u64,
         make_sink: impl FnOnce(&SinkHint) -> S,
     ) -> Result<(S, ImportSummary), ImportError> {
         match self {
-            Load::Start { .. } => Load::Json(Box::new(JsonLoad::new())).finish_into(make_sink),
+            Load::Start { .. } => {
+                Load::Json(Box::new(JsonLoad::new())).finish_into(input_bytes, make_sink)
+            }
             Load::Pickle(mut pl) => {
                 pl.advance(true)?;
                 let PickleLoad {
                     parser,
                     reader,
                     entries,
+                    ..
                 } = *pl;
                 let p = parser.into_pickle();
-                Converter::convert(&p, reader, entries, make_sink)
+                Converter::convert(&p, input_bytes, reader, entries, make_sink)
             }
             Load::Json(json) => {
                 let JsonLoad { parser, piece } = *json;
@@ -378,15 +420,21 @@ impl<'a> Load<'a> {
                 let p = parser
                     .finish()
                     .map_err(|e| ImportError::Json(e.to_string()))?;
-                Converter::convert(&p, EntryReader::default(), Vec::new(), make_sink)
+                Converter::convert(
+                    &p,
+                    input_bytes,
+                    EntryReader::default(),
+                    Vec::new(),
+                    make_sink,
+                )
             }
             Load::Failed(e) => Err(e),
         }
     }
 
-    /// Ends the input and converts into trace bytes.
-    fn finish_bytes(self) -> Result<(Vec<u8>, ImportSummary), ImportError> {
-        let (enc, summary) = self.finish_into(|hint| {
+    /// Ends the input (`input_bytes` in all) and converts into trace bytes.
+    fn finish_bytes(self, input_bytes: u64) -> Result<(Vec<u8>, ImportSummary), ImportError> {
+        let (enc, summary) = self.finish_into(input_bytes, |hint| {
             let mut enc = Encoder::new(&header());
             enc.reserve(hint.trace_bytes());
             enc
@@ -396,7 +444,7 @@ impl<'a> Load<'a> {
 
     /// Ends the input and converts into a replayed model; `bytes` is the snapshot's size.
     fn finish_model(self, bytes: u64) -> Result<(LoadedTrace, ImportSummary), ImportError> {
-        let (mut model, summary) = self.finish_into(|hint| {
+        let (mut model, summary) = self.finish_into(bytes, |hint| {
             let mut m = TraceModel::new(header());
             m.allocs.reserve(hint.allocs);
             m.total.reserve(hint.changes);
@@ -918,9 +966,12 @@ fn per_device<T: Default + Clone>(v: &mut Vec<T>, device: u32) -> &mut T {
 
 impl<'p, S: RecordSink> Converter<'p, S> {
     /// Converts a parsed snapshot into the sink `make_sink` returns, given what the conversion
-    /// will write. `entries` are the trace entries taken while parsing.
+    /// will write. `entries` are the trace entries taken while parsing; `input_bytes` is the
+    /// snapshot's size (its memo references may read containers again within a budget
+    /// proportional to it, [`Repeats`]).
     fn convert(
         p: &'p Pickle,
+        input_bytes: u64,
         mut reader: EntryReader,
         mut entries: Vec<Entry>,
         make_sink: impl FnOnce(&SinkHint) -> S,
@@ -929,7 +980,13 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         if p.get(root, "segments").is_none() && p.get(root, "device_traces").is_none() {
             return Err(ImportError::NotASnapshot);
         }
-        let plan = Plan::new(p, root, &mut reader, &mut entries);
+        let plan = Plan::new(
+            p,
+            root,
+            &mut reader,
+            &mut entries,
+            Repeats::new(input_bytes),
+        )?;
         let enc = make_sink(&plan.hint);
         let converter = Self {
             p,
@@ -1513,21 +1570,36 @@ impl Plan {
     /// Orders the events, and runs pass 1: which blocks are freed before the history allocates
     /// them (ghosts), how much reserved memory changes during the history, how much each kind
     /// of record the conversion will write. Trace entries not taken while parsing (JSON, or
-    /// dicts without an action) are read here, into `entries`.
-    fn new(p: &Pickle, root: Value, reader: &mut EntryReader, entries: &mut Vec<Entry>) -> Self {
+    /// dicts without an action) are read here, into `entries`. Device traces, trace entries,
+    /// segments and blocks read again through memo references spend `repeats`; past it, the
+    /// snapshot is refused ([`ImportError::Shared`]) before anything grows with them.
+    fn new(
+        p: &Pickle,
+        root: Value,
+        reader: &mut EntryReader,
+        entries: &mut Vec<Entry>,
+        mut repeats: Repeats,
+    ) -> Result<Self, ImportError> {
         let traces = p.get(root, "device_traces");
         let segments = p.get(root, "segments");
         let has_segments = segments.is_some();
-        let lists = traces.map_or(&[][..], |t| p.items(t));
-        let traced: usize = lists.iter().map(|l| p.items(*l).len()).sum();
+        let lists: Vec<&[Value]> = traces
+            .map_or(&[][..], |t| p.items(t))
+            .iter()
+            .map(|&l| repeats.items(p, l))
+            .collect::<Result<_, _>>()?;
+        let traced: usize = lists.iter().map(|l| l.len()).sum();
         let annotated = p
             .get(root, "external_annotations")
             .map_or(&[][..], |a| p.items(a));
+        repeats.events(traced)?;
+        repeats.events(annotated.len())?;
         // Every event, in position order: each device's entries, then the annotations.
         let mut slots: Vec<Slot> = Vec::with_capacity(traced + annotated.len());
         let mut device_ends = Vec::with_capacity(lists.len());
-        for &list in lists {
-            for &v in p.items(list) {
+        for list in &lists {
+            for &v in *list {
+                repeats.dict(p, v)?;
                 let entry = match p.taken(v) {
                     Some(tag) => tag,
                     None => {
@@ -1553,6 +1625,7 @@ impl Plan {
         // Whether each stage string is START, by string index (1 no, 2 yes).
         let mut starts: Vec<u8> = Vec::new();
         for &a in annotated {
+            repeats.dict(p, a)?;
             let [time_us, device, name, stage] = keys.get(p, a);
             let time_us = p.int(time_us).unwrap_or(0);
             let device = p.int(device).unwrap_or(0);
@@ -1595,8 +1668,8 @@ impl Plan {
         let segments: Vec<[Option<Value>; 4]> = segments
             .map_or(&[][..], |s| p.items(s))
             .iter()
-            .map(|&s| segment_keys.get(p, s))
-            .collect();
+            .map(|&s| repeats.dict(p, s).map(|()| segment_keys.get(p, s)))
+            .collect::<Result<_, _>>()?;
         let device_of = |s: &[Option<Value>; 4]| p.int(s[0]).unwrap_or(0).clamp(0, 1 << 16) as u32;
         let mut devices = lists.len() as u32;
         for s in &segments {
@@ -1616,7 +1689,10 @@ impl Plan {
             if let Some(addr) = p.int(s[3]) {
                 final_segments.push((d, addr, size(s[1]).unwrap_or(0)));
             }
-            for &b in p.items(s[2].unwrap_or(Value::None)) {
+            let blocks = repeats.items(p, s[2].unwrap_or(Value::None))?;
+            repeats.events(blocks.len())?;
+            for &b in blocks {
+                repeats.dict(p, b)?;
                 let [state, addr, size_bytes, frames] = block_keys.get(p, b);
                 let state = state.and_then(|v| p.str(v)).unwrap_or("");
                 if state.starts_with("active") {
@@ -1823,7 +1899,7 @@ impl Plan {
         hint.allocs += at_start.len();
         hint.changes = hint.allocs + frees;
         hint.pool_samples = segment_changes + hint.changes / 64 + 3 * devices as usize + 16;
-        Plan {
+        Ok(Plan {
             order,
             device_ends,
             annotations,
@@ -1836,7 +1912,123 @@ impl Plan {
             final_sizes,
             rule,
             hint,
+        })
+    }
+}
+
+/// What reading a snapshot's lists and dicts again costs. A snapshot names each device trace,
+/// trace entry, segment and block once: `pickle.dumps` writes each object once and names it
+/// again with a memo reference (2 or 5 bytes) only when the very same object comes again,
+/// which PyTorch's snapshots do for frames (whose conversion is cached, so they cost nothing
+/// again) and never for these. Reading one again spends its length (at least 1) from a budget
+/// of one per [`Repeats::BYTES_PER_REPEAT`] bytes of input plus [`Repeats::FREE`]; past it the
+/// snapshot is refused. So what the conversion reads, and the memory it takes, stay
+/// proportional to the input: 2,000 segments naming one memoized list of 2,000 blocks would
+/// be 4 million blocks from 100 KB.
+#[derive(Debug)]
+struct Repeats {
+    /// Lists and dicts read so far, a bit each by arena index.
+    seqs: Vec<u64>,
+    dicts: Vec<u64>,
+    left: u64,
+    input_bytes: u64,
+    limit: u64,
+    /// What [`Repeats::events`] may still count, of `events_limit`.
+    events_left: u64,
+    events_limit: u64,
+}
+
+impl Repeats {
+    /// Input bytes per value read again: a read costs at most one event or block (a few
+    /// dozen bytes of memory).
+    const BYTES_PER_REPEAT: u64 = 16;
+    /// Values any snapshot may read again (a few shared lists in a hand-made snapshot).
+    const FREE: u64 = 1 << 16;
+    /// Input bytes per trace entry, annotation or block (each takes about 200 bytes of
+    /// memory in the conversion and the model): a PyTorch snapshot takes 50 or more for each
+    /// (keys through the memo, an address, a size, a time, frames).
+    const BYTES_PER_EVENT: u64 = 32;
+    /// Trace entries, annotations and blocks any snapshot may have.
+    const FREE_EVENTS: u64 = 1 << 16;
+
+    fn new(input_bytes: u64) -> Self {
+        let limit = input_bytes / Self::BYTES_PER_REPEAT + Self::FREE;
+        let events_limit = Self::events_limit(input_bytes);
+        Self {
+            seqs: Vec::new(),
+            dicts: Vec::new(),
+            left: limit,
+            input_bytes,
+            limit,
+            events_left: events_limit,
+            events_limit,
         }
+    }
+
+    /// The trace entries, annotations and blocks a snapshot of `input_bytes` may have.
+    const fn events_limit(input_bytes: u64) -> u64 {
+        input_bytes / Self::BYTES_PER_EVENT + Self::FREE_EVENTS
+    }
+
+    /// Counts `n` trace entries, annotations or blocks.
+    fn events(&mut self, n: usize) -> Result<(), ImportError> {
+        match self.events_left.checked_sub(n as u64) {
+            Some(left) => {
+                self.events_left = left;
+                Ok(())
+            }
+            None => Err(ImportError::TooManyEvents {
+                input_bytes: self.input_bytes,
+                limit: self.events_limit,
+            }),
+        }
+    }
+
+    /// Marks `i` read; whether it was before.
+    fn seen(bits: &mut Vec<u64>, i: u32) -> bool {
+        let (word, bit) = (i as usize / 64, i % 64);
+        if word >= bits.len() {
+            bits.resize(word + 1, 0);
+        }
+        let seen = bits[word] >> bit & 1 != 0;
+        bits[word] |= 1 << bit;
+        seen
+    }
+
+    fn spend(&mut self, n: usize) -> Result<(), ImportError> {
+        match self.left.checked_sub(n as u64) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(ImportError::Shared {
+                input_bytes: self.input_bytes,
+                limit: self.limit,
+            }),
+        }
+    }
+
+    /// The items of a list or tuple (none for anything else), spending their number if it
+    /// was read before.
+    fn items<'p>(&mut self, p: &'p Pickle, v: Value) -> Result<&'p [Value], ImportError> {
+        let items = p.items(v);
+        if let Some(i) = v.as_seq()
+            && Self::seen(&mut self.seqs, i)
+        {
+            self.spend(items.len())?;
+        }
+        Ok(items)
+    }
+
+    /// Spends a dict's entries (at least 1: a trace entry taken while parsing keeps none) if
+    /// it was read before.
+    fn dict(&mut self, p: &Pickle, v: Value) -> Result<(), ImportError> {
+        if let Some(i) = v.as_dict()
+            && Self::seen(&mut self.dicts, i)
+        {
+            self.spend(p.entries(v).len().max(1))?;
+        }
+        Ok(())
     }
 }
 

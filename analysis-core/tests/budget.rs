@@ -144,3 +144,443 @@ fn a_record_over_the_limit_is_refused() {
     let t = l.finish().expect("header was read");
     assert_eq!(t.fatal, Some(err));
 }
+
+/// Writes pickles opcode by opcode (protocol 4), with every string and container memoized as
+/// `pickle.dumps` does, so a test can share what it likes through the memo.
+struct PickleWriter {
+    out: Vec<u8>,
+    memo: u32,
+    keys: std::collections::HashMap<&'static str, u32>,
+}
+
+impl PickleWriter {
+    fn new() -> Self {
+        Self {
+            out: vec![0x80, 4],
+            memo: 0,
+            keys: Default::default(),
+        }
+    }
+    /// MEMOIZE: the key of what is on top of the stack.
+    fn memoize(&mut self) -> u32 {
+        self.out.push(0x94);
+        self.memo += 1;
+        self.memo - 1
+    }
+    /// BINGET or LONG_BINGET.
+    fn get(&mut self, key: u32) {
+        match u8::try_from(key) {
+            Ok(k) => self.out.extend_from_slice(&[b'h', k]),
+            Err(_) => {
+                self.out.push(b'j');
+                self.out.extend_from_slice(&key.to_le_bytes());
+            }
+        }
+    }
+    /// A string, memoized the first time and referenced after.
+    fn str(&mut self, s: &'static str) {
+        if let Some(&k) = self.keys.get(s) {
+            return self.get(k);
+        }
+        self.out.extend_from_slice(&[0x8c, s.len() as u8]);
+        self.out.extend_from_slice(s.as_bytes());
+        let k = self.memoize();
+        self.keys.insert(s, k);
+    }
+    /// LONG1 of 8 bytes.
+    fn int(&mut self, i: i64) {
+        self.out.extend_from_slice(&[0x8a, 8]);
+        self.out.extend_from_slice(&i.to_le_bytes());
+    }
+    fn op(&mut self, ops: &[u8]) {
+        self.out.extend_from_slice(ops);
+    }
+    /// EMPTY_DICT MEMOIZE MARK (its key).
+    fn dict(&mut self) -> u32 {
+        self.op(b"}");
+        let k = self.memoize();
+        self.op(b"(");
+        k
+    }
+    /// EMPTY_LIST MEMOIZE MARK (its key).
+    fn list(&mut self) -> u32 {
+        self.op(b"]");
+        let k = self.memoize();
+        self.op(b"(");
+        k
+    }
+    fn finish(mut self) -> Vec<u8> {
+        self.op(b".");
+        self.out
+    }
+}
+
+/// A block of a segment's `blocks`, allocated, at `addr`.
+fn block(w: &mut PickleWriter, addr: i64) {
+    w.dict();
+    w.str("state");
+    w.str("active_allocated");
+    w.str("address");
+    w.int(addr);
+    w.str("size");
+    w.int(512);
+    w.op(b"u");
+}
+
+/// A snapshot whose `n` segments all name one memoized list of `n` blocks (8 KiB of pickle that
+/// name `n²` blocks). Its segments repeat: 16 bytes of input name 2,000 blocks.
+fn segments_sharing_one_block_list(n: i64) -> Vec<u8> {
+    let mut w = PickleWriter::new();
+    w.dict();
+    w.str("device_traces");
+    w.list();
+    w.op(b"e");
+    w.str("segments");
+    w.list();
+    let mut blocks = None;
+    for s in 0..n {
+        w.dict();
+        w.str("device");
+        w.int(0);
+        w.str("address");
+        w.int(s << 20);
+        w.str("total_size");
+        w.int(1 << 20);
+        w.str("blocks");
+        match blocks {
+            Some(k) => w.get(k),
+            None => {
+                blocks = Some(w.list());
+                for b in 0..n {
+                    block(&mut w, b * 512);
+                }
+                w.op(b"e");
+            }
+        }
+        w.op(b"u");
+    }
+    w.op(b"eu");
+    w.finish()
+}
+
+/// An allocation of the history.
+fn alloc_entry(w: &mut PickleWriter, addr: i64, time_us: i64) {
+    w.dict();
+    w.str("action");
+    w.str("alloc");
+    w.str("addr");
+    w.int(addr);
+    w.str("size");
+    w.int(512);
+    w.str("time_us");
+    w.int(time_us);
+    w.op(b"u");
+}
+
+/// A snapshot whose `n` device traces are all one memoized list of `n` allocations.
+fn device_traces_sharing_one_list(n: i64) -> Vec<u8> {
+    let mut w = PickleWriter::new();
+    w.dict();
+    w.str("segments");
+    w.list();
+    w.op(b"e");
+    w.str("device_traces");
+    w.list();
+    let list = w.list();
+    for i in 0..n {
+        alloc_entry(&mut w, i * 512, i);
+    }
+    w.op(b"e");
+    for _ in 1..n {
+        w.get(list);
+    }
+    w.op(b"eu");
+    w.finish()
+}
+
+/// A snapshot with one device trace naming one memoized allocation `n` times (5 bytes each).
+fn one_entry_named_again_and_again(n: usize) -> Vec<u8> {
+    let mut w = PickleWriter::new();
+    w.dict();
+    w.str("segments");
+    w.list();
+    w.op(b"e");
+    w.str("device_traces");
+    w.list();
+    w.list();
+    let entry = w.memo;
+    alloc_entry(&mut w, 0, 0);
+    for i in 1..n {
+        w.get(entry);
+        if i % 1000 == 0 {
+            // Batches as pickle.dumps writes them.
+            w.op(b"e(");
+        }
+    }
+    w.op(b"eeu");
+    w.finish()
+}
+
+fn import_bounded(bytes: &[u8]) -> Result<LoadedTrace, torch_snapshot::ImportError> {
+    bounded(bytes.len(), || torch_snapshot::load(bytes).map(|(t, _)| t))
+}
+
+/// Memo references share, never copy: a snapshot whose segments all name one list of blocks
+/// (8 KiB naming 4 million blocks took `report` 1.41 GB; a 24 KiB one aborted) is refused
+/// with an error saying why, within the budget, whole and in pieces.
+#[test]
+fn a_pickle_memo_bomb_is_refused_within_the_budget() {
+    let _g = SERIAL.lock();
+    for (bytes, says) in [
+        (segments_sharing_one_block_list(2000), "memo references"),
+        (device_traces_sharing_one_list(2000), "memo references"),
+        // 2 bytes per trace entry: more than the conversion takes from so few bytes.
+        (one_entry_named_again_and_again(4 << 20), "per 32 bytes"),
+    ] {
+        let err = import_bounded(&bytes).expect_err("refused");
+        assert!(err.to_string().contains(says), "{err}");
+        let pieces = bounded(bytes.len(), || {
+            let mut l = torch_snapshot::SnapshotLoader::new(None);
+            for piece in bytes.chunks(64 * 1024) {
+                l.push(piece)?;
+            }
+            l.finish()
+        });
+        assert_eq!(pieces.map(|(t, _)| t.model.allocs.len()).err(), Some(err));
+    }
+    // Sharing within the budget converts: a few segments naming one list.
+    let t = import_bounded(&segments_sharing_one_block_list(8)).expect("converts");
+    assert_eq!(t.model.allocs.len(), 8);
+}
+
+/// A snapshot with `extra` (a pickle value's opcodes, or JSON text) under a key of its root.
+fn with_extra_pickle(extra: &[u8]) -> Vec<u8> {
+    let mut w = PickleWriter::new();
+    w.dict();
+    w.str("segments");
+    w.list();
+    w.op(b"e");
+    w.str("x");
+    w.op(extra);
+    w.op(b"u");
+    w.finish()
+}
+
+fn with_extra_json(extra: &[u8]) -> Vec<u8> {
+    let mut out = br#"{"segments": [], "x": "#.to_vec();
+    out.extend_from_slice(extra);
+    out.push(b'}');
+    out
+}
+
+/// Pickles and JSON that are large in the ways that cost a reader: many one-byte values
+/// (8 bytes each in the arena, and again on the stack: 32 MiB of Nones asked for 512 MiB at
+/// once), many empty containers, one huge string, deep nesting. Each converts (an empty
+/// snapshot) or is refused with an error saying why, within the budget, whole and in pieces.
+#[test]
+fn pickle_and_json_readers_stay_within_the_budget() {
+    let _g = SERIAL.lock();
+    let n = 32 << 20;
+    // What each gives: converts (None), or an error saying this.
+    let mut cases: Vec<(&str, Vec<u8>, Option<&str>)> = Vec::new();
+    // MARK, then a None per byte, in one LIST.
+    let mut nones = vec![b'('];
+    nones.resize(n, b'N');
+    nones.push(b'l');
+    cases.push((
+        "pickle: 32M Nones in one list",
+        with_extra_pickle(&nones),
+        Some("packs more values"),
+    ));
+    // The same as pickle.dumps batches them: APPENDS every 1,000.
+    let mut batched = b"](".to_vec();
+    for i in 0..n {
+        batched.push(b'N');
+        if i % 1000 == 999 {
+            batched.extend_from_slice(b"e(");
+        }
+    }
+    batched.push(b'e');
+    cases.push((
+        "pickle: 32M Nones appended",
+        with_extra_pickle(&batched),
+        Some("packs more values"),
+    ));
+    // An empty list per byte, in one LIST.
+    let mut lists = vec![b'('];
+    lists.resize(n, b']');
+    lists.push(b'l');
+    cases.push((
+        "pickle: 32M empty lists",
+        with_extra_pickle(&lists),
+        Some("packs more values"),
+    ));
+    // Empty dicts, memoized, each in the one before: nesting 8M deep.
+    let mut nested = Vec::new();
+    for _ in 0..n / 4 {
+        nested.extend_from_slice(b"}\x94(\x8c\x00");
+    }
+    let mut deep = nested.clone();
+    deep.resize(deep.len() + n / 4, b'u');
+    deep.truncate(deep.len() - 1);
+    cases.push((
+        "pickle: dicts nested 8M deep",
+        with_extra_pickle(&deep[..]),
+        Some("packs more values"),
+    ));
+    // One 32 MiB string.
+    let mut string = vec![0x8d];
+    string.extend_from_slice(&(n as u64).to_le_bytes());
+    string.resize(string.len() + n, b'x');
+    cases.push(("pickle: a 32 MiB string", with_extra_pickle(&string), None));
+    // JSON: many zeros, a huge string, nesting too deep.
+    let mut zeros = b"[0".to_vec();
+    while zeros.len() < n {
+        zeros.extend_from_slice(b",0");
+    }
+    zeros.push(b']');
+    cases.push((
+        "json: 16M zeros",
+        with_extra_json(&zeros),
+        Some("packs more values"),
+    ));
+    let mut empties = b"[{}".to_vec();
+    while empties.len() < n {
+        empties.extend_from_slice(b",[]");
+    }
+    empties.push(b']');
+    cases.push((
+        "json: 10M empty containers",
+        with_extra_json(&empties),
+        Some("packs more values"),
+    ));
+    let mut s = vec![b'"'];
+    s.resize(n, b'x');
+    s.push(b'"');
+    cases.push(("json: a 32 MiB string", with_extra_json(&s), None));
+    cases.push((
+        "json: nesting 32M deep",
+        with_extra_json(&vec![b'['; n]),
+        Some("recursion limit"),
+    ));
+    for (what, bytes, expected) in &cases {
+        let whole = bounded(bytes.len(), || {
+            torch_snapshot::load(bytes).map(|(t, _)| t.bytes)
+        });
+        match (&whole, expected) {
+            (Ok(n), None) => assert_eq!(*n, bytes.len() as u64),
+            (Err(e), Some(says)) => assert!(e.to_string().contains(says), "{what}: {e}"),
+            _ => panic!("{what}: {whole:?}, expected {expected:?}"),
+        }
+        let pieces = bounded(bytes.len(), || {
+            let mut l = torch_snapshot::SnapshotLoader::new(Some(bytes.len()));
+            for piece in bytes.chunks(1 << 20) {
+                l.push(piece)?;
+            }
+            l.finish().map(|(t, _)| t.bytes)
+        });
+        assert_eq!(pieces, whole, "{what}");
+    }
+}
+
+/// Distinct trace entries as small as they come are refused: `{'action': 'alloc'}` in 7 bytes
+/// (4 million: their compact entries, 40 bytes each, asked for 294 MB while parsing; now at
+/// most one per 32 input bytes is kept compact, the rest stay dicts in the arena, which the
+/// parser's heap limit counts), `{'action': 'alloc', 'addr': i, 'size': 1}` in 18 bytes (keys
+/// through the memo; 2 million took over 8 times their bytes to convert). With a stream and a
+/// time (37 bytes, still smaller than PyTorch's) they convert, within the budget.
+#[test]
+fn many_tiny_trace_entries_stay_within_the_budget() {
+    let _g = SERIAL.lock();
+    let tiny = |n: usize, padded: bool| {
+        let mut w = PickleWriter::new();
+        w.dict();
+        w.str("segments");
+        w.list();
+        w.op(b"e");
+        w.str("device_traces");
+        w.list();
+        w.list();
+        alloc_entry(&mut w, 0, 0);
+        w.str("stream"); // memoized for the entries below
+        w.op(b"0");
+        let [action, alloc, addr, size, time, stream] =
+            ["action", "alloc", "addr", "size", "time_us", "stream"].map(|k| w.keys[k] as u8);
+        for i in 1..n {
+            let i = i as i32;
+            w.op(&[
+                b'}', b'(', b'h', action, b'h', alloc, b'h', size, b'K', 1, b'h', addr, b'J',
+            ]);
+            w.op(&(i * 512).to_le_bytes());
+            if padded {
+                w.op(&[b'h', time, b'J']);
+                w.op(&i.to_le_bytes());
+                w.op(&[b'h', stream, 0x8a, 8]);
+                w.op(&u64::MAX.to_le_bytes());
+            }
+            w.op(b"u");
+            if i % 1000 == 0 {
+                w.op(b"e(");
+            }
+        }
+        w.op(b"eeu");
+        w.finish()
+    };
+    // The smallest a trace entry can be: `{'action': 'alloc'}` in 7 bytes, 4 million of them.
+    let mut w = PickleWriter::new();
+    w.dict();
+    w.str("device_traces");
+    w.list();
+    w.list();
+    w.dict();
+    w.str("action");
+    w.str("alloc");
+    w.op(b"u");
+    for i in 1..4 << 20 {
+        w.op(&[
+            b'}',
+            b'(',
+            b'h',
+            w.keys["action"] as u8,
+            b'h',
+            w.keys["alloc"] as u8,
+            b'u',
+        ]);
+        if i % 1000 == 0 {
+            w.op(b"e(");
+        }
+    }
+    w.op(b"eeu");
+    let bytes = w.finish();
+    let err = import_bounded(&bytes).expect_err("refused");
+    assert!(
+        err.to_string().contains("per 32 bytes") || err.to_string().contains("packs more"),
+        "{err}"
+    );
+    let n = 2 << 20;
+    let bytes = tiny(n, false);
+    assert!(bytes.len() < 20 * n, "{}", bytes.len());
+    let err = import_bounded(&bytes).expect_err("refused");
+    assert!(err.to_string().contains("per 32 bytes"), "{err}");
+    let bytes = tiny(n, true);
+    assert!(bytes.len() < 40 * n, "{}", bytes.len());
+    let t = import_bounded(&bytes).expect("converts");
+    assert_eq!(t.model.allocs.len(), n);
+}
+
+/// Valid traces of a million allocations and more are read within the budget too (18 to 26
+/// bytes per allocation as the synthetic workloads write them; every allocation is kept in the
+/// model).
+#[test]
+fn valid_traces_load_within_the_budget() {
+    let _g = SERIAL.lock();
+    for scenario in [
+        synth::Scenario::TrainingLeak,
+        synth::Scenario::ShortLived,
+        synth::Scenario::MultiDevice,
+    ] {
+        let (bytes, _) = synth::generate(scenario, 2_000_000, 1);
+        let t = bounded(bytes.len(), || load(&bytes)).expect("loads");
+        assert!(t.model.allocs.len() >= 1_000_000, "{scenario:?}");
+    }
+}

@@ -1,6 +1,9 @@
 //! Decoder fuzz target: arbitrary bytes, pushed in arbitrary chunks, must never panic, must
-//! decode the same records however they are chunked, and must replay and summarize.
+//! decode the same records however they are chunked, and must replay and summarize; loading
+//! them stays within the readers' memory budget (`budget.rs`).
 #![no_main]
+
+mod budget;
 
 use analysis_core::decode::Decoder;
 use analysis_core::model::Loader;
@@ -31,13 +34,16 @@ fuzz_target!(|data: &[u8]| {
     let (chunked, _) = decode(body, chunk);
     assert_eq!(whole, chunked, "chunking changed the decoded records");
 
-    let mut l = Loader::new();
-    for c in body.chunks(chunk) {
-        if l.push(c).is_err() {
-            break;
+    let loaded = budget::bounded(body.len(), || {
+        let mut l = Loader::new();
+        for c in body.chunks(chunk) {
+            if l.push(c).is_err() {
+                break;
+            }
         }
-    }
-    if let Ok(t) = l.finish() {
+        l.finish()
+    });
+    if let Ok(t) = loaded {
         let _ = summarize(&t);
     }
 });

@@ -13,10 +13,15 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{JsonBuilder, Pickle, Value, float_value, int_value};
+use super::{
+    JsonBuilder, PARSE_HEAP_FREE, PARSE_HEAP_PER_INPUT_BYTE, Pickle, Value, float_value, int_value,
+};
 
 /// Nesting deeper than this is an error (serde_json's limit), not a deep stack.
 const MAX_DEPTH: usize = 128;
+
+/// Values completed (containers included) between checks of the heap.
+const CHECK_EVERY: u32 = 1 << 12;
 
 /// Why JSON text could not be read, and where (a byte offset in the whole text).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +72,8 @@ pub struct JsonParser {
     /// Decoded strings with escapes.
     scratch: String,
     failed: Option<JsonError>,
+    /// Values completed since the heap was last checked.
+    unchecked: u32,
 }
 
 impl Default for JsonParser {
@@ -95,6 +102,7 @@ impl JsonParser {
             base: 0,
             scratch: String::new(),
             failed: None,
+            unchecked: 0,
         }
     }
 
@@ -150,6 +158,29 @@ impl JsonParser {
         }
     }
 
+    /// Refuses to go on once the tables hold more than [`PARSE_HEAP_PER_INPUT_BYTE`] bytes
+    /// of heap per byte of text up to `t[at]` plus [`PARSE_HEAP_FREE`] (as a pickle's parser
+    /// does: `[]` is 2 bytes of text and 20 of arena). Checked after the same values however
+    /// the text is cut, on what grows the same way (not the buffers of a cut token, which are
+    /// at most the token), so the result does not depend on the pieces.
+    fn check_heap(&mut self, at: usize) -> Result<(), JsonError> {
+        self.unchecked = 0;
+        let parsed = usize::try_from(self.base).unwrap_or(usize::MAX) + at;
+        let limit = PARSE_HEAP_PER_INPUT_BYTE
+            .saturating_mul(parsed)
+            .saturating_add(PARSE_HEAP_FREE);
+        let open = self.open.capacity() * core::mem::size_of::<Open>();
+        if self.b.heap_bytes() + open > limit {
+            return Err(self.error(
+                "the JSON packs more values into its text than gpucollect reads (over 4 bytes \
+                 of memory per byte of text, plus 32 MiB; a PyTorch snapshot takes far less): \
+                 refused, so that memory stays proportional to the file",
+                at,
+            ));
+        }
+        Ok(())
+    }
+
     /// Parses the complete tokens of `t`; how many bytes were used (the rest is a cut token).
     fn parse(&mut self, t: &[u8], at_end: bool) -> Result<usize, JsonError> {
         let mut i = 0;
@@ -185,7 +216,7 @@ impl JsonParser {
                     self.open.pop();
                     let v = self.b.list(start);
                     i += 1;
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (
                     Expect::CommaOrClose | Expect::KeyOrClose,
@@ -195,7 +226,7 @@ impl JsonParser {
                     self.open.pop();
                     let v = self.b.dict(start);
                     i += 1;
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::CommaOrClose, _, _) => {
                     return Err(self.error("expected `,` or the container's end", i));
@@ -236,14 +267,14 @@ impl JsonParser {
                         return Ok(i);
                     };
                     i = end;
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::Value | Expect::ValueOrClose, b'-' | b'0'..=b'9', _) => {
                     let Some((v, end)) = self.number(t, i, at_end)? else {
                         return Ok(i);
                     };
                     i = end;
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::Value | Expect::ValueOrClose, b't' | b'f' | b'n', _) => {
                     let (word, v): (&[u8], Value) = match c {
@@ -264,7 +295,7 @@ impl JsonParser {
                         return Ok(i);
                     }
                     i += word.len();
-                    self.complete(v);
+                    self.complete(v, i)?;
                 }
                 (Expect::Value | Expect::ValueOrClose, _, _) => {
                     return Err(self.error("expected value", i));
@@ -273,8 +304,9 @@ impl JsonParser {
         }
     }
 
-    /// A value is complete: the root, an array's item or an object's value.
-    fn complete(&mut self, v: Value) {
+    /// A value is complete: the root, an array's item or an object's value, ending before
+    /// `t[end]`; every [`CHECK_EVERY`] values, the heap is checked.
+    fn complete(&mut self, v: Value, end: usize) -> Result<(), JsonError> {
         match self.open.last() {
             None => {
                 self.root = Some(v);
@@ -289,6 +321,11 @@ impl JsonParser {
                 self.expect = Expect::CommaOrClose;
             }
         }
+        self.unchecked += 1;
+        if self.unchecked >= CHECK_EVERY {
+            self.check_heap(end)?;
+        }
+        Ok(())
     }
 
     /// Where the token starting at `t[i]` ends, scanning from where an earlier call stopped.

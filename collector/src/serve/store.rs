@@ -129,7 +129,8 @@ impl Validator {
     /// `DAMAGE_FLOOR`) more damaged records than good ones. Checked after every batch, so the
     /// decoder never holds more than one batch's worth of warnings beyond the limit.
     fn check_damage(&self, more: u64) -> Result<(), UploadError> {
-        let warnings = self.decoder.warnings().len() as u64 + more;
+        // All of them: the decoder keeps only the first of each kind.
+        let warnings = self.decoder.warning_count() + more;
         let records = self.decoder.records_decoded();
         if warnings > MAX_WARNINGS || (warnings > DAMAGE_FLOOR && warnings > records) {
             let first = self
@@ -159,7 +160,7 @@ impl Validator {
                 .take(WARNINGS_SHOWN)
                 .map(ToString::to_string)
                 .collect(),
-            warnings_total: warnings.len() as u64,
+            warnings_total: self.decoder.warning_count(),
         })
     }
 }

@@ -1,0 +1,72 @@
+"""Writes hostile inputs, the shapes analysis-core/tests/budget.rs builds in memory, as files:
+for benchmarks (docs/benchmarks.md, "Hostile input") and for trying them on the CLI, the
+server and the viewer. Each is refused with an error saying why, or read, within the readers'
+budget of 8 times the input plus 64 MiB (FORMAT.md, "Robustness").
+
+    python3 analysis-core/tests/assets/hostile/make.py OUT_DIR [--small]
+
+(`--small`: only the two under 1 MB, memo-bomb.pickle and shared-traces.pickle, fuzzing seeds.)
+
+nil-records.msgpack     a valid header, then 4 MiB of MessagePack nils (one malformed record
+                        each): warnings capped, the rest counted
+big-record.msgpack      a valid header, one unknown record of almost 16 MiB (half a million
+                        31-byte strings), then an end record: read once, not again per piece
+too-big.msgpack         a valid header, then a 17 MiB bin record: over the 16 MiB record limit
+memo-bomb.pickle        a snapshot whose 2,000 segments share one memoized list of 2,000
+                        blocks (100 KB naming 4 million blocks): refused, shared too often
+shared-traces.pickle    a snapshot whose 2,000 device traces are one memoized list of 2,000
+                        allocations: refused, shared too often
+repeated-entry.pickle   one device trace naming one memoized allocation 4 million times
+                        (2 bytes each): refused, too many entries for its size
+tiny-entries.pickle     2 million distinct allocations of 19 bytes each: refused, too many
+                        entries for its size
+nones.pickle            32 million Nones (one byte each, 8 in memory): refused, too dense
+empty-containers.json   10 million `[]` in one array: refused, too dense
+"""
+import os
+import pickle
+import struct
+import sys
+
+out = sys.argv[1] if len(sys.argv) > 1 else "."
+small = "--small" in sys.argv[2:]
+os.makedirs(out, exist_ok=True)
+MAGIC = b"gpucollect-trace"
+HEADER = bytes([0x94, 0xA0 | len(MAGIC)]) + MAGIC + bytes([0x01, 0x00, 0x80])
+MAX_RECORD_BYTES = 16 << 20
+
+
+def write(name, data):
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+
+
+def dump(name, obj):
+    write(name, pickle.dumps(obj, protocol=4))
+
+
+blocks = [{"address": b * 512, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}
+          for b in range(2000)]
+segment = {"device": 0, "total_size": 1 << 20, "allocated_size": 512, "active_size": 512,
+           "requested_size": 512, "stream": 0, "segment_type": "large", "blocks": blocks}
+dump("memo-bomb.pickle", {"segments": [dict(segment, address=i << 20) for i in range(2000)],
+                          "device_traces": [[]]})
+allocs = [{"action": "alloc", "addr": i * 512, "size": 512, "time_us": i} for i in range(2000)]
+dump("shared-traces.pickle", {"segments": [], "device_traces": [allocs] * 2000})
+if small:
+    sys.exit(0)
+
+write("nil-records.msgpack", HEADER + b"\xc0" * (4 << 20))
+strings = (MAX_RECORD_BYTES - 64) // 32
+write(
+    "big-record.msgpack",
+    HEADER + b"\x92\x63\xdd" + struct.pack(">I", strings) + (b"\xbf" + b"x" * 31) * strings + b"\x92\x1a\x05",
+)
+n = MAX_RECORD_BYTES + 1024
+write("too-big.msgpack", HEADER + b"\x92\x63\xc6" + struct.pack(">I", n) + b"\0" * n)
+
+dump("repeated-entry.pickle", {"segments": [], "device_traces": [[allocs[0]] * (4 << 20)]})
+dump("tiny-entries.pickle", {"segments": [], "device_traces": [
+    [{"action": "alloc", "size": 1, "addr": i * 512} for i in range(2 << 20)]]})
+dump("nones.pickle", {"segments": [], "x": [None] * (32 << 20)})
+write("empty-containers.json", b'{"segments": [], "x": [' + b",".join([b"[]"] * (10 << 20)) + b"]}")
