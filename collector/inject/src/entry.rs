@@ -496,16 +496,15 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 );
             }
             cbid::MEM_HOST_REGISTER_V2 if exit => {
-                // {void* p; size_t bytesize; unsigned Flags}
-                let p = params::<cupti::MemUnmapParams>(d);
+                let p = params::<cupti::MemHostRegisterParams>(d);
                 let k = alloc_kind::PINNED_HOST;
                 alloc(
                     st,
                     st.device_of(d.context),
                     result,
                     k,
-                    p.ptr,
-                    p.size as u64,
+                    p.p as u64,
+                    p.bytesize as u64,
                     0,
                     0,
                 );

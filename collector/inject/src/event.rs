@@ -153,6 +153,8 @@ pub struct Event {
     /// Return addresses, innermost first, or inline text.
     pub data: [u64; MAX_FRAMES],
 }
+c_layout!(Event, size 64 + 8 * MAX_FRAMES, kind @ 0, nframes @ 4, ts_nanos @ 8, tid @ 16,
+    device @ 24, code @ 28, addr @ 32, size @ 40, stream @ 48, pool @ 56, data @ 64);
 
 impl Event {
     pub const fn zeroed() -> Self {

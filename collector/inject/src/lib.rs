@@ -18,6 +18,16 @@
 //! says why it is sound.
 #![allow(unsafe_code)]
 
+/// Compile-time check that a `#[repr(C)]` mirror of a C struct has the C layout (LP64: x86-64 and
+/// aarch64 Linux): its size and each field's offset, as the C header gives them. A mismatch is a
+/// build error, not a wrong read at run time.
+macro_rules! c_layout {
+    ($t:ty, size $size:expr $(, $field:ident @ $off:expr)* $(,)?) => {
+        const _: () = assert!(core::mem::size_of::<$t>() == $size);
+        $(const _: () = assert!(core::mem::offset_of!($t, $field) == $off);)*
+    };
+}
+
 pub mod event;
 pub mod host;
 pub mod ring;

@@ -11,6 +11,8 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use crate::event::kind;
 use crate::state::State;
 
+/// glibc's `struct dl_find_object` (dlfcn.h, glibc >= 2.35; x86-64 and aarch64 have no
+/// `dlfo_eh_dbase`).
 #[repr(C)]
 struct DlFindObject {
     flags: u64,
@@ -20,13 +22,17 @@ struct DlFindObject {
     eh_frame: *mut c_void,
     reserved: [u64; 7],
 }
+c_layout!(DlFindObject, size 96, flags @ 0, map_start @ 8, map_end @ 16, link_map @ 24,
+    eh_frame @ 32, reserved @ 40);
 
-/// The public head of glibc's `struct link_map`.
+/// The public head of glibc's `struct link_map` (link.h: `l_addr`, `l_name`, then `l_ld`,
+/// `l_next`, `l_prev`, never read here).
 #[repr(C)]
 struct LinkMap {
     addr: usize,
     name: *const c_char,
 }
+c_layout!(LinkMap, size 16, addr @ 0, name @ 8);
 
 type FindObjectFn = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
 

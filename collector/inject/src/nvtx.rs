@@ -18,11 +18,13 @@ type FnPtr = *const c_void;
 type GetModuleFunctionTable =
     unsafe extern "C" fn(c_int, *mut *mut *mut FnPtr, *mut c_uint) -> c_int;
 
+/// `NvtxExportTableCallbacks` (nvtxDetail/nvtxInitDecls.h, NVTX v3).
 #[repr(C)]
 struct CallbacksExport {
     struct_size: usize,
     get_module_function_table: Option<GetModuleFunctionTable>,
 }
+c_layout!(CallbacksExport, size 16, struct_size @ 0, get_module_function_table @ 8);
 
 const ETID_CALLBACKS: u32 = 1;
 const MODULE_CORE: c_int = 1;
