@@ -13,7 +13,6 @@ mod cmd_serve;
 mod cmd_synth;
 mod cmd_upload;
 mod export_html;
-mod fast_hash;
 mod input;
 mod nvml_sampler;
 mod output;

@@ -12,8 +12,10 @@ use analysis_core::encode::Interner;
 use analysis_core::format::*;
 use anyhow::{Context, Result};
 use gpucollect_inject::event::{Event, kind, python_frame};
+// FxHash, not SipHash: std's SipHash was a tenth of the drain time. Keys come from the traced
+// program, which is trusted not to attack the collector's hash tables.
+use rustc_hash::FxHashMap as HashMap;
 
-use crate::fast_hash::FxMap as HashMap;
 use crate::symbolize::Symbolizer;
 
 /// Modules whose frames are never the interesting call site (the CUDA stack and ourselves).
