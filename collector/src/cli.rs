@@ -4,9 +4,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "serve")]
+use crate::cmd_serve;
 use crate::{
-    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_run, cmd_serve, cmd_synth,
-    cmd_upload,
+    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_run, cmd_synth, cmd_upload,
 };
 
 #[derive(Debug, Parser)]
@@ -45,6 +46,7 @@ pub enum Command {
     /// Convert a PyTorch memory snapshot (pickle or JSON) into a trace.
     Import(cmd_import::ImportArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
+    #[cfg(feature = "serve")]
     Serve(cmd_serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
     Upload(cmd_upload::UploadArgs),
@@ -55,13 +57,27 @@ pub enum Command {
 }
 
 pub fn dispatch() -> Result<u8> {
-    let cli = Cli::parse();
+    dispatch_parsed(Cli::parse())
+}
+
+fn dispatch_parsed(cli: Cli) -> Result<u8> {
     match cli.command {
-        None => cmd_run::run(cli.run),
+        None => {
+            #[cfg(not(feature = "serve"))]
+            if cli.run.command.first().is_some_and(|p| p == "serve") {
+                anyhow::bail!(
+                    "this gpucollect was built without the server (cargo feature `serve`): build \
+                     it with default features for `gpucollect serve`, or run a program named \
+                     serve as `gpucollect -- ./serve`"
+                );
+            }
+            cmd_run::run(cli.run)
+        }
         Some(Command::Demo(a)) => cmd_demo::run(a),
         Some(Command::Report(a)) => cmd_report::run(a),
         Some(Command::Html(a)) => cmd_html::run(a),
         Some(Command::Import(a)) => cmd_import::run(a),
+        #[cfg(feature = "serve")]
         Some(Command::Serve(a)) => cmd_serve::run(a),
         Some(Command::Check(a)) => cmd_check::run(a),
         Some(Command::Diff(a)) => cmd_diff::run(a),
@@ -120,6 +136,14 @@ mod tests {
         let cli = parse(&["-o", "t.msgpack", "report"]).expect("parses");
         assert!(cli.command.is_none());
         assert_eq!(program(&cli), ["report"]);
+    }
+
+    #[cfg(not(feature = "serve"))]
+    #[test]
+    fn serve_without_the_server_feature_says_so() {
+        let cli = parse(&["serve", "--addr", "127.0.0.1:0"]).expect("parses");
+        let e = dispatch_parsed(cli).expect_err("no server in this build");
+        assert!(e.to_string().contains("cargo feature `serve`"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `gpucollect`: the command-line entry point. It only parses arguments and dispatches; each
 //! command lives in its own `cmd_*.rs` module.
 
+mod assets;
 mod cli;
 mod cmd_check;
 mod cmd_demo;
@@ -9,6 +10,7 @@ mod cmd_html;
 mod cmd_import;
 mod cmd_report;
 mod cmd_run;
+#[cfg(feature = "serve")]
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_upload;
@@ -18,6 +20,7 @@ mod nvml_sampler;
 mod output;
 mod proc_maps;
 mod render_text;
+#[cfg(feature = "serve")]
 mod serve;
 mod symbolize;
 mod trace_writer;
