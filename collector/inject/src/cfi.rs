@@ -61,7 +61,7 @@ pub fn rule_for(pc: usize) -> Rule {
 
 /// The rule for `pc` from the loaded object's `.eh_frame_hdr` (no cache).
 pub fn lookup(pc: usize) -> Rule {
-    let Some(obj) = crate::modules::find_object(pc) else {
+    let Some(obj) = crate::objects::find_object(pc) else {
         return Rule::Unknown;
     };
     if obj.eh_frame_hdr == 0 {

@@ -1,5 +1,6 @@
-//! The `extern "C"` entry points: `InitializeInjection` (CUDA driver), the CUPTI callback, and
-//! `InitializeInjectionNvtx2` (NVTX, in [`crate::nvtx`]). Each is wrapped in `catch_unwind`.
+//! The CUDA driver's `extern "C"` entry points: `InitializeInjection` and the CUPTI callback
+//! (NVTX's, `InitializeInjectionNvtx2`, is in [`crate::nvtx`]). Each is wrapped in
+//! `catch_unwind`.
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +11,6 @@ use crate::cupti::{self, CallbackData, cbid};
 use crate::event::{Event, alloc_kind, free_kind, kind};
 use crate::pools;
 use crate::state::{self, CTX_GENERATION, Init, State};
-
-pub use crate::nvtx::InitializeInjectionNvtx2;
 
 static INJECTED: AtomicBool = AtomicBool::new(false);
 
@@ -35,7 +34,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
 }
 
 fn inject() -> Result<(), String> {
-    let st = match state::init() {
+    let st = match state::init(skipped_code_ranges) {
         Init::Ready(s) => s,
         Init::NotUnderCollector => {
             return Err(format!(
@@ -583,7 +582,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     return;
                 }
                 let mut frames = [0u64; crate::event::MAX_FRAMES];
-                let n = st.capture_stack(&mut frames);
+                let n = crate::stack::capture(st, &mut frames);
                 st.emit(|e| {
                     e.kind = if ok {
                         kind::VMM_CREATE
@@ -666,7 +665,7 @@ fn alloc(
         return;
     }
     let mut frames = [0u64; crate::event::MAX_FRAMES];
-    let n = st.capture_stack(&mut frames);
+    let n = crate::stack::capture(st, &mut frames);
     st.emit(|e: &mut Event| {
         if result == 0 {
             e.kind = kind::ALLOC;

@@ -36,10 +36,13 @@ mod cupti;
 mod entry;
 mod modules;
 mod nvtx;
+mod objects;
 mod pools;
 mod python;
+mod stack;
 mod state;
 mod unwind;
 
-pub use entry::{InitializeInjection, InitializeInjectionNvtx2};
+pub use entry::InitializeInjection;
 use gpucollect_ring::{env, event, ring};
+pub use nvtx::InitializeInjectionNvtx2;

@@ -112,7 +112,10 @@ pub extern "C" fn InitializeInjectionNvtx2(
 }
 
 fn install(get_export_table: Option<unsafe extern "C" fn(u32) -> *const c_void>) -> c_int {
-    if !matches!(state::init(), Init::Ready(_)) {
+    if !matches!(
+        state::init(crate::entry::skipped_code_ranges),
+        Init::Ready(_)
+    ) {
         return 0;
     }
     let Some(get) = get_export_table else {
