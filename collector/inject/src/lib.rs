@@ -46,3 +46,45 @@ mod unwind;
 pub use entry::InitializeInjection;
 use gpucollect_ring::{env, event, ring};
 pub use nvtx::InitializeInjectionNvtx2;
+
+/// A global allocator for the unit tests that counts each thread's allocations, so a test can
+/// show that a callback path allocates nothing.
+#[cfg(test)]
+pub(crate) mod test_alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Allocations made by this thread so far.
+    pub(crate) fn count() -> u64 {
+        ALLOCATIONS.with(Cell::get)
+    }
+
+    struct Counting;
+
+    // SAFETY: every call is passed to the system allocator unchanged; the count is a
+    // thread-local Cell with a const initializer and no destructor, so touching it never
+    // allocates or re-enters the allocator.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            ALLOCATIONS.with(|c| c.set(c.get() + 1));
+            // SAFETY: the caller's layout is passed on as GlobalAlloc::alloc requires.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: ptr was allocated by System with this layout (alloc above).
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            ALLOCATIONS.with(|c| c.set(c.get() + 1));
+            // SAFETY: ptr and layout come from this allocator, as GlobalAlloc::realloc requires.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+}

@@ -57,6 +57,8 @@ pub(crate) fn find_object_fn() -> Option<FindObjectFn> {
 pub struct FoundObject {
     /// Address of the object's `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`); 0 if it has none.
     pub eh_frame_hdr: usize,
+    /// The object's mapped address range (its lowest to its highest segment).
+    pub map: core::ops::Range<usize>,
 }
 
 /// The loaded object containing `pc` (lock-free, callback-safe); `None` when no object contains
@@ -71,6 +73,7 @@ pub fn find_object(pc: usize) -> Option<FoundObject> {
     }
     Some(FoundObject {
         eh_frame_hdr: r.eh_frame as usize,
+        map: r.map_start as usize..r.map_end as usize,
     })
 }
 
