@@ -244,11 +244,91 @@ c_layout!(CtxDestroyParams, size 8, ctx @ 0);
 c_layout!(PrimaryCtxResetParams, size 4, dev @ 0);
 c_layout!(MemHostRegisterParams, size 24, p @ 0, bytesize @ 8, flags @ 16);
 
+/// A driver parameter struct (`generated_cuda_meta.h`) and the callbacks it belongs to.
+pub trait Params {
+    /// The callback ids whose `functionParams` have this layout (or start with it).
+    const CBIDS: &'static [u32];
+}
+
+macro_rules! params_of {
+    ($($t:ty => [$($id:expr),+ $(,)?];)*) => {
+        $(impl Params for $t {
+            const CBIDS: &'static [u32] = &[$($id),+];
+        })*
+    };
+}
+
+params_of! {
+    MemAllocParams => [cbid::MEM_ALLOC_V2, cbid::MEM_ALLOC_MANAGED];
+    MemAllocPitchParams => [cbid::MEM_ALLOC_PITCH_V2];
+    PtrFreeParams => [
+        cbid::MEM_FREE_V2,
+        cbid::MEM_FREE_HOST,
+        cbid::MEM_HOST_UNREGISTER,
+        cbid::IPC_CLOSE_MEM_HANDLE,
+        cbid::ARRAY_DESTROY,
+        cbid::MEM_RELEASE,
+        cbid::MEM_POOL_DESTROY,
+    ];
+    HostAllocParams => [cbid::MEM_ALLOC_HOST_V2, cbid::MEM_HOST_ALLOC];
+    MemAllocAsyncParams => [cbid::MEM_ALLOC_ASYNC, cbid::MEM_ALLOC_ASYNC_PTSZ];
+    MemAllocFromPoolAsyncParams => [
+        cbid::MEM_ALLOC_FROM_POOL_ASYNC,
+        cbid::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+    ];
+    MemFreeAsyncParams => [cbid::MEM_FREE_ASYNC, cbid::MEM_FREE_ASYNC_PTSZ];
+    MemPoolCreateParams => [cbid::MEM_POOL_CREATE];
+    GraphAddMemAllocNodeParams => [cbid::GRAPH_ADD_MEM_ALLOC_NODE];
+    MemCreateParams => [cbid::MEM_CREATE];
+    MemMapParams => [cbid::MEM_MAP];
+    MemUnmapParams => [cbid::MEM_UNMAP];
+    ArrayCreateParams => [cbid::ARRAY_CREATE_V2, cbid::ARRAY_3D_CREATE_V2];
+    IpcOpenParams => [cbid::IPC_OPEN_MEM_HANDLE_V2];
+    CtxDestroyParams => [cbid::CTX_DESTROY_V2, cbid::CTX_DESTROY];
+    PrimaryCtxResetParams => [cbid::DEVICE_PRIMARY_CTX_RESET_V2, cbid::DEVICE_PRIMARY_CTX_RESET];
+    MemHostRegisterParams => [cbid::MEM_HOST_REGISTER_V2];
+}
+
 /// Bytes per element of a CUarray_format (approximate for block-compressed formats).
 pub const fn array_format_bytes(format: u32) -> u64 {
     match format {
         0x01 | 0x08 => 1,
         0x02 | 0x09 | 0x10 => 2,
         _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_enabled_callback_has_at_most_one_parameter_layout() {
+        let layouts: [&[u32]; 17] = [
+            MemAllocParams::CBIDS,
+            MemAllocPitchParams::CBIDS,
+            PtrFreeParams::CBIDS,
+            HostAllocParams::CBIDS,
+            MemAllocAsyncParams::CBIDS,
+            MemAllocFromPoolAsyncParams::CBIDS,
+            MemFreeAsyncParams::CBIDS,
+            MemPoolCreateParams::CBIDS,
+            GraphAddMemAllocNodeParams::CBIDS,
+            MemCreateParams::CBIDS,
+            MemMapParams::CBIDS,
+            MemUnmapParams::CBIDS,
+            ArrayCreateParams::CBIDS,
+            IpcOpenParams::CBIDS,
+            CtxDestroyParams::CBIDS,
+            PrimaryCtxResetParams::CBIDS,
+            MemHostRegisterParams::CBIDS,
+        ];
+        for id in cbid::ALL {
+            let n = layouts.iter().filter(|l| l.contains(id)).count();
+            assert!(n <= 1, "callback {id} has {n} parameter layouts");
+        }
+        for id in layouts.iter().flat_map(|l| l.iter()) {
+            assert!(cbid::ALL.contains(id), "callback {id} is never enabled");
+        }
     }
 }
