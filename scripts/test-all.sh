@@ -15,6 +15,14 @@ step "clippy (wasm32: analysis-core without std, viewer)"
 cargo clippy -p analysis-core --no-default-features --target wasm32-unknown-unknown --locked -- -D warnings
 cargo clippy -p viewer --target wasm32-unknown-unknown --locked -- -D warnings
 
+step "gpucollect without the server feature: no tokio, axum or object_store, and lint-clean"
+if cargo tree -p gpucollect --no-default-features --locked | grep -E '(tokio|axum|object_store) v'; then
+  echo "gpucollect --no-default-features pulls in the server's dependencies (above)" >&2
+  exit 1
+fi
+cargo clippy -p gpucollect --no-default-features --all-targets --locked -- -D warnings
+cargo test -p gpucollect --no-default-features --bin gpucollect --locked
+
 step "no_std build of analysis-core for wasm32-unknown-unknown"
 cargo build -p analysis-core --no-default-features --target wasm32-unknown-unknown --locked
 

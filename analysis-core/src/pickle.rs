@@ -225,7 +225,7 @@ fn float_value(numbers: &mut Vec<u64>, f: f64) -> Value {
 /// (one chain over all of them would wait for each multiply in turn; frames lists have dozens
 /// of items).
 fn items_hash(items: &[Value]) -> u64 {
-    let [mut a, mut b, mut c, mut d] = [IntHasher::default(); 4];
+    let [mut a, mut b, mut c, mut d] = <[IntHasher; 4]>::default();
     let quads = items.chunks_exact(4);
     for v in quads.remainder() {
         a.write_u64(v.0);

@@ -2,13 +2,12 @@
 //! to trace (`gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
 
 use anyhow::Result;
-use std::ffi::OsString;
+use clap::{Parser, Subcommand};
 
-use clap::{Args, FromArgMatches, Parser, Subcommand};
-
+#[cfg(feature = "serve")]
+use crate::cmd_serve;
 use crate::{
-    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_run, cmd_serve, cmd_synth,
-    cmd_upload,
+    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_run, cmd_synth, cmd_upload,
 };
 
 #[derive(Debug, Parser)]
@@ -16,11 +15,18 @@ use crate::{
     name = "gpucollect",
     version,
     about = "GPU memory profiler: trace every CUDA allocation, find leaks, spikes and fragmentation",
-    after_help = "To trace a program: gpucollect [OPTIONS] [--] PROGRAM [ARGS...] > run.msgpack"
+    override_usage = "gpucollect [OPTIONS] [--] PROGRAM [ARGS...] > run.msgpack\n       gpucollect <COMMAND>",
+    // A first word that is no command's name starts the program to trace (after `--`, any word
+    // does); the options before it are `run`'s and do not combine with a command.
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// `gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`: the same as `gpucollect run ...`.
+    #[command(flatten)]
+    pub run: cmd_run::RunArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,6 +46,7 @@ pub enum Command {
     /// Convert a PyTorch memory snapshot (pickle or JSON) into a trace.
     Import(cmd_import::ImportArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
+    #[cfg(feature = "serve")]
     Serve(cmd_serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
     Upload(cmd_upload::UploadArgs),
@@ -49,51 +56,106 @@ pub enum Command {
     Synth(cmd_synth::SynthArgs),
 }
 
-/// Subcommand names; any other first argument is a program to trace.
-const SUBCOMMANDS: &[&str] = &[
-    "demo",
-    "report",
-    "check",
-    "diff",
-    "html",
-    "import",
-    "run",
-    "serve",
-    "synth",
-    "upload",
-    "help",
-    "-h",
-    "--help",
-    "-V",
-    "--version",
-];
-
 pub fn dispatch() -> Result<u8> {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-    if args.len() < 2 || SUBCOMMANDS.contains(&first) {
-        let cli = Cli::parse_from(&args);
-        return match cli.command {
-            Command::Demo(a) => cmd_demo::run(a),
-            Command::Report(a) => cmd_report::run(a),
-            Command::Html(a) => cmd_html::run(a),
-            Command::Import(a) => cmd_import::run(a),
-            Command::Serve(a) => cmd_serve::run(a),
-            Command::Check(a) => cmd_check::run(a),
-            Command::Diff(a) => cmd_diff::run(a),
-            Command::Run(a) => cmd_run::run(a),
-            Command::Synth(a) => cmd_synth::run(a),
-            Command::Upload(a) => cmd_upload::run(a),
-        };
+    dispatch_parsed(Cli::parse())
+}
+
+fn dispatch_parsed(cli: Cli) -> Result<u8> {
+    match cli.command {
+        None => {
+            #[cfg(not(feature = "serve"))]
+            if cli.run.command.first().is_some_and(|p| p == "serve") {
+                anyhow::bail!(
+                    "this gpucollect was built without the server (cargo feature `serve`): build \
+                     it with default features for `gpucollect serve`, or run a program named \
+                     serve as `gpucollect -- ./serve`"
+                );
+            }
+            cmd_run::run(cli.run)
+        }
+        Some(Command::Demo(a)) => cmd_demo::run(a),
+        Some(Command::Report(a)) => cmd_report::run(a),
+        Some(Command::Html(a)) => cmd_html::run(a),
+        Some(Command::Import(a)) => cmd_import::run(a),
+        #[cfg(feature = "serve")]
+        Some(Command::Serve(a)) => cmd_serve::run(a),
+        Some(Command::Check(a)) => cmd_check::run(a),
+        Some(Command::Diff(a)) => cmd_diff::run(a),
+        Some(Command::Run(a)) => cmd_run::run(a),
+        Some(Command::Synth(a)) => cmd_synth::run(a),
+        Some(Command::Upload(a)) => cmd_upload::run(a),
     }
-    // Anything else is a program to trace: parse it as `gpucollect run ...`.
-    let run_args =
-        std::iter::once(OsString::from("gpucollect run")).chain(args.into_iter().skip(1));
-    let cmd = cmd_run::RunArgs::augment_args(clap::Command::new("gpucollect"))
-        .override_usage("gpucollect [OPTIONS] [--] PROGRAM [ARGS...]");
-    let matches = cmd
-        .try_get_matches_from(run_args)
-        .unwrap_or_else(|e| e.exit());
-    let a = cmd_run::RunArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    cmd_run::run(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpucollect").chain(args.iter().copied()))
+    }
+
+    fn program(cli: &Cli) -> Vec<&str> {
+        cli.run.command.iter().filter_map(|a| a.to_str()).collect()
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_command_name_runs_the_command() {
+        let cli = parse(&["report", "t.msgpack"]).expect("parses");
+        assert!(matches!(cli.command, Some(Command::Report(_))));
+        let cli = parse(&["run", "-o", "t.msgpack", "./app"]).expect("parses");
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("run expected");
+        };
+        assert_eq!(run.command, ["./app"]);
+    }
+
+    #[test]
+    fn any_other_word_is_a_program_with_its_own_arguments() {
+        let cli = parse(&["--no-stacks", "./app", "-o", "x", "report"]).expect("parses");
+        assert!(cli.command.is_none());
+        assert!(cli.run.no_stacks);
+        assert_eq!(
+            cli.run.output, None,
+            "-o after the program is the program's"
+        );
+        assert_eq!(program(&cli), ["./app", "-o", "x", "report"]);
+    }
+
+    #[test]
+    fn a_program_named_like_a_command_follows_options_or_a_double_dash() {
+        let cli = parse(&["--", "report", "x"]).expect("parses");
+        assert!(cli.command.is_none());
+        assert_eq!(program(&cli), ["report", "x"]);
+        let cli = parse(&["-o", "t.msgpack", "report"]).expect("parses");
+        assert!(cli.command.is_none());
+        assert_eq!(program(&cli), ["report"]);
+    }
+
+    #[cfg(not(feature = "serve"))]
+    #[test]
+    fn serve_without_the_server_feature_says_so() {
+        let cli = parse(&["serve", "--addr", "127.0.0.1:0"]).expect("parses");
+        let e = dispatch_parsed(cli).expect_err("no server in this build");
+        assert!(e.to_string().contains("cargo feature `serve`"), "{e}");
+    }
+
+    #[test]
+    fn bad_options_and_no_arguments_are_errors() {
+        let e = parse(&["--stack-depth", "0", "true"]).expect_err("0 is out of range");
+        assert!(e.to_string().contains("--stack-depth"), "{e}");
+        let e = parse(&[]).expect_err("nothing to do");
+        assert_eq!(
+            e.kind(),
+            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        );
+        let e = parse(&["report"]).expect_err("report needs a trace");
+        assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use crate::assets::Assets;
 use crate::export_html::{ViewerFiles, build};
-use crate::serve::assets::Assets;
 
 #[derive(Debug, Args)]
 pub struct HtmlArgs {

@@ -17,9 +17,9 @@ use analysis_core::Encoder;
 use analysis_core::format::*;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use gpucollect_inject::event::Event;
 use gpucollect_inject::host;
-use gpucollect_inject::ring::{RingOwner, SLOTS};
+use gpucollect_ring::event::Event;
+use gpucollect_ring::ring::{RingOwner, SLOTS};
 
 use crate::nvml_sampler;
 use crate::trace_writer::{TraceWriter, WriterOptions};
@@ -358,29 +358,29 @@ pub fn run(a: RunArgs) -> Result<u8> {
     cmd.args(args)
         .env("CUDA_INJECTION64_PATH", &inject)
         .env("NVTX_INJECTION64_PATH", &inject)
-        .env(gpucollect_inject::env::RING, ring.path())
+        .env(gpucollect_ring::env::RING, ring.path())
         .env(
-            gpucollect_inject::env::STACK_DEPTH,
+            gpucollect_ring::env::STACK_DEPTH,
             if a.no_stacks { 0 } else { a.stack_depth }.to_string(),
         );
     cmd.env(
-        gpucollect_inject::env::POOL_INTERVAL_MS,
+        gpucollect_ring::env::POOL_INTERVAL_MS,
         a.sample_interval_ms.to_string(),
     );
     match a.unwind {
         Unwind::Dwarf => {}
         Unwind::Fp => {
-            cmd.env(gpucollect_inject::env::UNWIND, "fp");
+            cmd.env(gpucollect_ring::env::UNWIND, "fp");
         }
         Unwind::Libgcc => {
-            cmd.env(gpucollect_inject::env::UNWIND, "libgcc");
+            cmd.env(gpucollect_ring::env::UNWIND, "libgcc");
         }
     }
     if a.no_python_frames {
-        cmd.env(gpucollect_inject::env::PYTHON_FRAMES, "0");
+        cmd.env(gpucollect_ring::env::PYTHON_FRAMES, "0");
     }
     if let Some(c) = &a.cupti {
-        cmd.env(gpucollect_inject::env::CUPTI_PATH, c);
+        cmd.env(gpucollect_ring::env::CUPTI_PATH, c);
     }
     if to_stdout {
         let err = std::io::stderr()

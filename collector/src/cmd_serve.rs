@@ -9,7 +9,8 @@ use analysis_core::units::parse_bytes;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::serve::{self, ServerConfig, assets::Assets, limits::Limits, store::Store};
+use crate::assets::Assets;
+use crate::serve::{self, ServerConfig, limits::Limits, store::Store};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

@@ -1,6 +1,7 @@
 //! `gpucollect`: the command-line entry point. It only parses arguments and dispatches; each
 //! command lives in its own `cmd_*.rs` module.
 
+mod assets;
 mod cli;
 mod cmd_check;
 mod cmd_demo;
@@ -9,16 +10,17 @@ mod cmd_html;
 mod cmd_import;
 mod cmd_report;
 mod cmd_run;
+#[cfg(feature = "serve")]
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_upload;
 mod export_html;
-mod fast_hash;
 mod input;
 mod nvml_sampler;
 mod output;
 mod proc_maps;
 mod render_text;
+#[cfg(feature = "serve")]
 mod serve;
 mod symbolize;
 mod trace_writer;

@@ -11,9 +11,11 @@ use analysis_core::Encoder;
 use analysis_core::encode::Interner;
 use analysis_core::format::*;
 use anyhow::{Context, Result};
-use gpucollect_inject::event::{Event, kind, python_frame};
+use gpucollect_ring::event::{Event, kind, python_frame};
+// FxHash, not SipHash: std's SipHash was a tenth of the drain time. Keys come from the traced
+// program, which is trusted not to attack the collector's hash tables.
+use rustc_hash::FxHashMap as HashMap;
 
-use crate::fast_hash::FxMap as HashMap;
 use crate::symbolize::Symbolizer;
 
 /// Modules whose frames are never the interesting call site (the CUDA stack and ourselves).
@@ -368,7 +370,7 @@ impl<W: Write> TraceWriter<W> {
             e.pool = l.end;
             let n = l.build_id.len().min(32);
             e.put_bytes(
-                gpucollect_inject::event::MAX_TEXT_BYTES - 32,
+                gpucollect_ring::event::MAX_TEXT_BYTES - 32,
                 &l.build_id[..n],
             );
             e.addr = n as u64;
@@ -869,7 +871,7 @@ mod tests {
 
     #[test]
     fn python_frames_become_python_frame_records_and_hide_the_interpreter_above_them() {
-        use gpucollect_inject::event::python_frame;
+        use gpucollect_ring::event::python_frame;
         let header = Header {
             start_mono_nanos: 1_000,
             ..Encoder::header_v1()

@@ -465,6 +465,35 @@ fn every_allocation_kind_is_captured() {
 }
 
 #[test]
+fn registered_host_memory_is_pinned_until_unregistered() {
+    let r = run("host_register");
+    let stdout = String::from_utf8_lossy(&r.out.stdout);
+    let (addr, size) = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("registered "))
+        .and_then(|l| l.split_once(' '))
+        .expect("the scenario prints the registered range");
+    let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).expect("hex address");
+    let size: u64 = size.parse().expect("size");
+    let m = &r.trace.model;
+    assert_eq!(m.allocs.len(), 1);
+    let a = &m.allocs[0];
+    assert_eq!(
+        (a.kind, a.address, a.size_bytes),
+        (AllocKind::PinnedHost, addr, size)
+    );
+    assert!(!a.is_live(), "cuMemHostUnregister frees it");
+    assert_eq!(
+        m.stack_frames(a.stack)[0].line,
+        line_of("HOST_REGISTER_LINE")
+    );
+    assert_eq!(m.failed.len(), 1, "the NULL registration failed");
+    assert_eq!(m.failed[0].record.size_bytes, 4096);
+    assert_eq!(m.failed[0].record.error_code, 1);
+    assert!(m.free_unknown.is_empty());
+}
+
+#[test]
 fn program_stdout_stays_out_of_the_trace_and_exit_code_passes_through() {
     let dir = fake_dir();
     let out = gpucollect()

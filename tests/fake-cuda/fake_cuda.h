@@ -173,6 +173,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags);
 CUresult cuMemFreeHost(void *p);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
+CUresult cuMemHostUnregister(void *p);
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream stream);

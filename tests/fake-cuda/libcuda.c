@@ -44,6 +44,8 @@ typedef struct { CUdeviceptr dptr; } cuMemFree_v2_params;
 typedef struct { void **pp; size_t bytesize; } cuMemAllocHost_v2_params;
 typedef struct { void **pp; size_t bytesize; unsigned int Flags; } cuMemHostAlloc_params;
 typedef struct { void *p; } cuMemFreeHost_params;
+typedef struct { void *p; size_t bytesize; unsigned int Flags; } cuMemHostRegister_v2_params;
+typedef struct { void *p; } cuMemHostUnregister_params;
 typedef struct { CUdeviceptr *dptr; size_t bytesize; CUstream hStream; } cuMemAllocAsync_params;
 typedef struct { CUdeviceptr *dptr; size_t bytesize; CUmemoryPool pool; CUstream hStream; } cuMemAllocFromPoolAsync_params;
 typedef struct { CUdeviceptr dptr; CUstream hStream; } cuMemFreeAsync_params;
@@ -416,6 +418,19 @@ CUresult cuMemFreeHost(void *ptr) {
     cuMemFreeHost_params p = {ptr};
     API(cuMemFreeHost, p);
     RETURN(block_free((CUdeviceptr)(uintptr_t)ptr));
+}
+
+/* Page-locks existing host memory: no bookkeeping, like the driver it allocates nothing. */
+CUresult cuMemHostRegister_v2(void *ptr, size_t bytesize, unsigned int flags) {
+    cuMemHostRegister_v2_params p = {ptr, bytesize, flags};
+    API(cuMemHostRegister_v2, p);
+    RETURN(ptr && bytesize ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+CUresult cuMemHostUnregister(void *ptr) {
+    cuMemHostUnregister_params p = {ptr};
+    API(cuMemHostUnregister, p);
+    RETURN(ptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {

@@ -287,6 +287,21 @@ static int kinds(void) {
     return 0;
 }
 
+/* --- page-locked host memory registered by the program ---------------------- */
+static int host_register(void) {
+    setup();
+    size_t n = 3 * 4096 + 100;
+    char *buf = malloc(n);
+    if (!buf) return 91;
+    /* Every flag set, so a read of the size past its field would see them. */
+    CHECK(cuMemHostRegister_v2(buf, n, 0xf)); /* HOST_REGISTER_LINE */
+    printf("registered %p %zu\n", (void *)buf, n);
+    if (cuMemHostRegister_v2(NULL, 4096, 0) != CUDA_ERROR_INVALID_VALUE) return 92;
+    CHECK(cuMemHostUnregister(buf));
+    free(buf);
+    return 0;
+}
+
 /* --- stdout and exit code pass-through ------------------------------------ */
 static int output(void) {
     setup();
@@ -459,6 +474,7 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "sigkill")) return sigkill();
     if (!strcmp(s, "kinds")) return kinds();
     if (!strcmp(s, "output")) return output();
+    if (!strcmp(s, "host_register")) return host_register();
     if (!strcmp(s, "fork")) return fork_child();
     if (!strcmp(s, "nvtx")) return nvtx();
     if (!strcmp(s, "dlopen")) return late_dlopen();

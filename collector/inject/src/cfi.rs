@@ -6,8 +6,9 @@
 //! - `_dl_find_object` (glibc >= 2.35, lock-free) giving the object's `PT_GNU_EH_FRAME`
 //!   segment (`.eh_frame_hdr`),
 //! - a binary search of that header's sorted table for the FDE,
-//! - running the CIE's and FDE's CFA instructions up to the address, with a fixed-size state
-//!   (remember/restore stack of [`STATE_STACK`] rows): no allocation, no lock.
+//! - gimli parsing the FDE and its CIE and running their CFA instructions up to the address,
+//!   with its unwind state in fixed arrays ([`FixedStorage`]: remember/restore stack of
+//!   [`STATE_STACK`] rows): no allocation, no lock.
 //!
 //! What the rule cannot express (a CFA expression, rbp or the return address kept in another
 //! register or by an expression, signal frames, unusual encodings, code outside any object)
@@ -37,10 +38,6 @@ pub enum Rule {
     Unknown,
 }
 
-/// DWARF register numbers on x86-64.
-const REG_RBP: u64 = 6;
-const REG_RSP: u64 = 7;
-
 /// Depth of `DW_CFA_remember_state`.
 const STATE_STACK: usize = 8;
 
@@ -61,7 +58,7 @@ pub fn rule_for(pc: usize) -> Rule {
 
 /// The rule for `pc` from the loaded object's `.eh_frame_hdr` (no cache).
 pub fn lookup(pc: usize) -> Rule {
-    let Some(obj) = crate::modules::find_object(pc) else {
+    let Some(obj) = crate::objects::find_object(pc) else {
         return Rule::Unknown;
     };
     if obj.eh_frame_hdr == 0 {
@@ -85,161 +82,83 @@ pub fn lookup(pc: usize) -> Rule {
     let Some(fde_addr) = search_table(table, obj.eh_frame_hdr, pc) else {
         return Rule::Unknown;
     };
-    let Some(fde) = loaded_entry(fde_addr) else {
+    let Some(fde_len) = entry_len(fde_addr, &obj.map) else {
         return Rule::Unknown;
     };
-    rule_from_fde(fde, fde_addr, pc, loaded_entry)
+    // SAFETY: an FDE's second word is its CIE pointer; `entry_len` checked that the FDE's
+    // `fde_len` bytes lie in the object's mapping.
+    let cie_ptr = unsafe { ((fde_addr + 4) as *const u32).read() } as usize;
+    let cie_addr = (fde_addr + 4).wrapping_sub(cie_ptr);
+    let fde_end = fde_addr + fde_len;
+    if cie_ptr == 0 || cie_addr >= fde_addr || entry_len(cie_addr, &obj.map).is_none() {
+        return Rule::Unknown;
+    }
+    // SAFETY: the CIE and the FDE are entries of the object's `.eh_frame` section, which is
+    // contiguous and mapped whole (read-only, for as long as the object is loaded): every byte
+    // from the CIE to the FDE's end is part of it, and lies in the object's mapping.
+    let section = unsafe { core::slice::from_raw_parts(cie_addr as *const u8, fde_end - cie_addr) };
+    rule_in_section(section, cie_addr, fde_addr - cie_addr, pc)
 }
 
-/// The CIE or FDE at `addr` in a loaded object's `.eh_frame`, with its length field.
-fn loaded_entry(addr: usize) -> Option<&'static [u8]> {
-    if addr == 0 || !addr.is_multiple_of(4) {
+/// Bytes of the CIE or FDE at `addr` (its length field included), if it lies in `map`.
+fn entry_len(addr: usize, map: &core::ops::Range<usize>) -> Option<usize> {
+    if addr == 0 || !addr.is_multiple_of(4) || !map.contains(&addr) || map.end - addr < 8 {
         return None;
     }
     // SAFETY: addr is an FDE address from the object's .eh_frame_hdr table, or a CIE address
-    // computed from such an FDE; every entry starts with a 4-byte length, in mapped memory.
+    // computed from such an FDE, inside the object's mapping; every entry starts with a 4-byte
+    // length.
     let len = unsafe { (addr as *const u32).read() } as usize;
-    if len == 0 || len == 0xffff_ffff || len > MAX_ENTRY_BYTES {
+    if len == 0 || len == 0xffff_ffff || len > MAX_ENTRY_BYTES || map.end - addr < 4 + len {
         return None;
     }
-    // SAFETY: the entry's length field says `len` bytes follow it, all in the mapped .eh_frame.
-    Some(unsafe { core::slice::from_raw_parts(addr as *const u8, 4 + len) })
-}
-
-/// Bounds-checked reading of DWARF data; `base` is the address of `data[0]` (for pc-relative
-/// pointers). Every method returns `None` past the end instead of panicking.
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
-    base: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(data: &'a [u8], base: usize) -> Self {
-        Reader { data, pos: 0, base }
-    }
-    fn addr(&self) -> usize {
-        self.base.wrapping_add(self.pos)
-    }
-    fn is_empty(&self) -> bool {
-        self.pos >= self.data.len()
-    }
-    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let b = self.data.get(self.pos..self.pos.checked_add(N)?)?;
-        self.pos += N;
-        b.try_into().ok()
-    }
-    fn u8(&mut self) -> Option<u8> {
-        let b = *self.data.get(self.pos)?;
-        self.pos += 1;
-        Some(b)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.bytes().map(u16::from_le_bytes)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.bytes().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.bytes().map(u64::from_le_bytes)
-    }
-    fn uleb(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            if shift < 64 {
-                v |= u64::from(b & 0x7f) << shift;
-            }
-            shift = shift.saturating_add(7);
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-    }
-    fn sleb(&mut self) -> Option<i64> {
-        let mut v = 0i64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            if shift < 64 {
-                v |= i64::from(b & 0x7f) << shift;
-            }
-            shift = shift.saturating_add(7);
-            if b & 0x80 == 0 {
-                if shift < 64 && b & 0x40 != 0 {
-                    v |= -1i64 << shift;
-                }
-                return Some(v);
-            }
-        }
-    }
-    fn skip(&mut self, n: u64) -> Option<()> {
-        let end = self.pos.checked_add(usize::try_from(n).ok()?)?;
-        if end > self.data.len() {
-            return None;
-        }
-        self.pos = end;
-        Some(())
-    }
-    /// A `DW_EH_PE_*` encoded pointer: absolute, pc-relative or relative to `data_base`. The
-    /// indirect bit is not followed (callers that need the value refuse it).
-    fn encoded(&mut self, enc: u8, data_base: usize) -> Option<usize> {
-        let field = self.addr();
-        let v = match enc & 0x0f {
-            0x00 | 0x04 | 0x0c => self.u64()?,
-            0x01 => self.uleb()?,
-            0x02 => u64::from(self.u16()?),
-            0x03 => u64::from(self.u32()?),
-            0x09 => self.sleb()? as u64,
-            0x0a => i64::from(self.u16()? as i16) as u64,
-            0x0b => i64::from(self.u32()? as i32) as u64,
-            _ => return None,
-        };
-        let base = match enc & 0x70 {
-            0x00 => 0,
-            0x10 => field,
-            0x30 => data_base,
-            _ => return None,
-        };
-        Some(base.wrapping_add(v as usize))
-    }
+    Some(4 + len)
 }
 
 const DW_EH_PE_OMIT: u8 = 0xff;
-const DW_EH_PE_INDIRECT: u8 = 0x80;
 /// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the only table encoding searched.
 const TABLE_ENC: u8 = 0x3b;
 
-/// Length of the head of `.eh_frame_hdr` (header, eh_frame pointer, entry count), from its first
-/// 4 bytes; `None` for encodings whose size is not fixed.
-fn hdr_len(first: &[u8]) -> Option<usize> {
-    let size = |enc: u8| match enc & 0x0f {
+/// Bytes of a value in the pointer encoding `enc` (its format, the low 4 bits); `None` for
+/// variable-length formats (LEB128).
+fn encoded_size(enc: u8) -> Option<usize> {
+    match enc & 0x0f {
         _ if enc == DW_EH_PE_OMIT => Some(0),
         0x02 | 0x0a => Some(2),
         0x03 | 0x0b => Some(4),
         0x00 | 0x04 | 0x0c => Some(8),
         _ => None,
-    };
-    Some(4 + size(*first.get(1)?)? + size(*first.get(2)?)?)
+    }
+}
+
+/// Length of the head of `.eh_frame_hdr` (header, eh_frame pointer, entry count), from its first
+/// 4 bytes; `None` for encodings whose size is not fixed.
+fn hdr_len(first: &[u8]) -> Option<usize> {
+    Some(4 + encoded_size(*first.get(1)?)? + encoded_size(*first.get(2)?)?)
 }
 
 /// Parses the head of `.eh_frame_hdr` at `hdr_addr`: (address of the search table, entries).
 fn hdr_table(head: &[u8], hdr_addr: usize) -> Option<(usize, usize)> {
-    let mut r = Reader::new(head, hdr_addr);
-    let (version, ptr_enc, count_enc, table_enc) = (r.u8()?, r.u8()?, r.u8()?, r.u8()?);
-    if version != 1 || count_enc == DW_EH_PE_OMIT || table_enc != TABLE_ENC {
+    let &[version, ptr_enc, count_enc, table_enc] = head.first_chunk::<4>()?;
+    // The count is a plain number: no pc-relative or other application, not indirect.
+    if version != 1 || count_enc == DW_EH_PE_OMIT || count_enc & 0xf0 != 0 {
         return None;
     }
-    if ptr_enc != DW_EH_PE_OMIT {
-        r.encoded(ptr_enc & !DW_EH_PE_INDIRECT, hdr_addr)?;
+    if table_enc != TABLE_ENC {
+        return None;
     }
-    let count = r.encoded(count_enc & !DW_EH_PE_INDIRECT, hdr_addr)?;
-    // A sanity bound: 16 M functions in one object.
+    let at = 4 + encoded_size(ptr_enc)?;
+    let field = head.get(at..at + encoded_size(count_enc)?)?;
+    let count = match *field {
+        [a, b] => u64::from(u16::from_le_bytes([a, b])),
+        [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+        _ => u64::from_le_bytes(field.try_into().ok()?),
+    };
+    // A sanity bound: 16 M functions in one object (also refuses negative signed counts).
     if count == 0 || count > 1 << 24 {
         return None;
     }
-    Some((r.addr(), count))
+    Some((hdr_addr + head.len(), count as usize))
 }
 
 /// The FDE address for `pc` in a sorted `(initial location, FDE)` table of 4-byte offsets from
@@ -270,404 +189,72 @@ fn search_table(table: &[u8], hdr_addr: usize, pc: usize) -> Option<usize> {
     entry(lo - 1).map(|e| e.1)
 }
 
-/// What the CIE says that an FDE's instructions need.
-struct Cie<'a> {
-    code_align: u64,
-    data_align: i64,
-    ra_reg: u64,
-    fde_enc: u8,
-    has_aug_data: bool,
-    instructions: &'a [u8],
-    instructions_addr: usize,
+/// Register rules gimli keeps per row. x86-64 code saves at most rbx, rbp, r12–r15 and the
+/// return address; CFI that names more registers is left to libgcc (`TooManyRegisterRules`).
+const MAX_RULES: usize = 16;
+
+/// gimli's unwind state in fixed arrays, so that running CFA instructions never allocates: rows
+/// of [`MAX_RULES`] rules, and a row stack for the current row, [`STATE_STACK`] remembered ones
+/// and, when the CIE sets more than one rule, its initial rules (then one remembered row less).
+/// About 5 KiB of the callback's stack, only while a rule is looked up.
+struct FixedStorage;
+
+impl<T: gimli::ReaderOffset> gimli::UnwindContextStorage<T> for FixedStorage {
+    type Rules = [(gimli::Register, gimli::RegisterRule<T>); MAX_RULES];
+    type Stack = [gimli::UnwindTableRow<T, Self>; STATE_STACK + 1];
 }
 
-fn parse_cie(entry: &[u8], addr: usize) -> Option<Cie<'_>> {
-    let mut r = Reader::new(entry, addr);
-    let len = r.u32()?;
-    if len == 0xffff_ffff || r.u32()? != 0 {
-        return None;
-    }
-    let version = r.u8()?;
-    if version != 1 && version != 3 {
-        return None;
-    }
-    let aug_start = r.pos;
-    while r.u8()? != 0 {}
-    let aug = entry.get(aug_start..r.pos - 1)?;
-    let code_align = r.uleb()?;
-    let data_align = r.sleb()?;
-    let ra_reg = if version == 1 {
-        u64::from(r.u8()?)
-    } else {
-        r.uleb()?
+/// The rule for `pc` from the FDE at `fde_offset` of `section`, a piece of `.eh_frame` that
+/// starts with the FDE's CIE and is mapped at `section_addr`. gimli parses the CIE and FDE and
+/// runs their CFA instructions (with [`FixedStorage`]: no allocation, no lock). `Unknown` when
+/// pc is outside the FDE or anything is not understood.
+fn rule_in_section(section: &[u8], section_addr: usize, fde_offset: usize, pc: usize) -> Rule {
+    use gimli::UnwindSection as _;
+    let eh_frame = gimli::EhFrame::new(section, gimli::LittleEndian);
+    let bases = gimli::BaseAddresses::default().set_eh_frame(section_addr as u64);
+    let Ok(fde) = eh_frame.fde_from_offset(
+        &bases,
+        gimli::EhFrameOffset(fde_offset),
+        gimli::EhFrame::cie_from_offset,
+    ) else {
+        return Rule::Unknown;
     };
-    let mut fde_enc = 0u8;
-    let has_aug_data = aug.first() == Some(&b'z');
-    if has_aug_data {
-        let aug_len = r.uleb()?;
-        let data_end = r.pos.checked_add(usize::try_from(aug_len).ok()?)?;
-        for &c in &aug[1..] {
-            match c {
-                b'L' => {
-                    r.u8()?;
-                }
-                b'P' => {
-                    let enc = r.u8()?;
-                    r.encoded(enc & !DW_EH_PE_INDIRECT, 0)?;
-                }
-                b'R' => fde_enc = r.u8()?,
-                // A signal frame: the caller's pc is not a return address. Leave it to libgcc.
-                b'S' => return None,
-                b'B' | b'G' => {}
-                _ => break,
-            }
-        }
-        if data_end > entry.len() {
-            return None;
-        }
-        r.pos = data_end;
-    } else if !aug.is_empty() {
-        return None;
+    // A signal frame: the caller's pc is not a return address. Leave it to libgcc.
+    if fde.cie().is_signal_trampoline() || !fde.contains(pc as u64) {
+        return Rule::Unknown;
     }
-    if fde_enc & DW_EH_PE_INDIRECT != 0 {
-        return None;
-    }
-    let body = entry.get(r.pos..)?;
-    Some(Cie {
-        code_align,
-        data_align,
-        ra_reg,
-        fde_enc,
-        has_aug_data,
-        instructions: body,
-        instructions_addr: r.addr(),
-    })
-}
-
-/// The rule for `pc` from the FDE `entry` at `addr`; `entry_at` gives the entry (CIE) at an
-/// address. `Unknown` when pc is outside the FDE or anything is not understood.
-fn rule_from_fde<'a>(
-    entry: &'a [u8],
-    addr: usize,
-    pc: usize,
-    entry_at: impl Fn(usize) -> Option<&'a [u8]>,
-) -> Rule {
-    fde_rule(entry, addr, pc, entry_at).unwrap_or(Rule::Unknown)
-}
-
-fn fde_rule<'a>(
-    entry: &'a [u8],
-    addr: usize,
-    pc: usize,
-    entry_at: impl Fn(usize) -> Option<&'a [u8]>,
-) -> Option<Rule> {
-    let mut r = Reader::new(entry, addr);
-    let len = r.u32()?;
-    if len == 0xffff_ffff {
-        return None;
-    }
-    let cie_ptr_field = r.addr();
-    let cie_ptr = r.u32()? as usize;
-    if cie_ptr == 0 {
-        return None; // a CIE, not an FDE
-    }
-    let cie_addr = cie_ptr_field.wrapping_sub(cie_ptr);
-    let cie_entry = entry_at(cie_addr)?;
-    let cie = parse_cie(cie_entry, cie_addr)?;
-    let pc_begin = r.encoded(cie.fde_enc, 0)?;
-    let pc_range = r.encoded(cie.fde_enc & 0x0f, 0)?;
-    if pc < pc_begin || pc - pc_begin >= pc_range {
-        return None;
-    }
-    if cie.has_aug_data {
-        let n = r.uleb()?;
-        r.skip(n)?;
-    }
-    let mut row = Row::initial();
-    let mut stack = Stack::default();
-    execute(
-        &mut Reader::new(cie.instructions, cie.instructions_addr),
-        &cie,
-        &mut row,
-        None,
-        &mut stack,
-        pc_begin,
-        usize::MAX,
-    )?;
-    let initial = row;
-    execute(
-        &mut r,
-        &cie,
-        &mut row,
-        Some(&initial),
-        &mut stack,
-        pc_begin,
-        pc,
-    )?;
-    row.rule()
-}
-
-/// How one register of the caller is recovered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reg {
-    /// Not saved (unchanged), or `DW_CFA_undefined` for a register other than the return
-    /// address (libgcc leaves those unchanged too).
-    Same,
-    /// Saved at CFA + offset.
-    At(i64),
-    /// `DW_CFA_undefined`: for the return address, the outermost frame.
-    Undefined,
-    /// In another register or computed by an expression.
-    Other,
-}
-
-/// One row of the CFI table, reduced to what a [`Rule`] needs.
-#[derive(Clone, Copy, Debug)]
-struct Row {
-    cfa_reg: u64,
-    cfa_off: i64,
-    cfa_expr: bool,
-    rbp: Reg,
-    ra: Reg,
-}
-
-impl Row {
-    fn initial() -> Row {
-        Row {
-            cfa_reg: REG_RSP,
-            cfa_off: 8,
-            cfa_expr: false,
-            rbp: Reg::Same,
-            ra: Reg::Same,
-        }
-    }
-
-    fn rule(&self) -> Option<Rule> {
-        match self.ra {
-            Reg::Undefined => return Some(Rule::Outermost),
-            Reg::At(-8) => {}
-            _ => return None,
-        }
-        if self.cfa_expr || (self.cfa_reg != REG_RSP && self.cfa_reg != REG_RBP) {
-            return None;
-        }
-        let rbp_off = match self.rbp {
-            Reg::Same | Reg::Undefined => None,
-            Reg::At(o) => Some(o),
-            Reg::Other => return None,
-        };
-        Some(Rule::Frame {
-            cfa_rbp: self.cfa_reg == REG_RBP,
-            cfa_off: self.cfa_off,
-            rbp_off,
-        })
+    let mut ctx = gimli::UnwindContext::<usize, FixedStorage>::new_in();
+    match fde.unwind_info_for_address(&eh_frame, &bases, &mut ctx, pc as u64) {
+        Ok(row) => rule_of_row(row, fde.cie().return_address_register()),
+        Err(_) => Rule::Unknown,
     }
 }
 
-#[derive(Default)]
-struct Stack {
-    rows: [Option<Row>; STATE_STACK],
-    len: usize,
-}
-
-/// Which of the tracked registers `reg` is.
-fn slot(row: &mut Row, reg: u64, ra_reg: u64) -> Option<&mut Reg> {
-    if reg == ra_reg {
-        Some(&mut row.ra)
-    } else if reg == REG_RBP {
-        Some(&mut row.rbp)
-    } else {
-        None
+/// A row of the CFI table as a [`Rule`]: only the CFA, rbp and the return address matter.
+fn rule_of_row(row: &gimli::UnwindTableRow<usize, FixedStorage>, ra: gimli::Register) -> Rule {
+    use gimli::{CfaRule, RegisterRule, X86_64};
+    match row.register(ra) {
+        // No rule at all, or DW_CFA_undefined: the outermost frame.
+        RegisterRule::Undefined => return Rule::Outermost,
+        RegisterRule::Offset(-8) => {}
+        _ => return Rule::Unknown,
     }
-}
-
-/// Runs CFA instructions from `r`, starting at code address `loc`, until the row for `pc` is
-/// complete. `initial` is the CIE's row (for `DW_CFA_restore`); `None` while running the CIE.
-/// `None` on an instruction not understood or malformed data.
-fn execute(
-    r: &mut Reader<'_>,
-    cie: &Cie<'_>,
-    row: &mut Row,
-    initial: Option<&Row>,
-    stack: &mut Stack,
-    mut loc: usize,
-    pc: usize,
-) -> Option<()> {
-    let ra = cie.ra_reg;
-    let factored = |n: u64| (n as i64).wrapping_mul(cie.data_align);
-    let restored = |reg: u64| -> Reg {
-        let Some(init) = initial else {
-            return Reg::Same;
-        };
-        if reg == ra { init.ra } else { init.rbp }
+    let CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else {
+        return Rule::Unknown;
     };
-    let advance = |loc: &mut usize, delta: u64| -> bool {
-        let next = loc.wrapping_add((delta.wrapping_mul(cie.code_align)) as usize);
-        if next > pc {
-            return false;
-        }
-        *loc = next;
-        true
-    };
-    while !r.is_empty() {
-        let op = r.u8()?;
-        let (high, low) = (op >> 6, u64::from(op & 0x3f));
-        match high {
-            1 => {
-                if !advance(&mut loc, low) {
-                    return Some(());
-                }
-                continue;
-            }
-            2 => {
-                let off = factored(r.uleb()?);
-                if let Some(s) = slot(row, low, ra) {
-                    *s = Reg::At(off);
-                }
-                continue;
-            }
-            3 => {
-                let v = restored(low);
-                if let Some(s) = slot(row, low, ra) {
-                    *s = v;
-                }
-                continue;
-            }
-            _ => {}
-        }
-        match op {
-            0x00 => {}
-            0x01 => {
-                let next = r.encoded(cie.fde_enc, 0)?;
-                if next > pc {
-                    return Some(());
-                }
-                loc = next;
-            }
-            0x02..=0x04 => {
-                let delta = match op {
-                    0x02 => u64::from(r.u8()?),
-                    0x03 => u64::from(r.u16()?),
-                    _ => u64::from(r.u32()?),
-                };
-                if !advance(&mut loc, delta) {
-                    return Some(());
-                }
-            }
-            // DW_CFA_offset_extended, DW_CFA_GNU_negative_offset_extended
-            0x05 | 0x2f => {
-                let reg = r.uleb()?;
-                let off = factored(r.uleb()?);
-                let off = if op == 0x2f { off.wrapping_neg() } else { off };
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = Reg::At(off);
-                }
-            }
-            // DW_CFA_restore_extended
-            0x06 => {
-                let reg = r.uleb()?;
-                let v = restored(reg);
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = v;
-                }
-            }
-            // DW_CFA_undefined, DW_CFA_same_value
-            0x07 | 0x08 => {
-                let reg = r.uleb()?;
-                let v = if op == 0x07 && reg == ra {
-                    Reg::Undefined
-                } else {
-                    Reg::Same
-                };
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = v;
-                }
-            }
-            // DW_CFA_register
-            0x09 => {
-                let reg = r.uleb()?;
-                r.uleb()?;
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = Reg::Other;
-                }
-            }
-            // DW_CFA_remember_state
-            0x0a => {
-                let i = stack.len;
-                *stack.rows.get_mut(i)? = Some(*row);
-                stack.len += 1;
-            }
-            // DW_CFA_restore_state
-            0x0b => {
-                stack.len = stack.len.checked_sub(1)?;
-                *row = stack.rows.get(stack.len).copied().flatten()?;
-            }
-            // DW_CFA_def_cfa, DW_CFA_def_cfa_sf
-            0x0c | 0x12 => {
-                row.cfa_reg = r.uleb()?;
-                row.cfa_off = if op == 0x0c {
-                    r.uleb()? as i64
-                } else {
-                    r.sleb()?.wrapping_mul(cie.data_align)
-                };
-                row.cfa_expr = false;
-            }
-            // DW_CFA_def_cfa_register
-            0x0d => {
-                row.cfa_reg = r.uleb()?;
-                row.cfa_expr = false;
-            }
-            // DW_CFA_def_cfa_offset, DW_CFA_def_cfa_offset_sf
-            0x0e | 0x13 => {
-                row.cfa_off = if op == 0x0e {
-                    r.uleb()? as i64
-                } else {
-                    r.sleb()?.wrapping_mul(cie.data_align)
-                };
-            }
-            // DW_CFA_def_cfa_expression
-            0x0f => {
-                let n = r.uleb()?;
-                r.skip(n)?;
-                row.cfa_expr = true;
-            }
-            // DW_CFA_expression, DW_CFA_val_expression
-            0x10 | 0x16 => {
-                let reg = r.uleb()?;
-                let n = r.uleb()?;
-                r.skip(n)?;
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = Reg::Other;
-                }
-            }
-            // DW_CFA_offset_extended_sf
-            0x11 => {
-                let reg = r.uleb()?;
-                let off = r.sleb()?.wrapping_mul(cie.data_align);
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = Reg::At(off);
-                }
-            }
-            // DW_CFA_val_offset, DW_CFA_val_offset_sf
-            0x14 | 0x15 => {
-                let reg = r.uleb()?;
-                if op == 0x14 {
-                    r.uleb()?;
-                } else {
-                    r.sleb()?;
-                }
-                if let Some(s) = slot(row, reg, ra) {
-                    *s = Reg::Other;
-                }
-            }
-            // DW_CFA_GNU_args_size
-            0x2e => {
-                r.uleb()?;
-            }
-            _ => return None,
-        }
+    if register != X86_64::RSP && register != X86_64::RBP {
+        return Rule::Unknown;
     }
-    Some(())
+    let rbp_off = match row.register(X86_64::RBP) {
+        RegisterRule::Undefined | RegisterRule::SameValue => None,
+        RegisterRule::Offset(o) => Some(o),
+        _ => return Rule::Unknown,
+    };
+    Rule::Frame {
+        cfa_rbp: register == X86_64::RBP,
+        cfa_off: offset,
+        rbp_off,
+    }
 }
 
 // ---- The rule cache ----
@@ -792,13 +379,7 @@ mod tests {
     fn rule_at(instrs: &[u8], pc: usize) -> Rule {
         let base = 0x10_0000;
         let (frame, fde_addr) = with_fde(0x40_0000, 0x100, instrs, base);
-        let at = |a: usize| frame.get(a - base..);
-        let fde = &frame[fde_addr - base..];
-        rule_from_fde(fde, fde_addr, pc, |a| {
-            let e = at(a)?;
-            let len = u32::from_le_bytes(e.get(..4)?.try_into().ok()?) as usize;
-            e.get(..4 + len)
-        })
+        rule_in_section(&frame, base, fde_addr - base, pc)
     }
 
     /// push rbp; mov rbp, rsp; ...; leave; ret, with gcc's CFI.
@@ -910,6 +491,32 @@ mod tests {
             hdr_table(&[1, 0x1b, 0x03, 0x03, 0, 0, 0, 0, 3, 0, 0, 0], hdr),
             None
         );
+    }
+
+    #[test]
+    fn looking_up_rules_in_loaded_objects_allocates_nothing() {
+        crate::objects::resolve_find_object();
+        if !crate::objects::can_find_objects() {
+            eprintln!("skipped: this glibc has no _dl_find_object");
+            return;
+        }
+        // Code addresses in this test binary (Rust code) and in libc (C code), one byte into
+        // each function: after its first instruction, inside its FDE.
+        let pcs = [
+            looking_up_rules_in_loaded_objects_allocates_nothing as *const () as usize + 1,
+            rule_in_section as *const () as usize + 1,
+            libc::getpid as *const () as usize + 1,
+        ];
+        let before = crate::test_alloc::count();
+        let rules = pcs.map(lookup);
+        assert_eq!(crate::test_alloc::count(), before, "lookup allocated");
+        assert!(
+            rules.iter().all(|r| matches!(r, Rule::Frame { .. })),
+            "{rules:?}"
+        );
+        // The counter sees allocations of this thread.
+        let v = std::hint::black_box(vec![0u8; 16]);
+        assert!(crate::test_alloc::count() > before, "{}", v.len());
     }
 
     #[test]

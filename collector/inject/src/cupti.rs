@@ -84,6 +84,10 @@ pub mod cbid {
 }
 
 /// `CUpti_CallbackData`.
+///
+/// Every struct below is checked at compile time against its C header (size and field offsets,
+/// `c_layout!`). A struct that mirrors only the head of a longer C struct says so and is checked
+/// for that head; the rest is never read.
 #[repr(C)]
 pub struct CallbackData {
     pub callback_site: c_int,
@@ -101,6 +105,10 @@ pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void)
 pub type SubscribeFn = unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> c_int;
 pub type EnableCallbackFn = unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> c_int;
 pub type GetDeviceIdFn = unsafe extern "C" fn(*mut c_void, *mut u32) -> c_int;
+
+c_layout!(CallbackData, size 72, callback_site @ 0, function_name @ 8, function_params @ 16,
+    function_return_value @ 24, symbol_name @ 32, context @ 40, context_uid @ 48,
+    correlation_data @ 56, correlation_id @ 64);
 
 // Parameter structs (generated_cuda_meta.h).
 #[repr(C)]
@@ -198,6 +206,88 @@ pub struct CtxDestroyParams {
 pub struct PrimaryCtxResetParams {
     pub dev: c_int,
 }
+/// `cuMemHostRegister_v2_params`.
+#[repr(C)]
+pub struct MemHostRegisterParams {
+    pub p: *mut c_void,
+    pub bytesize: usize,
+    pub flags: u32,
+}
+
+// Layouts of generated_cuda_meta.h (CUDA 11.4 to 13.x).
+// `cuMemAlloc_v2_params`, and the head of `cuMemAllocManaged_params` (+ flags at 16).
+c_layout!(MemAllocParams, size 16, dptr @ 0, bytesize @ 8);
+c_layout!(MemAllocPitchParams, size 40, dptr @ 0, pitch @ 8, width_bytes @ 16, height @ 24,
+    element_bytes @ 32);
+// `cuMemFree_v2_params`; also the one-handle `cuMemFreeHost`, `cuMemHostUnregister`,
+// `cuIpcCloseMemHandle`, `cuArrayDestroy`, `cuMemRelease` and `cuMemPoolDestroy` params (a
+// pointer or 64-bit handle at 0).
+c_layout!(PtrFreeParams, size 8, dptr @ 0);
+// `cuMemAllocHost_v2_params`, and the head of `cuMemHostAlloc_params` (+ Flags at 16).
+c_layout!(HostAllocParams, size 16, pp @ 0, bytesize @ 8);
+c_layout!(MemAllocAsyncParams, size 24, dptr @ 0, bytesize @ 8, stream @ 16);
+c_layout!(MemAllocFromPoolAsyncParams, size 32, dptr @ 0, bytesize @ 8, pool @ 16, stream @ 24);
+c_layout!(MemFreeAsyncParams, size 16, dptr @ 0, stream @ 8);
+c_layout!(MemPoolCreateParams, size 16, pool @ 0, props @ 8);
+c_layout!(GraphAddMemAllocNodeParams, size 40, node @ 0, graph @ 8, dependencies @ 16,
+    num_dependencies @ 24, node_params @ 32);
+c_layout!(MemCreateParams, size 32, handle @ 0, size @ 8, prop @ 16, flags @ 24);
+c_layout!(MemMapParams, size 40, ptr @ 0, size @ 8, offset @ 16, handle @ 24, flags @ 32);
+c_layout!(MemUnmapParams, size 16, ptr @ 0, size @ 8);
+// `cuArrayCreate_v2_params` and `cuArray3DCreate_v2_params`.
+c_layout!(ArrayCreateParams, size 16, handle @ 0, desc @ 8);
+// The head of `cuIpcOpenMemHandle_v2_params` (then a 64-byte CUipcMemHandle and Flags).
+c_layout!(IpcOpenParams, size 8, pdptr @ 0);
+// `cuCtxDestroy_v2_params` and `cuCtxDestroy_params`.
+c_layout!(CtxDestroyParams, size 8, ctx @ 0);
+// `cuDevicePrimaryCtxReset_v2_params` (`CUdevice` is an int).
+c_layout!(PrimaryCtxResetParams, size 4, dev @ 0);
+c_layout!(MemHostRegisterParams, size 24, p @ 0, bytesize @ 8, flags @ 16);
+
+/// A driver parameter struct (`generated_cuda_meta.h`) and the callbacks it belongs to.
+pub trait Params {
+    /// The callback ids whose `functionParams` have this layout (or start with it).
+    const CBIDS: &'static [u32];
+}
+
+macro_rules! params_of {
+    ($($t:ty => [$($id:expr),+ $(,)?];)*) => {
+        $(impl Params for $t {
+            const CBIDS: &'static [u32] = &[$($id),+];
+        })*
+    };
+}
+
+params_of! {
+    MemAllocParams => [cbid::MEM_ALLOC_V2, cbid::MEM_ALLOC_MANAGED];
+    MemAllocPitchParams => [cbid::MEM_ALLOC_PITCH_V2];
+    PtrFreeParams => [
+        cbid::MEM_FREE_V2,
+        cbid::MEM_FREE_HOST,
+        cbid::MEM_HOST_UNREGISTER,
+        cbid::IPC_CLOSE_MEM_HANDLE,
+        cbid::ARRAY_DESTROY,
+        cbid::MEM_RELEASE,
+        cbid::MEM_POOL_DESTROY,
+    ];
+    HostAllocParams => [cbid::MEM_ALLOC_HOST_V2, cbid::MEM_HOST_ALLOC];
+    MemAllocAsyncParams => [cbid::MEM_ALLOC_ASYNC, cbid::MEM_ALLOC_ASYNC_PTSZ];
+    MemAllocFromPoolAsyncParams => [
+        cbid::MEM_ALLOC_FROM_POOL_ASYNC,
+        cbid::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+    ];
+    MemFreeAsyncParams => [cbid::MEM_FREE_ASYNC, cbid::MEM_FREE_ASYNC_PTSZ];
+    MemPoolCreateParams => [cbid::MEM_POOL_CREATE];
+    GraphAddMemAllocNodeParams => [cbid::GRAPH_ADD_MEM_ALLOC_NODE];
+    MemCreateParams => [cbid::MEM_CREATE];
+    MemMapParams => [cbid::MEM_MAP];
+    MemUnmapParams => [cbid::MEM_UNMAP];
+    ArrayCreateParams => [cbid::ARRAY_CREATE_V2, cbid::ARRAY_3D_CREATE_V2];
+    IpcOpenParams => [cbid::IPC_OPEN_MEM_HANDLE_V2];
+    CtxDestroyParams => [cbid::CTX_DESTROY_V2, cbid::CTX_DESTROY];
+    PrimaryCtxResetParams => [cbid::DEVICE_PRIMARY_CTX_RESET_V2, cbid::DEVICE_PRIMARY_CTX_RESET];
+    MemHostRegisterParams => [cbid::MEM_HOST_REGISTER_V2];
+}
 
 /// Bytes per element of a CUarray_format (approximate for block-compressed formats).
 pub const fn array_format_bytes(format: u32) -> u64 {
@@ -205,5 +295,40 @@ pub const fn array_format_bytes(format: u32) -> u64 {
         0x01 | 0x08 => 1,
         0x02 | 0x09 | 0x10 => 2,
         _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_enabled_callback_has_at_most_one_parameter_layout() {
+        let layouts: [&[u32]; 17] = [
+            MemAllocParams::CBIDS,
+            MemAllocPitchParams::CBIDS,
+            PtrFreeParams::CBIDS,
+            HostAllocParams::CBIDS,
+            MemAllocAsyncParams::CBIDS,
+            MemAllocFromPoolAsyncParams::CBIDS,
+            MemFreeAsyncParams::CBIDS,
+            MemPoolCreateParams::CBIDS,
+            GraphAddMemAllocNodeParams::CBIDS,
+            MemCreateParams::CBIDS,
+            MemMapParams::CBIDS,
+            MemUnmapParams::CBIDS,
+            ArrayCreateParams::CBIDS,
+            IpcOpenParams::CBIDS,
+            CtxDestroyParams::CBIDS,
+            PrimaryCtxResetParams::CBIDS,
+            MemHostRegisterParams::CBIDS,
+        ];
+        for id in cbid::ALL {
+            let n = layouts.iter().filter(|l| l.contains(id)).count();
+            assert!(n <= 1, "callback {id} has {n} parameter layouts");
+        }
+        for id in layouts.iter().flat_map(|l| l.iter()) {
+            assert!(cbid::ALL.contains(id), "callback {id} is never enabled");
+        }
     }
 }

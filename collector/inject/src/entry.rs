@@ -1,5 +1,6 @@
-//! The `extern "C"` entry points: `InitializeInjection` (CUDA driver), the CUPTI callback, and
-//! `InitializeInjectionNvtx2` (NVTX, in [`crate::nvtx`]). Each is wrapped in `catch_unwind`.
+//! The CUDA driver's `extern "C"` entry points: `InitializeInjection` and the CUPTI callback
+//! (NVTX's, `InitializeInjectionNvtx2`, is in [`crate::nvtx`]). Each is wrapped in
+//! `catch_unwind`.
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +11,6 @@ use crate::cupti::{self, CallbackData, cbid};
 use crate::event::{Event, alloc_kind, free_kind, kind};
 use crate::pools;
 use crate::state::{self, CTX_GENERATION, Init, State};
-
-pub use crate::nvtx::InitializeInjectionNvtx2;
 
 static INJECTED: AtomicBool = AtomicBool::new(false);
 
@@ -35,7 +34,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
 }
 
 fn inject() -> Result<(), String> {
-    let st = match state::init() {
+    let st = match state::init(skipped_code_ranges) {
         Init::Ready(s) => s,
         Init::NotUnderCollector => {
             return Err(format!(
@@ -371,10 +370,17 @@ unsafe extern "C" fn callback(_userdata: *mut c_void, domain: u32, id: u32, data
     }));
 }
 
+/// The parameters of callback `id` as `T`; `None` when `T` is not the layout of `id`'s
+/// parameters (`cupti::Params::CBIDS`). That is a mistake in the match below, never input: the
+/// event is then not written, which the fake-driver tests see.
 #[inline]
-unsafe fn params<T>(d: &CallbackData) -> &T {
-    // SAFETY: the caller matched the callback id to T; the params outlive the callback.
-    unsafe { &*d.function_params.cast::<T>() }
+unsafe fn params<T: cupti::Params>(d: &CallbackData, id: u32) -> Option<&T> {
+    if !T::CBIDS.contains(&id) {
+        return None;
+    }
+    // SAFETY: T is the parameter struct CUPTI documents for `id` (checked above); the caller
+    // checked that the pointer is not null, and the params outlive the callback.
+    Some(unsafe { &*d.function_params.cast::<T>() })
 }
 
 /// Handles one driver callback. Allocations are recorded at EXIT (their result exists only
@@ -392,12 +398,14 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
         0
     };
     let ok = result == 0;
-    // SAFETY: in every arm below, the params type is the struct documented for `id`, and the
+    // SAFETY: `params` checks that its type is the struct documented for `id`, and the
     // out-pointers it holds are valid at EXIT when the call succeeded.
     unsafe {
         match id {
             cbid::MEM_ALLOC_V2 | cbid::MEM_ALLOC_MANAGED if exit => {
-                let p = params::<cupti::MemAllocParams>(d);
+                let Some(p) = params::<cupti::MemAllocParams>(d, id) else {
+                    return;
+                };
                 let k = if id == cbid::MEM_ALLOC_V2 {
                     alloc_kind::DEVICE
                 } else {
@@ -416,7 +424,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 );
             }
             cbid::MEM_ALLOC_PITCH_V2 if exit => {
-                let p = params::<cupti::MemAllocPitchParams>(d);
+                let Some(p) = params::<cupti::MemAllocPitchParams>(d, id) else {
+                    return;
+                };
                 let (addr, size) = if ok {
                     (*p.dptr, (*p.pitch * p.height) as u64)
                 } else {
@@ -434,7 +444,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 );
             }
             cbid::MEM_ALLOC_ASYNC | cbid::MEM_ALLOC_ASYNC_PTSZ if exit => {
-                let p = params::<cupti::MemAllocAsyncParams>(d);
+                let Some(p) = params::<cupti::MemAllocAsyncParams>(d, id) else {
+                    return;
+                };
                 let addr = if ok { *p.dptr } else { 0 };
                 let k = alloc_kind::STREAM_ORDERED_POOL;
                 let device = st.device_of(d.context);
@@ -442,7 +454,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 alloc(st, device, result, k, addr, p.bytesize as u64, p.stream, 0);
             }
             cbid::MEM_ALLOC_FROM_POOL_ASYNC | cbid::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ if exit => {
-                let p = params::<cupti::MemAllocFromPoolAsyncParams>(d);
+                let Some(p) = params::<cupti::MemAllocFromPoolAsyncParams>(d, id) else {
+                    return;
+                };
                 let addr = if ok { *p.dptr } else { 0 };
                 let k = alloc_kind::STREAM_ORDERED_POOL;
                 // The memory is on the pool's device, which need not be the context's.
@@ -463,25 +477,33 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 );
             }
             cbid::MEM_POOL_CREATE if exit && ok => {
-                let p = params::<cupti::MemPoolCreateParams>(d);
+                let Some(p) = params::<cupti::MemPoolCreateParams>(d, id) else {
+                    return;
+                };
                 // CUmemPoolProps.location: {type u32 at 8, id i32 at 12}; 1 = device.
                 if !p.pool.is_null() && !p.props.is_null() && *p.props.add(2) == 1 {
                     pools::note_pool(*p.pool, *p.props.add(3));
                 }
             }
             cbid::MEM_POOL_DESTROY if enter => {
-                pools::pool_destroyed(params::<cupti::PtrFreeParams>(d).dptr);
+                if let Some(p) = params::<cupti::PtrFreeParams>(d, id) {
+                    pools::pool_destroyed(p.dptr);
+                }
             }
             cbid::MEM_POOL_TRIM_TO if exit => pools::trimmed(),
             cbid::GRAPH_ADD_MEM_ALLOC_NODE if exit && ok => {
-                let p = params::<cupti::GraphAddMemAllocNodeParams>(d);
+                let Some(p) = params::<cupti::GraphAddMemAllocNodeParams>(d, id) else {
+                    return;
+                };
                 // CUDA_MEM_ALLOC_NODE_PARAMS starts with CUmemPoolProps: location id at 12.
                 if !p.node_params.is_null() && *p.node_params.add(2) == 1 {
                     pools::note_graph_memory(*p.node_params.add(3));
                 }
             }
             cbid::MEM_ALLOC_HOST_V2 | cbid::MEM_HOST_ALLOC if exit => {
-                let p = params::<cupti::HostAllocParams>(d);
+                let Some(p) = params::<cupti::HostAllocParams>(d, id) else {
+                    return;
+                };
                 let addr = if ok { *p.pp as u64 } else { 0 };
                 let k = alloc_kind::PINNED_HOST;
                 alloc(
@@ -496,22 +518,25 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 );
             }
             cbid::MEM_HOST_REGISTER_V2 if exit => {
-                // {void* p; size_t bytesize; unsigned Flags}
-                let p = params::<cupti::MemUnmapParams>(d);
+                let Some(p) = params::<cupti::MemHostRegisterParams>(d, id) else {
+                    return;
+                };
                 let k = alloc_kind::PINNED_HOST;
                 alloc(
                     st,
                     st.device_of(d.context),
                     result,
                     k,
-                    p.ptr,
-                    p.size as u64,
+                    p.p as u64,
+                    p.bytesize as u64,
                     0,
                     0,
                 );
             }
             cbid::ARRAY_CREATE_V2 | cbid::ARRAY_3D_CREATE_V2 if exit => {
-                let p = params::<cupti::ArrayCreateParams>(d);
+                let Some(p) = params::<cupti::ArrayCreateParams>(d, id) else {
+                    return;
+                };
                 let size = if p.desc.is_null() {
                     0
                 } else if id == cbid::ARRAY_CREATE_V2 {
@@ -540,7 +565,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 );
             }
             cbid::IPC_OPEN_MEM_HANDLE_V2 if exit && ok => {
-                let p = params::<cupti::IpcOpenParams>(d);
+                let Some(p) = params::<cupti::IpcOpenParams>(d, id) else {
+                    return;
+                };
                 alloc(
                     st,
                     st.device_of(d.context),
@@ -559,15 +586,21 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
             | cbid::ARRAY_DESTROY
                 if enter =>
             {
-                let p = params::<cupti::PtrFreeParams>(d);
+                let Some(p) = params::<cupti::PtrFreeParams>(d, id) else {
+                    return;
+                };
                 free(st, d, p.dptr, free_kind::IMMEDIATE, 0);
             }
             cbid::MEM_FREE_ASYNC | cbid::MEM_FREE_ASYNC_PTSZ if enter => {
-                let p = params::<cupti::MemFreeAsyncParams>(d);
+                let Some(p) = params::<cupti::MemFreeAsyncParams>(d, id) else {
+                    return;
+                };
                 free(st, d, p.dptr, free_kind::STREAM_ORDERED, p.stream);
             }
             cbid::MEM_CREATE if exit => {
-                let p = params::<cupti::MemCreateParams>(d);
+                let Some(p) = params::<cupti::MemCreateParams>(d, id) else {
+                    return;
+                };
                 // CUmemAllocationProp.location: {type u32 at 8, id i32 at 12}; 1 = device.
                 let (loc_type, loc_id) = if p.prop.is_null() {
                     (1, 0)
@@ -584,7 +617,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     return;
                 }
                 let mut frames = [0u64; crate::event::MAX_FRAMES];
-                let n = st.capture_stack(&mut frames);
+                let n = crate::stack::capture(st, &mut frames);
                 st.emit(|e| {
                     e.kind = if ok {
                         kind::VMM_CREATE
@@ -605,14 +638,18 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 });
             }
             cbid::MEM_RELEASE if enter => {
-                let p = params::<cupti::PtrFreeParams>(d);
+                let Some(p) = params::<cupti::PtrFreeParams>(d, id) else {
+                    return;
+                };
                 st.emit(|e| {
                     e.kind = kind::VMM_RELEASE;
                     e.addr = p.dptr;
                 });
             }
             cbid::MEM_MAP if exit && ok => {
-                let p = params::<cupti::MemMapParams>(d);
+                let Some(p) = params::<cupti::MemMapParams>(d, id) else {
+                    return;
+                };
                 st.emit(|e| {
                     e.kind = kind::VMM_MAP;
                     e.addr = p.ptr;
@@ -621,7 +658,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 });
             }
             cbid::MEM_UNMAP if enter => {
-                let p = params::<cupti::MemUnmapParams>(d);
+                let Some(p) = params::<cupti::MemUnmapParams>(d, id) else {
+                    return;
+                };
                 st.emit(|e| {
                     e.kind = kind::VMM_UNMAP;
                     e.addr = p.ptr;
@@ -629,7 +668,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 });
             }
             cbid::CTX_DESTROY_V2 | cbid::CTX_DESTROY if enter => {
-                let p = params::<cupti::CtxDestroyParams>(d);
+                let Some(p) = params::<cupti::CtxDestroyParams>(d, id) else {
+                    return;
+                };
                 let dev = st.device_of(p.ctx);
                 CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
                 st.emit(|e| {
@@ -638,7 +679,9 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 });
             }
             cbid::DEVICE_PRIMARY_CTX_RESET_V2 | cbid::DEVICE_PRIMARY_CTX_RESET if enter => {
-                let p = params::<cupti::PrimaryCtxResetParams>(d);
+                let Some(p) = params::<cupti::PrimaryCtxResetParams>(d, id) else {
+                    return;
+                };
                 CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
                 st.emit(|e| {
                     e.kind = kind::CONTEXT_RESET;
@@ -667,7 +710,7 @@ fn alloc(
         return;
     }
     let mut frames = [0u64; crate::event::MAX_FRAMES];
-    let n = st.capture_stack(&mut frames);
+    let n = crate::stack::capture(st, &mut frames);
     st.emit(|e: &mut Event| {
         if result == 0 {
             e.kind = kind::ALLOC;

@@ -1,5 +1,5 @@
-//! gpucollect-inject: everything that runs inside the traced program, plus the shared-memory
-//! ring both sides use.
+//! gpucollect-inject: everything that runs inside the traced program. The events it writes and
+//! the shared-memory ring that carries them to the collector are gpucollect-ring's.
 //!
 //! # Design constraints
 //! - Loaded by the CUDA driver (`CUDA_INJECTION64_PATH`, [`InitializeInjection`]) and by NVTX
@@ -13,14 +13,22 @@
 //! - Full ring: the producer waits (back-pressure); it drops, and counts the drop, only when the
 //!   collector is gone or has not drained for `GPUCOLLECT_MAX_WAIT_MS`.
 //!
-//! This is the only crate of the workspace allowed to use `unsafe`: FFI with the driver, CUPTI,
-//! NVTX and libc, and the shared-memory mapping, cannot be written without it. Every unsafe block
-//! says why it is sound.
+//! This crate and gpucollect-ring (its `ring/` folder) are the only ones of the workspace allowed
+//! to use `unsafe`: FFI with the driver, CUPTI, NVTX and libc, and the shared-memory mapping,
+//! cannot be written without it. Every unsafe block says why it is sound.
 #![allow(unsafe_code)]
 
-pub mod event;
+/// Compile-time check that a `#[repr(C)]` mirror of a C struct has the C layout (LP64: x86-64 and
+/// aarch64 Linux): its size and each field's offset, as the C header gives them. A mismatch is a
+/// build error, not a wrong read at run time.
+macro_rules! c_layout {
+    ($t:ty, size $size:expr $(, $field:ident @ $off:expr)* $(,)?) => {
+        const _: () = assert!(core::mem::size_of::<$t>() == $size);
+        $(const _: () = assert!(core::mem::offset_of!($t, $field) == $off);)*
+    };
+}
+
 pub mod host;
-pub mod ring;
 
 #[cfg(target_arch = "x86_64")]
 mod cfi;
@@ -28,30 +36,55 @@ mod cupti;
 mod entry;
 mod modules;
 mod nvtx;
+mod objects;
 mod pools;
 mod python;
+mod stack;
 mod state;
 mod unwind;
 
-pub use entry::{InitializeInjection, InitializeInjectionNvtx2};
+pub use entry::InitializeInjection;
+use gpucollect_ring::{env, event, ring};
+pub use nvtx::InitializeInjectionNvtx2;
 
-/// Environment variables shared by the collector and the injection library (read in one place:
-/// [`state`] in the traced program, `cmd_run` in the collector).
-pub mod env {
-    /// Path of the ring to open (`/proc/<collector pid>/fd/<memfd>`).
-    pub const RING: &str = "GPUCOLLECT_RING";
-    /// Native frames recorded per allocation; 0 disables stacks. Default 32, max 64.
-    pub const STACK_DEPTH: &str = "GPUCOLLECT_STACK_DEPTH";
-    /// Explicit libcupti path, tried before the usual locations.
-    pub const CUPTI_PATH: &str = "GPUCOLLECT_CUPTI_PATH";
-    /// `fp`: frame-pointer walk after the CUDA stack (fast; needs frame pointers); `libgcc`:
-    /// `_Unwind_Backtrace` for the whole stack (hidden, for comparisons); default: our cached
-    /// CFI walk.
-    pub const UNWIND: &str = "GPUCOLLECT_UNWIND";
-    /// How long a producer waits on a full ring before dropping (default 10000 ms).
-    pub const MAX_WAIT_MS: &str = "GPUCOLLECT_MAX_WAIT_MS";
-    /// Interval of the pool poller in milliseconds (default 50; 0 disables it).
-    pub const POOL_INTERVAL_MS: &str = "GPUCOLLECT_POOL_INTERVAL_MS";
-    /// `0`: no Python frames in stacks, even in a Python program (default: on).
-    pub const PYTHON_FRAMES: &str = "GPUCOLLECT_PYTHON_FRAMES";
+/// A global allocator for the unit tests that counts each thread's allocations, so a test can
+/// show that a callback path allocates nothing.
+#[cfg(test)]
+pub(crate) mod test_alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Allocations made by this thread so far.
+    pub(crate) fn count() -> u64 {
+        ALLOCATIONS.with(Cell::get)
+    }
+
+    struct Counting;
+
+    // SAFETY: every call is passed to the system allocator unchanged; the count is a
+    // thread-local Cell with a const initializer and no destructor, so touching it never
+    // allocates or re-enters the allocator.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            ALLOCATIONS.with(|c| c.set(c.get() + 1));
+            // SAFETY: the caller's layout is passed on as GlobalAlloc::alloc requires.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: ptr was allocated by System with this layout (alloc above).
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            ALLOCATIONS.with(|c| c.set(c.get() + 1));
+            // SAFETY: ptr and layout come from this allocator, as GlobalAlloc::realloc requires.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
 }

@@ -2,35 +2,16 @@
 //! (dlopen): before an event with frames is written, each frame's page is looked up in a small
 //! lock-free cache; on a miss, glibc's `_dl_find_object` (lock-free, glibc >= 2.35, found with
 //! dlsym so older glibc just skips this) names the object, and a MODULE event is written for
-//! an object not seen before. No allocation, no locks. [`find_object`] also gives the CFI stack
-//! walk ([`crate::cfi`]) each object's `.eh_frame_hdr`.
+//! an object not seen before. No allocation, no locks. The lookup itself is
+//! [`crate::objects`]'s.
 
-use core::ffi::{CStr, c_char, c_int, c_void};
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::ffi::{CStr, c_void};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::event::kind;
+use crate::objects::{LinkMap, empty_result, find_object_fn, resolve_find_object};
 use crate::state::State;
 
-#[repr(C)]
-struct DlFindObject {
-    flags: u64,
-    map_start: *mut c_void,
-    map_end: *mut c_void,
-    link_map: *const LinkMap,
-    eh_frame: *mut c_void,
-    reserved: [u64; 7],
-}
-
-/// The public head of glibc's `struct link_map`.
-#[repr(C)]
-struct LinkMap {
-    addr: usize,
-    name: *const c_char,
-}
-
-type FindObjectFn = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
-
-static FIND_OBJECT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 const PAGE_CACHE: usize = 4096;
 static PAGES: [AtomicU64; PAGE_CACHE] = [const { AtomicU64::new(0) }; PAGE_CACHE];
 const KNOWN_MAX: usize = 1024;
@@ -43,59 +24,6 @@ pub fn init(initial_biases: &[u64]) {
     resolve_find_object();
     for &b in initial_biases {
         remember(b);
-    }
-}
-
-/// Resolves `_dl_find_object` (not for callbacks: dlsym takes the loader lock).
-pub fn resolve_find_object() {
-    // SAFETY: dlsym on the global scope with a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
-    FIND_OBJECT.store(p, Ordering::Release);
-}
-
-/// Whether [`find_object`] can answer (glibc >= 2.35, after [`resolve_find_object`]).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-pub fn can_find_objects() -> bool {
-    !FIND_OBJECT.load(Ordering::Relaxed).is_null()
-}
-
-fn find_object_fn() -> Option<FindObjectFn> {
-    let p = FIND_OBJECT.load(Ordering::Acquire);
-    // SAFETY: p is null or `_dl_find_object` from glibc, with this signature.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, FindObjectFn>(p) })
-}
-
-/// What `_dl_find_object` says about the object containing a code address.
-#[cfg(target_arch = "x86_64")]
-pub struct FoundObject {
-    /// Address of the object's `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`); 0 if it has none.
-    pub eh_frame_hdr: usize,
-}
-
-/// The loaded object containing `pc` (lock-free, callback-safe); `None` when no object contains
-/// it or `_dl_find_object` is missing.
-#[cfg(target_arch = "x86_64")]
-pub fn find_object(pc: usize) -> Option<FoundObject> {
-    let find = find_object_fn()?;
-    let mut r = empty_result();
-    // SAFETY: any address and a valid out struct; _dl_find_object takes no lock.
-    if unsafe { find(pc as *mut c_void, &mut r) } != 0 {
-        return None;
-    }
-    Some(FoundObject {
-        eh_frame_hdr: r.eh_frame as usize,
-    })
-}
-
-fn empty_result() -> DlFindObject {
-    DlFindObject {
-        flags: 0,
-        map_start: core::ptr::null_mut(),
-        map_end: core::ptr::null_mut(),
-        link_map: core::ptr::null(),
-        eh_frame: core::ptr::null_mut(),
-        reserved: [0; 7],
     }
 }
 

@@ -18,11 +18,13 @@ type FnPtr = *const c_void;
 type GetModuleFunctionTable =
     unsafe extern "C" fn(c_int, *mut *mut *mut FnPtr, *mut c_uint) -> c_int;
 
+/// `NvtxExportTableCallbacks` (nvtxDetail/nvtxInitDecls.h, NVTX v3).
 #[repr(C)]
 struct CallbacksExport {
     struct_size: usize,
     get_module_function_table: Option<GetModuleFunctionTable>,
 }
+c_layout!(CallbacksExport, size 16, struct_size @ 0, get_module_function_table @ 8);
 
 const ETID_CALLBACKS: u32 = 1;
 const MODULE_CORE: c_int = 1;
@@ -110,7 +112,10 @@ pub extern "C" fn InitializeInjectionNvtx2(
 }
 
 fn install(get_export_table: Option<unsafe extern "C" fn(u32) -> *const c_void>) -> c_int {
-    if !matches!(state::init(), Init::Ready(_)) {
+    if !matches!(
+        state::init(crate::entry::skipped_code_ranges),
+        Init::Ready(_)
+    ) {
         return 0;
     }
     let Some(get) = get_export_table else {

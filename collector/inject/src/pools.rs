@@ -230,6 +230,11 @@ pub fn start(st: &'static State, interval: Duration) {
     if interval.is_zero() || RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
+    static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
+    if !FORK_HANDLER.swap(true, Ordering::AcqRel) {
+        // SAFETY: registering a plain extern "C" handler that only stores atomics.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork)) };
+    }
     let Some(driver) = Driver::load() else {
         RUNNING.store(false, Ordering::Release);
         return;
@@ -264,7 +269,7 @@ pub fn stop(st: &State) {
 
 /// In a forked child: the poller thread does not exist there (and CUDA cannot be used in a
 /// child forked after cuInit), so nothing polls.
-pub fn after_fork() {
+extern "C" fn after_fork() {
     RUNNING.store(false, Ordering::Release);
     STOP.store(true, Ordering::Release);
 }

@@ -1,5 +1,9 @@
 //! Process-wide state of the injection: the ring mapping, this process's slot, settings read
 //! from the environment once at initialisation, and the per-thread bits a callback needs.
+//!
+//! Shared by every callback path, so it depends on none of them: only on the ring protocol,
+//! `host`, and the types of `cupti` and `unwind`. What the callers add (the stack capture with
+//! its module and Python frames: `stack`; their own state after a fork) they do themselves.
 
 use core::cell::Cell;
 use core::ffi::{CStr, c_void};
@@ -76,7 +80,6 @@ extern "C" fn atfork_child() {
     SLOT.store(NO_SLOT, Ordering::Release);
     CLAIMING.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
-    crate::pools::after_fork();
 }
 
 /// Result of [`init`].
@@ -87,7 +90,8 @@ pub enum Init {
 }
 
 /// Opens the ring named in the environment (idempotent). Not for callbacks: it allocates.
-pub fn init() -> Init {
+/// `skipped` gives the code ranges skipped at the top of stacks, on first initialisation.
+pub fn init(skipped: fn() -> unwind::Ranges) -> Init {
     static INIT_LOCK: AtomicBool = AtomicBool::new(false);
     if let Some(s) = get() {
         return Init::Ready(s);
@@ -98,12 +102,12 @@ pub fn init() -> Init {
     {
         std::thread::yield_now();
     }
-    let r = init_locked();
+    let r = init_locked(skipped);
     INIT_LOCK.store(false, Ordering::Release);
     r
 }
 
-fn init_locked() -> Init {
+fn init_locked(skipped: fn() -> unwind::Ranges) -> Init {
     if let Some(s) = get() {
         return Init::Ready(s);
     }
@@ -127,7 +131,7 @@ fn init_locked() -> Init {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(50);
-    let skip = crate::entry::skipped_code_ranges();
+    let skip = skipped();
     let unwind = match std::env::var(env::UNWIND).as_deref() {
         Ok("fp") => unwind::Method::FramePointers,
         Ok("libgcc") => unwind::Method::Libgcc,
@@ -162,7 +166,8 @@ impl State {
         }
     }
 
-    fn skip_ranges(&self) -> unwind::Ranges {
+    /// The code ranges skipped at the top of stacks.
+    pub fn skip_ranges(&self) -> unwind::Ranges {
         let mut r = [(0, 0); 8];
         for (i, x) in r.iter_mut().enumerate() {
             *x = (
@@ -322,32 +327,18 @@ impl State {
     pub fn active(&self) -> bool {
         !self.collector_gone.load(Ordering::Relaxed)
     }
+}
 
-    /// Captures the caller's stack (up to the configured depth) into `out`, and makes sure the
-    /// collector knows every module it passes through; in a Python program, the Python frames
-    /// take the place of the interpreter frames that ran them ([`crate::python`]). Returns the
-    /// number of frames.
-    #[inline]
-    pub fn capture_stack(&self, out: &mut [u64; crate::event::MAX_FRAMES]) -> usize {
-        // A thread's stack does not move (a forked child keeps the forking thread's stack).
-        let top = THREAD.with(|t| {
-            if t.stack_top.get() == 0 {
-                t.stack_top.set(unwind::stack_top());
-            }
-            t.stack_top.get()
-        });
-        let n = unwind::capture(
-            &mut out[..self.stack_depth],
-            &self.skip_ranges(),
-            self.unwind,
-            top,
-        );
-        crate::modules::note_frames(self, &out[..n]);
-        if n == 0 {
-            return 0;
+/// The top of this thread's stack (found once per thread: a thread's stack does not move, and a
+/// forked child keeps the forking thread's stack).
+#[inline]
+pub fn stack_top() -> usize {
+    THREAD.with(|t| {
+        if t.stack_top.get() == 0 {
+            t.stack_top.set(unwind::stack_top());
         }
-        crate::python::add_frames(self, out, n)
-    }
+        t.stack_top.get()
+    })
 }
 
 /// Runs `f` unless this thread is already inside a callback (re-entry through the driver).

@@ -93,7 +93,7 @@ pub fn capture(out: &mut [u64], skip: &Ranges, method: Method, top: usize) -> us
     let frame_pointers = method == Method::FramePointers;
     // Without a known stack top, nothing could be read: libgcc does the whole walk.
     #[cfg(target_arch = "x86_64")]
-    if method != Method::Libgcc && top != 0 && crate::modules::can_find_objects() {
+    if method != Method::Libgcc && top != 0 && crate::objects::can_find_objects() {
         let regs = here();
         return match walk(regs, out, skip, frame_pointers, top) {
             End::Done(n) => n,
@@ -479,9 +479,9 @@ mod tests {
     }
 
     fn init() {
-        crate::modules::resolve_find_object();
+        crate::objects::resolve_find_object();
         assert!(
-            crate::modules::can_find_objects(),
+            crate::objects::can_find_objects(),
             "the CFI walk needs _dl_find_object (glibc >= 2.35)"
         );
     }

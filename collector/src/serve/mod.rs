@@ -9,7 +9,6 @@
 //! and times out request headers; uploads are capped per client and in total, time out when
 //! idle or too long, and are decoded on the blocking pool (see `limits.rs` and `store.rs`).
 
-pub mod assets;
 pub mod ids;
 pub mod limits;
 pub mod store;
@@ -29,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 
-use assets::Assets;
+use crate::assets::Assets;
 use ids::TraceId;
 use limits::{ClientKey, Limits, Refused, Slots};
 use store::{Store, UploadError};

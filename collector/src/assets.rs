@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+#[cfg(feature = "serve")]
 use base64::Engine as _;
+#[cfg(feature = "serve")]
 use sha2::{Digest, Sha256};
 
 include!(concat!(env!("OUT_DIR"), "/viewer_assets.rs"));
@@ -20,7 +22,8 @@ server with <code>--assets DIR</code> pointing at the viewer's files.</p>\
 #[derive(Clone, Debug, Default)]
 pub struct Assets {
     files: HashMap<String, Vec<u8>>,
-    /// `'sha256-…'` sources for the inline scripts of index.html.
+    /// `'sha256-…'` sources for the inline scripts of index.html (the server's CSP).
+    #[cfg(feature = "serve")]
     pub inline_script_hashes: Vec<String>,
 }
 
@@ -62,6 +65,12 @@ impl Assets {
         Ok(Self::from_files(files))
     }
 
+    #[cfg(not(feature = "serve"))]
+    fn from_files(files: HashMap<String, Vec<u8>>) -> Self {
+        Self { files }
+    }
+
+    #[cfg(feature = "serve")]
     fn from_files(files: HashMap<String, Vec<u8>>) -> Self {
         let inline_script_hashes = files
             .get("index.html")
@@ -87,6 +96,7 @@ impl Assets {
     }
 
     /// The file at `path` (no leading slash) and its content type.
+    #[cfg(feature = "serve")]
     pub fn get(&self, path: &str) -> Option<(&'static str, &[u8])> {
         if path.split('/').any(|seg| seg == ".." || seg.is_empty()) {
             return None;
@@ -112,6 +122,7 @@ impl Assets {
     }
 }
 
+#[cfg(feature = "serve")]
 fn content_type(path: &str) -> &'static str {
     match path.rsplit('.').next().unwrap_or("") {
         "html" => "text/html; charset=utf-8",
@@ -128,6 +139,7 @@ fn content_type(path: &str) -> &'static str {
 }
 
 /// The contents of `<script>` elements without a `src` attribute.
+#[cfg(feature = "serve")]
 fn inline_scripts(html: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = html;
@@ -149,7 +161,7 @@ fn inline_scripts(html: &str) -> Vec<String> {
     out
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "serve"))]
 mod tests {
     use super::*;
 

@@ -153,6 +153,17 @@ pub struct Event {
     /// Return addresses, innermost first, or inline text.
     pub data: [u64; MAX_FRAMES],
 }
+// The layout both sides read and write: a 64-byte header, then `data`.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<Event>() == 64 + 8 * MAX_FRAMES);
+    assert!(offset_of!(Event, kind) == 0 && offset_of!(Event, nframes) == 4);
+    assert!(offset_of!(Event, ts_nanos) == 8 && offset_of!(Event, tid) == 16);
+    assert!(offset_of!(Event, device) == 24 && offset_of!(Event, code) == 28);
+    assert!(offset_of!(Event, addr) == 32 && offset_of!(Event, size) == 40);
+    assert!(offset_of!(Event, stream) == 48 && offset_of!(Event, pool) == 56);
+    assert!(offset_of!(Event, data) == 64);
+};
 
 impl Event {
     pub const fn zeroed() -> Self {
