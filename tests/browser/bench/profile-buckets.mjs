@@ -1,7 +1,7 @@
 // Profiling helper (not a test): samples one load (as profile-load.mjs does) and prints, for each
 // BUCKET_MS (default 10) of the load, the functions with the most self time in it. Env: BASE_URL,
 // FILE, BUCKET_MS, TOP (functions per bucket, default 4).
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
 const cdp = await ctx.newCDPSession(page);

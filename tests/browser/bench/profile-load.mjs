@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
 

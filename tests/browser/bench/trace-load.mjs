@@ -3,7 +3,7 @@
 // (script, wasm compilation, style, layout, paint, GC, …) and the longest tasks in order.
 // Env: BASE_URL (a served build), FILE, CATS (trace categories), COLD=1 (do not wait for the
 // page's warm-up), EVENTS_OUT (a file for every event).
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 
 const CATS = process.env.CATS || 'devtools.timeline,disabled-by-default-devtools.timeline,blink,v8,v8.wasm,toplevel,disabled-by-default-v8.compile';
 const { ctx, close } = await launch();

@@ -6,7 +6,7 @@
 // compiled before the first tables. Env: BASE_URL (a served build), FILE, WASM (the build's
 // .wasm file, for function names), LIST.
 import fs from 'node:fs';
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 
 // Function index -> name, from the wasm file's name section.
 function wasmNames(file) {

@@ -4,7 +4,7 @@
 // page) and the CPU ticks (user, system; 10 ms each) taken from choosing the file to the drawn
 // timeline, read from /proc. `wall` includes the harness's round trips.
 import fs from 'node:fs';
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 function faults() {
   const out = {};
   for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {

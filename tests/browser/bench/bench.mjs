@@ -7,7 +7,7 @@
 // chooses it as soon as the picker exists instead.
 import fs from 'node:fs';
 import path from 'node:path';
-import { cacheFile, launch } from './lib.mjs';
+import { cacheFile, launch } from '../lib.mjs';
 
 const BASE = process.env.BASE_URL;
 const TRACES = process.env.TRACES;
@@ -35,7 +35,7 @@ for (const file of inputs) {
         if (window.__chosen && !window.__firstDraw && r.target.dataset?.testid === 'timeline-canvas' && r.target.isConnected) {
           const first = (window.__firstDraw = { at: Number(r.target.dataset.drawnAt), ms: Number(r.target.dataset.drawMs), painted: null });
           // The end of the frame that shows it (the end point PyTorch's viewer is measured to,
-          // tests/browser/pytorch-viewer/bench.mjs): the canvas is drawn in an animation frame's
+          // tests/browser/bench/pytorch-viewer/bench.mjs): the canvas is drawn in an animation frame's
           // callback, then that frame's style, layout, paint and commit run in the same task,
           // then this one. It is posted with the highest priority: the detectors' run, queued in
           // the same frame to start after it, must not be counted as painting.
