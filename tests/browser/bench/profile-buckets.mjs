@@ -7,7 +7,7 @@ const page = await ctx.newPage();
 const cdp = await ctx.newCDPSession(page);
 await page.goto(`${process.env.BASE_URL}#view=timeline`);
 await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
-await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
+await page.waitForFunction(() => performance.getEntriesByName('gpucollect:read-worker-ready').length > 0, null, { timeout: 60_000 });
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
 await cdp.send('Profiler.start');

@@ -83,6 +83,11 @@ export class Viewer {
       .filter((n) => n.startsWith('gpucollect:slice-read-by-'))
       .map((n) => n.slice('gpucollect:slice-read-by-'.length)));
   }
+  /** Waits until the worker that reads files has said it runs (a performance mark): a file
+   * chosen from then on is streamed by it. */
+  waitForReadWorker() {
+    return this.page.waitForFunction(() => performance.getEntriesByName('gpucollect:read-worker-ready').length > 0, null, { timeout: LOAD_TIMEOUT });
+  }
   /** How many times the detectors have finished (performance marks). */
   analysedCount() { return this.page.evaluate(() => performance.getEntriesByName('gpucollect:analysed').length); }
 

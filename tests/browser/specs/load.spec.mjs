@@ -1,5 +1,5 @@
 // Opening files: PyTorch snapshots and traces from a drop or the file dialog, the reading
-// worker and its fallback to the page, the progress panel, and the idle warm-up.
+// worker and its fallback to the page, the progress panel, and what a page holds before.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { BASE, LOAD_TIMEOUT, report, spec, traceBytes, tracePath } from '../harness.mjs';
@@ -36,8 +36,8 @@ test('files of several MiB (a snapshot as pickle and as JSON, a trace) picked fr
 test('the reading worker streams a file in order, waits while 32 MiB are untaken, and reads into buffers handed back', async (ctx) => {
   const v = await Viewer.open(ctx, BASE);
   const page = v.page;
-  // The viewer's own worker runs once the warm-up is done (it is started first).
-  await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: LOAD_TIMEOUT });
+  // The viewer's own worker runs (it is started first).
+  await v.waitForReadWorker();
   const before = page.workers();
   // A worker of its own, driven as the viewer drives it (viewer/src/app/read_worker.rs).
   const got = await page.evaluate(async () => {
@@ -107,8 +107,8 @@ test('a file whose reading worker fails part-way is read on by the page, with th
   const v = await Viewer.open(ctx);
   await v.page.route('**/read-worker.js', (route) => route.fulfill({ contentType: 'text/javascript', body: failing }));
   await v.goto(BASE);
-  // The worker has said it runs once the warm-up is done (it is started first).
-  await v.page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: LOAD_TIMEOUT });
+  // The worker has said it runs.
+  await v.waitForReadWorker();
   await v.pick(tracePath('big-snapshot.pickle'));
   await v.overview.expectReport(report('big-snapshot'));
   const slices = await v.sliceReaders();
@@ -137,7 +137,7 @@ test('progress: over the welcome screen only after 100 ms; over an open trace at
     }).observe(document, { subtree: true, childList: true, attributes: true });
   });
   await page.goto(`${BASE}#view=timeline`);
-  await page.locator('html[data-warm="done"]').waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
+  await v.waitForReadWorker();
   // A first load (a 60k-entry snapshot as 23 MB of JSON, most of a second in a debug build):
   // the progress, if the load lasts long enough to show it, comes after 100 ms, and a load that
   // lasts 250 ms or more shows it.
@@ -157,42 +157,35 @@ test('progress: over the welcome screen only after 100 ms; over an open trace at
   assert.ok(!first('welcome'), `no welcome screen between two traces: ${JSON.stringify(seen)}`);
 });
 
-test('idle warm-up: invisible, leaves the page as it was, and a file chosen during it opens', async (ctx) => {
+test('a page that has opened nothing holds nothing for a load: no hidden views, no grown memory, no read buffers', async (ctx) => {
   const v = await Viewer.open(ctx);
-  const page = v.page;
-  await page.addInitScript(() => {
-    addEventListener('TrunkApplicationStarted', (e) => { window.__wasm = e.detail.wasm; });
+  await v.page.addInitScript(() => {
+    addEventListener('TrunkApplicationStarted', (e) => {
+      window.__wasm = e.detail.wasm;
+      window.__startMemory = e.detail.wasm.memory.buffer.byteLength;
+    });
+    // Every element ever added to the page under the app (a view rendered out of sight too).
+    window.__added = new Set();
+    new MutationObserver((records) => {
+      for (const r of records) for (const n of r.addedNodes) if (n.dataset?.testid) window.__added.add(n.dataset.testid);
+    }).observe(document, { subtree: true, childList: true });
   });
-  await page.goto(`${BASE}#view=timeline`);
-  await page.locator('html[data-warm="done"]').waitFor({ state: 'attached', timeout: LOAD_TIMEOUT });
-  // Nothing of the warm-up reached the document: still the welcome screen, no view, no progress.
-  assert.ok(await page.locator('[data-testid="welcome"]').isVisible(), 'the welcome screen stays');
-  for (const id of ['view', 'progress', 'error-panel', 'timeline-canvas']) {
-    assert.equal(await v.count(id), 0, `no ${id} after the warm-up`);
+  await v.goto(`${BASE}#view=timeline`);
+  await v.waitForWelcome();
+  await v.waitForReadWorker();
+  // As long as a user may take to choose a file.
+  await v.page.waitForTimeout(3000);
+  const { start, now, added } = await v.page.evaluate(() => ({
+    start: window.__startMemory, now: window.__wasm.memory.buffer.byteLength, added: [...window.__added],
+  }));
+  assert.equal(now, start, `the WebAssembly memory has not grown while idle: ${start} -> ${now} bytes`);
+  assert.ok(now <= 64 * 2 ** 20, `WebAssembly memory at rest: ${now} bytes`);
+  for (const id of ['view', 'timeline-canvas', 'overview', 'progress']) {
+    assert.ok(!added.includes(id), `no ${id} rendered while nothing is open (${added})`);
   }
-  assert.match(page.url(), /#view=timeline$/, 'the URL is unchanged');
-  // The warm-up touched memory in advance (64 MiB at least) and freed it: a 60k-entry snapshot
-  // then loads in that memory, without growing the WebAssembly heap.
-  const heap = () => page.evaluate(() => window.__wasm.memory.buffer.byteLength);
-  const warmHeap = await heap();
-  assert.ok(warmHeap >= 64 * 2 ** 20, `memory touched in advance: ${warmHeap} bytes`);
-  const analysed = () => page.evaluate(() => performance.getEntriesByName('gpucollect:analysed').length);
-  const before = await analysed();
-  await page.setInputFiles('[data-testid="file-picker"]', tracePath('big-snapshot.pickle'));
-  await page.locator('[data-testid="source"]').filter({ hasText: 'big-snapshot.pickle' }).waitFor({ timeout: LOAD_TIMEOUT });
-  // Until the detectors are done too.
-  await page.waitForFunction((n) => performance.getEntriesByName('gpucollect:analysed').length > n, before, { timeout: LOAD_TIMEOUT });
-  assert.equal(await heap(), warmHeap, 'the load used the memory touched in advance');
-  // A file chosen while the warm-up runs stops it and opens normally.
-  const early = (await Viewer.open(ctx, `${BASE}#view=timeline`)).page;
-  await early.setInputFiles('[data-testid="file-picker"]', tracePath('spikes.msgpack'));
-  await early.locator('[data-testid="timeline-canvas"][data-drawn-at]').waitFor({ timeout: LOAD_TIMEOUT });
-  assert.equal(await early.locator('[data-testid="source"]').textContent(), 'spikes.msgpack');
-  await early.waitForTimeout(500);
-  assert.equal(await early.locator('html[data-warm]').count(), 0, 'the warm-up stopped when the file was chosen');
-  // A page that opens a trace at start does not warm up.
-  const demo = (await Viewer.open(ctx, `${BASE}?demo=spikes`)).page;
-  await demo.locator('[data-testid="ov-peak"]').waitFor({ timeout: LOAD_TIMEOUT });
-  await demo.waitForTimeout(500);
-  assert.equal(await demo.locator('html[data-warm]').count(), 0, 'no warm-up next to a load at start');
+  const worker = v.page.workers().find((w) => w.url().endsWith('read-worker.js'));
+  assert.ok(worker, 'the reading worker runs');
+  const held = await worker.evaluate(() => spare.reduce((n, b) => n + b.byteLength, 0));
+  assert.equal(held, 0, 'the reading worker holds no buffers before a file is chosen');
+  assert.deepEqual(v.errors, []);
 });
