@@ -91,8 +91,6 @@ pub enum Source {
     Blob(BlobReader),
     Stream(web_sys::ReadableStreamDefaultReader),
     Bytes(Option<Vec<u8>>),
-    /// Pieces in the browser's memory, as a file's bytes arrive (the warm-up's inputs).
-    Pieces(std::collections::VecDeque<js_sys::Uint8Array>),
 }
 
 /// Reads a file (a `Blob`): streamed by the worker where one runs (`read_worker`), else (or from
@@ -286,7 +284,6 @@ impl Source {
     async fn next(&mut self) -> Result<Option<Chunk>, String> {
         let chunk = match self {
             Self::Bytes(b) => return Ok(b.take().map(Chunk::Ours)),
-            Self::Pieces(p) => return Ok(p.pop_front().map(Chunk::Js)),
             Self::Blob(reader) => match reader.next().await? {
                 Some(chunk) => chunk,
                 None => return Ok(None),
@@ -391,30 +388,39 @@ impl Pacer {
     }
 }
 
-/// A load under way: the analysis, `None` if a newer load started, or what went wrong.
-pub type Decoding<'a> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Option<Arc<Analysis>>, String>> + 'a>,
->;
+/// Bytes of a file's start that [`other_format`] looks at.
+const OTHER_FORMAT_HEAD: usize = 8;
 
-/// Decodes everything `src` yields, reporting progress, and analyses the result. `current`
-/// returns false once a newer load has started (this one then stops quietly).
-///
-/// The warm-up (`warmup.rs`) must run the very functions a real load runs: copies of them
-/// would be compiled (and optimized) by the browser during the first real load instead, ~300
-/// functions and 6-8 ms. So this is not generic (no copies for each caller's closure types),
-/// and the future is boxed, so that its body is not inlined into each caller's (the compiler
-/// did that, making copies of the loading code for the warm-up and for real loads).
-pub fn decode<'a>(
-    src: Source,
-    source: String,
-    total_bytes: Option<u64>,
-    state: RwSignal<LoadState>,
-    current: &'a dyn Fn() -> bool,
-) -> Decoding<'a> {
-    Box::pin(decode_now(src, source, total_bytes, state, current))
+/// What a file is, from its first bytes, when it is a format people open by mistake instead of
+/// a trace or a snapshot (a compressed trace, an image, an archive), with what to do about it.
+/// `None` for anything else: the decoder then says what it found.
+fn other_format(head: &[u8]) -> Option<String> {
+    const OPEN: &str =
+        "open a gpucollect trace (.msgpack) or a PyTorch memory snapshot (.pickle or .json)";
+    let decompress = |what: &str, how: &str| {
+        format!("{what}, not a trace: decompress it first ({how}) and open the result")
+    };
+    Some(if head.starts_with(&[0x1f, 0x8b]) {
+        decompress("a gzip file", "gunzip FILE, or zcat FILE > trace.msgpack")
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        decompress("a zstd file", "zstd -d FILE")
+    } else if head.starts_with(b"PK\x03\x04") {
+        "a zip archive, not a trace: extract the trace from it and open that".to_string()
+    } else if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        format!("a PNG image, not a trace: {OPEN}")
+    } else if head.starts_with(b"\xff\xd8\xff") {
+        format!("a JPEG image, not a trace: {OPEN}")
+    } else if head.starts_with(b"%PDF-") {
+        format!("a PDF document, not a trace: {OPEN}")
+    } else {
+        return None;
+    })
 }
 
-async fn decode_now(
+/// Decodes everything `src` yields, reporting progress, and analyses the result: the
+/// analysis, `None` if a newer load started (`current` returns false once one has: this one
+/// then stops quietly), or what went wrong.
+pub async fn decode(
     mut src: Source,
     source: String,
     total_bytes: Option<u64>,
@@ -436,6 +442,11 @@ async fn decode_now(
             break;
         };
         pacer.waited(dom::now_ms() - asked);
+        if progress.bytes_read == 0
+            && let Some(what) = other_format(&chunk.head(OTHER_FORMAT_HEAD))
+        {
+            return Err(format!("{source} is {what}"));
+        }
         if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk.head(4096)) {
             progress.phase = "reading snapshot";
             snapshot = Some(SnapshotLoader::new(

@@ -10,7 +10,6 @@ mod load;
 mod read_worker;
 mod timeline;
 mod views;
-mod warmup;
 
 use std::sync::Arc;
 
@@ -79,8 +78,16 @@ impl Ctx {
 /// The whole page.
 #[component]
 pub fn App() -> impl IntoView {
-    let mut initial = ViewState::from_fragment(&dom::fragment());
+    let fragment = dom::fragment();
+    let mut initial = ViewState::from_fragment(&fragment);
+    // `?embed=1&view=…`, as `gpucollect serve` redirects `/embed/<id>?view=…` (API.md); the
+    // fragment's view, where it has one, comes first.
     initial.embed |= dom::query_param("embed").is_some_and(|v| v == "1" || v == "true");
+    if !ViewState::fragment_has_view(&fragment)
+        && let Some(view) = dom::query_param("view").and_then(|v| View::from_slug(&v))
+    {
+        initial.view = view;
+    }
     let vs = RwSignal::new(initial);
     let analysis: RwSignal<Option<Arc<Analysis>>> = RwSignal::new(None);
     let load_state = RwSignal::new(LoadState::Idle);
@@ -210,8 +217,9 @@ pub fn App() -> impl IntoView {
     } else if let Some(s) = dom::query_param("demo").and_then(|d| Scenario::from_name(&d)) {
         open_demo(s, true);
     } else {
-        // Nothing to open yet: compile and optimize the loading code while the user picks a file.
-        warmup::start(move || generation.try_get_value() == Some(0));
+        // Nothing to open yet: the worker that will read the chosen file starts while the user
+        // picks it (it reads a file only once one is chosen, and holds no buffers before).
+        read_worker::prepare();
     }
 
     // Drag and drop anywhere on the page.
@@ -294,12 +302,6 @@ pub fn App() -> impl IntoView {
 }
 
 /// The page's main part: the open trace's views, or what `otherwise` shows while none is open.
-/// The warm-up (`warmup.rs`) renders this very function, so that the code that replaces the
-/// welcome screen with a trace's first view is compiled before a real load needs it. The view
-/// is type-erased and this is never inlined: the compiler would otherwise inline (copy) the
-/// rendering code into each caller, and the warm-up would compile its own copy (it left ~150
-/// functions, 2-3 ms, to compile between a real load's analysis and its first draw).
-#[inline(never)]
 fn main_part(ctx: Ctx, otherwise: Arc<dyn Fn() -> AnyView + Send + Sync>) -> AnyView {
     (move || match ctx.analysis.get() {
         Some(a) => view! { <Loaded a=a ctx=ctx /> }.into_any(),
