@@ -4,11 +4,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+use crate::capture;
 #[cfg(feature = "serve")]
-use crate::cmd_serve;
-use crate::{
-    cmd_check, cmd_demo, cmd_diff, cmd_html, cmd_import, cmd_report, cmd_run, cmd_synth, cmd_upload,
-};
+use crate::commands::serve;
+use crate::commands::{check, demo, diff, html, import, report, synth, upload};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,34 +25,34 @@ pub struct Cli {
     pub command: Option<Command>,
     /// `gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`: the same as `gpucollect run ...`.
     #[command(flatten)]
-    pub run: cmd_run::RunArgs,
+    pub run: capture::RunArgs,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// First run: write the bundled demo traces and print the report of one.
-    Demo(cmd_demo::DemoArgs),
+    Demo(demo::DemoArgs),
     /// Analyze a trace: peak and live at end by call site, leaks, growth, trend, spikes,
     /// fragmentation, hidden memory, OOM forensics, score and recommendations.
-    #[command(after_long_help = cmd_report::SCORE_HELP)]
-    Report(cmd_report::ReportArgs),
+    #[command(after_long_help = report::SCORE_HELP)]
+    Report(report::ReportArgs),
     /// Check a trace against limits for CI: exit 1 with a one-line reason when one is exceeded.
-    Check(cmd_check::CheckArgs),
+    Check(check::CheckArgs),
     /// Compare two traces: peak, live at end and growth per call site and scope.
-    Diff(cmd_diff::DiffArgs),
+    Diff(diff::DiffArgs),
     /// Write a single self-contained HTML report (viewer and trace inlined, works offline).
-    Html(cmd_html::HtmlArgs),
+    Html(html::HtmlArgs),
     /// Convert a PyTorch memory snapshot (pickle or JSON) into a trace.
-    Import(cmd_import::ImportArgs),
+    Import(import::ImportArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
     #[cfg(feature = "serve")]
-    Serve(cmd_serve::ServeArgs),
+    Serve(serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
-    Upload(cmd_upload::UploadArgs),
+    Upload(upload::UploadArgs),
     /// Trace a program (the same as `gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
-    Run(cmd_run::RunArgs),
+    Run(capture::RunArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
-    Synth(cmd_synth::SynthArgs),
+    Synth(synth::SynthArgs),
 }
 
 pub fn dispatch() -> Result<u8> {
@@ -71,19 +70,19 @@ fn dispatch_parsed(cli: Cli) -> Result<u8> {
                      serve as `gpucollect -- ./serve`"
                 );
             }
-            cmd_run::run(cli.run)
+            capture::run(cli.run)
         }
-        Some(Command::Demo(a)) => cmd_demo::run(a),
-        Some(Command::Report(a)) => cmd_report::run(a),
-        Some(Command::Html(a)) => cmd_html::run(a),
-        Some(Command::Import(a)) => cmd_import::run(a),
+        Some(Command::Demo(a)) => demo::run(a),
+        Some(Command::Report(a)) => report::run(a),
+        Some(Command::Html(a)) => html::run(a),
+        Some(Command::Import(a)) => import::run(a),
         #[cfg(feature = "serve")]
-        Some(Command::Serve(a)) => cmd_serve::run(a),
-        Some(Command::Check(a)) => cmd_check::run(a),
-        Some(Command::Diff(a)) => cmd_diff::run(a),
-        Some(Command::Run(a)) => cmd_run::run(a),
-        Some(Command::Synth(a)) => cmd_synth::run(a),
-        Some(Command::Upload(a)) => cmd_upload::run(a),
+        Some(Command::Serve(a)) => serve::run(a),
+        Some(Command::Check(a)) => check::run(a),
+        Some(Command::Diff(a)) => diff::run(a),
+        Some(Command::Run(a)) => capture::run(a),
+        Some(Command::Synth(a)) => synth::run(a),
+        Some(Command::Upload(a)) => upload::run(a),
     }
 }
 

@@ -1,29 +1,23 @@
-//! `gpucollect`: the command-line entry point. It only parses arguments and dispatches; each
-//! command lives in its own `cmd_*.rs` module.
+//! `gpucollect`: the command-line entry point. It only parses arguments and dispatches.
+//!
+//! - `capture/`: tracing a program (`gpucollect ./app`, `gpucollect run`): spawning it with the
+//!   injection library, draining the ring into the trace, symbolizing, NVML sampling.
+//! - `commands/`: the analysis and sharing commands, one module each.
+//! - `serve/`: the server behind `gpucollect serve` (cargo feature `serve`, on by default).
+//! - Shared by commands: `input` (reading traces and snapshots), `output` (stdout and trace
+//!   files), `render_text` (the terminal report), `export_html` and `assets` (the viewer's files,
+//!   for `html` and `serve`).
 
 mod assets;
+mod capture;
 mod cli;
-mod cmd_check;
-mod cmd_demo;
-mod cmd_diff;
-mod cmd_html;
-mod cmd_import;
-mod cmd_report;
-mod cmd_run;
-#[cfg(feature = "serve")]
-mod cmd_serve;
-mod cmd_synth;
-mod cmd_upload;
+mod commands;
 mod export_html;
 mod input;
-mod nvml_sampler;
 mod output;
-mod proc_maps;
 mod render_text;
 #[cfg(feature = "serve")]
 mod serve;
-mod symbolize;
-mod trace_writer;
 
 use std::process::ExitCode;
 

@@ -1,6 +1,6 @@
 //! Resource limits of `gpucollect serve`: how long a client may take, and how many
 //! connections and uploads it may hold, per client and in total. Every limit is a flag of
-//! `gpucollect serve` (see `cmd_serve.rs`); the defaults are in `Limits::default`.
+//! `gpucollect serve` (see `commands/serve.rs`); the defaults are in `Limits::default`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

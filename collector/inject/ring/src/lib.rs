@@ -13,7 +13,7 @@ pub mod event;
 pub mod ring;
 
 /// Environment variables shared by the collector and the injection library (read in one place:
-/// `state` in the injection library, `cmd_run` in the collector).
+/// `state` in the injection library, `capture` in the collector).
 pub mod env {
     /// Path of the ring to open (`/proc/<collector pid>/fd/<memfd>`).
     pub const RING: &str = "GPUCOLLECT_RING";

@@ -5,6 +5,11 @@
 //! program's stdout is sent to our stderr. SIGINT/SIGTERM/SIGHUP/SIGQUIT are forwarded to the
 //! program; gpucollect exits with its exit code (128 + signal when killed).
 
+mod nvml_sampler;
+mod proc_maps;
+mod symbolize;
+mod trace_writer;
+
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
@@ -21,8 +26,7 @@ use gpucollect_inject::host;
 use gpucollect_ring::event::Event;
 use gpucollect_ring::ring::{RingOwner, SLOTS};
 
-use crate::nvml_sampler;
-use crate::trace_writer::{TraceWriter, WriterOptions};
+use self::trace_writer::{TraceWriter, WriterOptions};
 
 #[derive(Debug, Args)]
 #[command(trailing_var_arg = true)]

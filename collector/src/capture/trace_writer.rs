@@ -16,7 +16,7 @@ use gpucollect_ring::event::{Event, kind, python_frame};
 // program, which is trusted not to attack the collector's hash tables.
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::symbolize::Symbolizer;
+use super::symbolize::Symbolizer;
 
 /// Modules whose frames are never the interesting call site (the CUDA stack and ourselves).
 const HIDDEN_MODULES: &[&str] = &[
@@ -356,11 +356,11 @@ impl<W: Write> TraceWriter<W> {
             .get(&process)
             .map(|t| t.iter().map(|m| m.path.clone()).collect())
             .unwrap_or_default();
-        for (path, start) in crate::proc_maps::file_mappings(pid) {
+        for (path, start) in super::proc_maps::file_mappings(pid) {
             if known.contains(&path) {
                 continue;
             }
-            let Some(l) = crate::proc_maps::load_layout(&path, start) else {
+            let Some(l) = super::proc_maps::load_layout(&path, start) else {
                 continue;
             };
             let mut e = Event::zeroed();

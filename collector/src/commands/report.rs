@@ -1,19 +1,13 @@
 //! `gpucollect report TRACE`: the full analysis (summary, findings, score, recommendations and
 //! every detector's section) for people, or the `Report` as JSON for scripts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use analysis_core::Config;
-use anyhow::{Context, Result};
-use clap::{Args, ValueEnum};
+use anyhow::Result;
+use clap::Args;
 
+use super::{OutputFormat, load_config};
 use crate::{input, output, render_text};
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
@@ -30,28 +24,6 @@ pub struct ReportArgs {
     /// packages, torch and the CUDA libraries). The full stack stays in the report.
     #[arg(long = "hide-frame", value_name = "TEXT")]
     pub hide_frame: Vec<String>,
-}
-
-/// Reads detector thresholds from a JSON file (the defaults otherwise) and adds the frames
-/// `--hide-frame` skips when naming the user's line.
-pub fn load_config(path: Option<&Path>, hide_frames: &[String]) -> Result<Config> {
-    let mut config = match path {
-        None => Config::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the config {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "the config is not valid: give a JSON object with keys from the report's `analysis.config` in {}",
-                    path.display()
-                )
-            })?
-        }
-    };
-    config
-        .hide_frames
-        .extend(hide_frames.iter().filter(|h| !h.is_empty()).cloned());
-    Ok(config)
 }
 
 /// How the score is made, for `gpucollect report --help`.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::cmd_report::{OutputFormat, load_config};
+use super::{OutputFormat, load_config};
 use crate::{input, output, render_text};
 
 #[derive(Debug, Args)]

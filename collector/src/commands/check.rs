@@ -10,7 +10,7 @@ use analysis_core::units::{fmt_bytes, parse_bytes};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
-use crate::{cmd_report, input};
+use crate::input;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FailOn {
@@ -106,7 +106,7 @@ pub fn violations(r: &Report, l: &Limits) -> Vec<String> {
 }
 
 pub fn run(a: CheckArgs) -> Result<u8> {
-    let config = cmd_report::load_config(a.config.as_deref(), &a.hide_frame)?;
+    let config = super::load_config(a.config.as_deref(), &a.hide_frame)?;
     let trace = input::load_trace(&a.trace)?;
     let report = analysis_core::analyze(&trace, &config);
     if let Some(e) = &report.fatal {
