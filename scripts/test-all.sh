@@ -12,7 +12,7 @@ step "clippy (native)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "clippy (wasm32: analysis-core without std, viewer)"
-cargo clippy -p analysis-core --no-default-features --target wasm32-unknown-unknown --locked -- -D warnings
+cargo clippy -p analysis-core -p gpucollect-trace -p gpucollect-torch-import --no-default-features --target wasm32-unknown-unknown --locked -- -D warnings
 cargo clippy -p viewer --target wasm32-unknown-unknown --locked -- -D warnings
 
 step "gpucollect without the server feature: no tokio, axum or object_store, and lint-clean"

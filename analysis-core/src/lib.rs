@@ -1,5 +1,10 @@
-//! analysis-core: the gpucollect trace format, push decoder, replay model, synthetic workloads
-//! and detectors (`analysis`, built on `stats`).
+//! analysis-core: what every gpucollect front end (CLI, server, viewer) reads traces with. It
+//! holds the detectors (`analysis`, built on `stats`, with their thresholds in `config`) and the
+//! `report` they fill, and re-exports the two crates under it, so that a front end depends on
+//! this crate only:
+//! - gpucollect-trace (`analysis-core/trace/`): `format`, `msgpack`, `encode`, `decode`,
+//!   `model`, `timeline`, `attribution`, `synth`;
+//! - gpucollect-torch-import (`analysis-core/torch-import/`): `pickle`, `torch_snapshot`.
 //!
 //! # Design constraints
 //! - `#![no_std]` + `alloc`: it runs natively (CLI, server) and in WebAssembly (viewer).
@@ -15,28 +20,19 @@ extern crate alloc;
 extern crate std;
 
 pub mod analysis;
-pub mod attribution;
 pub mod config;
-pub mod decode;
-pub mod encode;
-pub mod format;
-mod int_hash;
-pub mod model;
-pub mod msgpack;
-pub mod pickle;
 pub mod report;
 pub mod stats;
-pub mod synth;
-pub mod timeline;
-pub mod torch_snapshot;
 pub mod units;
+
+pub use gpucollect_torch_import::{pickle, torch_snapshot};
+pub use gpucollect_trace::{attribution, decode, encode, format, model, msgpack, synth, timeline};
 
 pub use analysis::summarize;
 pub use analysis::{Config, analyze};
-pub use decode::{
-    DecodeError, Decoder, MAX_RECORD_BYTES, MAX_WARNINGS_PER_KIND, Warning, WarningLog,
+pub use gpucollect_trace::format::*;
+pub use gpucollect_trace::{
+    DecodeError, Decoder, Encoder, LoadedTrace, Loader, MAX_RECORD_BYTES, MAX_WARNINGS_PER_KIND,
+    TraceModel, Warning, WarningLog, load,
 };
-pub use encode::Encoder;
-pub use format::*;
-pub use model::{LoadedTrace, Loader, TraceModel, load};
 pub use report::Report;

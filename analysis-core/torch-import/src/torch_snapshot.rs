@@ -48,11 +48,11 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-use crate::encode::{Encoder, Interner, RecordSink};
-use crate::format::*;
 use crate::int_hash::{IntMap, IntSet};
-use crate::model::{LoadedTrace, TraceModel};
 use crate::pickle::{JsonParser, Kind, Parser, Pickle, PickleError, Value};
+use gpucollect_trace::encode::{Encoder, Interner, RecordSink};
+use gpucollect_trace::format::*;
+use gpucollect_trace::model::{LoadedTrace, TraceModel};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
@@ -151,14 +151,14 @@ pub fn load(bytes: &[u8]) -> Result<(LoadedTrace, ImportSummary), ImportError> {
 /// apart, as in [`load`]: `0x80` (the pickle PROTO opcode) or anything else (JSON). Memory stays a small multiple of the bytes pushed, and nothing is executed.
 ///
 /// ```
-/// # use analysis_core::torch_snapshot::SnapshotLoader;
+/// # use gpucollect_torch_import::torch_snapshot::SnapshotLoader;
 /// # let file: &[u8] = b"{\"segments\": [], \"device_traces\": []}";
 /// let mut loader = SnapshotLoader::new(Some(file.len()));
 /// for piece in file.chunks(4 << 20) {
 ///     loader.push(piece)?; // yield to the event loop between pieces
 /// }
 /// let (trace, summary) = loader.finish()?;
-/// # Ok::<(), analysis_core::torch_snapshot::ImportError>(())
+/// # Ok::<(), gpucollect_torch_import::torch_snapshot::ImportError>(())
 /// ```
 #[derive(Debug)]
 pub struct SnapshotLoader {
@@ -1053,7 +1053,11 @@ impl<'p, S: RecordSink> Converter<'p, S> {
         let p = self.p;
         let mut s = StackId(0);
         let list = frames.map_or(&[][..], |f| p.items(f));
-        for &fr in list.iter().rev().take(crate::model::MAX_STACK_DEPTH) {
+        for &fr in list
+            .iter()
+            .rev()
+            .take(gpucollect_trace::model::MAX_STACK_DEPTH)
+        {
             let f = match fr.as_dict() {
                 Some(i) => match self.frame_dicts.get(&i) {
                     Some(&f) => f,

@@ -2279,7 +2279,7 @@ mod tests {
     }
 
     fn fixture(name: &str) -> Vec<u8> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/torch/");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/assets/torch/");
         std::fs::read(alloc::format!("{dir}{name}")).expect("fixture exists")
     }
 
