@@ -13,28 +13,16 @@
 //! percentiles, CPU seconds per MiB of hostile input), and with `GPUCOLLECT_ABUSE_STRICT=1`
 //! (release builds, `scripts/bench-server-abuse.sh`) it also asserts p99 < 50 ms.
 
+mod common;
+
+use common::{Killed, connect_from};
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    sock.bind(&SocketAddr::from((from, 0)).into())?;
-    sock.connect_timeout(&to.into(), Duration::from_secs(5))?;
-    Ok(sock.into())
-}
 
 /// The soft limit on open files of this process (from /proc, no libc needed).
 fn open_files_limit() -> usize {

@@ -4,14 +4,18 @@
 
 mod common;
 
+use common::{Killed, agent, store_dir, trace};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
+const SUITE: &str = "serve";
+
 struct Server {
-    child: Child,
+    /// The server process, killed when this is dropped.
+    _child: Killed,
     base: String,
     store: PathBuf,
 }
@@ -23,58 +27,24 @@ impl Server {
         args.extend_from_slice(extra);
         let (child, base) = common::spawn_serve(&args, &[]);
         Self {
-            child,
+            _child: Killed(child),
             base,
             store: store.to_path_buf(),
         }
     }
 
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill9(self) {
+        drop(self);
     }
 
     fn stored(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.store.join("traces"))
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        common::stored(&self.store)
     }
 
     /// Staged uploads (`tmp/<server instance>/<id>.part`).
     fn temp_files(&self) -> usize {
         common::staged_uploads(&self.store)
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn store_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpucollect-serve-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .into()
-}
-
-fn trace(events: u64) -> Vec<u8> {
-    analysis_core::synth::generate(analysis_core::synth::Scenario::TrainingLeak, events, 3).0
 }
 
 struct Answer {
@@ -167,7 +137,7 @@ fn get(s: &Server, path: &str) -> Answer {
 
 #[test]
 fn upload_download_and_share_link_round_trip() {
-    let s = Server::start(&store_dir("roundtrip"), &[]);
+    let s = Server::start(&store_dir(SUITE, "roundtrip"), &[]);
     assert_eq!(get(&s, "/healthz").status, 200);
     let t = trace(3000);
     let up = upload(&s, &t, None);
@@ -208,7 +178,7 @@ fn upload_download_and_share_link_round_trip() {
 
 #[test]
 fn non_traces_oversized_and_truncated_uploads_leave_nothing_behind() {
-    let s = Server::start(&store_dir("hostile"), &["--max-upload", "64KiB"]);
+    let s = Server::start(&store_dir(SUITE, "hostile"), &["--max-upload", "64KiB"]);
     // Not a trace at all, and a trace whose header is right but whose body turns to garbage.
     let mut corrupt = trace(200);
     let n = corrupt.len();
@@ -256,7 +226,7 @@ fn non_traces_oversized_and_truncated_uploads_leave_nothing_behind() {
 
 #[test]
 fn traversal_attempts_are_refused() {
-    let s = Server::start(&store_dir("traversal"), &[]);
+    let s = Server::start(&store_dir(SUITE, "traversal"), &[]);
     for path in [
         "/api/v1/traces/..%2F..%2F..%2Fetc%2Fpasswd",
         "/api/v1/traces/%2e%2e",
@@ -280,7 +250,7 @@ fn traversal_attempts_are_refused() {
 #[test]
 fn tokens_guard_uploads_and_reads() {
     let s = Server::start(
-        &store_dir("tokens"),
+        &store_dir(SUITE, "tokens"),
         &["--upload-token", "up-secret", "--read-token", "read-secret"],
     );
     let t = trace(500);
@@ -308,7 +278,7 @@ fn tokens_guard_uploads_and_reads() {
 #[test]
 fn security_headers_are_on_every_response() {
     let s = Server::start(
-        &store_dir("headers"),
+        &store_dir(SUITE, "headers"),
         &["--frame-ancestor", "https://wiki.example.com"],
     );
     for path in ["/", "/healthz", "/api/v1", "/api/v1/traces/zz"] {
@@ -332,7 +302,7 @@ fn retention_keeps_the_store_under_its_size_limit_oldest_first() {
     let t = trace(2000);
     let limit = t.len() * 2 + t.len() / 2;
     let s = Server::start(
-        &store_dir("retention"),
+        &store_dir(SUITE, "retention"),
         &["--max-bytes", &limit.to_string()],
     );
     let mut ids = Vec::new();
@@ -358,7 +328,7 @@ fn retention_keeps_the_store_under_its_size_limit_oldest_first() {
 
 #[test]
 fn acknowledged_uploads_survive_kill_9_and_interrupted_ones_vanish() {
-    let dir = store_dir("durability");
+    let dir = store_dir(SUITE, "durability");
     let s = Server::start(&dir, &[]);
     let t = trace(4000);
     let up = upload(&s, &t, None);

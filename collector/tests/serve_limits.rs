@@ -9,31 +9,22 @@
 
 mod common;
 
+use common::{Killed, store_dir, trace};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+const SUITE: &str = "limits";
+
 struct Server {
-    child: Child,
+    /// The server process, killed when this is dropped.
+    _child: Killed,
     addr: SocketAddr,
     store: PathBuf,
     log: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn store_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpucollect-limits-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("store dir");
-    d
 }
 
 /// Starts a server with its stderr in a file (for the log assertions).
@@ -77,7 +68,7 @@ fn start_in(store: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Server {
         .parse()
         .expect("an address");
     Server {
-        child,
+        _child: Killed(child),
         addr,
         store: store.to_path_buf(),
         log,
@@ -85,7 +76,7 @@ fn start_in(store: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Server {
 }
 
 fn start(name: &str, extra: &[&str]) -> Server {
-    start_in(&store_dir(name), extra, &[])
+    start_in(&store_dir(SUITE, name), extra, &[])
 }
 
 impl Server {
@@ -93,30 +84,13 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
     fn stored(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.store.join("traces"))
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        common::stored(&self.store)
     }
-}
-
-fn trace(events: u64) -> Vec<u8> {
-    analysis_core::synth::generate(analysis_core::synth::Scenario::TrainingLeak, events, 3).0
 }
 
 /// A connection from `from` (127.0.0.1 or 127.0.0.2).
 fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
-    use socket2::{Domain, Socket, Type};
-    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
-    sock.bind(&SocketAddr::from((from, 0)).into())
-        .expect("bind a loopback address");
-    sock.connect(&to.into()).expect("connect");
-    sock.into()
+    common::connect_from(from, to).expect("connect from a loopback address")
 }
 
 const ATTACKER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -448,7 +422,7 @@ fn serve_fails(args: &[&str], envs: &[(&str, &str)]) -> String {
 
 #[test]
 fn unsafe_configurations_refuse_to_start() {
-    let dir = store_dir("defaults");
+    let dir = store_dir(SUITE, "defaults");
     let store = dir.display().to_string();
     // Reachable from other machines without an upload token. (It fails before listening.)
     let e = serve_fails(&["--addr", "0.0.0.0:0", "--store", &store], &[]);
@@ -467,7 +441,7 @@ fn unsafe_configurations_refuse_to_start() {
 #[test]
 fn tokens_never_reach_the_logs() {
     let s = start_in(
-        &store_dir("logs"),
+        &store_dir(SUITE, "logs"),
         &[
             "--upload-token",
             "UPLOADSECRET42",
@@ -535,7 +509,7 @@ fn smaller_faults_are_fixed() {
 
 #[test]
 fn servers_sharing_a_folder_leave_each_others_uploads_alone() {
-    let dir = store_dir("shared");
+    let dir = store_dir(SUITE, "shared");
     let a = start_in(&dir, &[], &[]);
     let t = trace(3000);
     let mut tcp = connect_from(PROBE, a.addr);
