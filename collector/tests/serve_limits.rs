@@ -93,6 +93,17 @@ fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
     common::connect_from(from, to).expect("connect from a loopback address")
 }
 
+/// Opens a connection from `from` and sends the head of an upload of `len` bytes.
+fn begin_upload(from: Ipv4Addr, to: SocketAddr, len: usize) -> TcpStream {
+    let mut tcp = connect_from(from, to);
+    write!(
+        tcp,
+        "POST /api/v1/traces HTTP/1.1\r\nHost: {to}\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .expect("headers");
+    tcp
+}
+
 const ATTACKER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const PROBE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 
@@ -216,16 +227,9 @@ fn idle_and_slowloris_connections_are_closed_after_the_header_timeout() {
 fn a_stalled_upload_times_out_with_408_and_leaves_nothing() {
     let s = start("stalled", &["--body-timeout", "1s"]);
     let t = trace(2000);
-    let mut tcp = connect_from(ATTACKER, s.addr);
+    let mut tcp = begin_upload(ATTACKER, s.addr, t.len());
     tcp.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    write!(
-        tcp,
-        "POST /api/v1/traces HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
-        s.addr,
-        t.len()
-    )
-    .expect("headers");
     tcp.write_all(&t[..t.len() / 2]).expect("half");
     let t0 = Instant::now();
     let (status, _, body) = read_answer(&mut tcp);
@@ -242,16 +246,9 @@ fn a_slow_upload_is_cut_at_the_request_timeout() {
         &["--body-timeout", "5s", "--request-timeout", "2s"],
     );
     let t = trace(2000);
-    let mut tcp = connect_from(ATTACKER, s.addr);
+    let mut tcp = begin_upload(ATTACKER, s.addr, t.len());
     tcp.set_read_timeout(Some(Duration::from_millis(400)))
         .expect("timeout");
-    write!(
-        tcp,
-        "POST /api/v1/traces HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
-        s.addr,
-        t.len()
-    )
-    .expect("headers");
     // A trickle that never pauses long enough for the idle timeout.
     let t0 = Instant::now();
     let mut answer = Vec::new();
@@ -322,14 +319,7 @@ fn uploads_beyond_a_clients_cap_get_429() {
         &["--max-uploads-per-client", "1", "--max-uploads", "2"],
     );
     let t = trace(1000);
-    let mut first = connect_from(ATTACKER, s.addr);
-    write!(
-        first,
-        "POST /api/v1/traces HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
-        s.addr,
-        t.len()
-    )
-    .expect("headers");
+    let mut first = begin_upload(ATTACKER, s.addr, t.len());
     first.write_all(&t[..100]).expect("a start");
     std::thread::sleep(Duration::from_millis(300));
     let (status, head, body) = post(&s, ATTACKER, &t, "");
@@ -512,14 +502,7 @@ fn servers_sharing_a_folder_leave_each_others_uploads_alone() {
     let dir = store_dir(SUITE, "shared");
     let a = start_in(&dir, &[], &[]);
     let t = trace(3000);
-    let mut tcp = connect_from(PROBE, a.addr);
-    write!(
-        tcp,
-        "POST /api/v1/traces HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
-        a.addr,
-        t.len()
-    )
-    .expect("headers");
+    let mut tcp = begin_upload(PROBE, a.addr, t.len());
     tcp.write_all(&t[..t.len() / 2]).expect("half");
     assert!(eventually(5, || common::staged_uploads(&dir) == 1));
     // A second server starts on the same folder while the upload is in flight.
@@ -533,14 +516,7 @@ fn servers_sharing_a_folder_leave_each_others_uploads_alone() {
     assert!(line.starts_with("HTTP/1.1 201"), "{line}");
     assert_eq!(a.stored().len(), 1);
     // A server killed mid-upload leaves a staging folder the next start removes.
-    let mut tcp = connect_from(PROBE, b.addr);
-    write!(
-        tcp,
-        "POST /api/v1/traces HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
-        b.addr,
-        t.len()
-    )
-    .expect("headers");
+    let mut tcp = begin_upload(PROBE, b.addr, t.len());
     tcp.write_all(&t[..t.len() / 2]).expect("half");
     assert!(eventually(5, || common::staged_uploads(&dir) == 1));
     drop(b);
