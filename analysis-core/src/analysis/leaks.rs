@@ -26,7 +26,7 @@ use super::facts::group_by_stack;
 use super::grouping::{group_causes, separating_frame};
 use super::history::HistoryEnd;
 use super::iterations::Iterations;
-use super::sampling::{judge, sampling_by_process};
+use super::sampling::{ProcessSampling, judge, sampling_by_process};
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
 use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
 use crate::model::TraceModel;
@@ -59,110 +59,191 @@ pub fn analyze(
     causes: &Causes,
     found: &mut Found,
 ) -> LeakSections {
-    let (sampling, proc_of) = sampling_by_process(m, it);
-    let samp = |p: ProcessIdx| &sampling[proc_of(p)].1;
-    let k = causes.keys.len();
+    let sampling = sampling_by_process(m, it);
+    let stacks = StackSeries::new(m, causes, &sampling);
+    let mut v = judge_causes(m, c, causes, &sampling, &stacks);
+    let groups = group_causes(m, c, causes, &v.leaking, &v.weak, &v.leak_stacks);
+    for (members, _) in &groups {
+        for (ci, weak_stacks) in &v.weak {
+            if members.contains(ci) {
+                v.leak_stacks.extend(weak_stacks.iter().copied());
+            }
+        }
+    }
+    v.leak_stacks.sort_unstable();
+    let kept = LeakBytes::new(m, causes, &sampling, &v.leak_stacks);
+    v.rows.sort_by(|a, b| {
+        b.leaking
+            .cmp(&a.leaking)
+            .then(b.bytes_per_sec.total_cmp(&a.bytes_per_sec))
+            .then(a.site.cmp(&b.site))
+    });
+    let series_growth = series_growth(m, &sampling, &v.rows);
+    push_growth_findings(m, c, it, end, causes, &v, &kept, groups, found);
+    push_bounded_notes(causes, &v, &stacks.live_end, found);
+    v.rows.truncate(MAX_GROWTH_ROWS.max(v.leaking.len()));
+    let groups = end_groups(m, c, it, causes, &v.leak_stacks);
+    push_end_findings(m, c, end, &groups, found);
+    let teardown = teardown_notes(m, found);
+    LeakSections {
+        groups,
+        growth: v.rows,
+        teardown,
+        series_growth,
+    }
+}
 
-    // Live bytes at every sample of each stack of each cause, by difference arrays, made only
-    // for stacks with something live at a sample (everything live at the end is).
-    let mut index: HashMap<(usize, StackId), usize> = HashMap::new();
-    let mut owner: Vec<(usize, StackId)> = Vec::new();
-    let mut diff: Vec<Vec<i64>> = Vec::new();
-    let mut kept: Vec<u32> = Vec::new();
-    let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
-    for (i, a) in m.allocs.iter().enumerate() {
-        let sm = samp(a.process);
-        let (times, n) = (&sm.times, sm.times.len());
-        if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
-            continue;
+/// Live bytes at every sample of each stack of each cause (`series[si]` for stack `owner[si]`),
+/// made only for stacks with something live at a sample (everything live at the end is).
+struct StackSeries {
+    owner: Vec<(usize, StackId)>,
+    series: Vec<Vec<i64>>,
+    /// Allocations of each stack made in the steady state and still there at the last sample:
+    /// what growth is made of.
+    kept: Vec<u32>,
+    /// Bytes and count live at the end, per cause.
+    live_end: Vec<(u64, u64)>,
+    /// The stacks of each cause.
+    stacks_of: Vec<Vec<usize>>,
+}
+
+impl StackSeries {
+    /// By difference arrays: one pass over the allocations.
+    fn new(m: &TraceModel, causes: &Causes, sampling: &ProcessSampling) -> Self {
+        let k = causes.keys.len();
+        let mut index: HashMap<(usize, StackId), usize> = HashMap::new();
+        let mut owner: Vec<(usize, StackId)> = Vec::new();
+        let mut diff: Vec<Vec<i64>> = Vec::new();
+        let mut kept: Vec<u32> = Vec::new();
+        let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
+        for (i, a) in m.allocs.iter().enumerate() {
+            let sm = sampling.of(a.process);
+            let (times, n) = (&sm.times, sm.times.len());
+            if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
+                continue;
+            }
+            let ci = causes.of(i);
+            let i0 = times.partition_point(|&t| t < a.ts_nanos);
+            let i1 = times.partition_point(|&t| t < a.free_ts_nanos);
+            if i0 >= i1 {
+                continue;
+            }
+            let si = *index.entry((ci, a.stack)).or_insert_with(|| {
+                owner.push((ci, a.stack));
+                diff.push(alloc::vec![0i64; n + 1]);
+                kept.push(0);
+                owner.len() - 1
+            });
+            if i0 > sm.steady && i1 == n {
+                kept[si] += 1;
+            }
+            let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
+            let d = &mut diff[si];
+            d[i0] = d[i0].saturating_add(s);
+            d[i1] = d[i1].saturating_sub(s);
+            if a.is_live() {
+                let e = &mut live_end[ci];
+                e.0 = e.0.saturating_add(a.size_bytes);
+                e.1 += 1;
+            }
         }
-        let ci = causes.of(i);
-        let i0 = times.partition_point(|&t| t < a.ts_nanos);
-        let i1 = times.partition_point(|&t| t < a.free_ts_nanos);
-        if i0 >= i1 {
-            continue;
+        let series = diff
+            .iter()
+            .map(|d| {
+                let mut acc = 0i64;
+                d[..d.len() - 1]
+                    .iter()
+                    .map(|x| {
+                        acc = acc.saturating_add(*x);
+                        acc
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut stacks_of: Vec<Vec<usize>> = alloc::vec![Vec::new(); k];
+        for (si, &(ci, _)) in owner.iter().enumerate() {
+            stacks_of[ci].push(si);
         }
-        let si = *index.entry((ci, a.stack)).or_insert_with(|| {
-            owner.push((ci, a.stack));
-            diff.push(alloc::vec![0i64; n + 1]);
-            kept.push(0);
-            owner.len() - 1
-        });
-        // Made in the steady state and still there at the last sample: what growth is made of.
-        if i0 > sm.steady && i1 == n {
-            kept[si] += 1;
-        }
-        let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
-        let d = &mut diff[si];
-        d[i0] = d[i0].saturating_add(s);
-        d[i1] = d[i1].saturating_sub(s);
-        if a.is_live() {
-            let e = &mut live_end[ci];
-            e.0 = e.0.saturating_add(a.size_bytes);
-            e.1 += 1;
+        Self {
+            owner,
+            series,
+            kept,
+            live_end,
+            stacks_of,
         }
     }
-    let series: Vec<Vec<i64>> = diff
-        .iter()
-        .map(|d| {
-            let mut acc = 0i64;
-            d[..d.len() - 1]
-                .iter()
-                .map(|x| {
-                    acc = acc.saturating_add(*x);
-                    acc
-                })
-                .collect()
-        })
-        .collect();
-    drop(diff);
-    // Growth is several allocations kept across the steady state, not one buffer that grew.
-    let stack_leaking: Vec<bool> = series
-        .iter()
-        .zip(&kept)
-        .zip(&owner)
-        .map(|((v, &kept), &(ci, _))| {
-            let sm = samp(causes.keys[ci].0);
-            kept >= MIN_KEPT
-                && judge(c, v, &sm.iters, &sm.secs, sm.steady).is_some_and(|j| j.leaking)
-        })
-        .collect();
-    let mut stacks_of: Vec<Vec<usize>> = alloc::vec![Vec::new(); k];
-    for (si, &(ci, _)) in owner.iter().enumerate() {
-        stacks_of[ci].push(si);
-    }
-    let sum = |list: &[usize]| -> Vec<i64> {
-        let mut v = alloc::vec![0i64; list.first().map_or(0, |&si| series[si].len())];
+
+    /// The sum of the series of `list`.
+    fn sum(&self, list: &[usize]) -> Vec<i64> {
+        let mut v = alloc::vec![0i64; list.first().map_or(0, |&si| self.series[si].len())];
         for &si in list {
-            for (x, y) in v.iter_mut().zip(&series[si]) {
+            for (x, y) in v.iter_mut().zip(&self.series[si]) {
                 *x = x.saturating_add(*y);
             }
         }
         v
-    };
+    }
 
-    // A cause leaks when one of its stacks does, or when the cause as a whole does (then its
-    // stacks that grew are the leak). Its leak is those stacks only: a one-time buffer made at
-    // the same line is not part of it.
-    let mut growth_rows: Vec<Growth> = Vec::new();
-    let mut leaking_causes: Vec<usize> = Vec::new();
-    let mut bounded_causes: Vec<usize> = Vec::new();
-    let mut leak_stacks: Vec<(usize, StackId)> = Vec::new();
-    // Causes that grew steadily but too little to be a leak on their own: part of a leak when
-    // the leaking code runs under them (the loss a training step keeps, holding its graph).
-    let mut weak: Vec<(usize, Vec<(usize, StackId)>)> = Vec::new();
-    let mut leak_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
-    for (ci, list) in stacks_of.iter().enumerate() {
+    /// Whether stack `si` ends above where the steady state began.
+    fn grew(&self, si: usize, steady: usize) -> bool {
+        let v = &self.series[si];
+        let n = v.len();
+        n > 0 && v[n - 1] > v[steady.min(n - 1)]
+    }
+}
+
+/// The verdict on every cause's growth.
+struct Verdicts {
+    rows: Vec<Growth>,
+    leaking: Vec<usize>,
+    bounded: Vec<usize>,
+    /// The stacks that leak, by (cause, stack), sorted once grouping added the weak ones.
+    leak_stacks: Vec<(usize, StackId)>,
+    /// Causes that grew steadily but too little to be a leak on their own: part of a leak when
+    /// the leaking code runs under them (the loss a training step keeps, holding its graph).
+    weak: Vec<(usize, Vec<(usize, StackId)>)>,
+}
+
+/// A cause leaks when one of its stacks does, or when the cause as a whole does (then its
+/// stacks that grew are the leak). Its leak is those stacks only: a one-time buffer made at
+/// the same line is not part of it. Growth is several allocations kept across the steady
+/// state, not one buffer that grew.
+fn judge_causes(
+    m: &TraceModel,
+    c: &Config,
+    causes: &Causes,
+    sampling: &ProcessSampling,
+    st: &StackSeries,
+) -> Verdicts {
+    let stack_leaking: Vec<bool> = st
+        .series
+        .iter()
+        .zip(&st.kept)
+        .zip(&st.owner)
+        .map(|((v, &kept), &(ci, _))| {
+            let sm = sampling.of(causes.keys[ci].0);
+            kept >= MIN_KEPT
+                && judge(c, v, &sm.iters, &sm.secs, sm.steady).is_some_and(|j| j.leaking)
+        })
+        .collect();
+    let mut out = Verdicts {
+        rows: Vec::new(),
+        leaking: Vec::new(),
+        bounded: Vec::new(),
+        leak_stacks: Vec::new(),
+        weak: Vec::new(),
+    };
+    for (ci, list) in st.stacks_of.iter().enumerate() {
         if list.is_empty() {
             continue;
         }
-        let sm = samp(causes.keys[ci].0);
+        let sm = sampling.of(causes.keys[ci].0);
         let (iters, secs, steady, n) = (&sm.iters, &sm.secs, sm.steady, sm.times.len());
-        let whole = sum(list);
+        let whole = st.sum(list);
         let Some(mut jw) = judge(c, &whole, iters, secs, steady) else {
             continue;
         };
-        if list.iter().map(|&si| kept[si]).sum::<u32>() < MIN_KEPT {
+        if list.iter().map(|&si| st.kept[si]).sum::<u32>() < MIN_KEPT {
             jw.leaking = false;
             jw.persistent = false;
         }
@@ -175,13 +256,13 @@ pub fn analyze(
             leak = list
                 .iter()
                 .copied()
-                .filter(|&si| series[si][n - 1] > series[si][steady.min(n - 1)])
+                .filter(|&si| st.grew(si, steady))
                 .collect();
         }
-        let (v, j) = if leak.is_empty() {
+        let (v, mut j) = if leak.is_empty() {
             (whole, jw)
         } else {
-            let v = sum(&leak);
+            let v = st.sum(&leak);
             match judge(c, &v, iters, secs, steady) {
                 Some(mut j) => {
                     j.leaking = true;
@@ -202,35 +283,24 @@ pub fn analyze(
         };
         // A caching allocator's reserve that grows while its pool samples say it is mostly
         // unused is cache filling up, not a leak.
-        let idle_pool =
-            causes.allocator[ci] && super::idle_pool(m, causes.keys[ci].0, causes.keys[ci].1);
-        let mut j = j;
-        if idle_pool {
+        if causes.allocator[ci] && super::idle_pool(m, *process, *device) {
             j.leaking = false;
         }
         if j.leaking {
-            leaking_causes.push(ci);
-            for &si in &leak {
-                leak_stacks.push(owner[si]);
-            }
+            out.leaking.push(ci);
+            out.leak_stacks.extend(leak.iter().map(|&si| st.owner[si]));
         } else if j.bounded {
-            bounded_causes.push(ci);
+            out.bounded.push(ci);
         } else if jw.persistent {
-            weak.push((
-                ci,
-                list.iter()
-                    .copied()
-                    .filter(|&si| series[si][n - 1] > series[si][steady.min(n - 1)])
-                    .map(|si| owner[si])
-                    .collect(),
-            ));
+            let grew = list.iter().copied().filter(|&si| st.grew(si, steady));
+            out.weak.push((ci, grew.map(|si| st.owner[si]).collect()));
         }
-        growth_rows.push(Growth {
+        out.rows.push(Growth {
             site: label.clone(),
             location: causes.locations[ci].clone(),
             stack: leak
                 .first()
-                .map_or(causes.top_stack[ci].0, |&si| owner[si].1),
+                .map_or(causes.top_stack[ci].0, |&si| st.owner[si].1),
             process: *process,
             device: *device,
             pinned_host: *host,
@@ -245,86 +315,112 @@ pub fn analyze(
             seconds_to_full,
         });
     }
-    let groups = group_causes(m, c, causes, &leaking_causes, &weak, &leak_stacks);
-    for (members, _) in &groups {
-        for (ci, stacks) in &weak {
-            if members.contains(ci) {
-                leak_stacks.extend(stacks.iter().copied());
+    out
+}
+
+/// What the leaking stacks made, and what of it is live at the last sample: the leak's bytes
+/// (after an exit, before the shutdown frees). Where a site frees what it allocates (a free
+/// that a path skips), an allocation of the last moments that is freed soon after, as the
+/// site's allocations usually are, is in flight, not leaked.
+struct LeakBytes {
+    /// Bytes and count of each cause's leak live at the end.
+    end: Vec<(u64, u64)>,
+    /// Allocations each cause's leaking stacks made.
+    allocated: Vec<u64>,
+    /// Causes with a leaking stack.
+    lines: Vec<usize>,
+}
+
+impl LeakBytes {
+    fn new(
+        m: &TraceModel,
+        causes: &Causes,
+        sampling: &ProcessSampling,
+        leak_stacks: &[(usize, StackId)],
+    ) -> Self {
+        let k = causes.keys.len();
+        let at = |p: ProcessIdx| {
+            sampling
+                .of(p)
+                .times
+                .last()
+                .copied()
+                .unwrap_or(m.last_ts_nanos)
+        };
+        // Blocks that predate a snapshot's history, of a leaking line, are what it kept before.
+        let mut lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
+        lines.dedup();
+        let is_leak = |i: usize, a: &crate::model::AllocRecord| {
+            a.size_bytes > 0
+                && a.kind.is_tracked()
+                && (leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
+                    || (causes.prehistory.binary_search(&a.stack).is_ok()
+                        && lines.contains(&causes.of(i))))
+        };
+        let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
+        for (i, a) in m.allocs.iter().enumerate() {
+            if is_leak(i, a)
+                && !a.is_live()
+                && a.free_ts_nanos <= at(a.process)
+                && lifetimes[causes.of(i)].len() < 4096
+            {
+                lifetimes[causes.of(i)].push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
             }
         }
-    }
-    leak_stacks.sort_unstable();
-    // What the leaking stacks made, and what of it is live at the last sample (the leak's
-    // bytes: after an exit, before the shutdown frees). Where a site frees what it allocates
-    // (a free that a path skips), an allocation of the last moments that is freed soon after,
-    // as the site's allocations usually are, is in flight, not leaked.
-    let at = |p: ProcessIdx| samp(p).times.last().copied().unwrap_or(m.last_ts_nanos);
-    // Blocks that predate a snapshot's history, of a leaking line, are what it kept before.
-    let mut leaking_lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
-    leaking_lines.dedup();
-    let is_leak = |i: usize, a: &crate::model::AllocRecord| {
-        a.size_bytes > 0
-            && a.kind.is_tracked()
-            && (leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
-                || (causes.prehistory.binary_search(&a.stack).is_ok()
-                    && leaking_lines.contains(&causes.of(i))))
-    };
-    let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
-    for (i, a) in m.allocs.iter().enumerate() {
-        if is_leak(i, a)
-            && !a.is_live()
-            && a.free_ts_nanos <= at(a.process)
-            && lifetimes[causes.of(i)].len() < 4096
-        {
-            lifetimes[causes.of(i)].push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
+        let typical: Vec<Option<u64>> = lifetimes
+            .iter_mut()
+            .map(|l| {
+                l.sort_unstable();
+                l.get(l.len() / 2).copied()
+            })
+            .collect();
+        let mut end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
+        let mut allocated: Vec<u64> = alloc::vec![0; k];
+        for (i, a) in m.allocs.iter().enumerate() {
+            if !is_leak(i, a) {
+                continue;
+            }
+            let ci = causes.of(i);
+            allocated[ci] += 1;
+            let in_flight = typical[ci].is_some_and(|t| {
+                !a.is_live()
+                    && a.free_ts_nanos.saturating_sub(a.ts_nanos) <= t.saturating_mul(10).max(1)
+            });
+            if a.live_at(at(a.process)) && !in_flight {
+                let e = &mut end[ci];
+                e.0 = e.0.saturating_add(a.size_bytes);
+                e.1 += 1;
+            }
+        }
+        Self {
+            end,
+            allocated,
+            lines,
         }
     }
-    let typical: Vec<Option<u64>> = lifetimes
-        .iter_mut()
-        .map(|l| {
-            l.sort_unstable();
-            l.get(l.len() / 2).copied()
-        })
-        .collect();
-    let mut allocated: Vec<u64> = alloc::vec![0; k];
-    for (i, a) in m.allocs.iter().enumerate() {
-        if !is_leak(i, a) {
-            continue;
-        }
-        let ci = causes.of(i);
-        allocated[ci] += 1;
-        let in_flight = typical[ci].is_some_and(|t| {
-            !a.is_live()
-                && a.free_ts_nanos.saturating_sub(a.ts_nanos) <= t.saturating_mul(10).max(1)
-        });
-        if a.live_at(at(a.process)) && !in_flight {
-            let e = &mut leak_end[ci];
-            e.0 = e.0.saturating_add(a.size_bytes);
-            e.1 += 1;
-        }
-    }
-    growth_rows.sort_by(|a, b| {
-        b.leaking
-            .cmp(&a.leaking)
-            .then(b.bytes_per_sec.total_cmp(&a.bytes_per_sec))
-            .then(a.site.cmp(&b.site))
-    });
+}
 
-    // Growth of every (process, device) series, for the trend insight.
-    let mut series_growth = Vec::new();
+/// Growth of every (process, device) series over the steady state, and how much of it the
+/// leaking causes explain, for the trend insight.
+fn series_growth(
+    m: &TraceModel,
+    sampling: &ProcessSampling,
+    rows: &[Growth],
+) -> Vec<(ProcessIdx, DeviceIdx, i64, i64)> {
+    let mut out = Vec::new();
     for s in m.series.iter().filter(|s| !s.key.host) {
-        let sm = samp(s.key.process);
+        let sm = sampling.of(s.key.process);
         let (times, steady, n) = (&sm.times, sm.steady, sm.times.len());
         if n > steady + 3 {
             let g = i128::from(s.timeline.value_at(times[n - 1]))
                 - i128::from(s.timeline.value_at(times[steady]));
-            let explained: i64 = growth_rows
+            let explained: i64 = rows
                 .iter()
                 .filter(|r| r.leaking && !r.pinned_host)
                 .filter(|r| r.process == s.key.process && r.device == s.key.device)
                 .map(|r| super::signed_diff(r.end_bytes, r.steady_start_bytes))
                 .fold(0i64, i64::saturating_add);
-            series_growth.push((
+            out.push((
                 s.key.process,
                 s.key.device,
                 g.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
@@ -332,35 +428,41 @@ pub fn analyze(
             ));
         }
     }
+    out
+}
 
+/// One finding per group of leaking causes, named by the frame they share (or, for one line
+/// with leaking and freeing paths, the frame that tells them apart).
+#[allow(clippy::too_many_arguments)]
+fn push_growth_findings(
+    m: &TraceModel,
+    c: &Config,
+    it: &Iterations,
+    end: HistoryEnd,
+    causes: &Causes,
+    v: &Verdicts,
+    kept: &LeakBytes,
+    groups: Vec<(Vec<usize>, Option<crate::model::FrameView>)>,
+    found: &mut Found,
+) {
     // Every stack each leaking line allocated from (to tell its leaking paths from the others).
     let mut stacks_by_line: HashMap<usize, Vec<StackId>> = HashMap::new();
     for (i, a) in m.allocs.iter().enumerate() {
         let ci = causes.of(i);
-        if leaking_lines.contains(&ci) {
-            let v = stacks_by_line.entry(ci).or_default();
-            if !v.contains(&a.stack) && v.len() < 64 {
-                v.push(a.stack);
+        if kept.lines.contains(&ci) {
+            let s = stacks_by_line.entry(ci).or_default();
+            if !s.contains(&a.stack) && s.len() < 64 {
+                s.push(a.stack);
             }
         }
     }
     for (mut members, mut common) in groups {
-        members.sort_by_key(|&ci| core::cmp::Reverse(leak_end[ci].0));
+        members.sort_by_key(|&ci| core::cmp::Reverse(kept.end[ci].0));
         if common.is_none() {
-            common = separating_frame(m, c, members[0], &leak_stacks, &stacks_by_line);
+            common = separating_frame(m, c, members[0], &v.leak_stacks, &stacks_by_line);
         }
-        let allocs: u64 = members.iter().map(|&ci| allocated[ci]).sum();
-        let mut f = growth_finding(
-            m,
-            c,
-            it,
-            causes,
-            &members,
-            &growth_rows,
-            &leak_end,
-            allocs,
-            end,
-        );
+        let allocs: u64 = members.iter().map(|&ci| kept.allocated[ci]).sum();
+        let mut f = growth_finding(m, c, it, causes, &members, &v.rows, &kept.end, allocs, end);
         if let Some(common) = common {
             let loc = format!("{}:{}", common.file, common.line);
             f.evidence.insert(
@@ -389,8 +491,12 @@ pub fn analyze(
         }
         found.push(f);
     }
-    for &ci in &bounded_causes {
-        let Some(g) = growth_rows.iter().find(|g| {
+}
+
+/// A note for each cause that grew early and then stopped: a cache or pool that filled.
+fn push_bounded_notes(causes: &Causes, v: &Verdicts, live_end: &[(u64, u64)], found: &mut Found) {
+    for &ci in &v.bounded {
+        let Some(g) = v.rows.iter().find(|g| {
             g.site == causes.label(ci)
                 && g.process == causes.keys[ci].0
                 && g.device == causes.keys[ci].1
@@ -419,12 +525,19 @@ pub fn analyze(
         );
         found.push(f);
     }
-    growth_rows.truncate(MAX_GROWTH_ROWS.max(leaking_causes.len()));
+}
 
-    // What is live at the end, for causes that do not grow.
-    let groups = end_groups(m, c, it, causes, &leak_stacks);
+/// Findings for what is live at the end of causes that do not grow (one note per class for
+/// caches, memory live at the end and bounded growth).
+fn push_end_findings(
+    m: &TraceModel,
+    c: &Config,
+    end: HistoryEnd,
+    groups: &[LeakGroup],
+    found: &mut Found,
+) {
     let mut aggregated: Vec<(LeakClass, u64, u64, Vec<&LeakGroup>)> = Vec::new();
-    for g in &groups {
+    for g in groups {
         match g.class {
             LeakClass::Cache | LeakClass::LiveAtEnd | LeakClass::Bounded => {
                 if let Some(e) = aggregated.iter_mut().find(|e| e.0 == g.class) {
@@ -448,7 +561,10 @@ pub fn analyze(
         }
         found.push(aggregate_note(class, bytes, count, &list, end));
     }
+}
 
+/// Notes for memory released only by a context teardown, by site.
+fn teardown_notes(m: &TraceModel, found: &mut Found) -> Vec<SiteBytes> {
     let teardown = group_by_stack(
         m,
         m.allocs
@@ -474,12 +590,7 @@ pub fn analyze(
         );
         found.push(f);
     }
-    LeakSections {
-        groups,
-        growth: growth_rows,
-        teardown,
-        series_growth,
-    }
+    teardown
 }
 
 #[allow(clippy::too_many_arguments)]

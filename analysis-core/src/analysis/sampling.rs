@@ -93,12 +93,22 @@ pub(crate) struct Sampling {
     pub steady: usize,
 }
 
-/// The sampling of each process (each worker of a multi-process run has its own steps and its
-/// own end), and the index of a process's in it.
-pub(crate) fn sampling_by_process(
-    m: &TraceModel,
-    it: &Iterations,
-) -> (Vec<(ProcessIdx, Sampling)>, impl Fn(ProcessIdx) -> usize) {
+/// The sampling of each process: each worker of a multi-process run has its own steps and its
+/// own end.
+pub(crate) struct ProcessSampling {
+    /// By process, sorted.
+    list: Vec<(ProcessIdx, Sampling)>,
+}
+
+impl ProcessSampling {
+    /// The sampling of process `p` (the first process's for one the trace never named).
+    pub fn of(&self, p: ProcessIdx) -> &Sampling {
+        let i = self.list.binary_search_by_key(&p, |e| e.0).unwrap_or(0);
+        &self.list[i].1
+    }
+}
+
+pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSampling {
     let mut procs: Vec<ProcessIdx> = m.processes.iter().map(|p| p.process).collect();
     for a in &m.allocs {
         if !procs.contains(&a.process) && procs.len() < 4096 {
@@ -107,8 +117,11 @@ pub(crate) fn sampling_by_process(
     }
     procs.sort_unstable();
     procs.dedup();
+    if procs.is_empty() {
+        procs.push(ProcessIdx(0));
+    }
     let single = procs.len() <= 1;
-    let out: Vec<(ProcessIdx, Sampling)> = procs
+    let list = procs
         .iter()
         .map(|&p| {
             let own;
@@ -124,10 +137,7 @@ pub(crate) fn sampling_by_process(
             )
         })
         .collect();
-    let index: Vec<ProcessIdx> = procs;
-    (out, move |p: ProcessIdx| {
-        index.binary_search(&p).unwrap_or(0)
-    })
+    ProcessSampling { list }
 }
 
 /// Whether a steady-state series grows persistently, and its fits.

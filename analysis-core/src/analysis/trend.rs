@@ -36,7 +36,7 @@ pub fn analyze(
     let mut out = Vec::new();
     let t0 = m.first_ts_nanos;
     let span = m.last_ts_nanos.saturating_sub(t0);
-    let (sampling, proc_of) = sampling_by_process(m, it);
+    let sampling = sampling_by_process(m, it);
     for s in m.series.iter().filter(|s| !s.key.host) {
         if (s.timeline.len() as u64) < c.trend_min_points.max(2) || span == 0 {
             continue;
@@ -73,7 +73,7 @@ pub fn analyze(
             .iter()
             .find(|g| g.0 == s.key.process && g.1 == s.key.device)
             .map_or(0, |g| g.3);
-        let sm = &sampling[proc_of(s.key.process)].1;
+        let sm = sampling.of(s.key.process);
         let (times, iters, secs, steady) = (&sm.times, &sm.iters, &sm.secs, sm.steady);
         let v: Vec<i64> = times
             .iter()
