@@ -26,6 +26,9 @@ cargo test -p gpucollect --no-default-features --bin gpucollect --locked
 step "no_std build of analysis-core for wasm32-unknown-unknown"
 cargo build -p analysis-core --no-default-features --target wasm32-unknown-unknown --locked
 
+step "API docs (rustdoc; broken links and bad markup are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
 step "unit, property, golden, compatibility and end-to-end tests"
 cargo test --workspace --locked
 

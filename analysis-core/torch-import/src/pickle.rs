@@ -1500,7 +1500,7 @@ impl Pickle {
     }
 
     /// Where a list's or tuple's items are, as a key: two sequences with the same key have the
-    /// same items (lists that share items, [`Pickle::fill_list`], have the same key), so a
+    /// same items (lists that share items, `Pickle::fill_list`, have the same key), so a
     /// reader can cache what it makes of them by it.
     pub fn items_key(&self, v: Value) -> Option<(u32, u32)> {
         match self.seqs.heads.get(v.as_seq()? as usize)? {

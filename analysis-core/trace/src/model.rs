@@ -794,7 +794,7 @@ impl TraceModel {
     }
 
     /// A one-line label for a call site: the user's frame (the first frame outside libraries,
-    /// see [`crate::attribution`]), or "<no stack>".
+    /// see [`crate::attribution`]), or `"<no stack>"`.
     pub fn stack_label(&self, stack: StackId) -> String {
         self.stack_label_with(stack, &[])
     }

@@ -38,7 +38,7 @@ pub struct ServeArgs {
     /// Token required to read traces (a private server); links then carry `?token=`.
     #[arg(long, env = "GPUCOLLECT_READ_TOKEN", hide_env_values = true)]
     pub read_token: Option<String>,
-    /// Origins allowed to embed this server's pages in iframes, e.g. https://wiki.example.com
+    /// Origins allowed to embed this server's pages in iframes, e.g. `https://wiki.example.com`
     /// (repeat the option for several).
     #[arg(long = "frame-ancestor")]
     pub frame_ancestors: Vec<String>,

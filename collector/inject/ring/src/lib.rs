@@ -1,7 +1,7 @@
 //! gpucollect-ring: the protocol gpucollect (the collector) and gpucollect-inject (the library
 //! inside the traced program) speak. [`event::Event`] is the fixed-size record a CUPTI or NVTX
 //! callback writes; [`ring`] is the shared-memory ring of per-process slots that carries events
-//! from the program to the collector; [`env`] names the environment variables through which the
+//! from the program to the collector; [`env`](mod@env) names the environment variables through which the
 //! collector configures the library. Both sides compile this one crate, so they always agree on
 //! the layout.
 //!
