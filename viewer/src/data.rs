@@ -22,6 +22,10 @@ use analysis_core::{Report, summarize};
 
 use crate::chart::{Marker, MarkerKind};
 use crate::chart_index::RangeRows;
+use crate::site_series::SiteSeries;
+
+/// Filters whose per-site series are kept (the most recent ones).
+const SITE_SERIES_KEPT: usize = 4;
 
 /// Which part of the trace the views show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -168,6 +172,9 @@ pub struct Analysis {
     pub total: Timeline,
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
+    /// Live bytes per call site over time for the stacked timeline, per filter, most recent
+    /// last ([`Analysis::site_series`]: built on first use, not while loading).
+    site_series: std::sync::Mutex<Vec<(Filter, std::sync::Arc<SiteSeries>)>>,
 }
 
 impl Analysis {
@@ -239,6 +246,7 @@ impl Analysis {
             plots,
             total,
             range_rows,
+            site_series: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -276,6 +284,49 @@ impl Analysis {
                 })
                 .collect()
         })
+    }
+
+    /// The per-site series of the allocations `f` admits, if [`Analysis::site_series`] built
+    /// them already.
+    pub fn site_series_built(&self, f: &Filter) -> Option<std::sync::Arc<SiteSeries>> {
+        let cache = self.site_series.lock().ok()?;
+        cache.iter().find(|(g, _)| g == f).map(|(_, s)| s.clone())
+    }
+
+    /// The per-site series of the allocations `f` admits, built on the first call for `f`
+    /// (O(allocations · log) then; the last few filters are kept).
+    pub fn site_series(&self, f: &Filter) -> std::sync::Arc<SiteSeries> {
+        if let Some(s) = self.site_series_built(f) {
+            return s;
+        }
+        let built = std::sync::Arc::new(SiteSeries::build(
+            &self.trace.model,
+            f,
+            self.whole_of(f).is_none(),
+        ));
+        if let Ok(mut cache) = self.site_series.lock() {
+            if cache.len() >= SITE_SERIES_KEPT {
+                cache.remove(0);
+            }
+            cache.push((*f, built.clone()));
+        }
+        built
+    }
+
+    /// Device live bytes of what `f` admits as one timeline the model already has: the total
+    /// for no filter, the one series a process or device filter leaves; `None` otherwise
+    /// (several series, or a thread filter: `SiteSeries` then builds it).
+    pub fn whole_of(&self, f: &Filter) -> Option<&Timeline> {
+        if f.is_all() {
+            return Some(&self.total);
+        }
+        if f.thread.is_some() {
+            return None;
+        }
+        match self.series_plots(f).as_slice() {
+            [(_, plot)] => Some(plot),
+            _ => None,
+        }
     }
 
     /// The report, once [`Analysis::detect`] ran.
@@ -758,6 +809,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
                 ts_nanos: x.record.ts_nanos,
                 label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
                 kind: MarkerKind::FailedAlloc,
+                count: 1,
             },
         })
         .collect();
@@ -768,6 +820,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
             ts_nanos: r.record.ts_nanos,
             label: format!("teardown −{}", fmt_bytes(r.freed_bytes)),
             kind: MarkerKind::Teardown,
+            count: 1,
         },
     }));
     let mut spikes: Vec<(u64, u64, StackId)> = report
@@ -800,6 +853,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
                 ts_nanos: ts,
                 label: format!("spike {}", fmt_bytes(size)),
                 kind: MarkerKind::Spike,
+                count: 1,
             },
         });
     }

@@ -487,7 +487,7 @@ fn scope_row(
                 }
                 f(&ChartSpec {
                     t0: lo, t1: hi + 1, origin_nanos: lo, layers,
-                    gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme,
+                    gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme, stack: None, limits: Vec::new(),
                 })
             });
             let kept = match (&s.top_site, s.top_stack) {
@@ -573,7 +573,7 @@ fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                         f(&ChartSpec {
                             t0: lo, t1: hi + 1, origin_nanos: lo,
                             layers: vec![Layer { label: "live bytes of this call site".into(), timeline: &g, color: PALETTE[4], style: LayerStyle::Band }],
-                            gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme,
+                            gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme, stack: None, limits: Vec::new(),
                         })
                     });
                     let frames = frames.clone();
@@ -635,6 +635,7 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             ts_nanos: *t,
             label: fmt_bytes(*b),
             kind: MarkerKind::Spike,
+            count: 1,
         })
         .collect();
     let a2 = a.clone();
@@ -644,7 +645,7 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             pin_nanos: None,
             ..vs.get_untracked()
         };
-        let mut s = timeline_spec(&a2, &st, theme);
+        let mut s = timeline_spec(&a2, &st, theme, None);
         s.markers.extend(markers.iter().cloned());
         s.markers.sort_by_key(|m| m.ts_nanos);
         cb(&s);
@@ -805,6 +806,8 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             pin_nanos: None,
             y_unit: YUnit::Bytes,
             theme,
+            stack: None,
+            limits: Vec::new(),
         });
     });
     let ratio_spec: SpecFn = Arc::new(move |theme, cb| {
@@ -829,6 +832,8 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             pin_nanos: None,
             y_unit: YUnit::Permyriad,
             theme,
+            stack: None,
+            limits: Vec::new(),
         });
     });
     let ooms = a.oom_moments();
