@@ -707,6 +707,166 @@ test('Share uploads to gpucollect serve; the link opens the same view in a fresh
   }
 });
 
+/** The texts of an SVG document's `<text>` elements. */
+function svgTexts(svg) {
+  return [...svg.matchAll(/<text[^>]*>([^<]*)<\/text>/g)].map((m) => m[1].trim());
+}
+
+/** Labels of one axis: one unit, the same decimals, equal round steps. */
+function checkRoundAxis(labels, units, what) {
+  const re = new RegExp(`^(\\d+(?:\\.(\\d+))?) (${units.join('|')})$`);
+  const parsed = labels.map((l) => { const m = re.exec(l); assert.ok(m, `${what}: "${l}" is a number and a unit`); return m; });
+  assert.ok(parsed.length >= 3, `${what}: ${labels}`);
+  assert.equal(new Set(parsed.map((m) => m[3])).size, 1, `${what}: one unit in ${labels}`);
+  assert.equal(new Set(parsed.map((m) => (m[2] || '').length)).size, 1, `${what}: one precision in ${labels}`);
+  const v = parsed.map((m) => Number(m[1]));
+  const step = v[1] - v[0];
+  const digits = String(step).replace('.', '').replace(/^0+/, '').replace(/0+$/, '');
+  assert.ok(['1', '2', '25', '5'].includes(digits), `${what}: a round step (${step}) in ${labels}`);
+  for (let i = 1; i < v.length; i++) assert.ok(Math.abs(v[i] - v[i - 1] - step) < 1e-9, `${what}: equal steps in ${labels}`);
+}
+
+test('timeline: call sites stacked (legend, hover names a band, a selected leak row is solid)', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/nvtx-leak.msgpack#view=leaks`);
+  const row = page.locator(testid('leak-row')).first();
+  await row.waitFor({ timeout: LOAD_TIMEOUT });
+  const stack = await row.getAttribute('data-stack');
+  await row.click();
+  await page.click(testid('tab-timeline'));
+  const canvas = page.locator(testid('timeline-canvas'));
+  await page.locator(`${testid('timeline-canvas')}[data-stacked="true"]`).waitFor({ timeout: LOAD_TIMEOUT });
+  const bands = await page.locator(testid('stack-band')).evaluateAll((els) => els.map((e) => [e.dataset.stack, e.dataset.highlight]));
+  assert.ok(bands.length >= 2 && bands.length <= 10, `legend: ${bands}`);
+  assert.equal(bands.at(-1)[0], 'other', 'the last band is the other call sites');
+  assert.deepEqual(bands.filter((b) => b[1] === 'true').map((b) => b[0]), [stack], 'the selected leak row is highlighted');
+  // Hover low in the plot names a band of the legend; above the stack, none.
+  const box = await canvas.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.9, box.y + box.height - 30);
+  const band = page.locator(testid('hover-band'));
+  await band.waitFor();
+  assert.ok(bands.map((b) => b[0]).includes(await band.getAttribute('data-stack')), 'a band of the legend');
+  assert.ok(Number(await band.getAttribute('data-value')) > 0);
+  await page.mouse.move(box.x + box.width * 0.9, box.y + 12);
+  await page.locator(testid('hover-tip')).waitFor();
+  assert.equal(await band.count(), 0, 'no band above the stack');
+  // A click on another legend entry selects it instead.
+  const other = bands.find((b) => b[0] !== stack && b[0] !== 'other');
+  await page.click(`${testid('stack-band')}[data-stack="${other[0]}"] button`);
+  await page.locator(`${testid('stack-band')}[data-stack="${other[0]}"][data-highlight="true"]`).waitFor();
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-stacked.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+});
+
+test('timeline: axis labels are round numbers of one unit, with one precision', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const canvas = page.locator(testid('timeline-canvas'));
+  await page.locator(`${testid('timeline-canvas')}[data-y-labels]`).waitFor({ timeout: LOAD_TIMEOUT });
+  for (const zoom of [false, true]) {
+    if (zoom) {
+      const r0 = await visibleRange(page);
+      await page.click(testid('zoom-in'));
+      await page.click(testid('zoom-in'));
+      await waitForRangeChange(page, r0);
+    }
+    const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.click(testid('export-svg'))]);
+    const texts = svgTexts(fs.readFileSync(await svgDownload.path(), 'utf8'));
+    const bytes = texts.filter((t) => /^[\d.]+ (B|KiB|MiB|GiB|TiB)$/.test(t));
+    const times = texts.filter((t) => /^[\d.]+ (ns|µs|ms|s|min|h)$/.test(t));
+    checkRoundAxis(bytes, ['B', 'KiB', 'MiB', 'GiB', 'TiB'], 'y axis');
+    checkRoundAxis(times, ['ns', 'µs', 'ms', 's', 'min', 'h'], 'x axis');
+    const onCanvas = (await canvas.getAttribute('data-y-labels')).split('|');
+    checkRoundAxis(onCanvas, ['B', 'KiB', 'MiB', 'GiB', 'TiB'], 'y axis on the canvas');
+  }
+  assert.deepEqual(page.errors, []);
+});
+
+test('timeline: double-click resets the zoom and leaves the pin as it was', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const canvas = page.locator(testid('timeline-canvas'));
+  await canvas.waitFor({ timeout: LOAD_TIMEOUT });
+  const full = await visibleRange(page);
+  await page.click(testid('zoom-in'));
+  const zoomed = await waitForRangeChange(page, full);
+  const box = await canvas.boundingBox();
+  await page.mouse.dblclick(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  assert.deepEqual(await waitForRangeChange(page, zoomed), full, 'the whole trace');
+  await page.waitForTimeout(100);
+  assert.equal(await page.locator(testid('pinned')).count(), 0, 'nothing pinned by the double-click');
+  // With a pin: it stays where it was.
+  await page.click(testid('zoom-in'));
+  const z2 = await waitForRangeChange(page, full);
+  await page.mouse.click(box.x + box.width * 0.3, box.y + box.height * 0.5);
+  const pinned = page.locator(testid('pinned'));
+  await pinned.waitFor();
+  const ts = await pinned.getAttribute('data-ts');
+  await page.waitForTimeout(600);
+  await page.mouse.dblclick(box.x + box.width * 0.7, box.y + box.height * 0.5);
+  assert.deepEqual(await waitForRangeChange(page, z2), full);
+  await page.waitForTimeout(100);
+  assert.equal(await pinned.getAttribute('data-ts'), ts, 'the pin is the one before');
+  assert.deepEqual(page.errors, []);
+});
+
+test('timeline: the pinned moment has a colour of its own', async (ctx) => {
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const canvas = page.locator(testid('timeline-canvas'));
+  await page.locator(`${testid('timeline-canvas')}[data-markers-drawn]`).waitFor({ timeout: LOAD_TIMEOUT });
+  const box = await canvas.boundingBox();
+  const x = Math.round(box.width * 0.37);
+  await page.mouse.click(box.x + x, box.y + box.height * 0.5);
+  await page.locator(testid('pinned')).waitFor();
+  await page.waitForTimeout(200);
+  // The colours drawn in the pin's column, and the marker colours of the chart.
+  const colours = await canvas.evaluate((c, x) => {
+    const dpr = c.width / c.clientWidth;
+    const d = c.getContext('2d').getImageData(Math.round(x * dpr), 0, 1, c.height).data;
+    const out = [];
+    for (let i = 0; i < d.length; i += 4) out.push([d[i], d[i + 1], d[i + 2]]);
+    return out;
+  }, x);
+  const near = (a, b, tol) => Math.hypot(a[0] - b[0], a[1] - b[1], a[2] - b[2]) <= tol;
+  const pin = [0, 176, 255];
+  assert.ok(colours.filter((c) => near(c, pin, 8)).length > box.height / 2, 'the pin line is drawn in its colour');
+  for (const marker of [[219, 68, 55], [142, 36, 170], [230, 81, 0]]) {
+    assert.ok(!near(pin, marker, 150), `far from the marker colour ${marker}`);
+  }
+  assert.deepEqual(page.errors, []);
+});
+
+test('timeline markers: grouped on the chart, every one listed a page at a time (N of M)', async (ctx) => {
+  const trace = path.join(TRACES, 'spikes-200k.msgpack');
+  if (!fs.existsSync(trace)) {
+    execFileSync(GPUCOLLECT, ['synth', 'spikes', '--events', '200000', '--seed', '5', '-o', trace], { stdio: 'ignore' });
+  }
+  const page = await newPage(ctx, `${BASE}?trace=traces/spikes-200k.msgpack#view=timeline`);
+  const list = page.locator(testid('marker-list'));
+  await list.waitFor({ timeout: LOAD_TIMEOUT });
+  const canvas = page.locator(testid('timeline-canvas'));
+  const total = Number(await list.getAttribute('data-count'));
+  assert.ok(total > 50, `${total} markers, more than a page`);
+  await page.waitForFunction((n) => document.querySelector('[data-testid="timeline-canvas"]').dataset.markersDrawn === String(n), total);
+  const groups = Number(await canvas.getAttribute('data-marker-groups'));
+  assert.ok(groups > 0 && groups <= total, `${groups} groups`);
+  await page.click(`${testid('marker-list')} summary`);
+  for (;;) {
+    const listed = Number(await list.getAttribute('data-listed'));
+    assert.match(await page.locator(testid('marker-summary')).textContent(), new RegExp(`^Markers: ${listed} of ${total} listed`));
+    assert.equal(await page.locator(testid('marker')).count(), listed);
+    if (listed === total) break;
+    await page.click(testid('markers-more'));
+    await page.waitForFunction((n) => Number(document.querySelector('[data-testid="marker-list"]').dataset.listed) > n, listed);
+  }
+  assert.equal(await page.locator(testid('markers-more')).count(), 0, 'nothing left to show');
+  // The last one is reachable: it zooms the timeline on itself.
+  const last = page.locator(testid('marker')).last();
+  const ts = BigInt(await last.getAttribute('data-ts'));
+  await last.locator('button').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid="visible-range"]').dataset.t0 !== undefined);
+  const [t0, t1] = await visibleRange(page);
+  assert.ok(t0 <= ts && ts <= t1, 'the window holds the marker');
+  assert.deepEqual(page.errors, []);
+});
+
 const { ctx, close } = await launch();
 let failed = 0;
 // ONLY=text runs the tests whose name contains it.

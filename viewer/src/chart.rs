@@ -668,7 +668,7 @@ pub fn draw<DB: DrawingBackend>(
         let mut line = Vec::with_capacity(cols.len() * 3);
         for (c, x) in &cols {
             push_point(&mut line, (x_of(*c), y_of(x.max)));
-            if x.min < x.max {
+            if layer.style == LayerStyle::Band && x.min < x.max {
                 push_point(&mut line, (x_of(*c), y_of(x.min)));
             }
             push_point(&mut line, (x_of(*c + 1), y_of(x.last)));

@@ -27,7 +27,7 @@ pub const HEIGHT_PX: u32 = 380;
 /// A press that moves less than this is a click (pin), not a brush.
 const CLICK_SLOP_PX: f64 = 4.0;
 /// Markers listed under the chart at first, and added by each "Show more".
-const MARKER_PAGE: usize = 100;
+const MARKER_PAGE: usize = 50;
 /// Delay before the call sites under the cursor are computed.
 const HOVER_SITES_DELAY_MS: u64 = 120;
 
@@ -482,6 +482,8 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
         .flatten()
         .collect::<Vec<_>>()
         .join(", ");
+        // Open once the reader has asked for more (the list is drawn anew then).
+        let expanded = shown > MARKER_PAGE;
         let more = (shown < total).then(|| {
             view! {
                 <button data-testid="markers-more" on:click=move |_| listed.update(|n| *n += MARKER_PAGE)>
@@ -492,7 +494,7 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
         });
         Some(view! {
             <details class="markers" data-testid="marker-list" data-count=total.to_string()
-                data-listed=shown.to_string() open=shown > MARKER_PAGE>
+                data-listed=shown.to_string() open=expanded>
                 <summary data-testid="marker-summary">{format!("Markers: {shown} of {total} listed · {summary}")}</summary>
                 <ul>{items}</ul>
                 {more}
