@@ -760,7 +760,7 @@ test('timeline: call sites stacked (legend, hover names a band, a selected leak 
 test('timeline: axis labels are round numbers of one unit, with one precision', async (ctx) => {
   const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
   const canvas = page.locator(testid('timeline-canvas'));
-  await page.locator(`${testid('timeline-canvas')}[data-y-labels]`).waitFor({ timeout: LOAD_TIMEOUT });
+  await page.locator(`${testid('timeline-canvas')}[data-drawn-at]`).waitFor({ timeout: LOAD_TIMEOUT });
   for (const zoom of [false, true]) {
     if (zoom) {
       const r0 = await visibleRange(page);
@@ -810,7 +810,7 @@ test('timeline: double-click resets the zoom and leaves the pin as it was', asyn
 test('timeline: the pinned moment has a colour of its own', async (ctx) => {
   const page = await newPage(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
   const canvas = page.locator(testid('timeline-canvas'));
-  await page.locator(`${testid('timeline-canvas')}[data-markers-drawn]`).waitFor({ timeout: LOAD_TIMEOUT });
+  await page.locator(`${testid('timeline-canvas')}[data-drawn-at]`).waitFor({ timeout: LOAD_TIMEOUT });
   const box = await canvas.boundingBox();
   const x = Math.round(box.width * 0.37);
   await page.mouse.click(box.x + x, box.y + box.height * 0.5);
