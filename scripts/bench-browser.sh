@@ -50,9 +50,9 @@ RESULTS=$TRACES/results.jsonl
 for round in $(seq "$ROUNDS"); do
   for i in "${!DISTS[@]}"; do
     BUILD=${DISTS[$i]} ROUND=$round BASE_URL=${URLS[$i]} TRACES=$TRACES SIZES=$SIZES FILES="${FILES:-}" \
-      node tests/browser/bench.mjs | tee -a "$RESULTS"
+      node tests/browser/bench/bench.mjs | tee -a "$RESULTS"
   done
 done
 if [[ $ROUNDS -gt 1 || ${#DISTS[@]} -gt 1 ]]; then
-  node tests/browser/bench-summary.mjs "$RESULTS"
+  node tests/browser/bench/bench-summary.mjs "$RESULTS"
 fi

@@ -29,8 +29,8 @@ ABS=$(realpath "${PATHS[@]}" | tr '\n' ' ')
 # lib.mjs (launch()) imports playwright-core from tests/browser; other runs may be using that
 # folder, so it is only installed when missing.
 [[ -d tests/browser/node_modules/playwright-core ]] || (cd tests/browser && npm ci --no-audit --no-fund --silent)
-(cd tests/browser/pytorch-viewer && npm ci --no-audit --no-fund --silent)
+(cd tests/browser/bench/pytorch-viewer && npm ci --no-audit --no-fund --silent)
 for round in $(seq "$ROUNDS"); do
   ROUND=$round MEMORYVIZ_JS=$MEMORYVIZ_JS FILES=$ABS TIMEOUT_S=${TIMEOUT_S:-180} \
-    node "$ROOT/tests/browser/pytorch-viewer/bench.mjs"
+    node "$ROOT/tests/browser/bench/pytorch-viewer/bench.mjs"
 done

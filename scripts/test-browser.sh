@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Real-browser tests of the viewer: builds the app with trunk, writes synthetic traces and their
-# `gpucollect report --format json`, serves both on localhost, runs tests/browser/test.mjs in
-# headless Chromium (playwright-core), then stops the server.
+# `gpucollect report --format json`, serves both on localhost, runs the specs of
+# tests/browser/specs/ (one per view, page objects in tests/browser/pages/) through
+# tests/browser/run.mjs in headless Chromium (playwright-core), then stops the server.
 #
 # Needs: trunk 0.21.14, wasm-bindgen-cli (= the version in Cargo.lock), node >= 18, Chromium at
 # /usr/bin/chromium (or CHROMIUM=...). Screenshots go to test-artifacts/.
-# Env: RELEASE=1 builds with --release; SKIP_BUILD=1 reuses dist/.
+# Env: RELEASE=1 builds with --release; SKIP_BUILD=1 reuses dist/; SPEC="leaks timeline" runs those
+# specs only (names of tests/browser/specs/*.spec.mjs); ONLY=text runs the tests whose name holds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -23,7 +25,7 @@ cargo build -q -p gpucollect
 GC=$ROOT/target/debug/gpucollect
 mkdir -p "$TRACES" "$ARTIFACTS"
 rm -f "$ARTIFACTS"/*.png
-for s in spikes multi-device; do
+for s in spikes multi-device nvtx-leak; do
   "$GC" synth "$s" --events 20000 --seed 5 -o "$TRACES/$s.msgpack"
   "$GC" report "$TRACES/$s.msgpack" --format json > "$TRACES/$s.json"
 done
@@ -79,4 +81,4 @@ BASE_URL=$(head -n 1 "$TRACES/server.log")
 echo "   $BASE_URL"
 
 echo "== running the browser tests"
-SERVE_URL=$SERVE_URL BASE_URL=$BASE_URL TRACES=$TRACES ARTIFACTS=$ARTIFACTS node tests/browser/test.mjs
+SERVE_URL=$SERVE_URL BASE_URL=$BASE_URL TRACES=$TRACES ARTIFACTS=$ARTIFACTS node tests/browser/run.mjs

@@ -20,8 +20,8 @@
 // large file then passes through the same few MiB instead of hundreds of MiB of new buffers,
 // each of whose pages the kernel would first have to hand out (about as costly as reading
 // them), and which the page's garbage collector would then have to free. The buffers are kept
-// for the next file (up to SPARE_BYTES), and a first set is made and written while the page
-// waits for a file. Elsewhere the stream's own chunks are sent in batches.
+// for the next file (up to SPARE_BYTES); none is made before a file is chosen. Elsewhere the
+// stream's own chunks are sent in batches.
 
 // A batch is sent once it holds this many bytes: small at first, so decoding starts within a
 // few milliseconds of the file being chosen, doubling up to the largest (fewer messages).
@@ -35,8 +35,7 @@ const SPARE_BYTES = 24 * 1024 * 1024;
 // Streams being read, by id: {untaken, wake, cancelled}.
 const streams = new Map();
 
-// Buffers to read into: handed back by the page, kept from earlier streams, or made when the
-// worker starts (below).
+// Buffers to read into: handed back by the page, or kept from earlier streams.
 const spare = [];
 
 // Buffers made and buffers read into again, over every stream (the browser tests read them).
@@ -48,21 +47,6 @@ function keep(buf) {
   const held = spare.reduce((sum, b) => sum + b.byteLength, 0);
   if (held + buf.byteLength <= SPARE_BYTES) spare.push(buf);
 }
-
-// While the page waits for a file: one buffer of each batch size, and two more of the largest,
-// written once so that the kernel hands out their pages now (each costs a fresh zeroed page per
-// 4 KiB on first write: for the first file, as much work again as reading into them). One
-// buffer per task, so that a file chosen meanwhile is not kept waiting.
-function prepare(sizes) {
-  if (!sizes.length || streams.size) return;
-  const buf = new ArrayBuffer(sizes[0]);
-  new Uint8Array(buf).fill(0);
-  keep(buf);
-  setTimeout(() => prepare(sizes.slice(1)), 0);
-}
-const FIRST_SET = [MAX_BATCH, MAX_BATCH, MAX_BATCH];
-for (let n = MAX_BATCH / 2; n >= FIRST_BATCH; n /= 2) FIRST_SET.unshift(n);
-setTimeout(() => prepare(FIRST_SET), 0);
 
 // Waits while too many bytes are sent and untaken; false once the stream is cancelled.
 async function room(s) {

@@ -1,5 +1,5 @@
-// Shared helpers for the browser tests and the benchmark: launching headless Chromium and
-// the viewer's unit formatting (a port of analysis_core::units, to check what the page shows).
+// Shared helpers for the browser tests and the benchmarks: launching headless Chromium,
+// dropping a file on the page, and reading a file into the OS page cache.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,28 +22,6 @@ export async function launch(options = {}) {
       ...(process.env.CHROMIUM_ARGS || '').split(/\s+/).filter(Boolean)],
   });
   return { ctx, close: async () => { await ctx.close(); fs.rmSync(dir, { recursive: true, force: true }); } };
-}
-
-/** analysis_core::units::fmt_bytes */
-export function fmtBytes(b) {
-  const U = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'];
-  if (b < 1024) return `${b} B`;
-  let v = b / 1024, u = 0;
-  while (v >= 1024 && u < U.length - 1) { v /= 1024; u++; }
-  if (v >= 100) return `${v.toFixed(0)} ${U[u]}`;
-  if (v >= 10) return `${v.toFixed(1)} ${U[u]}`;
-  return `${v.toFixed(2)} ${U[u]}`;
-}
-
-/** analysis_core::units::fmt_duration */
-export function fmtDuration(n) {
-  if (n < 1e3) return `${n} ns`;
-  if (n < 1e6) return `${(n / 1e3).toFixed(3)} µs`.replace('.000', '');
-  if (n < 1e9) return `${(n / 1e6).toFixed(2)} ms`;
-  if (n < 120e9) return `${(n / 1e9).toFixed(2)} s`;
-  const s = Math.floor(n / 1e9);
-  if (s < 7200) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
 /** Drops `bytes` as a file named `name` onto the page, like a user dragging it in. */

@@ -91,8 +91,6 @@ pub enum Source {
     Blob(BlobReader),
     Stream(web_sys::ReadableStreamDefaultReader),
     Bytes(Option<Vec<u8>>),
-    /// Pieces in the browser's memory, as a file's bytes arrive (the warm-up's inputs).
-    Pieces(std::collections::VecDeque<js_sys::Uint8Array>),
 }
 
 /// Reads a file (a `Blob`): streamed by the worker where one runs (`read_worker`), else (or from
@@ -286,7 +284,6 @@ impl Source {
     async fn next(&mut self) -> Result<Option<Chunk>, String> {
         let chunk = match self {
             Self::Bytes(b) => return Ok(b.take().map(Chunk::Ours)),
-            Self::Pieces(p) => return Ok(p.pop_front().map(Chunk::Js)),
             Self::Blob(reader) => match reader.next().await? {
                 Some(chunk) => chunk,
                 None => return Ok(None),
@@ -391,30 +388,10 @@ impl Pacer {
     }
 }
 
-/// A load under way: the analysis, `None` if a newer load started, or what went wrong.
-pub type Decoding<'a> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Option<Arc<Analysis>>, String>> + 'a>,
->;
-
-/// Decodes everything `src` yields, reporting progress, and analyses the result. `current`
-/// returns false once a newer load has started (this one then stops quietly).
-///
-/// The warm-up (`warmup.rs`) must run the very functions a real load runs: copies of them
-/// would be compiled (and optimized) by the browser during the first real load instead, ~300
-/// functions and 6-8 ms. So this is not generic (no copies for each caller's closure types),
-/// and the future is boxed, so that its body is not inlined into each caller's (the compiler
-/// did that, making copies of the loading code for the warm-up and for real loads).
-pub fn decode<'a>(
-    src: Source,
-    source: String,
-    total_bytes: Option<u64>,
-    state: RwSignal<LoadState>,
-    current: &'a dyn Fn() -> bool,
-) -> Decoding<'a> {
-    Box::pin(decode_now(src, source, total_bytes, state, current))
-}
-
-async fn decode_now(
+/// Decodes everything `src` yields, reporting progress, and analyses the result: the
+/// analysis, `None` if a newer load started (`current` returns false once one has: this one
+/// then stops quietly), or what went wrong.
+pub async fn decode(
     mut src: Source,
     source: String,
     total_bytes: Option<u64>,

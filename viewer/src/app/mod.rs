@@ -10,7 +10,6 @@ mod load;
 mod read_worker;
 mod timeline;
 mod views;
-mod warmup;
 
 use std::sync::Arc;
 
@@ -210,8 +209,9 @@ pub fn App() -> impl IntoView {
     } else if let Some(s) = dom::query_param("demo").and_then(|d| Scenario::from_name(&d)) {
         open_demo(s, true);
     } else {
-        // Nothing to open yet: compile and optimize the loading code while the user picks a file.
-        warmup::start(move || generation.try_get_value() == Some(0));
+        // Nothing to open yet: the worker that will read the chosen file starts while the user
+        // picks it (it reads a file only once one is chosen, and holds no buffers before).
+        read_worker::prepare();
     }
 
     // Drag and drop anywhere on the page.
@@ -294,12 +294,6 @@ pub fn App() -> impl IntoView {
 }
 
 /// The page's main part: the open trace's views, or what `otherwise` shows while none is open.
-/// The warm-up (`warmup.rs`) renders this very function, so that the code that replaces the
-/// welcome screen with a trace's first view is compiled before a real load needs it. The view
-/// is type-erased and this is never inlined: the compiler would otherwise inline (copy) the
-/// rendering code into each caller, and the warm-up would compile its own copy (it left ~150
-/// functions, 2-3 ms, to compile between a real load's analysis and its first draw).
-#[inline(never)]
 fn main_part(ctx: Ctx, otherwise: Arc<dyn Fn() -> AnyView + Send + Sync>) -> AnyView {
     (move || match ctx.analysis.get() {
         Some(a) => view! { <Loaded a=a ctx=ctx /> }.into_any(),

@@ -84,6 +84,9 @@ fn start_worker() -> Option<Reader> {
             let get = |k: &str| js_sys::Reflect::get(&data, &k.into()).ok();
             if get("ready").is_some_and(|v| v.is_truthy()) {
                 r.set(true);
+                // From now on a chosen file is streamed by the worker (the browser tests wait
+                // for this mark before choosing one).
+                super::dom::mark("gpucollect:read-worker-ready");
                 return;
             }
             let id = get("id")
@@ -148,7 +151,8 @@ fn with_worker<T>(f: impl FnOnce(&mut Reader) -> Option<T>) -> Option<T> {
     })
 }
 
-/// Starts the worker now (its script loads while the page waits for a file), unless it runs.
+/// Starts the worker now, unless it runs: its script loads while the page waits for a file, and
+/// it reads nothing (and holds no buffers) until one is chosen.
 pub fn prepare() {
     with_worker(|_| Some(()));
 }

@@ -3,7 +3,7 @@
 // (ProduceCanvasResource, or FinalizeFrame when drawn outside an animation frame) and the
 // animation-frame callbacks of each step.
 // Env: BASE_URL (a served build), FILE (a trace), STEPS (default 12), CATS (trace categories).
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 
 const BASE = process.env.BASE_URL;
 const FILE = process.env.FILE;
@@ -23,7 +23,7 @@ cdp.on('Tracing.dataCollected', (d) => events.push(...d.value));
 const done = new Promise((res) => cdp.once('Tracing.tracingComplete', res));
 await cdp.send('Tracing.start', { categories: CATS, transferMode: 'ReportEvents' });
 for (let i = 0; i < STEPS; i++) {
-  // The same step as tests/browser/bench.mjs: a key, then the next frame.
+  // The same step as tests/browser/bench/bench.mjs: a key, then the next frame.
   await page.evaluate(async (key) => {
     window.dispatchEvent(new KeyboardEvent('keydown', { key, bubbles: true }));
     await new Promise((res) => requestAnimationFrame(() => setTimeout(res, 0)));

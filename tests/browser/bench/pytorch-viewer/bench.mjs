@@ -23,7 +23,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cacheFile, launch } from '../lib.mjs';
+import { cacheFile, launch } from '../../lib.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const MODULES = path.join(HERE, 'node_modules');

@@ -1,21 +1,21 @@
 // Profiles loading one file in headless Chromium (CDP sampling profiler) and prints the functions
 // with the most self time. Not a test. Env: BASE_URL, FILE, CALLERS (a function name part: also
 // prints the call paths into it, DEPTH frames deep (default 3), by time), COLD=1 (do not wait for
-// the page's warm-up), TWICE=1 (then loads the file again in the same page and profiles that
+// the reading worker to run), TWICE=1 (then loads the file again in the same page and profiles that
 // too: the second load runs in memory the first one already touched, so the difference is what
 // first touches of memory cost).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
 
 const cdp = await ctx.newCDPSession(page);
 await page.goto(`${process.env.BASE_URL}#view=timeline`);
 await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
-// After the page's warm-up, as the benchmark does (COLD=1: right away).
-if (!process.env.COLD) await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
+// Once the reading worker runs (COLD=1: right away).
+if (!process.env.COLD) await page.waitForFunction(() => performance.getEntriesByName('gpucollect:read-worker-ready').length > 0, null, { timeout: 60_000 });
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
 // The same file under a second name for TWICE (choosing the same path again changes nothing).

@@ -1,13 +1,13 @@
 // Profiling helper (not a test): samples one load (as profile-load.mjs does) and prints, for each
 // BUCKET_MS (default 10) of the load, the functions with the most self time in it. Env: BASE_URL,
 // FILE, BUCKET_MS, TOP (functions per bucket, default 4).
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
 const cdp = await ctx.newCDPSession(page);
 await page.goto(`${process.env.BASE_URL}#view=timeline`);
 await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
-await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
+await page.waitForFunction(() => performance.getEntriesByName('gpucollect:read-worker-ready').length > 0, null, { timeout: 60_000 });
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
 await cdp.send('Profiler.start');

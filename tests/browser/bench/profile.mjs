@@ -2,9 +2,9 @@
 // steps (or, with LOAD=1, of opening the file) and prints the functions with the most self time.
 // Each zoom step also prints its timings in ms from the key event: the synchronous handler
 // (sync), the benchmark's animation frame (raf), the end of the draw (drawnAt), the draw itself
-// (draw) and the next task after the frame (frame, what tests/browser/bench.mjs reports).
+// (draw) and the next task after the frame (frame, what tests/browser/bench/bench.mjs reports).
 // Env: BASE_URL (a served build), FILE (a trace), STEPS (default 12), LOAD.
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 
 const BASE = process.env.BASE_URL;
 const FILE = process.env.FILE;

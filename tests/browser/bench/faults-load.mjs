@@ -1,10 +1,10 @@
 // Profiling helper (not a test; Linux only): loads FILE in the served viewer (BASE_URL) once the
-// warm-up is done and prints, for each Chromium process, and each thread of the renderer, the
+// reading worker runs and prints, for each Chromium process, and each thread of the renderer, the
 // minor page faults (memory touched for the first time: each costs the kernel a fresh zeroed
 // page) and the CPU ticks (user, system; 10 ms each) taken from choosing the file to the drawn
 // timeline, read from /proc. `wall` includes the harness's round trips.
 import fs from 'node:fs';
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 function faults() {
   const out = {};
   for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
@@ -26,7 +26,7 @@ function faults() {
 const { ctx, close } = await launch();
 const page = await ctx.newPage();
 await page.goto(`${process.env.BASE_URL}#view=timeline`);
-await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
+await page.waitForFunction(() => performance.getEntriesByName('gpucollect:read-worker-ready').length > 0, null, { timeout: 60_000 });
 await page.waitForTimeout(500);
 const a = faults();
 const t0 = Date.now();

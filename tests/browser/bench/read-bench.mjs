@@ -20,7 +20,7 @@
 // Prints one JSON line per run: ms (until the last byte, and the work on it), first (ms until
 // the first bytes), chunks (pieces a stream gave). Env: FILE, MODES, ROUNDS (default 3), RATE.
 import http from 'node:http';
-import { launch } from './lib.mjs';
+import { launch } from '../lib.mjs';
 
 const PAGE = `<!doctype html><html><body><input type=file id=f><script>
 const w = new Worker('w.js');

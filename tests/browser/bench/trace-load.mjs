@@ -2,8 +2,8 @@
 // the painted frame after the first drawn timeline) and prints the renderer main thread's time by top-level event
 // (script, wasm compilation, style, layout, paint, GC, …) and the longest tasks in order.
 // Env: BASE_URL (a served build), FILE, CATS (trace categories), COLD=1 (do not wait for the
-// page's warm-up), EVENTS_OUT (a file for every event).
-import { launch } from './lib.mjs';
+// reading worker to run), EVENTS_OUT (a file for every event).
+import { launch } from '../lib.mjs';
 
 const CATS = process.env.CATS || 'devtools.timeline,disabled-by-default-devtools.timeline,blink,v8,v8.wasm,toplevel,disabled-by-default-v8.compile';
 const { ctx, close } = await launch();
@@ -14,8 +14,8 @@ await page.addInitScript(() => {
 });
 await page.goto(`${process.env.BASE_URL}#view=timeline`);
 await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
-// After the page's warm-up, as the benchmark does (COLD=1: right away).
-if (!process.env.COLD) await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
+// Once the reading worker runs (COLD=1: right away).
+if (!process.env.COLD) await page.waitForFunction(() => performance.getEntriesByName('gpucollect:read-worker-ready').length > 0, null, { timeout: 60_000 });
 await page.waitForTimeout(300);
 const events = [];
 cdp.on('Tracing.dataCollected', (d) => events.push(...d.value));

@@ -2,12 +2,14 @@
 // Env: BASE_URL (served app), TRACES (dir with bench-<N>.msgpack files), SIZES (e.g. "1000000 10000000").
 // For each trace: time from choosing the file (input change event) to the first drawn timeline,
 // the frame time of zoom steps, and memory (wasm linear memory, JS heap) relative to trace size.
-// The file is chosen once the page has finished its warm-up (`data-warm="done"` on the root
-// element, see viewer/src/app/warmup.rs), like a user who takes a second to pick it; COLD=1
-// chooses it as soon as the picker exists instead.
+// The file is chosen IDLE_MS (default 1000) after the page has started, like a user who takes a
+// second to pick it (a build whose root element gets `data-warm`, one from before the idle
+// warm-up was removed, is waited for until `data-warm="done"` as well, as it was measured then);
+// COLD=1 chooses it as soon as the picker exists instead. Memory is sampled just before the file
+// is chosen (idle) and after the load (WebAssembly memory never shrinks: its size is the peak).
 import fs from 'node:fs';
 import path from 'node:path';
-import { cacheFile, launch } from './lib.mjs';
+import { cacheFile, launch } from '../lib.mjs';
 
 const BASE = process.env.BASE_URL;
 const TRACES = process.env.TRACES;
@@ -35,7 +37,7 @@ for (const file of inputs) {
         if (window.__chosen && !window.__firstDraw && r.target.dataset?.testid === 'timeline-canvas' && r.target.isConnected) {
           const first = (window.__firstDraw = { at: Number(r.target.dataset.drawnAt), ms: Number(r.target.dataset.drawMs), painted: null });
           // The end of the frame that shows it (the end point PyTorch's viewer is measured to,
-          // tests/browser/pytorch-viewer/bench.mjs): the canvas is drawn in an animation frame's
+          // tests/browser/bench/pytorch-viewer/bench.mjs): the canvas is drawn in an animation frame's
           // callback, then that frame's style, layout, paint and commit run in the same task,
           // then this one. It is posted with the highest priority: the detectors' run, queued in
           // the same frame to start after it, must not be counted as painting.
@@ -48,8 +50,16 @@ for (const file of inputs) {
   await cdp.send('Performance.enable');
   await page.goto(`${BASE}#view=timeline`);
   await page.waitForSelector('[data-testid="file-picker"]', { state: 'attached' });
-  const warmMs = process.env.COLD ? null : await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 })
-    .then(() => page.evaluate(() => Math.round(performance.now())));
+  let warmMs = null;
+  if (!process.env.COLD) {
+    await page.waitForTimeout(Number(process.env.IDLE_MS || 1000));
+    if (await page.locator('html[data-warm]').count()) {
+      await page.waitForSelector('html[data-warm="done"]', { state: 'attached', timeout: 60_000 });
+      warmMs = await page.evaluate(() => Math.round(performance.now()));
+    }
+  }
+  const idleWasm = await page.evaluate(() => window.__wasm?.memory?.buffer?.byteLength ?? 0);
+  const idleHeap = (await cdp.send('Performance.getMetrics')).metrics.find((x) => x.name === 'JSHeapUsedSize')?.value ?? 0;
   let heapMax = 0;
   const sampler = setInterval(async () => {
     try {
@@ -105,6 +115,8 @@ for (const file of inputs) {
     events: FILES.length ? undefined : Number(n),
     trace_mib: +(bytes / MiB).toFixed(1),
     warm_up_done_ms: warmMs ?? undefined,
+    idle_wasm_memory_mib: +(idleWasm / MiB).toFixed(1),
+    idle_js_heap_mib: +(idleHeap / MiB).toFixed(1),
     first_timeline_ms: Math.round(first.drawn - first.chosen),
     // Up to the end of the frame that shows it (the end point of PyTorch's viewer's benchmark).
     first_painted_ms: Math.round(first.painted - first.chosen),

@@ -1,0 +1,52 @@
+// Links: "Copy link" reopens the same view; "Share" uploads to `gpucollect serve`.
+import assert from 'node:assert/strict';
+import { BASE, LOAD_TIMEOUT, SERVE_URL, report, spec, traceBytes } from '../harness.mjs';
+import { launch } from '../lib.mjs';
+import { Viewer } from '../pages/viewer.mjs';
+
+const { tests, test } = spec();
+export default tests;
+
+test('a copied link reopens the same view', async (ctx) => {
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/multi-device.msgpack`);
+  await v.overview.waitLoaded();
+  await v.click('tab-timeline');
+  await v.timeline.zoomIn();
+  await v.timeline.zoomIn();
+  await v.timeline.panRight();
+  await v.selectDevice({ index: 2 });
+  const pin = await v.timeline.pinAt(0.5, 0.5);
+  const range = await v.timeline.range();
+  const device = await v.deviceFilter().inputValue();
+  const link = await v.copyLink();
+  assert.match(link, /\?trace=.*#view=timeline&t0=\d+&t1=\d+&pin=\d+&device=\d+/);
+  const again = await Viewer.open(ctx, link);
+  await again.timeline.waitShown();
+  assert.equal(await again.view(), 'timeline');
+  assert.deepEqual(await again.timeline.range(), range);
+  assert.equal(await again.timeline.pinned(), pin);
+  assert.equal(await again.deviceFilter().inputValue(), device);
+  await again.close();
+});
+
+test('Share uploads to gpucollect serve; the link opens the same view in a fresh browser', async (ctx) => {
+  assert.ok(SERVE_URL, 'SERVE_URL is set by scripts/test-browser.sh');
+  const v = await Viewer.open(ctx, SERVE_URL);
+  await v.waitForWelcome();
+  await v.drop('multi-device.msgpack', traceBytes('multi-device.msgpack'));
+  await v.overview.waitLoaded();
+  await v.click('tab-sites');
+  const link = await v.share();
+  assert.match(link, /view=sites/, link);
+  const fresh = await launch();
+  try {
+    const other = await Viewer.open(fresh.ctx, link);
+    await other.page.locator('[data-testid="tab-sites"][aria-selected="true"]').waitFor({ timeout: LOAD_TIMEOUT });
+    await other.screenshot('shared-link-fresh-profile.png');
+    await other.click('tab-overview');
+    await other.overview.expectReport(report('multi-device'));
+    assert.deepEqual(other.errors, [], 'no errors (CSP included)');
+  } finally {
+    await fresh.close();
+  }
+});
