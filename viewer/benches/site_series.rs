@@ -50,7 +50,7 @@ fn bench(c: &mut Criterion) {
         ] {
             g.bench_function(format!("{}/top+columns {name}", scenario.name()), |b| {
                 b.iter(|| {
-                    let top = sites.top_in_window(t0, t1, 8, None);
+                    let top = sites.top_in_window(t0, t1, 8, None, None);
                     let tl: Vec<_> = top.iter().map(|s| &s.timeline).collect();
                     stack_columns(&a.total, &tl, t0, t1, 1150).columns()
                 })

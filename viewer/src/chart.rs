@@ -317,8 +317,16 @@ pub fn timeline_spec<'a>(
     let stack = sites.and_then(|sites| {
         let whole = sites.whole.as_ref().or_else(|| a.whole_of(&f))?;
         let highlight = vs.open_stack.map(StackId);
+        // The call-site search (or a frame clicked in the icicle) keeps the sites it matches.
+        let allowed = (!vs.search.is_empty()).then(|| a.stacks_matching(&vs.search));
         let bands = sites
-            .top_in_window(t0, t1, STACKED_SITES, highlight)
+            .top_in_window(
+                t0,
+                t1,
+                STACKED_SITES,
+                highlight,
+                allowed.as_deref().map(Vec::as_slice),
+            )
             .into_iter()
             .enumerate()
             .map(|(i, s)| StackBand {

@@ -175,6 +175,8 @@ pub struct Analysis {
     /// Live bytes per call site over time for the stacked timeline, per filter, most recent
     /// last ([`Analysis::site_series`]: built on first use, not while loading).
     site_series: std::sync::Mutex<Vec<(Filter, std::sync::Arc<SiteSeries>)>>,
+    /// The last [`Analysis::stacks_matching`] answer.
+    matching: std::sync::Mutex<Option<(String, std::sync::Arc<Vec<StackId>>)>>,
 }
 
 impl Analysis {
@@ -247,6 +249,7 @@ impl Analysis {
             total,
             range_rows,
             site_series: std::sync::Mutex::new(Vec::new()),
+            matching: std::sync::Mutex::new(None),
         }
     }
 
@@ -327,6 +330,30 @@ impl Analysis {
             [(_, plot)] => Some(plot),
             _ => None,
         }
+    }
+
+    /// The stacks with a frame that contains `needle` (case-insensitive, as the call-site
+    /// search matches), sorted; the last answer is kept, so a draw per zoom step reuses it.
+    pub fn stacks_matching(&self, needle: &str) -> std::sync::Arc<Vec<StackId>> {
+        let needle = needle.to_lowercase();
+        if let Ok(cache) = self.matching.lock()
+            && let Some((n, s)) = cache.as_ref()
+            && *n == needle
+        {
+            return s.clone();
+        }
+        let mut stacks: Vec<StackId> = self
+            .sites()
+            .iter()
+            .filter(|r| site_matches(r, &needle))
+            .map(|r| r.stack)
+            .collect();
+        stacks.sort();
+        let stacks = std::sync::Arc::new(stacks);
+        if let Ok(mut cache) = self.matching.lock() {
+            *cache = Some((needle, stacks.clone()));
+        }
+        stacks
     }
 
     /// The report, once [`Analysis::detect`] ran.

@@ -179,17 +179,21 @@ impl SiteSeries {
     }
 
     /// Up to `k` sites with the highest live bytes inside `[t0, t1)`, highest first (sites
-    /// with nothing live there are left out); `include`, when it has bytes live there, is added
-    /// if it is not among them.
+    /// with nothing live there are left out), among `allowed` (sorted) when given; `include`,
+    /// when it has bytes live there, is added if it is not among them.
     pub fn top_in_window(
         &self,
         t0: u64,
         t1: u64,
         k: usize,
         include: Option<StackId>,
+        allowed: Option<&[StackId]>,
     ) -> Vec<&Site> {
         let mut best: Vec<(u64, &Site)> = Vec::with_capacity(k + 1);
         for s in &self.sites {
+            if allowed.is_some_and(|a| a.binary_search(&s.stack).is_err()) {
+                continue;
+            }
             // Sites are sorted by their peak over the whole trace: none after this one can
             // reach the k-th best.
             if best.len() == k && best.last().is_some_and(|(p, _)| s.peak_bytes <= *p) {
@@ -406,7 +410,7 @@ mod tests {
         let series = SiteSeries::build(m, &Filter::default(), false);
         let (lo, hi) = (m.first_ts_nanos, m.last_ts_nanos);
         for (t0, t1) in [(lo, hi + 1), (lo + (hi - lo) / 3, lo + (hi - lo) / 2)] {
-            let top = series.top_in_window(t0, t1, 4, None);
+            let top = series.top_in_window(t0, t1, 4, None, None);
             // The same ranking by brute force over every site.
             let mut all: Vec<(u64, StackId)> = series
                 .sites
@@ -424,9 +428,13 @@ mod tests {
         }
         // A site asked for joins the top when it is not in it.
         let last = series.sites.last().expect("sites").stack;
-        let top = series.top_in_window(lo, hi + 1, 2, Some(last));
+        let top = series.top_in_window(lo, hi + 1, 2, Some(last), None);
         assert_eq!(top.len(), 3);
         assert_eq!(top[2].stack, last);
+        // Only the sites allowed.
+        let only = [series.sites[1].stack];
+        let top = series.top_in_window(lo, hi + 1, 4, None, Some(&only));
+        assert_eq!(top.iter().map(|s| s.stack).collect::<Vec<_>>(), only);
     }
 
     #[test]

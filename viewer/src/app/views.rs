@@ -530,7 +530,13 @@ fn scope_row(
 #[component]
 fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let rows: Vec<SiteRow> = a.leak_candidates(&filter_of(&vs.get_untracked()));
+    // The call-site search (or a frame clicked in the icicle) keeps the sites it matches.
+    let needle = vs.with_untracked(|v| v.search.to_lowercase());
+    let rows: Vec<SiteRow> = a
+        .leak_candidates(&filter_of(&vs.get_untracked()))
+        .into_iter()
+        .filter(|r| site_matches(r, &needle))
+        .collect();
     let total_live = a.trace.model.live_at_end_bytes();
     let csv = rows
         .iter()
