@@ -94,8 +94,9 @@ for (const file of inputs) {
   // Let the redraw with the detectors' markers happen before the zoom steps, and the one with the
   // call sites stacked (their series are built two frames after the first draw).
   await page.waitForTimeout(200);
-  await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-stacked="true"]', { timeout: 600_000 })
-    .catch(() => {});
+  if (await page.locator('canvas[data-testid="timeline-canvas"][data-stacked]').count()) {
+    await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-stacked="true"]', { timeout: 600_000 });
+  }
   const siteSeriesMs = await page.evaluate(() => Number(document.querySelector('[data-testid="timeline-canvas"]').dataset.siteSeriesMs ?? NaN));
   // Zoom steps: key '+' (zoom around the middle), measured from the key event to the next frame.
   const steps = [];
