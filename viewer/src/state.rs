@@ -219,6 +219,11 @@ impl ViewState {
     }
 
     /// Parses a fragment or query string (with or without the leading `#`/`?`).
+    /// Whether fragment `s` names a view.
+    pub fn fragment_has_view(s: &str) -> bool {
+        parse_pairs(s).iter().any(|(k, _)| k == "view")
+    }
+
     pub fn from_fragment(s: &str) -> Self {
         let mut st = Self::default();
         let mut t0 = None;
@@ -357,6 +362,14 @@ fn clamp_window(start: f64, span: f64, (lo, hi): (u64, u64)) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fragment_names_a_view_or_not() {
+        assert!(ViewState::fragment_has_view("#view=leaks&t0=1&t1=2"));
+        assert!(ViewState::fragment_has_view("t0=1&view=timeline"));
+        assert!(!ViewState::fragment_has_view("#t0=1&t1=2"));
+        assert!(!ViewState::fragment_has_view(""));
+    }
 
     #[test]
     fn fragment_round_trips() {

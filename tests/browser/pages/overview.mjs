@@ -9,6 +9,33 @@ export class OverviewPage {
   /** Waits until the overview's numbers are shown. */
   waitLoaded() { return this.v.el('ov-peak').waitFor({ timeout: LOAD_TIMEOUT }); }
 
+  /** Waits for the verdict (it comes with the detectors' report). */
+  waitVerdict() { return this.v.el('verdict').waitFor({ timeout: LOAD_TIMEOUT }); }
+  /** The verdict: `{ healthy, text, items: [{ kind, severity, headline, location, stack,
+   * bytesPerIteration, bytesPerHour, secondsToFull }] }`, as the page shows it. */
+  async verdict() {
+    const el = this.v.el('verdict');
+    const items = await this.v.all('verdict-item').evaluateAll((els) => els.map((e) => ({
+      kind: e.dataset.kind,
+      severity: e.dataset.severity,
+      headline: e.querySelector('[data-testid="verdict-headline"]').textContent.trim(),
+      location: e.dataset.location,
+      stack: e.dataset.stack,
+      bytesPerIteration: e.dataset.bytesPerIteration,
+      bytesPerHour: e.dataset.bytesPerHour,
+      secondsToFull: e.dataset.secondsToFull,
+    })));
+    return { healthy: (await el.getAttribute('data-healthy')) === 'true', text: (await el.textContent()).trim(), items };
+  }
+  /** Whether the whole verdict is inside the viewport as the page opens (no scrolling). */
+  async verdictOnFirstScreen() {
+    const box = await this.v.el('verdict').boundingBox();
+    const { height } = this.v.page.viewportSize();
+    return box !== null && box.y >= 0 && box.y + box.height <= height;
+  }
+  /** Follows the link of the verdict's `i`-th sentence to its evidence. */
+  openEvidence(i) { return this.v.all('verdict-evidence').nth(i).click(); }
+
   /** The findings' rows, in the page's order: `{ severity, kind, value }`. */
   findings() {
     return this.v.all('finding').evaluateAll((els) => els.map((e) => ({ severity: e.dataset.severity, kind: e.dataset.kind, value: e.dataset.value })));

@@ -1,6 +1,6 @@
 // Demos (no trace needed) and embed mode.
 import assert from 'node:assert/strict';
-import { BASE, spec } from '../harness.mjs';
+import { BASE, LOAD_TIMEOUT, SERVE_URL, spec, traceBytes } from '../harness.mjs';
 import { Viewer } from '../pages/viewer.mjs';
 
 const { tests, test } = spec();
@@ -19,4 +19,21 @@ test('demos load without a trace; embed mode hides the chrome', async (ctx) => {
   await embed.timeline.waitShown();
   assert.equal(await embed.count('file-picker-label'), 0, 'no header in embed mode');
   await embed.screenshot('embed-timeline.png', {});
+});
+
+test('/embed/<id>?view=… of gpucollect serve opens that view with the minimal chrome, as API.md documents', async (ctx) => {
+  assert.ok(SERVE_URL, 'SERVE_URL is set by scripts/test-browser.sh');
+  const up = await fetch(new URL('api/v1/traces', SERVE_URL), { method: 'POST', body: traceBytes('multi-device.msgpack') });
+  assert.equal(up.status, 201, await up.clone().text());
+  const { id } = await up.json();
+  for (const view of ['timeline', 'leaks']) {
+    const v = await Viewer.open(ctx, new URL(`embed/${id}?view=${view}`, SERVE_URL).href);
+    await v.page.locator(`main[data-view="${view}"]`).waitFor({ timeout: LOAD_TIMEOUT });
+    assert.equal(await v.count('file-picker-label'), 0, 'no header in embed mode');
+    if (view === 'timeline') await v.timeline.waitShown();
+    assert.deepEqual(v.errors, []);
+  }
+  // The viewer itself: ?view= in the query, as the server's redirect gives it.
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack&embed=1&view=spikes`);
+  await v.page.locator('main[data-view="spikes"]').waitFor({ timeout: LOAD_TIMEOUT });
 });

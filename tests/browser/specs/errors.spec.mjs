@@ -1,7 +1,8 @@
 // Errors in words: files that are not traces, newer formats, cut traces, missing URLs, and the
 // WebAssembly stopping.
 import assert from 'node:assert/strict';
-import { BASE, report, spec, traceBytes } from '../harness.mjs';
+import zlib from 'node:zlib';
+import { BASE, LOAD_TIMEOUT, report, spec, traceBytes } from '../harness.mjs';
 import { Viewer } from '../pages/viewer.mjs';
 
 const { tests, test } = spec();
@@ -47,4 +48,51 @@ test('when the WebAssembly stops (a trap, as when its memory is full), the page 
     assert.ok(said.includes(part), `says ${part}: ${said}`);
   }
   await v.screenshot('viewer-stopped.png', {});
+});
+
+test('files that are not traces are named for what they are: JSON that is not a snapshot, a PNG image, a gzip file', async (ctx) => {
+  const v = await Viewer.open(ctx, BASE);
+  await v.waitForWelcome();
+  const cases = [
+    // JSON, but not a PyTorch snapshot: an error, never an empty trace graded 100 (A).
+    ['package.json', Buffer.from(JSON.stringify({ name: 'app', version: '1.0.0', dependencies: { a: '1' } }, null, 2)),
+      /not a PyTorch memory snapshot.*segments.*device_traces/],
+    ['chart.png', Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(200, 7)]),
+      /PNG image/],
+    ['run.msgpack.gz', zlib.gzipSync(traceBytes('spikes.msgpack')),
+      /gzip.*gunzip/],
+  ];
+  for (const [name, bytes, said] of cases) {
+    await v.drop(name, bytes);
+    await v.errorPanel.waitForMessage(said);
+    assert.equal(await v.count('ov-score'), 0, `${name}: no overview (no score) for a file that is not a trace`);
+    assert.ok(!(await v.errorPanel.message()).includes('JsValue'), `${name}: in words`);
+  }
+  await v.screenshot('error-gzip.png', {});
+});
+
+test('when the WebAssembly stops while the detectors run, "Detecting…" does not stay on screen', async (ctx) => {
+  const v = await Viewer.open(ctx);
+  // The moment the overview says "Detecting…", the WebAssembly stops (what an allocation that
+  // finds its memory full does): the page's state right then is what stays on screen.
+  await v.page.addInitScript(() => {
+    new MutationObserver((records, observer) => {
+      const detecting = document.querySelector('[data-testid="detecting"]');
+      if (!detecting) return;
+      observer.disconnect();
+      reportError(new WebAssembly.RuntimeError('unreachable'));
+      window.__afterStop = {
+        fatal: !!document.querySelector('[data-testid="fatal-error"]'),
+        text: detecting.textContent,
+        busy: detecting.getAttribute('aria-busy'),
+      };
+    }).observe(document, { subtree: true, childList: true });
+  });
+  await v.goto(`${BASE}?trace=traces/spikes.msgpack`);
+  await v.page.waitForFunction(() => window.__afterStop, null, { timeout: LOAD_TIMEOUT });
+  const s = await v.page.evaluate(() => window.__afterStop);
+  assert.ok(s.fatal, 'the page says the viewer stopped');
+  assert.doesNotMatch(s.text, /Detecting/, `no "Detecting…" left: ${s.text}`);
+  assert.match(s.text, /stopped/);
+  assert.notEqual(s.busy, 'true', 'not busy any more');
 });

@@ -388,6 +388,35 @@ impl Pacer {
     }
 }
 
+/// Bytes of a file's start that [`other_format`] looks at.
+const OTHER_FORMAT_HEAD: usize = 8;
+
+/// What a file is, from its first bytes, when it is a format people open by mistake instead of
+/// a trace or a snapshot (a compressed trace, an image, an archive), with what to do about it.
+/// `None` for anything else: the decoder then says what it found.
+fn other_format(head: &[u8]) -> Option<String> {
+    const OPEN: &str =
+        "open a gpucollect trace (.msgpack) or a PyTorch memory snapshot (.pickle or .json)";
+    let decompress = |what: &str, how: &str| {
+        format!("{what}, not a trace: decompress it first ({how}) and open the result")
+    };
+    Some(if head.starts_with(&[0x1f, 0x8b]) {
+        decompress("a gzip file", "gunzip FILE, or zcat FILE > trace.msgpack")
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        decompress("a zstd file", "zstd -d FILE")
+    } else if head.starts_with(b"PK\x03\x04") {
+        "a zip archive, not a trace: extract the trace from it and open that".to_string()
+    } else if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        format!("a PNG image, not a trace: {OPEN}")
+    } else if head.starts_with(b"\xff\xd8\xff") {
+        format!("a JPEG image, not a trace: {OPEN}")
+    } else if head.starts_with(b"%PDF-") {
+        format!("a PDF document, not a trace: {OPEN}")
+    } else {
+        return None;
+    })
+}
+
 /// Decodes everything `src` yields, reporting progress, and analyses the result: the
 /// analysis, `None` if a newer load started (`current` returns false once one has: this one
 /// then stops quietly), or what went wrong.
@@ -413,6 +442,11 @@ pub async fn decode(
             break;
         };
         pacer.waited(dom::now_ms() - asked);
+        if progress.bytes_read == 0
+            && let Some(what) = other_format(&chunk.head(OTHER_FORMAT_HEAD))
+        {
+            return Err(format!("{source} is {what}"));
+        }
         if progress.bytes_read == 0 && torch_snapshot::looks_like_snapshot(&chunk.head(4096)) {
             progress.phase = "reading snapshot";
             snapshot = Some(SnapshotLoader::new(

@@ -79,8 +79,16 @@ impl Ctx {
 /// The whole page.
 #[component]
 pub fn App() -> impl IntoView {
-    let mut initial = ViewState::from_fragment(&dom::fragment());
+    let fragment = dom::fragment();
+    let mut initial = ViewState::from_fragment(&fragment);
+    // `?embed=1&view=…`, as `gpucollect serve` redirects `/embed/<id>?view=…` (API.md); the
+    // fragment's view, where it has one, comes first.
     initial.embed |= dom::query_param("embed").is_some_and(|v| v == "1" || v == "true");
+    if !ViewState::fragment_has_view(&fragment)
+        && let Some(view) = dom::query_param("view").and_then(|v| View::from_slug(&v))
+    {
+        initial.view = view;
+    }
     let vs = RwSignal::new(initial);
     let analysis: RwSignal<Option<Arc<Analysis>>> = RwSignal::new(None);
     let load_state = RwSignal::new(LoadState::Idle);

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use analysis_core::analysis::Severity;
 use analysis_core::analysis::scopes::ScopeKind;
+use analysis_core::analysis::{Finding, Severity};
+use analysis_core::report::Report;
 use analysis_core::timeline::Timeline;
 use analysis_core::units::{fmt_bytes, fmt_bytes_signed, fmt_duration};
 use leptos::html;
@@ -107,7 +108,90 @@ pub fn Detecting() -> impl IntoView {
     }
 }
 
-/// Trace facts and the top call sites, each linked to its details.
+/// The view that shows a finding's evidence, and its name for the link.
+fn evidence_of(f: &Finding) -> (View, &'static str) {
+    use analysis_core::analysis::FindingKind as K;
+    match f.kind {
+        K::LeakAtExit
+        | K::MissedFree
+        | K::ThreadExitLeak
+        | K::LeakGrowth
+        | K::ScopeGrowth
+        | K::BoundedGrowth
+        | K::TeardownRelease
+        | K::LiveAtEnd => (View::Leaks, "leaks"),
+        K::ScopeSpikes | K::TimelineSpike | K::HiddenSpike => (View::Spikes, "spikes"),
+        K::Fragmentation | K::OutOfMemory | K::Cache => (View::Fragmentation, "fragmentation"),
+        _ => (View::Timeline, "timeline"),
+    }
+}
+
+/// The verdict the overview opens with: one sentence per problem the report found, most
+/// harmful first (the report's order), each linked to its evidence; or that the trace is
+/// healthy. The same sentences as the "Verdict" of `gpucollect report`.
+fn verdict(r: &Report, vs: RwSignal<ViewState>) -> AnyView {
+    if r.findings.is_empty() {
+        let history = r.analysis.history.describe();
+        return view! {
+            <section class="verdict healthy" data-testid="verdict" data-healthy="true" aria-label="Verdict">
+                <p><strong>"Healthy"</strong>
+                    {format!(": no leak, spike, fragmentation or out-of-memory found ({history}).")}</p>
+            </section>
+        }
+        .into_any();
+    }
+    let items = r
+        .findings
+        .iter()
+        .map(|f| {
+            let sev = f.severity.name();
+            let (view, view_name) = evidence_of(f);
+            let stack = f.stack.map(|s| s.0);
+            let scope = (f.kind == analysis_core::analysis::FindingKind::ScopeGrowth)
+                .then_some(f.scope.as_ref())
+                .flatten()
+                .and_then(|name| r.analysis.scopes.iter().position(|s| &s.scope == name))
+                .and_then(|i| u32::try_from(i).ok());
+            let ts = f.ts_nanos;
+            let go = move |_| {
+                vs.update(|v| {
+                    v.view = view;
+                    match view {
+                        View::Leaks => {
+                            v.open_stack = stack;
+                            v.open_scope = scope;
+                        }
+                        View::Timeline => v.pin_nanos = ts.or(v.pin_nanos),
+                        _ => {}
+                    }
+                });
+            };
+            let num = |x: Option<f64>| x.map(|v| v.to_string());
+            view! {
+                <li data-testid="verdict-item" data-kind=f.kind.name() data-severity=sev
+                    data-location=f.location.clone() data-stack=stack.map(|s| s.to_string())
+                    data-bytes-per-iteration=num(f.bytes_per_iteration)
+                    data-bytes-per-hour=num(f.bytes_per_hour)
+                    data-seconds-to-full=num(f.seconds_to_full)>
+                    <span class=format!("sev sev-{sev}")>{sev}</span>" "
+                    <span data-testid="verdict-headline">{f.headline.clone()}</span>" "
+                    <a href="#" data-testid="verdict-evidence" data-view=view.slug()
+                        on:click=move |e| { e.prevent_default(); go(e) }>{format!("evidence in {view_name} →")}</a>
+                </li>
+            }
+        })
+        .collect_view();
+    let critical = r.findings.iter().any(|f| f.severity == Severity::Critical);
+    view! {
+        <section class="verdict" class:critical=critical data-testid="verdict" data-healthy="false" aria-label="Verdict">
+            <h2>"Verdict"</h2>
+            <ol>{items}</ol>
+        </section>
+    }
+    .into_any()
+}
+
+/// The verdict, then trace facts and the top call sites, each linked to its details.
 #[component]
 pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
@@ -205,6 +289,7 @@ pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let has_findings = !r.findings.is_empty();
     view! {
         <section class="overview" data-testid="overview">
+            {verdict(r, vs)}
             <div class="cards">
                 <div class="card"><h3>"Score"</h3><span class="num" data-testid="ov-score" data-value=score.to_string()>{format!("{score} ({grade})")}</span></div>
                 <div class="card"><h3>"Duration"</h3><Duration nanos=r.duration_nanos testid="ov-duration" /></div>
