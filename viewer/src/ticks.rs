@@ -104,6 +104,30 @@ pub fn time_ticks(lo: u64, hi: u64, target: usize) -> Vec<Tick> {
     ticks_in(lo, hi, &UNITS, target)
 }
 
+/// Two times (nanoseconds) written in one unit, the largest that `t1` reaches once (ns, µs,
+/// ms, s; min past 2 min, h past 2 h), with two decimals (none for ns): a window reads
+/// "0.00 s – 3.08 s", not "0 ns – 3.08 s".
+pub fn time_pair(t0: u64, t1: u64) -> (String, String) {
+    const UNITS: [(&str, f64, f64); 6] = [
+        ("ns", 1.0, 1.0),
+        ("µs", 1e3, 1e3),
+        ("ms", 1e6, 1e6),
+        ("s", 1e9, 1e9),
+        ("min", 60e9, 120e9),
+        ("h", 3600e9, 7200e9),
+    ];
+    let hi = t0.max(t1) as f64;
+    let (name, size, _) = UNITS
+        .iter()
+        .rev()
+        .find(|(_, _, from)| hi >= *from)
+        .copied()
+        .unwrap_or(UNITS[0]);
+    let d = usize::from(name != "ns") * 2;
+    let f = |t: u64| format!("{:.d$} {name}", t as f64 / size);
+    (f(t0), f(t1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +193,19 @@ mod tests {
             labels(&time_ticks(0, 5, 6)),
             ["0 ns", "1 ns", "2 ns", "3 ns", "4 ns", "5 ns"]
         );
+    }
+
+    #[test]
+    fn a_pair_of_times_shares_one_unit() {
+        let p = |a, b| {
+            let (x, y) = time_pair(a, b);
+            format!("{x} – {y}")
+        };
+        assert_eq!(p(0, 3_080_000_000), "0.00 s – 3.08 s");
+        assert_eq!(p(1_500, 321_560_000), "0.00 ms – 321.56 ms");
+        assert_eq!(p(0, 999), "0 ns – 999 ns");
+        assert_eq!(p(60_000_000_000, 150_000_000_000), "1.00 min – 2.50 min");
+        assert_eq!(p(0, 0), "0 ns – 0 ns");
     }
 
     #[test]

@@ -64,7 +64,7 @@ test('call sites stacked: legend, hover names a band, the selected leak row is s
   assert.deepEqual(v.errors, []);
 });
 
-test('axis labels are round numbers of one unit, with one precision', async (ctx) => {
+test('axis labels and the window\'s ends are round numbers of one unit, with one precision', async (ctx) => {
   const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
   const s = new TimelineSites(v);
   await v.timeline.waitShown({ drawn: true });
@@ -79,6 +79,10 @@ test('axis labels are round numbers of one unit, with one precision', async (ctx
     checkRoundAxis(texts.filter((t) => /^[\d.]+ (B|KiB|MiB|GiB|TiB)$/.test(t)), BYTE_UNITS, 'y axis');
     checkRoundAxis(texts.filter((t) => /^[\d.]+ (ns|µs|ms|s|min|h)$/.test(t)), TIME_UNITS, 'x axis');
     checkRoundAxis(await s.canvasYLabels(), BYTE_UNITS, 'y axis on the canvas');
+    // The window's ends above the chart are written in one unit too ("0 ns – 3.08 s" was not).
+    const range = await v.text('visible-range');
+    const m = /^(\d+(?:\.\d+)?) (\S+) – (\d+(?:\.\d+)?) (\S+) \(window /.exec(range);
+    assert.ok(m && m[2] === m[4], `one unit in "${range}"`);
   }
   assert.deepEqual(v.errors, []);
 });

@@ -312,12 +312,9 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let origin = full.0;
     let range_text = move || {
         let (t0, t1) = vs.with(|v| v.range_nanos).unwrap_or(full);
-        format!(
-            "{} – {} (window {})",
-            fmt_duration(t0 - origin),
-            fmt_duration(t1 - origin),
-            fmt_duration(t1 - t0)
-        )
+        // Both ends in one unit.
+        let (a, b) = crate::ticks::time_pair(t0 - origin, t1 - origin);
+        format!("{a} – {b} (window {})", fmt_duration(t1 - t0))
     };
     let a_svg = a.clone();
     let export_svg = move |_| {
