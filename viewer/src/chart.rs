@@ -3,16 +3,24 @@
 //! drawn by [`draw`], which returns a [`Mapper`] turning mouse positions into trace times.
 //!
 //! Drawing cost is O(pixels): every series is downsampled to one min/max bucket per pixel
-//! column with `Timeline::downsample`, so a zoom step costs the same at 10 k or 10 M
-//! events.
+//! column with `Timeline::downsample`, and the call sites' stacked areas are sampled once per
+//! column ([`crate::site_series::stack_columns`]), so a zoom step costs the same at 10 k or
+//! 10 M events. Axis ticks fall on round numbers of one unit ([`crate::ticks`]); markers
+//! closer than a few pixels are drawn as one, with their count.
 
+use std::sync::Arc;
+
+use analysis_core::format::StackId;
 use analysis_core::timeline::Timeline;
-use analysis_core::units::{fmt_bytes, fmt_duration};
+use analysis_core::units::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::data::{Analysis, Filter};
+use crate::site_series::{SiteSeries, StackColumns, stack_columns};
 use crate::state::ViewState;
+use crate::ticks::{byte_ticks, time_ticks};
 
 /// Colors of a light or dark page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +58,28 @@ const RESERVED: RGBColor = RGBColor(245, 166, 35);
 const DEVICE_USED: RGBColor = RGBColor(121, 85, 72);
 const OOM: RGBColor = RGBColor(219, 68, 55);
 const TEARDOWN: RGBColor = RGBColor(142, 36, 170);
-const PIN: RGBColor = RGBColor(255, 145, 0);
+/// The pinned moment: a colour no series, band or marker uses.
+pub const PIN: RGBColor = RGBColor(0, 176, 255);
 const SPIKE: RGBColor = RGBColor(230, 81, 0);
+const CAPACITY: RGBColor = RGBColor(198, 40, 40);
+/// Call-site bands of the stacked timeline, bottom first (no orange, red or cyan: markers and
+/// the pin use those).
+pub const SITE_PALETTE: [RGBColor; 8] = [
+    RGBColor(78, 121, 167),
+    RGBColor(89, 161, 79),
+    RGBColor(176, 122, 161),
+    RGBColor(237, 201, 72),
+    RGBColor(156, 117, 95),
+    RGBColor(255, 157, 167),
+    RGBColor(118, 183, 178),
+    RGBColor(121, 85, 190),
+];
+/// The "other call sites" band.
+pub const OTHER_SITES: RGBColor = RGBColor(176, 176, 176);
+/// Call sites stacked at most on the timeline (the rest is "other").
+pub const STACKED_SITES: usize = 8;
+/// Markers closer than this many pixels are drawn as one, with their count.
+pub const MARKER_BUCKET_PX: i32 = 8;
 
 /// How a layer is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +113,8 @@ pub struct Marker {
     pub ts_nanos: u64,
     pub label: String,
     pub kind: MarkerKind,
+    /// Markers this one stands for (more than 1 where a dense window was grouped).
+    pub count: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +125,15 @@ pub enum MarkerKind {
 }
 
 impl MarkerKind {
+    /// Which kind a group of markers is drawn as: failures first, then teardowns.
+    const fn rank(self) -> u8 {
+        match self {
+            Self::FailedAlloc => 2,
+            Self::Teardown => 1,
+            Self::Spike => 0,
+        }
+    }
+
     /// The name used in `data-kind` attributes.
     pub const fn slug(self) -> &'static str {
         match self {
@@ -115,6 +154,34 @@ pub struct RangeBand<'a> {
     pub name: &'a str,
 }
 
+/// One call site's band of a stacked chart.
+#[derive(Clone, Debug)]
+pub struct StackBand<'a> {
+    pub stack: StackId,
+    pub label: String,
+    pub timeline: &'a Timeline,
+    pub color: RGBColor,
+}
+
+/// Call sites drawn as stacked areas, bottom first, under the whole they are part of: each
+/// column shows the sites' bytes at the moment the whole was highest in it, and "other" is the
+/// rest of the whole then.
+#[derive(Clone, Debug)]
+pub struct StackSpec<'a> {
+    pub whole: &'a Timeline,
+    pub bands: Vec<StackBand<'a>>,
+    /// The band drawn solid while the others fade (the selected leak row).
+    pub highlight: Option<StackId>,
+}
+
+/// A horizontal limit (device capacity): drawn where it falls inside the y axis, which it
+/// does not stretch; the legend gives its value either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub label: String,
+    pub bytes: u64,
+}
+
 /// Everything one chart shows.
 #[derive(Clone, Debug)]
 pub struct ChartSpec<'a> {
@@ -132,10 +199,31 @@ pub struct ChartSpec<'a> {
     pub pin_nanos: Option<u64>,
     pub y_unit: YUnit,
     pub theme: Theme,
+    /// Call sites as stacked areas (the main timeline, once their series are built).
+    pub stack: Option<StackSpec<'a>>,
+    pub limits: Vec<Limit>,
+}
+
+/// The stacked areas as drawn, for hit tests: which band is under the mouse.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackHit {
+    /// Per band, bottom first: the site, or `None` for "other".
+    pub stacks: Vec<Option<StackId>>,
+    pub columns: StackColumns,
+}
+
+/// A band under the mouse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BandHit {
+    /// The site, or `None` for "other call sites".
+    pub stack: Option<StackId>,
+    pub bytes: u64,
+    /// The moment the column shows.
+    pub sample_nanos: u64,
 }
 
 /// Maps pixels to trace time and back, for one drawn chart.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Mapper {
     pub left_px: i32,
     pub right_px: i32,
@@ -144,6 +232,12 @@ pub struct Mapper {
     pub t0: u64,
     pub t1: u64,
     pub y_max: u64,
+    pub stack: Option<Arc<StackHit>>,
+    /// Markers drawn (the sum of every group's count) and the groups they were drawn as.
+    pub markers_drawn: u64,
+    pub marker_groups: u32,
+    /// The y axis's labels, bottom first.
+    pub y_labels: Vec<String>,
 }
 
 impl Mapper {
@@ -165,15 +259,47 @@ impl Mapper {
     pub fn contains_x(&self, x: f64) -> bool {
         x >= f64::from(self.left_px) && x <= f64::from(self.right_px)
     }
+
+    /// The value at pixel `y` (0 at the bottom of the plot).
+    pub fn value_at_y(&self, y: f64) -> u64 {
+        let h = f64::from((self.bottom_px - self.top_px).max(1));
+        let frac = ((f64::from(self.bottom_px) - y) / h).clamp(0.0, 1.0);
+        (self.y_max as f64 * frac) as u64
+    }
+
+    /// The stacked band at pixel `(x, y)`, if any.
+    pub fn band_at(&self, x: f64, y: f64) -> Option<BandHit> {
+        let hit = self.stack.as_ref()?;
+        if !self.contains_x(x) || y < f64::from(self.top_px) || y > f64::from(self.bottom_px) {
+            return None;
+        }
+        let n = hit.columns.columns();
+        let w = f64::from((self.right_px - self.left_px).max(1));
+        let c = (((x - f64::from(self.left_px)) / w * n as f64) as usize).min(n.checked_sub(1)?);
+        let (band, bytes) = hit.columns.band_at(c, self.value_at_y(y))?;
+        Some(BandHit {
+            stack: *hit.stacks.get(band)?,
+            bytes,
+            sample_nanos: hit.columns.sample_nanos[c],
+        })
+    }
 }
 
-/// Markers drawn at most on one chart.
-pub const MAX_MARKERS: usize = 400;
+/// Markers passed at most to one chart: a denser window is grouped into this many equal
+/// time slices first (each drawn with its count).
+pub const MAX_MARKERS: usize = 2000;
 
 /// Builds the main timeline for the current view state: one band per (process, device), the
-/// total, pool reserved/used, NVML device used with the hidden gap, NVTX ranges, failed
-/// allocations and teardowns.
-pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> ChartSpec<'a> {
+/// total, pool reserved/used, NVML device used with the hidden gap, the devices' capacity,
+/// NVTX ranges, failed allocations and teardowns; with `sites` (the per-site series of the
+/// view's filter), the call sites with the highest peaks in the window as stacked areas
+/// under lines for the series.
+pub fn timeline_spec<'a>(
+    a: &'a Analysis,
+    vs: &ViewState,
+    theme: Theme,
+    sites: Option<&'a SiteSeries>,
+) -> ChartSpec<'a> {
     let (lo, hi) = a.time_extent();
     let (t0, t1) = vs.range_nanos.unwrap_or((lo, hi + 1));
     let f = filter_of(vs);
@@ -188,12 +314,46 @@ pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> Chart
             style: LayerStyle::Line,
         });
     }
+    let stack = sites.and_then(|sites| {
+        let whole = sites.whole.as_ref().or_else(|| a.whole_of(&f))?;
+        let highlight = vs.open_stack.map(StackId);
+        // The call-site search (or a frame clicked in the icicle) keeps the sites it matches.
+        let allowed = (!vs.search.is_empty()).then(|| a.stacks_matching(&vs.search));
+        let bands = sites
+            .top_in_window(
+                t0,
+                t1,
+                STACKED_SITES,
+                highlight,
+                allowed.as_deref().map(Vec::as_slice),
+            )
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| StackBand {
+                stack: s.stack,
+                label: m.stack_label(s.stack),
+                timeline: &s.timeline,
+                color: SITE_PALETTE[i % SITE_PALETTE.len()],
+            })
+            .collect();
+        Some(StackSpec {
+            whole,
+            bands,
+            highlight,
+        })
+    });
+    // Under stacked areas the series are lines.
+    let series_style = if stack.is_some() {
+        LayerStyle::Line
+    } else {
+        LayerStyle::Band
+    };
     for (i, (s, plot)) in series.iter().enumerate() {
         layers.push(Layer {
             label: format!("process {} · GPU {}", s.key.process.0, s.key.device.0),
             timeline: plot,
             color: PALETTE[i % PALETTE.len()],
-            style: LayerStyle::Band,
+            style: series_style,
         });
     }
     let mut gap = None;
@@ -226,12 +386,30 @@ pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> Chart
             }
         }
     }
-    // Markers of the window only; past a few hundred they would overlap into a solid bar.
-    let markers: Vec<Marker> = a
-        .markers_in(&f, t0, t1)
-        .take(MAX_MARKERS)
-        .cloned()
+    // The capacity of the devices shown (summed when several are).
+    let shown: Vec<_> = a
+        .devices()
+        .into_iter()
+        .filter(|d| f.device.is_none_or(|x| x == *d))
         .collect();
+    let capacity: u64 = m
+        .devices
+        .iter()
+        .filter(|d| shown.contains(&d.device))
+        .map(|d| d.total_bytes)
+        .sum();
+    let limits = if capacity > 0 {
+        vec![Limit {
+            label: if shown.len() > 1 {
+                "capacity of the GPUs".into()
+            } else {
+                "device capacity".into()
+            },
+            bytes: capacity,
+        }]
+    } else {
+        Vec::new()
+    };
     ChartSpec {
         t0,
         t1,
@@ -249,11 +427,36 @@ pub fn timeline_spec<'a>(a: &'a Analysis, vs: &ViewState, theme: Theme) -> Chart
                 name: m.string(b.name),
             })
             .collect(),
-        markers,
+        markers: window_markers(a, &f, t0, t1),
         pin_nanos: vs.pin_nanos,
         y_unit: YUnit::Bytes,
         theme,
+        stack,
+        limits,
     }
+}
+
+/// The markers of `[t0, t1]`: each one, or past [`MAX_MARKERS`] one per equal time slice
+/// with the count of the slice (drawn as the most severe kind in it).
+fn window_markers(a: &Analysis, f: &Filter, t0: u64, t1: u64) -> Vec<Marker> {
+    if a.markers_in(f, t0, t1).nth(MAX_MARKERS).is_none() {
+        return a.markers_in(f, t0, t1).cloned().collect();
+    }
+    let span = u128::from(t1.saturating_sub(t0).max(1));
+    let mut out: Vec<(u128, Marker)> = Vec::with_capacity(MAX_MARKERS + 1);
+    for m in a.markers_in(f, t0, t1) {
+        let slice = u128::from(m.ts_nanos - t0) * MAX_MARKERS as u128 / span;
+        match out.last_mut() {
+            Some((s, last)) if *s == slice => {
+                last.count += m.count;
+                if m.kind.rank() > last.kind.rank() {
+                    last.kind = m.kind;
+                }
+            }
+            _ => out.push((slice, m.clone())),
+        }
+    }
+    out.into_iter().map(|(_, m)| m).collect()
 }
 
 fn a_gray(theme: Theme) -> RGBColor {
@@ -293,9 +496,15 @@ pub fn draw<DB: DrawingBackend>(
         .iter()
         .map(|l| l.timeline.downsample(t0, t1, columns))
         .collect();
+    let stacked = spec.stack.as_ref().map(|st| {
+        let sites: Vec<&Timeline> = st.bands.iter().map(|b| b.timeline).collect();
+        stack_columns(st.whole, &sites, t0, t1, columns)
+    });
+    // The y axis fits the window's data (limits above it are named in the legend instead).
     let data_max = buckets
         .iter()
         .flat_map(|b| b.iter().map(|x| x.max))
+        .chain(stacked.iter().flat_map(|s| s.whole_bytes.iter().copied()))
         .max()
         .unwrap_or(0);
     let y_max = match spec.y_unit {
@@ -305,13 +514,7 @@ pub fn draw<DB: DrawingBackend>(
     let rows = spec.ranges.iter().map(|r| r.depth + 1).max().unwrap_or(0) as i32;
     let font = ("sans-serif", 12).into_font().color(&th.foreground);
     let origin = spec.origin_nanos;
-    // Axis in time since the trace start, so its ticks fall on round durations.
-    let x_fmt = |t: &u64| fmt_duration(*t);
-    let y_fmt = |v: &u64| match spec.y_unit {
-        YUnit::Bytes => fmt_bytes(*v),
-        YUnit::Permyriad => format!("{} %", v / 100),
-    };
-    let mut chart = ChartBuilder::on(root)
+    let chart = ChartBuilder::on(root)
         .margin_top(6 + rows * RANGE_ROW_PX)
         .margin_right(16)
         .margin_left(4)
@@ -322,19 +525,55 @@ pub fn draw<DB: DrawingBackend>(
             t0.saturating_sub(origin)..t1.saturating_sub(origin),
             0u64..y_max,
         )?;
-    chart
-        .configure_mesh()
-        .x_labels(7)
-        .y_labels(6)
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&y_fmt)
-        .label_style(font.clone())
-        .axis_style(th.foreground)
-        .bold_line_style(th.grid)
-        .light_line_style(TRANSPARENT)
-        .draw()?;
     let (xr, yr) = chart.plotting_area().get_pixel_range();
-    let map = Mapper {
+    let plot_h = f64::from((yr.end - yr.start).max(1));
+    // `round_ties_even` is one wasm instruction; `round` is a library call.
+    let y_of =
+        |v: u64| yr.end - ((v.min(y_max) as f64 / y_max as f64) * plot_h).round_ties_even() as i32;
+    let x_of = |c: usize| xr.start + (c as i32 * (xr.end - xr.start)) / columns as i32;
+    let span = (t1 - t0) as f64;
+    let px = |t: u64| -> i32 {
+        let t = t.clamp(t0, t1);
+        xr.start
+            + (((t - t0) as f64 / span) * f64::from(xr.end - xr.start)).round_ties_even() as i32
+    };
+
+    // Axes: grid lines and labels at round numbers of one unit (time since the trace start).
+    let y_ticks = match spec.y_unit {
+        YUnit::Bytes => byte_ticks(y_max, 6),
+        YUnit::Permyriad => (0..=5)
+            .map(|k| crate::ticks::Tick {
+                value: k * 2_000,
+                label: format!("{} %", k * 20),
+            })
+            .collect(),
+    };
+    let x_ticks = time_ticks(t0.saturating_sub(origin), t1.saturating_sub(origin), 7);
+    let right_label = font.clone().pos(Pos::new(HPos::Right, VPos::Center));
+    let below_label = font.clone().pos(Pos::new(HPos::Center, VPos::Top));
+    for t in &y_ticks {
+        let y = y_of(t.value);
+        root.draw(&PathElement::new(vec![(xr.start, y), (xr.end, y)], th.grid))?;
+        root.draw(&Text::new(
+            t.label.clone(),
+            (xr.start - 6, y),
+            right_label.clone(),
+        ))?;
+    }
+    for t in &x_ticks {
+        let x = px(t.value + origin);
+        root.draw(&PathElement::new(vec![(x, yr.start), (x, yr.end)], th.grid))?;
+        root.draw(&Text::new(
+            t.label.clone(),
+            (x, yr.end + 5),
+            below_label.clone(),
+        ))?;
+    }
+    root.draw(&PathElement::new(
+        vec![(xr.start, yr.start), (xr.start, yr.end), (xr.end, yr.end)],
+        th.foreground,
+    ))?;
+    let mut map = Mapper {
         left_px: xr.start,
         right_px: xr.end,
         top_px: yr.start,
@@ -342,12 +581,9 @@ pub fn draw<DB: DrawingBackend>(
         t0,
         t1,
         y_max,
+        y_labels: y_ticks.into_iter().map(|t| t.label).collect(),
+        ..Mapper::default()
     };
-    let plot_h = f64::from((yr.end - yr.start).max(1));
-    // `round_ties_even` is one wasm instruction; `round` is a library call.
-    let y_of =
-        |v: u64| yr.end - ((v.min(y_max) as f64 / y_max as f64) * plot_h).round_ties_even() as i32;
-    let x_of = |c: usize| xr.start + (c as i32 * (xr.end - xr.start)) / columns as i32;
 
     // The hidden gap: one polygon between the upper (device used) and lower layer.
     if let Some((up, down)) = spec.gap
@@ -373,6 +609,46 @@ pub fn draw<DB: DrawingBackend>(
             }
             root.draw(&Polygon::new(poly, DEVICE_USED.mix(0.18).filled()))?;
         }
+    }
+    // Call sites, stacked bottom first, then "other": each a polygon between its top and the
+    // top of the bands under it, a step per column.
+    if let (Some(st), Some(cols)) = (&spec.stack, stacked) {
+        let n = cols.columns();
+        let mut below = vec![0u64; n];
+        for band in 0..cols.bands {
+            let top: Vec<u64> = (0..n)
+                .map(|c| below[c].saturating_add(cols.column(c)[band]))
+                .collect();
+            if top != below {
+                let mut poly: Vec<(i32, i32)> = Vec::with_capacity(4 * n);
+                for (c, &v) in top.iter().enumerate() {
+                    push_point(&mut poly, (x_of(c), y_of(v)));
+                    push_point(&mut poly, (x_of(c + 1), y_of(v)));
+                }
+                for (c, &v) in below.iter().enumerate().rev() {
+                    push_point(&mut poly, (x_of(c + 1), y_of(v)));
+                    push_point(&mut poly, (x_of(c), y_of(v)));
+                }
+                let site = st.bands.get(band);
+                let color = site.map_or(OTHER_SITES, |b| b.color);
+                let alpha = match (st.highlight, site) {
+                    (None, _) => 0.7,
+                    (Some(h), Some(b)) if b.stack == h => 0.95,
+                    _ => 0.25,
+                };
+                root.draw(&Polygon::new(poly, color.mix(alpha).filled()))?;
+            }
+            below = top;
+        }
+        map.stack = Some(Arc::new(StackHit {
+            stacks: st
+                .bands
+                .iter()
+                .map(|b| Some(b.stack))
+                .chain(std::iter::once(None))
+                .collect(),
+            columns: cols,
+        }));
     }
     for (layer, b) in spec.layers.iter().zip(&buckets) {
         let start = first_time(layer.timeline);
@@ -409,14 +685,22 @@ pub fn draw<DB: DrawingBackend>(
         // than a 2 px line, and this path has thousands of vertices.
         root.draw(&PathElement::new(line, layer.color.stroke_width(1)))?;
     }
+    // Limits inside the axis: a dashed line.
+    for l in &spec.limits {
+        if l.bytes <= y_max {
+            let y = y_of(l.bytes);
+            let mut x = xr.start;
+            while x < xr.end {
+                root.draw(&PathElement::new(
+                    vec![(x, y), ((x + 6).min(xr.end), y)],
+                    CAPACITY.stroke_width(1),
+                ))?;
+                x += 10;
+            }
+        }
+    }
 
     // NVTX ranges: rows above the plot; narrow instances collapse into one pixel each.
-    let span = (t1 - t0) as f64;
-    let px = |t: u64| -> i32 {
-        let t = t.clamp(t0, t1);
-        xr.start
-            + (((t - t0) as f64 / span) * f64::from(xr.end - xr.start)).round_ties_even() as i32
-    };
     // Bands that touch or overlap on a row are drawn as one rectangle (one canvas operation for
     // a run of steps); a name is written where a rectangle is one range, or one name, and wide.
     struct Run<'n> {
@@ -483,14 +767,32 @@ pub fn draw<DB: DrawingBackend>(
         }
     }
 
-    // Markers: a line and a triangle each; a label where it does not overlap the one before.
+    // Markers: those within MARKER_BUCKET_PX of each other are one group, drawn as its most
+    // severe kind with a line and a triangle; a label (the marker's, or the group's count)
+    // where it does not overlap the one before.
     let mut label_end_px = i32::MIN;
-    for m in &spec.markers {
-        if m.ts_nanos < t0 || m.ts_nanos > t1 {
-            continue;
+    let mut i = 0;
+    let markers: Vec<&Marker> = spec
+        .markers
+        .iter()
+        .filter(|m| m.ts_nanos >= t0 && m.ts_nanos <= t1)
+        .collect();
+    while i < markers.len() {
+        let first = markers[i];
+        let x = px(first.ts_nanos);
+        let group = (x - xr.start).div_euclid(MARKER_BUCKET_PX);
+        let mut j = i;
+        let (mut count, mut kind) = (0u64, first.kind);
+        while j < markers.len()
+            && (px(markers[j].ts_nanos) - xr.start).div_euclid(MARKER_BUCKET_PX) == group
+        {
+            count += u64::from(markers[j].count);
+            if markers[j].kind.rank() > kind.rank() {
+                kind = markers[j].kind;
+            }
+            j += 1;
         }
-        let x = px(m.ts_nanos);
-        let color = match m.kind {
+        let color = match kind {
             MarkerKind::FailedAlloc => OOM,
             MarkerKind::Teardown => TEARDOWN,
             MarkerKind::Spike => SPIKE,
@@ -504,13 +806,21 @@ pub fn draw<DB: DrawingBackend>(
             color.filled(),
         ))?;
         if x + 6 > label_end_px {
-            label_end_px = x + 6 + 7 * m.label.chars().count() as i32;
+            let label = if count == 1 {
+                first.label.clone()
+            } else {
+                format!("{count} markers")
+            };
+            label_end_px = x + 6 + 7 * label.chars().count() as i32;
             root.draw(&Text::new(
-                m.label.clone(),
+                label,
                 (x + 6, yr.start + 2),
                 ("sans-serif", 11).into_font().color(&color),
             ))?;
         }
+        map.markers_drawn += count;
+        map.marker_groups += 1;
+        i = j;
     }
     if let Some(p) = spec.pin_nanos
         && p >= t0
@@ -521,36 +831,52 @@ pub fn draw<DB: DrawingBackend>(
             vec![(x, yr.start), (x, yr.end)],
             PIN.stroke_width(2),
         ))?;
+        root.draw(&Polygon::new(
+            vec![(x - 5, yr.end), (x + 5, yr.end), (x, yr.end - 8)],
+            PIN.filled(),
+        ))?;
     }
 
     // Legend, top left inside the plot, on a veil of the background so markers and their
-    // labels behind it do not make it unreadable.
-    let shown = spec.layers.len().min(8);
-    if shown > 0 {
-        let chars = spec.layers[..shown]
+    // labels behind it do not make it unreadable. (The stacked call sites have their own
+    // legend next to the chart.)
+    let mut entries: Vec<(String, RGBColor)> = spec
+        .layers
+        .iter()
+        .take(8)
+        .map(|l| (l.label.clone(), l.color))
+        .collect();
+    entries.extend(spec.limits.iter().map(|l| {
+        let above = if l.bytes > y_max { " (above)" } else { "" };
+        (
+            format!("{} {}{above}", l.label, fmt_bytes(l.bytes)),
+            CAPACITY,
+        )
+    }));
+    if !entries.is_empty() {
+        let chars = entries
             .iter()
-            .map(|l| l.label.chars().count())
+            .map(|(l, _)| l.chars().count())
             .max()
             .unwrap_or(0) as i32;
         root.draw(&Rectangle::new(
             [
                 (xr.start + 4, yr.start + 2),
-                (xr.start + 26 + 7 * chars, yr.start + 6 + 14 * shown as i32),
+                (
+                    xr.start + 26 + 7 * chars,
+                    yr.start + 6 + 14 * entries.len() as i32,
+                ),
             ],
             th.background.mix(0.8).filled(),
         ))?;
     }
     let mut y = yr.start + 4;
-    for l in spec.layers.iter().take(8) {
+    for (label, color) in entries {
         root.draw(&Rectangle::new(
             [(xr.start + 8, y + 2), (xr.start + 18, y + 10)],
-            l.color.filled(),
+            color.filled(),
         ))?;
-        root.draw(&Text::new(
-            l.label.clone(),
-            (xr.start + 22, y),
-            font.clone(),
-        ))?;
+        root.draw(&Text::new(label, (xr.start + 22, y), font.clone()))?;
         y += 14;
     }
     root.present()?;
@@ -606,7 +932,7 @@ mod tests {
             view: View::Timeline,
             ..ViewState::default()
         };
-        let spec = timeline_spec(&a, &vs, Theme::LIGHT);
+        let spec = timeline_spec(&a, &vs, Theme::LIGHT, None);
         assert!(!spec.markers.is_empty(), "the OOM scenario has failures");
         let svg = to_svg(&spec, 900, 320).expect("draws");
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
@@ -623,7 +949,7 @@ mod tests {
             range_nanos: Some((mid, mid + (hi - lo) / 10)),
             ..ViewState::default()
         };
-        let spec = timeline_spec(&a, &vs, Theme::DARK);
+        let spec = timeline_spec(&a, &vs, Theme::DARK, None);
         let mut out = String::new();
         let map = {
             let root = SVGBackend::with_string(&mut out, (800, 300)).into_drawing_area();
@@ -662,7 +988,7 @@ mod tests {
         let a = analysis(Scenario::TrainingLeak, 3_000);
         let (lo, hi) = a.time_extent();
         let vs = ViewState::default();
-        let all = timeline_spec(&a, &vs, Theme::LIGHT).ranges;
+        let all = timeline_spec(&a, &vs, Theme::LIGHT, None).ranges;
         assert!(!all.is_empty());
         assert!(all.iter().any(|r| r.name == "train_step"));
         assert!(all.len() <= 3 * 2000, "merged to O(pixels): {}", all.len());
@@ -670,7 +996,153 @@ mod tests {
             range_nanos: Some((lo, lo + (hi - lo) / 10)),
             ..ViewState::default()
         };
-        let few = timeline_spec(&a, &narrow, Theme::LIGHT).ranges;
+        let few = timeline_spec(&a, &narrow, Theme::LIGHT, None).ranges;
         assert!(few.len() < all.len());
+    }
+
+    /// Draws `spec` to SVG at 900 x 320 and returns the mapper and the document.
+    fn drawn(spec: &ChartSpec<'_>) -> (Mapper, String) {
+        let mut out = String::new();
+        let map = {
+            let root = SVGBackend::with_string(&mut out, (900, 320)).into_drawing_area();
+            draw(&root, spec).expect("draws")
+        };
+        (map, out)
+    }
+
+    #[test]
+    fn call_sites_stack_under_the_total_and_name_themselves() {
+        let a = analysis(Scenario::TrainingLeak, 6_000);
+        let f = Filter::default();
+        let sites = a.site_series(&f);
+        let vs = ViewState::default();
+        let spec = timeline_spec(&a, &vs, Theme::LIGHT, Some(&*sites));
+        let st = spec.stack.as_ref().expect("stacked with site series");
+        assert!(!st.bands.is_empty() && st.bands.len() <= STACKED_SITES);
+        assert!(
+            spec.layers.iter().all(|l| l.style == LayerStyle::Line),
+            "series are lines over the stack"
+        );
+        let (map, svg) = drawn(&spec);
+        let hit = map.stack.clone().expect("stack drawn");
+        // The stack's top is the total at every column's sample.
+        for c in 0..hit.columns.columns() {
+            let sum: u64 = hit.columns.column(c).iter().sum();
+            assert_eq!(sum, a.total.value_at(hit.columns.sample_nanos[c]));
+        }
+        // Just above the bottom of the plot, in the middle, is the lowest band with bytes.
+        let x = f64::from(map.left_px + map.right_px) / 2.0;
+        let y = f64::from(map.bottom_px) - 1.0;
+        let band = map.band_at(x, y).expect("a band at the bottom");
+        assert!(band.bytes > 0);
+        assert!(
+            band.stack.is_none() || st.bands.iter().any(|b| Some(b.stack) == band.stack),
+            "names one of the bands"
+        );
+        assert_eq!(
+            map.band_at(x, f64::from(map.top_px) + 1.0),
+            None,
+            "above the stack"
+        );
+        assert!(svg.contains("device capacity") || a.trace.model.devices.is_empty());
+        // A selected site that is not among the top joins them, drawn solid.
+        let small = sites.sites.last().expect("sites").stack;
+        let vs = ViewState {
+            open_stack: Some(small.0),
+            ..ViewState::default()
+        };
+        let spec = timeline_spec(&a, &vs, Theme::LIGHT, Some(&*sites));
+        let st = spec.stack.as_ref().expect("stacked");
+        assert_eq!(st.highlight, Some(small));
+        assert!(st.bands.iter().any(|b| b.stack == small));
+    }
+
+    #[test]
+    fn axis_labels_are_round_in_one_unit() {
+        let a = analysis(Scenario::Spikes, 3_000);
+        let spec = timeline_spec(&a, &ViewState::default(), Theme::LIGHT, None);
+        let (map, svg) = drawn(&spec);
+        let unit = map.y_labels[0]
+            .rsplit(' ')
+            .next()
+            .expect("a unit")
+            .to_string();
+        assert!(map.y_labels.len() >= 3, "{:?}", map.y_labels);
+        for l in &map.y_labels {
+            let (num, u) = l.split_once(' ').expect("number and unit");
+            assert_eq!(u, unit, "one unit: {:?}", map.y_labels);
+            let v: f64 = num.parse().expect("a number");
+            let step: f64 = map.y_labels[1]
+                .split(' ')
+                .next()
+                .unwrap_or("1")
+                .parse()
+                .expect("a number");
+            assert!(
+                ((v / step) - (v / step).round()).abs() < 1e-9,
+                "{l} is a multiple of {step}"
+            );
+            assert!(svg.contains(l.as_str()), "{l} is drawn");
+        }
+    }
+
+    #[test]
+    fn the_y_axis_fits_the_window() {
+        let a = analysis(Scenario::Spikes, 3_000);
+        let whole = drawn(&timeline_spec(
+            &a,
+            &ViewState::default(),
+            Theme::LIGHT,
+            None,
+        ))
+        .0;
+        // The first tenth of the trace is below its peak.
+        let (lo, hi) = a.time_extent();
+        let vs = ViewState {
+            range_nanos: Some((lo, lo + (hi - lo) / 10)),
+            ..ViewState::default()
+        };
+        let part = drawn(&timeline_spec(&a, &vs, Theme::LIGHT, None)).0;
+        let window_max = a
+            .total
+            .downsample(lo, lo + (hi - lo) / 10, 1)
+            .first()
+            .map_or(0, |b| b.max);
+        assert!(part.y_max < whole.y_max);
+        assert!(part.y_max >= window_max && part.y_max <= window_max + window_max / 5 + 1024);
+    }
+
+    #[test]
+    fn every_marker_of_the_window_is_drawn_grouped_by_pixel() {
+        let a = analysis(Scenario::Spikes, 40_000);
+        let f = Filter::default();
+        let (lo, hi) = a.time_extent();
+        let n = a.markers_in(&f, lo, hi + 1).count() as u64;
+        assert!(n > 10, "{n} markers");
+        let spec = timeline_spec(&a, &ViewState::default(), Theme::LIGHT, None);
+        let (map, _) = drawn(&spec);
+        assert_eq!(map.markers_drawn, n);
+        assert!(u64::from(map.marker_groups) <= n);
+        // Past MAX_MARKERS a window's markers arrive grouped, and still all counted.
+        let many: Vec<Marker> = (0..5_000u64)
+            .map(|k| Marker {
+                ts_nanos: lo + (hi - lo) * k / 5_000,
+                label: "m".into(),
+                kind: if k == 77 {
+                    MarkerKind::FailedAlloc
+                } else {
+                    MarkerKind::Spike
+                },
+                count: 1,
+            })
+            .collect();
+        let spec = ChartSpec {
+            markers: many,
+            ..timeline_spec(&a, &ViewState::default(), Theme::LIGHT, None)
+        };
+        let (map, svg) = drawn(&spec);
+        assert_eq!(map.markers_drawn, 5_000);
+        assert!(map.marker_groups <= 900 / MARKER_BUCKET_PX as u32 + 1);
+        assert!(svg.contains(" markers"), "groups show their count");
     }
 }

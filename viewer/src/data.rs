@@ -23,6 +23,10 @@ use analysis_core::{Report, summarize};
 
 use crate::chart::{Marker, MarkerKind};
 use crate::chart_index::RangeRows;
+use crate::site_series::SiteSeries;
+
+/// Filters whose per-site series are kept (the most recent ones).
+const SITE_SERIES_KEPT: usize = 4;
 
 /// Which part of the trace the views show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,6 +173,11 @@ pub struct Analysis {
     pub total: Timeline,
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
+    /// Live bytes per call site over time for the stacked timeline, per filter, most recent
+    /// last ([`Analysis::site_series`]: built on first use, not while loading).
+    site_series: std::sync::Mutex<Vec<(Filter, std::sync::Arc<SiteSeries>)>>,
+    /// The last [`Analysis::stacks_matching`] answer.
+    matching: std::sync::Mutex<Option<(String, std::sync::Arc<Vec<StackId>>)>>,
 }
 
 impl Analysis {
@@ -240,6 +249,8 @@ impl Analysis {
             plots,
             total,
             range_rows,
+            site_series: std::sync::Mutex::new(Vec::new()),
+            matching: std::sync::Mutex::new(None),
         }
     }
 
@@ -277,6 +288,73 @@ impl Analysis {
                 })
                 .collect()
         })
+    }
+
+    /// The per-site series of the allocations `f` admits, if [`Analysis::site_series`] built
+    /// them already.
+    pub fn site_series_built(&self, f: &Filter) -> Option<std::sync::Arc<SiteSeries>> {
+        let cache = self.site_series.lock().ok()?;
+        cache.iter().find(|(g, _)| g == f).map(|(_, s)| s.clone())
+    }
+
+    /// The per-site series of the allocations `f` admits, built on the first call for `f`
+    /// (O(allocations · log) then; the last few filters are kept).
+    pub fn site_series(&self, f: &Filter) -> std::sync::Arc<SiteSeries> {
+        if let Some(s) = self.site_series_built(f) {
+            return s;
+        }
+        let built = std::sync::Arc::new(SiteSeries::build(
+            &self.trace.model,
+            f,
+            self.whole_of(f).is_none(),
+        ));
+        if let Ok(mut cache) = self.site_series.lock() {
+            if cache.len() >= SITE_SERIES_KEPT {
+                cache.remove(0);
+            }
+            cache.push((*f, built.clone()));
+        }
+        built
+    }
+
+    /// Device live bytes of what `f` admits as one timeline the model already has: the total
+    /// for no filter, the one series a process or device filter leaves; `None` otherwise
+    /// (several series, or a thread filter: `SiteSeries` then builds it).
+    pub fn whole_of(&self, f: &Filter) -> Option<&Timeline> {
+        if f.is_all() {
+            return Some(&self.total);
+        }
+        if f.thread.is_some() {
+            return None;
+        }
+        match self.series_plots(f).as_slice() {
+            [(_, plot)] => Some(plot),
+            _ => None,
+        }
+    }
+
+    /// The stacks with a frame that contains `needle` (case-insensitive, as the call-site
+    /// search matches), sorted; the last answer is kept, so a draw per zoom step reuses it.
+    pub fn stacks_matching(&self, needle: &str) -> std::sync::Arc<Vec<StackId>> {
+        let needle = needle.to_lowercase();
+        if let Ok(cache) = self.matching.lock()
+            && let Some((n, s)) = cache.as_ref()
+            && *n == needle
+        {
+            return s.clone();
+        }
+        let mut stacks: Vec<StackId> = self
+            .sites()
+            .iter()
+            .filter(|r| site_matches(r, &needle))
+            .map(|r| r.stack)
+            .collect();
+        stacks.sort();
+        let stacks = std::sync::Arc::new(stacks);
+        if let Ok(mut cache) = self.matching.lock() {
+            *cache = Some((needle, stacks.clone()));
+        }
+        stacks
     }
 
     /// The report, once [`Analysis::detect`] ran.
@@ -759,6 +837,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
                 ts_nanos: x.record.ts_nanos,
                 label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
                 kind: MarkerKind::FailedAlloc,
+                count: 1,
             },
         })
         .collect();
@@ -769,6 +848,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
             ts_nanos: r.record.ts_nanos,
             label: format!("teardown −{}", fmt_bytes(r.freed_bytes)),
             kind: MarkerKind::Teardown,
+            count: 1,
         },
     }));
     let mut spikes: Vec<(u64, u64, StackId)> = report
@@ -801,6 +881,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
                 ts_nanos: ts,
                 label: format!("spike {}", fmt_bytes(size)),
                 kind: MarkerKind::Spike,
+                count: 1,
             },
         });
     }

@@ -6,6 +6,9 @@
 //! - [`data`]: the loaded trace, its `Report`, and the tables and series the views show.
 //! - [`chart`]: time charts drawn with plotters (canvas in the app, SVG for export and tests).
 //! - [`chart_index`]: per-trace indexes that keep a zoom step O(pixels) at 10 M events.
+//! - [`site_series`]: live bytes per call site over time, for the stacked timeline.
+//! - [`flame`]: a moment's live memory as a tree of frames (the icicle graph).
+//! - [`ticks`]: axis ticks at round numbers of one unit.
 //! - `app` (wasm32 only): the Leptos components, loading, and browser glue.
 //!
 //! # Design constraints
@@ -16,7 +19,10 @@
 pub mod chart;
 pub mod chart_index;
 pub mod data;
+pub mod flame;
+pub mod site_series;
 pub mod state;
+pub mod ticks;
 
 #[cfg(target_arch = "wasm32")]
 pub mod app;

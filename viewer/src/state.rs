@@ -16,17 +16,19 @@ pub enum View {
     Spikes,
     Fragmentation,
     Sites,
+    Stacks,
 }
 
 impl View {
-    /// Every view, in tab order (keys 1 to 6 select them).
-    pub const ALL: [View; 6] = [
+    /// Every view, in tab order (keys 1 to 7 select them).
+    pub const ALL: [View; 7] = [
         Self::Overview,
         Self::Timeline,
         Self::Leaks,
         Self::Spikes,
         Self::Fragmentation,
         Self::Sites,
+        Self::Stacks,
     ];
 
     /// The name used in URLs and `data-testid`s.
@@ -38,6 +40,7 @@ impl View {
             Self::Spikes => "spikes",
             Self::Fragmentation => "fragmentation",
             Self::Sites => "sites",
+            Self::Stacks => "stacks",
         }
     }
 
@@ -50,6 +53,7 @@ impl View {
             Self::Spikes => "Spikes",
             Self::Fragmentation => "Fragmentation",
             Self::Sites => "Call sites",
+            Self::Stacks => "Memory by stack",
         }
     }
 

@@ -1,7 +1,8 @@
 // Viewer benchmark in headless Chromium (not a test: it prints numbers).
 // Env: BASE_URL (served app), TRACES (dir with bench-<N>.msgpack files), SIZES (e.g. "1000000 10000000").
 // For each trace: time from choosing the file (input change event) to the first drawn timeline,
-// the frame time of zoom steps, and memory (wasm linear memory, JS heap) relative to trace size.
+// the frame time of zoom steps (with the call sites stacked), the time to build the call sites'
+// series, and memory (wasm linear memory, JS heap) relative to trace size.
 // The file is chosen IDLE_MS (default 1000) after the page has started, like a user who takes a
 // second to pick it (a build whose root element gets `data-warm`, one from before the idle
 // warm-up was removed, is waited for until `data-warm="done"` as well, as it was measured then);
@@ -90,8 +91,13 @@ for (const file of inputs) {
     }
     return phases;
   });
-  // Let the redraw with the detectors' markers happen before the zoom steps.
+  // Let the redraw with the detectors' markers happen before the zoom steps, and the one with the
+  // call sites stacked (their series are built two frames after the first draw).
   await page.waitForTimeout(200);
+  if (await page.locator('canvas[data-testid="timeline-canvas"][data-stacked]').count()) {
+    await page.waitForSelector('canvas[data-testid="timeline-canvas"][data-stacked="true"]', { timeout: 600_000 });
+  }
+  const siteSeriesMs = await page.evaluate(() => Number(document.querySelector('[data-testid="timeline-canvas"]').dataset.siteSeriesMs ?? NaN));
   // Zoom steps: key '+' (zoom around the middle), measured from the key event to the next frame.
   const steps = [];
   const draws = [];
@@ -126,6 +132,8 @@ for (const file of inputs) {
     zoom_frame_ms_median: +median(steps).toFixed(1),
     zoom_frame_ms_max: +Math.max(...steps).toFixed(1),
     zoom_draw_ms_median: +median(draws).toFixed(1),
+    // Building every call site's series (once per filter, after the first draw).
+    site_series_ms: Number.isNaN(siteSeriesMs) ? undefined : siteSeriesMs,
     wasm_memory_mib: +(wasmBytes / MiB).toFixed(0),
     js_heap_max_mib: +(heapMax / MiB).toFixed(1),
     memory_per_trace_byte: +((wasmBytes + heapMax) / bytes).toFixed(2),

@@ -6,6 +6,7 @@
 
 mod canvas;
 mod dom;
+mod flame;
 mod load;
 mod read_worker;
 mod timeline;
@@ -241,7 +242,7 @@ pub fn App() -> impl IntoView {
         }
     });
 
-    // Keyboard: 1-6 views, +/- zoom, arrows pan, 0 reset, Escape unpins.
+    // Keyboard: 1-7 views, +/- zoom, arrows pan, 0 reset, Escape unpins.
     let _ = window_event_listener(ev::keydown, move |e| {
         let typing = e
             .target()
@@ -473,6 +474,7 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     View::Spikes => view! { <views::Spikes a=a ctx=ctx /> }.into_any(),
                     View::Fragmentation => view! { <views::Fragmentation a=a ctx=ctx /> }.into_any(),
                     View::Sites => view! { <views::Sites a=a ctx=ctx /> }.into_any(),
+                    View::Stacks => view! { <flame::Stacks a=a ctx=ctx /> }.into_any(),
                 }
             }}
         </main>

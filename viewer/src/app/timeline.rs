@@ -1,7 +1,13 @@
-//! The interactive timeline: live bytes over real time per (process, device), pool reserved vs
-//! allocated, NVML device used with the hidden gap, NVTX ranges, failed allocations and
-//! teardowns. Wheel zooms around the cursor, drag brushes a window, shift-drag pans, click pins
-//! a moment (its live allocations are listed by stack), double-click resets.
+//! The interactive timeline: live bytes over real time per (process, device) over the top call
+//! sites of the window as stacked areas (hover names a band; the selected leak row's band is
+//! drawn solid), pool reserved vs allocated, NVML device used with the hidden gap, the device
+//! capacity, NVTX ranges, failed allocations and teardowns (grouped where dense, all of them
+//! listed under the chart). Wheel zooms around the cursor, drag brushes a window, shift-drag
+//! pans, click pins a moment (its live allocations are listed by stack), double-click resets
+//! the zoom and leaves the pin as it was.
+//!
+//! The per-site series are built after the first draw (two animation frames later), once per
+//! filter, so opening a trace does not wait for them.
 
 use std::sync::Arc;
 
@@ -13,14 +19,15 @@ use leptos::prelude::*;
 use super::{Ctx, dom};
 use crate::chart::{self, Mapper, filter_of, timeline_spec};
 use crate::data::{Analysis, to_csv};
+use crate::site_series::SiteSeries;
 use crate::state::ViewState;
 
 /// Canvas height of the main timeline, CSS pixels.
 pub const HEIGHT_PX: u32 = 380;
 /// A press that moves less than this is a click (pin), not a brush.
 const CLICK_SLOP_PX: f64 = 4.0;
-/// Markers listed at most under the chart.
-const MAX_LISTED_MARKERS: usize = 200;
+/// Markers listed under the chart at first, and added by each "Show more".
+const MARKER_PAGE: usize = 50;
 /// Delay before the call sites under the cursor are computed.
 const HOVER_SITES_DELAY_MS: u64 = 120;
 
@@ -30,6 +37,46 @@ struct Hover {
     ts_nanos: u64,
     bytes: u64,
     sites: Vec<(String, u64)>,
+    /// The stacked band under the mouse: its stack (`None`: other call sites), its name and
+    /// its bytes at the moment its column shows.
+    band: Option<(Option<u32>, String, u64)>,
+}
+
+/// One entry of the stacked call sites' legend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LegendItem {
+    /// `None`: "other call sites".
+    stack: Option<u32>,
+    label: String,
+    /// CSS colour of its band.
+    color: String,
+    highlighted: bool,
+}
+
+fn css_rgb(c: plotters::style::RGBColor) -> String {
+    format!("rgb({},{},{})", c.0, c.1, c.2)
+}
+
+/// The legend of a spec's stacked call sites (empty when it has none).
+fn legend_of(spec: &chart::ChartSpec<'_>) -> Vec<LegendItem> {
+    let Some(st) = &spec.stack else {
+        return Vec::new();
+    };
+    st.bands
+        .iter()
+        .map(|b| LegendItem {
+            stack: Some(b.stack.0),
+            label: b.label.clone(),
+            color: css_rgb(b.color),
+            highlighted: st.highlight == Some(b.stack),
+        })
+        .chain(std::iter::once(LegendItem {
+            stack: None,
+            label: "other call sites".into(),
+            color: css_rgb(chart::OTHER_SITES),
+            highlighted: false,
+        }))
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -50,21 +97,65 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let handle = window_event_listener(ev::resize, move |_| resize.update(|n| *n += 1));
     on_cleanup(move || handle.remove());
 
+    // The call sites' series of the view's filter: built two frames after the view is first
+    // drawn (or taken from the cache), then the chart is drawn again with them.
+    let filter = Memo::new(move |_| vs.with(filter_of));
+    let sites: RwSignal<Option<Arc<SiteSeries>>> = RwSignal::new(None);
+    let a_sites = a.clone();
+    Effect::new(move |_| {
+        let f = filter.get();
+        if let Some(s) = a_sites.site_series_built(&f) {
+            sites.set(Some(s));
+            return;
+        }
+        sites.set(None);
+        let a = a_sites.clone();
+        leptos::task::spawn_local(async move {
+            dom::next_frame().await;
+            dom::next_frame().await;
+            if filter.try_get_untracked() != Some(f) {
+                return;
+            }
+            let started = dom::now_ms();
+            let built = a.site_series(&f);
+            let ms = dom::now_ms() - started;
+            if let Some(Some(el)) = canvas.try_get_untracked() {
+                let _ = el.set_attribute("data-site-series-ms", &format!("{ms:.1}"));
+            }
+            if filter.try_get_untracked() == Some(f) {
+                sites.set(Some(built));
+            }
+        });
+    });
+    let legend = RwSignal::new(Vec::<LegendItem>::new());
+
     // A change of state asks for one draw in the next animation frame, with the state as it is
     // then: zoom steps that come faster than frames (wheel, drag-pan) cost one draw per frame.
     let a_draw = a.clone();
     let frame_requested = StoredValue::new(false);
     let draw = move || {
         let _ = frame_requested.try_set_value(false);
-        let (Some(Some(el)), Some(state)) = (canvas.try_get_untracked(), vs.try_get_untracked())
-        else {
+        let (Some(Some(el)), Some(state), Some(site_series)) = (
+            canvas.try_get_untracked(),
+            vs.try_get_untracked(),
+            sites.try_get_untracked(),
+        ) else {
             return;
         };
         let started = dom::now_ms();
-        let spec = timeline_spec(&a_draw, &state, dom::theme());
+        let spec = timeline_spec(&a_draw, &state, dom::theme(), site_series.as_deref());
         let width = dom::available_width(&el);
         if let Some(m) = dom::draw_canvas(&el, &spec, width, HEIGHT_PX) {
+            // What the canvas shows, for scripts and tests.
+            let _ = el.set_attribute("data-markers-drawn", &m.markers_drawn.to_string());
+            let _ = el.set_attribute("data-marker-groups", &m.marker_groups.to_string());
+            let _ = el.set_attribute("data-y-labels", &m.y_labels.join("|"));
+            let _ = el.set_attribute("data-stacked", &m.stack.is_some().to_string());
             let _ = mapper.try_set_value(m);
+        }
+        let items = legend_of(&spec);
+        if legend.try_with_untracked(|l| *l != items) == Some(true) {
+            legend.set(items);
         }
         // For the benchmark: how long the draw took and when it ended.
         let done = dom::now_ms();
@@ -74,6 +165,7 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     Effect::new(move |_| {
         vs.track();
         resize.track();
+        sites.track();
         // The detectors' markers arrive after the first draw.
         ctx.detections.track();
         if canvas.get().is_none() || frame_requested.get_value() {
@@ -93,6 +185,7 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let a_hover = a.clone();
     let on_move = move |e: ev::MouseEvent| {
         let x = f64::from(e.offset_x());
+        let y = f64::from(e.offset_y());
         let m = mapper.get_value();
         if let Some(mut d) = drag.get_value() {
             d.x_px = x;
@@ -116,11 +209,19 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
         let t = m.time_at(x);
         let f = filter_of(&vs.get_untracked());
         let bytes = a_hover.live_bytes_at(t, &f);
+        let band = m.band_at(x, y).map(|b| {
+            let name = b.stack.map_or_else(
+                || "other call sites".to_string(),
+                |s| a_hover.trace.model.stack_label(s),
+            );
+            (b.stack.map(|s| s.0), name, b.bytes)
+        });
         hover.set(Some(Hover {
             x_px: x,
             ts_nanos: t,
             bytes,
             sites: Vec::new(),
+            band,
         }));
         hover_gen.update_value(|g| *g += 1);
         let my = hover_gen.get_value();
@@ -158,6 +259,8 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             x_px: x,
         }));
     };
+    // The pin before the first click of a double-click, which gives it back.
+    let pin_before_click = StoredValue::new(None::<u64>);
     let on_up = move |e: ev::MouseEvent| {
         let Some(d) = drag.get_value() else {
             return;
@@ -170,8 +273,10 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             return;
         }
         if (x - d.x0_px).abs() <= CLICK_SLOP_PX {
-            if m.contains_x(x) {
+            // The second click of a double-click does not pin (the double-click resets).
+            if m.contains_x(x) && e.detail() < 2 {
                 let t = m.time_at(x);
+                pin_before_click.set_value(vs.with_untracked(|v| v.pin_nanos));
                 vs.update(|v| v.pin_nanos = Some(t));
             }
         } else {
@@ -207,17 +312,15 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let origin = full.0;
     let range_text = move || {
         let (t0, t1) = vs.with(|v| v.range_nanos).unwrap_or(full);
-        format!(
-            "{} – {} (window {})",
-            fmt_duration(t0 - origin),
-            fmt_duration(t1 - origin),
-            fmt_duration(t1 - t0)
-        )
+        // Both ends in one unit.
+        let (a, b) = crate::ticks::time_pair(t0 - origin, t1 - origin);
+        format!("{a} – {b} (window {})", fmt_duration(t1 - t0))
     };
     let a_svg = a.clone();
     let export_svg = move |_| {
         let state = vs.get_untracked();
-        let spec = timeline_spec(&a_svg, &state, chart::Theme::LIGHT);
+        let site_series = sites.get_untracked();
+        let spec = timeline_spec(&a_svg, &state, chart::Theme::LIGHT, site_series.as_deref());
         let width = canvas
             .get_untracked()
             .map_or(1000, |c| dom::available_width(&c));
@@ -254,7 +357,10 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                     aria-label="Live device memory over time"
                     on:mousemove=on_move on:mousedown=on_down on:mouseup=on_up
                     on:mouseleave=on_leave on:wheel=on_wheel
-                    on:dblclick=move |_| ctx.reset_zoom()></canvas>
+                    on:dblclick=move |_| vs.update(|v| {
+                        v.range_nanos = None;
+                        v.pin_nanos = pin_before_click.get_value();
+                    })></canvas>
                 {move || brush.get().map(|(x0, x1)| view! {
                     <div class="brush" data-testid="brush"
                         style=format!("left:{x0}px;width:{}px;height:{HEIGHT_PX}px", x1 - x0)></div>
@@ -265,37 +371,84 @@ pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                         style=format!("left:{}px", h.x_px + 12.0)>
                         <div><b>{fmt_duration(h.ts_nanos - origin)}</b></div>
                         <div data-testid="hover-bytes" data-value=h.bytes.to_string()>{format!("{} live", fmt_bytes(h.bytes))}</div>
+                        {h.band.map(|(stack, name, bytes)| view! {
+                            <div class="band" data-testid="hover-band"
+                                data-stack=stack.map_or_else(|| "other".to_string(), |s| s.to_string())
+                                data-value=bytes.to_string()>
+                                <b>{name}</b>{format!(" · {}", fmt_bytes(bytes))}
+                            </div>
+                        })}
                         <ul>
                             {h.sites.into_iter().map(|(s, b)| view! { <li>{format!("{} · {s}", fmt_bytes(b))}</li> }).collect_view()}
                         </ul>
                     </div>
                 })}
             </div>
+            <StackLegend legend=legend vs=vs />
             <MarkerList a=a.clone() ctx=ctx origin=origin />
             <Pinned a=a.clone() vs=vs origin=origin />
         </section>
     }
 }
 
+/// The stacked call sites: a swatch and a name each; a click selects the site (its band is
+/// drawn solid, as when its leak row is selected) or clears the selection.
+#[component]
+fn StackLegend(legend: RwSignal<Vec<LegendItem>>, vs: RwSignal<ViewState>) -> impl IntoView {
+    move || {
+        let items = legend.get();
+        (!items.is_empty()).then(|| {
+            let rows = items
+                .into_iter()
+                .map(|it| {
+                    let select = move |_| {
+                        if let Some(s) = it.stack {
+                            vs.update(|v| {
+                                v.open_stack = if v.open_stack == Some(s) { None } else { Some(s) };
+                            });
+                        }
+                    };
+                    view! {
+                        <li data-testid="stack-band"
+                            data-stack=it.stack.map_or_else(|| "other".to_string(), |s| s.to_string())
+                            data-highlight=it.highlighted.to_string() class:highlight=it.highlighted>
+                            <button class="link" on:click=select disabled=it.stack.is_none()>
+                                <span class="swatch" style=format!("background:{}", it.color)></span>
+                                {it.label}
+                            </button>
+                        </li>
+                    }
+                })
+                .collect_view();
+            view! {
+                <ul class="stack-legend" data-testid="stack-legend"
+                    aria-label="Call sites with the highest peaks in the window, bottom band first">{rows}</ul>
+            }
+        })
+    }
+}
+
 /// The chart's markers as a list (screen readers cannot read the canvas): failed allocations,
-/// teardowns and detected spikes of the filtered series; each zooms the timeline on itself.
+/// teardowns and detected spikes of the filtered series, a page at a time ("N of M", then
+/// "Show more"), so every one is reachable; each zooms the timeline on itself.
 #[component]
 fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
     let vs = ctx.vs;
     // Recomputed when the filters change, not on zoom.
     let filter = Memo::new(move |_| vs.with(filter_of));
+    let listed = RwSignal::new(MARKER_PAGE);
     move || {
         let f = filter.get();
         ctx.detections.track();
         let (lo, hi) = a.time_extent();
-        let all: Vec<&chart::Marker> = a.markers_in(&f, lo, hi).collect();
-        if all.is_empty() {
+        let total = a.markers_in(&f, lo, hi).count();
+        if total == 0 {
             return None;
         }
-        let total = all.len();
-        let items = all
-            .into_iter()
-            .take(MAX_LISTED_MARKERS)
+        let shown = listed.get().min(total);
+        let items = a
+            .markers_in(&f, lo, hi)
+            .take(shown)
             .map(|m| {
                 let t = m.ts_nanos;
                 let go = move |_| {
@@ -313,7 +466,6 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
                 }
             })
             .collect_view();
-        let shown = total.min(MAX_LISTED_MARKERS);
         let count = |kind: chart::MarkerKind, what: &str| {
             let n = a.markers_in(&f, lo, hi).filter(|m| m.kind == kind).count();
             (n > 0).then(|| format!("{n} {what}"))
@@ -327,11 +479,22 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
         .flatten()
         .collect::<Vec<_>>()
         .join(", ");
+        // Open once the reader has asked for more (the list is drawn anew then).
+        let expanded = shown > MARKER_PAGE;
+        let more = (shown < total).then(|| {
+            view! {
+                <button data-testid="markers-more" on:click=move |_| listed.update(|n| *n += MARKER_PAGE)>
+                    {format!("Show {} more", MARKER_PAGE.min(total - shown))}
+                </button>
+                <button data-testid="markers-all" on:click=move |_| listed.set(total)>"Show all"</button>
+            }
+        });
         Some(view! {
-            <details class="markers" data-testid="marker-list" data-count=total.to_string()>
-                <summary>{format!("Markers: {summary}")}
-                    {(shown < total).then(|| format!(" ({shown} listed)"))}</summary>
+            <details class="markers" data-testid="marker-list" data-count=total.to_string()
+                data-listed=shown.to_string() open=expanded>
+                <summary data-testid="marker-summary">{format!("Markers: {shown} of {total} listed · {summary}")}</summary>
                 <ul>{items}</ul>
+                {more}
             </details>
         })
     }

@@ -572,7 +572,7 @@ fn scope_row(
                 }
                 f(&ChartSpec {
                     t0: lo, t1: hi + 1, origin_nanos: lo, layers,
-                    gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme,
+                    gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme, stack: None, limits: Vec::new(),
                 })
             });
             let kept = match (&s.top_site, s.top_stack) {
@@ -615,7 +615,13 @@ fn scope_row(
 #[component]
 fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let rows: Vec<SiteRow> = a.leak_candidates(&filter_of(&vs.get_untracked()));
+    // The call-site search (or a frame clicked in the icicle) keeps the sites it matches.
+    let needle = vs.with_untracked(|v| v.search.to_lowercase());
+    let rows: Vec<SiteRow> = a
+        .leak_candidates(&filter_of(&vs.get_untracked()))
+        .into_iter()
+        .filter(|r| site_matches(r, &needle))
+        .collect();
     let total_live = a.trace.model.live_at_end_bytes();
     let csv = rows
         .iter()
@@ -658,7 +664,7 @@ fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
                         f(&ChartSpec {
                             t0: lo, t1: hi + 1, origin_nanos: lo,
                             layers: vec![Layer { label: "live bytes of this call site".into(), timeline: &g, color: PALETTE[4], style: LayerStyle::Band }],
-                            gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme,
+                            gap: None, ranges: Vec::new(), markers: Vec::new(), pin_nanos: None, y_unit: YUnit::Bytes, theme, stack: None, limits: Vec::new(),
                         })
                     });
                     let frames = frames.clone();
@@ -720,6 +726,7 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             ts_nanos: *t,
             label: fmt_bytes(*b),
             kind: MarkerKind::Spike,
+            count: 1,
         })
         .collect();
     let a2 = a.clone();
@@ -729,7 +736,7 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             pin_nanos: None,
             ..vs.get_untracked()
         };
-        let mut s = timeline_spec(&a2, &st, theme);
+        let mut s = timeline_spec(&a2, &st, theme, None);
         s.markers.extend(markers.iter().cloned());
         s.markers.sort_by_key(|m| m.ts_nanos);
         cb(&s);
@@ -890,6 +897,8 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             pin_nanos: None,
             y_unit: YUnit::Bytes,
             theme,
+            stack: None,
+            limits: Vec::new(),
         });
     });
     let ratio_spec: SpecFn = Arc::new(move |theme, cb| {
@@ -914,6 +923,8 @@ pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
             pin_nanos: None,
             y_unit: YUnit::Permyriad,
             theme,
+            stack: None,
+            limits: Vec::new(),
         });
     });
     let ooms = a.oom_moments();

@@ -1,0 +1,501 @@
+//! Live bytes per call site over time, for the timeline's stacked areas.
+//!
+//! [`SiteSeries::build`] turns the allocations a filter admits into one step series per stack
+//! (one pass to group them by stack, then per stack its allocations, already in time order,
+//! merged with its frees, sorted). It is built on first use per filter, after the first chart is
+//! on screen, never while a trace loads. [`SiteSeries::top_in_window`] ranks the sites by their
+//! peak inside the visible window (O(sites · log n), stopping at the first site whose peak over
+//! the whole trace cannot beat the ones chosen) and [`stack_columns`] samples the chosen sites
+//! once per pixel column, at the moment the column's total was highest, so the stack's top
+//! follows the total's maxima and a zoom step stays O(pixels · sites shown · log n).
+
+use std::collections::HashMap;
+
+use analysis_core::format::StackId;
+use analysis_core::model::{AllocRecord, TraceModel};
+use analysis_core::timeline::Timeline;
+
+use crate::data::Filter;
+
+/// One call site's live bytes over time.
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub stack: StackId,
+    /// Highest live bytes of this site over the whole trace.
+    pub peak_bytes: u64,
+    /// Live bytes (allocations of this stack that the filter admits) as a step series.
+    pub timeline: Timeline,
+}
+
+/// Every call site's live bytes over time, for one filter.
+#[derive(Clone, Debug, Default)]
+pub struct SiteSeries {
+    /// Sorted by `peak_bytes`, largest first (ties: stack id).
+    pub sites: Vec<Site>,
+    /// The sum of every site, when the model has no series equal to it (see
+    /// `Analysis::whole_of`): built here only then.
+    pub whole: Option<Timeline>,
+}
+
+/// Whether an allocation counts in the sites' series: device memory the filter admits.
+fn counts(a: &AllocRecord, f: &Filter) -> bool {
+    a.kind.is_device_memory() && a.size_bytes > 0 && f.admits(a)
+}
+
+/// A step series from allocation events (in time order) and free events (any order): at
+/// each time, frees and allocations of that time are applied together and one point is
+/// pushed with the result (the value `Timeline::value_at` gives for that time).
+fn step_series(
+    allocs: impl Iterator<Item = (u64, u64)>,
+    frees: &mut [(u64, u64)],
+    capacity: usize,
+) -> Timeline {
+    frees.sort_unstable_by_key(|f| f.0);
+    let mut t = Timeline::new();
+    t.reserve(capacity);
+    let mut cur: u64 = 0;
+    let mut allocs = allocs.peekable();
+    let mut j = 0;
+    loop {
+        let next_alloc = allocs.peek().map(|a| a.0);
+        let next_free = frees.get(j).map(|f| f.0);
+        let ts = match (next_alloc, next_free) {
+            (Some(a), Some(f)) => a.min(f),
+            (Some(a), None) => a,
+            (None, Some(f)) => f,
+            (None, None) => break,
+        };
+        while let Some(&(ft, size)) = frees.get(j)
+            && ft == ts
+        {
+            cur = cur.saturating_sub(size);
+            j += 1;
+        }
+        while let Some(&(at, size)) = allocs.peek()
+            && at == ts
+        {
+            cur = cur.saturating_add(size);
+            allocs.next();
+        }
+        t.push(ts, cur);
+    }
+    t.build_index();
+    t
+}
+
+impl SiteSeries {
+    /// Builds every site's series for the allocations `f` admits, and their sum when
+    /// `with_whole` (the caller has no timeline equal to it).
+    pub fn build(m: &TraceModel, f: &Filter, with_whole: bool) -> Self {
+        // Group the admitted allocations by stack: a slot per stack, then the allocation
+        // indices ordered by slot (a counting sort keeps each slot's allocations in time order).
+        let mut slot_of: HashMap<StackId, u32> = HashMap::new();
+        let mut stacks: Vec<StackId> = Vec::new();
+        let mut count: Vec<u32> = Vec::new();
+        let slots: Vec<u32> = m
+            .allocs
+            .iter()
+            .map(|a| {
+                if !counts(a, f) {
+                    return u32::MAX;
+                }
+                let s = *slot_of.entry(a.stack).or_insert_with(|| {
+                    stacks.push(a.stack);
+                    count.push(0);
+                    (stacks.len() - 1) as u32
+                });
+                count[s as usize] += 1;
+                s
+            })
+            .collect();
+        let mut start: Vec<usize> = Vec::with_capacity(stacks.len() + 1);
+        let mut acc = 0usize;
+        for &c in &count {
+            start.push(acc);
+            acc += c as usize;
+        }
+        start.push(acc);
+        let mut order: Vec<u32> = vec![0; acc];
+        let mut fill = start.clone();
+        for (i, &s) in slots.iter().enumerate() {
+            if s != u32::MAX {
+                order[fill[s as usize]] = i as u32;
+                fill[s as usize] += 1;
+            }
+        }
+        drop(slots);
+        let mut frees: Vec<(u64, u64)> = Vec::new();
+        let mut sites: Vec<Site> = stacks
+            .iter()
+            .enumerate()
+            .map(|(s, &stack)| {
+                let idx = &order[start[s]..start[s + 1]];
+                frees.clear();
+                frees.extend(
+                    idx.iter()
+                        .map(|&i| &m.allocs[i as usize])
+                        .filter(|a| !a.is_live())
+                        .map(|a| (a.free_ts_nanos, a.size_bytes)),
+                );
+                let capacity = idx.len() + frees.len();
+                let timeline = step_series(
+                    idx.iter().map(|&i| {
+                        let a = &m.allocs[i as usize];
+                        (a.ts_nanos, a.size_bytes)
+                    }),
+                    &mut frees,
+                    capacity,
+                );
+                let peak_bytes = timeline.values().iter().copied().max().unwrap_or(0);
+                Site {
+                    stack,
+                    peak_bytes,
+                    timeline,
+                }
+            })
+            .collect();
+        sites.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes).then(a.stack.cmp(&b.stack)));
+        let whole = with_whole.then(|| {
+            let admitted = || m.allocs.iter().filter(|a| counts(a, f));
+            frees.clear();
+            frees.extend(
+                admitted()
+                    .filter(|a| !a.is_live())
+                    .map(|a| (a.free_ts_nanos, a.size_bytes)),
+            );
+            let capacity = acc + frees.len();
+            step_series(
+                admitted().map(|a| (a.ts_nanos, a.size_bytes)),
+                &mut frees,
+                capacity,
+            )
+        });
+        Self { sites, whole }
+    }
+
+    /// The site of `stack`, if it has admitted allocations.
+    pub fn site(&self, stack: StackId) -> Option<&Site> {
+        self.sites.iter().find(|s| s.stack == stack)
+    }
+
+    /// Up to `k` sites with the highest live bytes inside `[t0, t1)`, highest first (sites
+    /// with nothing live there are left out), among `allowed` (sorted) when given; `include`,
+    /// when it has bytes live there, is added if it is not among them.
+    pub fn top_in_window(
+        &self,
+        t0: u64,
+        t1: u64,
+        k: usize,
+        include: Option<StackId>,
+        allowed: Option<&[StackId]>,
+    ) -> Vec<&Site> {
+        let mut best: Vec<(u64, &Site)> = Vec::with_capacity(k + 1);
+        for s in &self.sites {
+            if allowed.is_some_and(|a| a.binary_search(&s.stack).is_err()) {
+                continue;
+            }
+            // Sites are sorted by their peak over the whole trace: none after this one can
+            // reach the k-th best.
+            if best.len() == k && best.last().is_some_and(|(p, _)| s.peak_bytes <= *p) {
+                break;
+            }
+            let p = window_peak(&s.timeline, t0, t1);
+            if p == 0 {
+                continue;
+            }
+            let at = best.partition_point(|(q, _)| *q >= p);
+            if at < k {
+                best.insert(at, (p, s));
+                best.truncate(k);
+            }
+        }
+        let mut out: Vec<&Site> = best.into_iter().map(|(_, s)| s).collect();
+        if let Some(stack) = include
+            && !out.iter().any(|s| s.stack == stack)
+            && let Some(s) = self.site(stack)
+            && window_peak(&s.timeline, t0, t1) > 0
+        {
+            out.push(s);
+        }
+        out
+    }
+}
+
+/// The highest value `t` holds during `[t0, t1)`.
+pub fn window_peak(t: &Timeline, t0: u64, t1: u64) -> u64 {
+    let times = t.times();
+    let at_start = t.value_at(t0);
+    let i = times.partition_point(|&x| x <= t0);
+    let j = times.partition_point(|&x| x < t1);
+    t.range_min_max(i, j)
+        .map_or(at_start, |(_, hi)| hi.max(at_start))
+}
+
+/// The stacked areas of one chart: per pixel column, the moment sampled and the bytes of each
+/// band then.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackColumns {
+    /// Bands per column: the sites, then "other" (the rest of the whole).
+    pub bands: usize,
+    /// Per column, the moment sampled: when the whole was highest in the column.
+    pub sample_nanos: Vec<u64>,
+    /// Per column, the whole's value then.
+    pub whole_bytes: Vec<u64>,
+    /// Per column, `bands` values: each site's live bytes at the sample, then "other".
+    pub bytes: Vec<u64>,
+}
+
+impl StackColumns {
+    pub fn columns(&self) -> usize {
+        self.sample_nanos.len()
+    }
+
+    /// The bytes of each band in column `c`, sites first, "other" last.
+    pub fn column(&self, c: usize) -> &[u64] {
+        &self.bytes[c * self.bands..(c + 1) * self.bands]
+    }
+
+    /// The band whose stacked extent holds `bytes` in column `c`, and that band's bytes:
+    /// `Some(i)` for a site or "other" (`bands - 1`); `None` above the stack or outside.
+    pub fn band_at(&self, c: usize, bytes: u64) -> Option<(usize, u64)> {
+        if c >= self.columns() {
+            return None;
+        }
+        let mut top = 0u64;
+        for (i, &b) in self.column(c).iter().enumerate() {
+            let below = top;
+            top = top.saturating_add(b);
+            if b > 0 && bytes >= below && bytes < top {
+                return Some((i, b));
+            }
+        }
+        None
+    }
+}
+
+/// Index of the first maximum of `t`'s values in `[i, j)` (which must not be empty), found by
+/// halving with the min/max pyramid: O(log² n).
+fn argmax(t: &Timeline, mut i: usize, mut j: usize, max: u64) -> usize {
+    while j - i > 16 {
+        let mid = i + (j - i) / 2;
+        if t.range_min_max(i, mid).is_some_and(|(_, hi)| hi == max) {
+            j = mid;
+        } else {
+            i = mid;
+        }
+    }
+    let values = t.values();
+    (i..j).find(|&k| values[k] == max).unwrap_or(i)
+}
+
+/// Samples `sites` (bottom band first) and `whole` over `[t0, t1)` in `columns` columns of
+/// equal time width, each at the moment its `whole` was highest; "other" is the whole minus
+/// the sites then.
+pub fn stack_columns(
+    whole: &Timeline,
+    sites: &[&Timeline],
+    t0: u64,
+    t1: u64,
+    columns: usize,
+) -> StackColumns {
+    let bands = sites.len() + 1;
+    let mut out = StackColumns {
+        bands,
+        sample_nanos: Vec::with_capacity(columns),
+        whole_bytes: Vec::with_capacity(columns),
+        bytes: Vec::with_capacity(columns * bands),
+    };
+    if t1 <= t0 || columns == 0 {
+        return out;
+    }
+    let span = t1 - t0;
+    let edge = |c: usize| t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
+    let times = whole.times();
+    let values = whole.values();
+    let mut ia = times.partition_point(|&x| x < t0);
+    for c in 0..columns {
+        let (a, b) = (edge(c), edge(c + 1));
+        let ib = ia + times[ia..].partition_point(|&x| x < b);
+        let carried = if ia == 0 { 0 } else { values[ia - 1] };
+        let sample = match whole.range_min_max(ia, ib) {
+            Some((_, hi)) if hi > carried => times[argmax(whole, ia, ib, hi)],
+            // The value carried into the column is its highest: sample just before it starts.
+            _ if ia > 0 => a - 1,
+            _ => a,
+        };
+        let w = whole.value_at(sample);
+        let mut sum = 0u64;
+        for s in sites {
+            let v = s.value_at(sample);
+            sum = sum.saturating_add(v);
+            out.bytes.push(v);
+        }
+        out.bytes.push(w.saturating_sub(sum));
+        out.sample_nanos.push(sample);
+        out.whole_bytes.push(w);
+        ia = ib;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use analysis_core::synth::{Scenario, generate};
+
+    fn model(s: Scenario, events: u64) -> analysis_core::model::LoadedTrace {
+        let (bytes, _) = generate(s, events, 11);
+        analysis_core::load(&bytes).expect("synthetic trace loads")
+    }
+
+    /// Every site's series equals its allocations' live bytes at any moment, and together
+    /// they equal the model's total.
+    #[test]
+    fn sites_add_up_to_the_total_at_every_moment() {
+        for s in Scenario::ALL {
+            let t = model(s, 4_000);
+            let m = &t.model;
+            let series = SiteSeries::build(m, &Filter::default(), true);
+            let whole = series.whole.as_ref().expect("asked for");
+            let (lo, hi) = (m.first_ts_nanos, m.last_ts_nanos);
+            for k in 0..=50u64 {
+                let at = lo + (hi - lo) * k / 50;
+                let sum: u64 = series.sites.iter().map(|s| s.timeline.value_at(at)).sum();
+                assert_eq!(sum, whole.value_at(at), "{} at {at}", s.name());
+                assert_eq!(sum, m.total.value_at(at), "{}: the model's total", s.name());
+                let site = &series.sites[(k as usize) % series.sites.len()];
+                let live: u64 = m
+                    .allocs
+                    .iter()
+                    .filter(|a| a.stack == site.stack && a.kind.is_device_memory())
+                    .filter(|a| a.live_at(at))
+                    .map(|a| a.size_bytes)
+                    .sum();
+                assert_eq!(site.timeline.value_at(at), live, "{}", s.name());
+            }
+            assert!(
+                series
+                    .sites
+                    .windows(2)
+                    .all(|w| w[0].peak_bytes >= w[1].peak_bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn a_filter_keeps_only_its_allocations() {
+        let t = model(Scenario::MultiDevice, 4_000);
+        let m = &t.model;
+        let dev = m.series[0].key.device;
+        let f = Filter {
+            device: Some(dev),
+            ..Filter::default()
+        };
+        let series = SiteSeries::build(m, &f, true);
+        let whole = series.whole.expect("asked for");
+        let end = m.last_ts_nanos;
+        let want: u64 = m
+            .series
+            .iter()
+            .filter(|s| !s.key.host && s.key.device == dev)
+            .map(|s| s.timeline.value_at(end))
+            .sum();
+        assert_eq!(whole.value_at(end), want);
+    }
+
+    #[test]
+    fn the_top_of_a_window_is_ranked_by_the_windows_peak() {
+        let t = model(Scenario::Spikes, 6_000);
+        let m = &t.model;
+        let series = SiteSeries::build(m, &Filter::default(), false);
+        let (lo, hi) = (m.first_ts_nanos, m.last_ts_nanos);
+        for (t0, t1) in [(lo, hi + 1), (lo + (hi - lo) / 3, lo + (hi - lo) / 2)] {
+            let top = series.top_in_window(t0, t1, 4, None, None);
+            // The same ranking by brute force over every site.
+            let mut all: Vec<(u64, StackId)> = series
+                .sites
+                .iter()
+                .map(|s| (window_peak(&s.timeline, t0, t1), s.stack))
+                .filter(|(p, _)| *p > 0)
+                .collect();
+            all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let peaks: Vec<u64> = top
+                .iter()
+                .map(|s| window_peak(&s.timeline, t0, t1))
+                .collect();
+            let want: Vec<u64> = all.iter().take(4).map(|x| x.0).collect();
+            assert_eq!(peaks, want);
+        }
+        // A site asked for joins the top when it is not in it.
+        let last = series.sites.last().expect("sites").stack;
+        let top = series.top_in_window(lo, hi + 1, 2, Some(last), None);
+        assert_eq!(top.len(), 3);
+        assert_eq!(top[2].stack, last);
+        // Only the sites allowed.
+        let only = [series.sites[1].stack];
+        let top = series.top_in_window(lo, hi + 1, 4, None, Some(&only));
+        assert_eq!(top.iter().map(|s| s.stack).collect::<Vec<_>>(), only);
+    }
+
+    #[test]
+    fn window_peak_counts_the_value_carried_in() {
+        let mut t = Timeline::new();
+        t.push(10, 5);
+        t.push(20, 9);
+        t.push(30, 1);
+        t.build_index();
+        assert_eq!(window_peak(&t, 0, 10), 0);
+        assert_eq!(window_peak(&t, 12, 18), 5);
+        assert_eq!(window_peak(&t, 12, 21), 9);
+        assert_eq!(window_peak(&t, 20, 21), 9);
+        assert_eq!(window_peak(&t, 31, 40), 1);
+    }
+
+    #[test]
+    fn columns_sample_each_columns_highest_moment() {
+        // Two sites that take turns: a stack of their maxima would be twice the total.
+        let mut a = Timeline::new();
+        let mut b = Timeline::new();
+        let mut whole = Timeline::new();
+        for k in 0..100u64 {
+            let t = k * 10;
+            let (va, vb) = if k % 2 == 0 { (100, 0) } else { (0, 60) };
+            a.push(t, va);
+            b.push(t, vb);
+            whole.push(t, va + vb + 7);
+        }
+        for x in [&mut a, &mut b, &mut whole] {
+            x.build_index();
+        }
+        let cols = stack_columns(&whole, &[&a, &b], 0, 1000, 10);
+        assert_eq!(cols.columns(), 10);
+        for c in 0..10 {
+            // Each column holds both phases; its highest moment is site a's.
+            assert_eq!(cols.column(c), &[100, 0, 7], "column {c}");
+            assert_eq!(cols.whole_bytes[c], 107);
+            assert_eq!(cols.sample_nanos[c] % 20, 0);
+        }
+        assert_eq!(cols.band_at(3, 50), Some((0, 100)));
+        assert_eq!(cols.band_at(3, 103), Some((2, 7)));
+        assert_eq!(cols.band_at(3, 107), None, "above the stack");
+        assert_eq!(cols.band_at(10, 1), None, "outside");
+        // A column with no point of its own carries the value before it.
+        let fine = stack_columns(&whole, &[&a, &b], 0, 1000, 1000);
+        assert_eq!(fine.column(15), &[0, 60, 7]);
+        assert_eq!(fine.column(21), &[100, 0, 7]);
+    }
+
+    #[test]
+    fn argmax_finds_the_first_maximum() {
+        let mut t = Timeline::new();
+        for k in 0..10_000u64 {
+            t.push(k, (k * 7919) % 1000);
+        }
+        t.build_index();
+        for (i, j) in [(0, 10_000), (17, 18), (123, 4567), (9_000, 10_000)] {
+            let max = t.range_min_max(i, j).expect("non-empty").1;
+            let want = (i..j).find(|&k| t.values()[k] == max).expect("has a max");
+            assert_eq!(argmax(&t, i, j, max), want, "[{i}, {j})");
+        }
+    }
+}
