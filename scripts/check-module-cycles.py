@@ -13,7 +13,16 @@ import os
 import re
 import sys
 
-DEFAULT = ["analysis-core/src", "viewer/src", "collector/src", "collector/inject/src", "tests/accuracy/src"]
+DEFAULT = [
+    "analysis-core/src",
+    "analysis-core/trace/src",
+    "analysis-core/torch-import/src",
+    "viewer/src",
+    "collector/src",
+    "collector/inject/src",
+    "collector/inject/ring/src",
+    "tests/accuracy/src",
+]
 
 
 def modules(root):

@@ -8,6 +8,9 @@ step() { printf '\n==> %s\n' "$*"; }
 step "format"
 cargo fmt --all --check
 
+step "no module imports a module that imports it back"
+python3 scripts/check-module-cycles.py
+
 step "clippy (native)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

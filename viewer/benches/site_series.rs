@@ -5,7 +5,8 @@
 
 use analysis_core::synth::{Scenario, generate};
 use criterion::{Criterion, criterion_group, criterion_main};
-use viewer::data::{Analysis, Filter};
+use viewer::data::TraceData;
+use viewer::filter::Filter;
 use viewer::site_series::{SiteSeries, stack_columns};
 
 fn events_from_env() -> u64 {
@@ -21,7 +22,7 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     for scenario in [Scenario::TrainingLeak, Scenario::Spikes] {
         let (bytes, _) = generate(scenario, events, 1);
-        let a = Analysis::without_report(
+        let a = TraceData::without_report(
             analysis_core::load(&bytes).expect("synthetic trace loads"),
             scenario.name(),
         );

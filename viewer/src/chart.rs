@@ -17,7 +17,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::data::{Analysis, Filter};
+use crate::data::TraceData;
+use crate::filter::Filter;
+use crate::markers::{Marker, MarkerKind};
 use crate::site_series::{SiteSeries, StackColumns, stack_columns};
 use crate::state::ViewState;
 use crate::ticks::{byte_ticks, time_ticks};
@@ -105,43 +107,6 @@ pub enum YUnit {
     Bytes,
     /// Values are ten-thousandths (1 % = 100).
     Permyriad,
-}
-
-/// A vertical marker (failed allocation, teardown, spike).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Marker {
-    pub ts_nanos: u64,
-    pub label: String,
-    pub kind: MarkerKind,
-    /// Markers this one stands for (more than 1 where a dense window was grouped).
-    pub count: u32,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MarkerKind {
-    FailedAlloc,
-    Teardown,
-    Spike,
-}
-
-impl MarkerKind {
-    /// Which kind a group of markers is drawn as: failures first, then teardowns.
-    const fn rank(self) -> u8 {
-        match self {
-            Self::FailedAlloc => 2,
-            Self::Teardown => 1,
-            Self::Spike => 0,
-        }
-    }
-
-    /// The name used in `data-kind` attributes.
-    pub const fn slug(self) -> &'static str {
-        match self {
-            Self::FailedAlloc => "failed-alloc",
-            Self::Teardown => "teardown",
-            Self::Spike => "spike",
-        }
-    }
 }
 
 /// An NVTX range drawn as a band.
@@ -295,7 +260,7 @@ pub const MAX_MARKERS: usize = 2000;
 /// view's filter), the call sites with the highest peaks in the window as stacked areas
 /// under lines for the series.
 pub fn timeline_spec<'a>(
-    a: &'a Analysis,
+    a: &'a TraceData,
     vs: &ViewState,
     theme: Theme,
     sites: Option<&'a SiteSeries>,
@@ -438,7 +403,7 @@ pub fn timeline_spec<'a>(
 
 /// The markers of `[t0, t1]`: each one, or past [`MAX_MARKERS`] one per equal time slice
 /// with the count of the slice (drawn as the most severe kind in it).
-fn window_markers(a: &Analysis, f: &Filter, t0: u64, t1: u64) -> Vec<Marker> {
+fn window_markers(a: &TraceData, f: &Filter, t0: u64, t1: u64) -> Vec<Marker> {
     if a.markers_in(f, t0, t1).nth(MAX_MARKERS).is_none() {
         return a.markers_in(f, t0, t1).cloned().collect();
     }
@@ -920,9 +885,9 @@ mod tests {
     use crate::state::View;
     use analysis_core::synth::{Scenario, generate};
 
-    fn analysis(s: Scenario, events: u64) -> Analysis {
+    fn analysis(s: Scenario, events: u64) -> TraceData {
         let (bytes, _) = generate(s, events, 3);
-        Analysis::new(analysis_core::load(&bytes).expect("loads"), s.name())
+        TraceData::new(analysis_core::load(&bytes).expect("loads"), s.name())
     }
 
     #[test]

@@ -21,38 +21,13 @@ use analysis_core::timeline::Timeline;
 use analysis_core::units::fmt_bytes;
 use analysis_core::{Report, summarize};
 
-use crate::chart::{Marker, MarkerKind};
 use crate::chart_index::RangeRows;
+use crate::filter::Filter;
+use crate::markers::{Marker, MarkerKind};
 use crate::site_series::SiteSeries;
 
 /// Filters whose per-site series are kept (the most recent ones).
 const SITE_SERIES_KEPT: usize = 4;
-
-/// Which part of the trace the views show.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Filter {
-    pub process: Option<ProcessIdx>,
-    pub device: Option<DeviceIdx>,
-    pub thread: Option<ThreadIdx>,
-}
-
-impl Filter {
-    /// Whether an allocation passes the filter.
-    pub fn admits(&self, a: &AllocRecord) -> bool {
-        self.process.is_none_or(|p| p == a.process)
-            && self.device.is_none_or(|d| d == a.device)
-            && self.thread.is_none_or(|t| t == a.thread)
-    }
-
-    /// Whether a (process, device) series passes the filter (threads are not split out).
-    pub fn admits_series(&self, process: ProcessIdx, device: DeviceIdx) -> bool {
-        self.process.is_none_or(|p| p == process) && self.device.is_none_or(|d| d == device)
-    }
-
-    pub const fn is_all(&self) -> bool {
-        self.process.is_none() && self.device.is_none() && self.thread.is_none()
-    }
-}
 
 /// One row of the call-site table (from `TraceModel::stack_stats`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,15 +127,15 @@ struct Detected {
 }
 
 /// A loaded trace and everything derived from it. The detectors' results (the report and the
-/// markers) can come later than the rest ([`Analysis::without_report`], then
-/// [`Analysis::detect`]), so the viewer draws the timeline first.
+/// markers) can come later than the rest ([`TraceData::without_report`], then
+/// [`TraceData::detect`]), so the viewer draws the timeline first.
 #[derive(Debug)]
-pub struct Analysis {
+pub struct TraceData {
     /// The file name or URL it came from.
     pub source: String,
     pub trace: LoadedTrace,
     detected: std::sync::OnceLock<Detected>,
-    /// Every call site, unsorted ([`Analysis::sites`]: built on first use, so a load's first
+    /// Every call site, unsorted ([`TraceData::sites`]: built on first use, so a load's first
     /// view does not wait for every stack's frames to be formatted).
     sites: std::sync::OnceLock<Vec<SiteRow>>,
     /// Pool samples as step series per (process, device).
@@ -174,13 +149,13 @@ pub struct Analysis {
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
     /// Live bytes per call site over time for the stacked timeline, per filter, most recent
-    /// last ([`Analysis::site_series`]: built on first use, not while loading).
+    /// last ([`TraceData::site_series`]: built on first use, not while loading).
     site_series: std::sync::Mutex<Vec<(Filter, std::sync::Arc<SiteSeries>)>>,
-    /// The last [`Analysis::stacks_matching`] answer.
+    /// The last [`TraceData::stacks_matching`] answer.
     matching: std::sync::Mutex<Option<(String, std::sync::Arc<Vec<StackId>>)>>,
 }
 
-impl Analysis {
+impl TraceData {
     /// Summarizes a loaded trace and builds the derived tables.
     pub fn new(trace: LoadedTrace, source: impl Into<String>) -> Self {
         let a = Self::without_report(trace, source);
@@ -188,7 +163,7 @@ impl Analysis {
         a
     }
 
-    /// Builds the derived tables, not yet the report ([`Analysis::detect`] adds it).
+    /// Builds the derived tables, not yet the report ([`TraceData::detect`] adds it).
     pub fn without_report(trace: LoadedTrace, source: impl Into<String>) -> Self {
         let m = &trace.model;
         // Pool samples: each (process, device, pool) reports its current value; the series is the
@@ -290,7 +265,7 @@ impl Analysis {
         })
     }
 
-    /// The per-site series of the allocations `f` admits, if [`Analysis::site_series`] built
+    /// The per-site series of the allocations `f` admits, if [`TraceData::site_series`] built
     /// them already.
     pub fn site_series_built(&self, f: &Filter) -> Option<std::sync::Arc<SiteSeries>> {
         let cache = self.site_series.lock().ok()?;
@@ -357,7 +332,7 @@ impl Analysis {
         stacks
     }
 
-    /// The report, once [`Analysis::detect`] ran.
+    /// The report, once [`TraceData::detect`] ran.
     pub fn report(&self) -> Option<&Report> {
         self.detected.get().map(|d| &d.report)
     }
@@ -524,7 +499,7 @@ impl Analysis {
     }
 
     /// The report's growth scopes with the severity of their findings, in report order
-    /// (largest growth first); none before [`Analysis::detect`].
+    /// (largest growth first); none before [`TraceData::detect`].
     pub fn scope_rows(&self) -> Vec<ScopeRow<'_>> {
         let Some(r) = self.report() else {
             return Vec::new();
@@ -588,7 +563,7 @@ impl Analysis {
     }
 
     /// The spikes the report detected (timeline and scope rules), in time order; one row per
-    /// allocation; none before [`Analysis::detect`].
+    /// allocation; none before [`TraceData::detect`].
     pub fn detected_spikes(&self) -> Vec<DetectedSpike> {
         let Some(r) = self.report() else {
             return Vec::new();
@@ -635,7 +610,7 @@ impl Analysis {
     }
 
     /// Markers of the series that pass the filter, inside `[t0, t1]`; none before
-    /// [`Analysis::detect`].
+    /// [`TraceData::detect`].
     pub fn markers_in(&self, f: &Filter, t0: u64, t1: u64) -> impl Iterator<Item = &Marker> {
         let markers = self.detected.get().map_or(&[][..], |d| &d.markers);
         let from = markers.partition_point(|m| m.marker.ts_nanos < t0);
@@ -894,15 +869,15 @@ mod tests {
     use super::*;
     use analysis_core::synth::{Scenario, generate};
 
-    /// The report of an analysis made by `Analysis::new` (which runs the detectors).
-    fn rep(a: &Analysis) -> &Report {
-        a.report().expect("Analysis::new runs the detectors")
+    /// The report of an analysis made by `TraceData::new` (which runs the detectors).
+    fn rep(a: &TraceData) -> &Report {
+        a.report().expect("TraceData::new runs the detectors")
     }
 
-    fn analysis(s: Scenario) -> (Analysis, analysis_core::synth::GroundTruth) {
+    fn analysis(s: Scenario) -> (TraceData, analysis_core::synth::GroundTruth) {
         let (bytes, truth) = generate(s, 5_000, 7);
         let trace = analysis_core::load(&bytes).expect("synthetic trace loads");
-        (Analysis::new(trace, s.name()), truth)
+        (TraceData::new(trace, s.name()), truth)
     }
 
     #[test]
@@ -1069,7 +1044,7 @@ mod tests {
         let marked: Vec<u64> = a
             .detected
             .get()
-            .expect("Analysis::new runs the detectors")
+            .expect("TraceData::new runs the detectors")
             .markers
             .iter()
             .filter(|m| m.marker.kind == MarkerKind::Spike)
@@ -1097,12 +1072,12 @@ mod tests {
     fn the_report_can_come_after_the_tables() {
         for s in [Scenario::Spikes, Scenario::MultiDevice, Scenario::Oom] {
             let (bytes, _) = generate(s, 20_000, 3);
-            let later = Analysis::without_report(analysis_core::load(&bytes).expect("loads"), "t");
+            let later = TraceData::without_report(analysis_core::load(&bytes).expect("loads"), "t");
             let (lo, hi) = later.time_extent();
             assert!(later.report().is_none());
             assert_eq!(later.markers_in(&Filter::default(), lo, hi).count(), 0);
             assert!(later.scope_rows().is_empty() && later.detected_spikes().is_empty());
-            let now = Analysis::new(analysis_core::load(&bytes).expect("loads"), "t");
+            let now = TraceData::new(analysis_core::load(&bytes).expect("loads"), "t");
             // The device list does not wait for the report, and is the report's.
             let mut listed: Vec<DeviceIdx> = rep(&now).devices.iter().map(|d| d.device).collect();
             listed.sort();

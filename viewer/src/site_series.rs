@@ -15,7 +15,7 @@ use analysis_core::format::StackId;
 use analysis_core::model::{AllocRecord, TraceModel};
 use analysis_core::timeline::Timeline;
 
-use crate::data::Filter;
+use crate::filter::Filter;
 
 /// One call site's live bytes over time.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ pub struct SiteSeries {
     /// Sorted by `peak_bytes`, largest first (ties: stack id).
     pub sites: Vec<Site>,
     /// The sum of every site, when the model has no series equal to it (see
-    /// `Analysis::whole_of`): built here only then.
+    /// `TraceData::whole_of`): built here only then.
     pub whole: Option<Timeline>,
 }
 

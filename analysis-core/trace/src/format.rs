@@ -163,6 +163,11 @@ pub enum AllocKind {
     Array,
     /// Memory mapped in from another process (IPC handle).
     IpcImport,
+    /// A block a framework's caching allocator handed out (a PyTorch tensor's storage, a CuPy
+    /// pool block), inside memory the framework reserved from the driver, which the trace
+    /// records as that reserve's own driver allocations. Not device memory of its own: counting
+    /// it too would count the reserve twice (since format 1.3).
+    FrameworkBlock,
     /// Unrecognised value written by a newer collector.
     Other,
 }
@@ -177,6 +182,7 @@ impl AllocKind {
             Self::VmmPhysical => 4,
             Self::Array => 5,
             Self::IpcImport => 6,
+            Self::FrameworkBlock => 7,
             Self::Other => 255,
         }
     }
@@ -189,6 +195,7 @@ impl AllocKind {
             4 => Self::VmmPhysical,
             5 => Self::Array,
             6 => Self::IpcImport,
+            7 => Self::FrameworkBlock,
             _ => Self::Other,
         }
     }
@@ -220,6 +227,7 @@ impl AllocKind {
             Self::VmmPhysical => "vmm_physical",
             Self::Array => "array",
             Self::IpcImport => "ipc_import",
+            Self::FrameworkBlock => "framework_block",
             Self::Other => "other",
         }
     }

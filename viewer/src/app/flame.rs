@@ -11,7 +11,7 @@ use leptos::prelude::*;
 
 use super::Ctx;
 use crate::chart::filter_of;
-use crate::data::Analysis;
+use crate::data::TraceData;
 use crate::flame::Flame;
 
 /// Height of a row of cells, CSS pixels.
@@ -39,7 +39,7 @@ impl Moment {
 
 /// The icicle graph of the live memory at the peak, the pinned moment or the end.
 #[component]
-pub fn Stacks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn Stacks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let moment = RwSignal::new(if vs.with_untracked(|v| v.pin_nanos.is_some()) {
         Moment::Pinned

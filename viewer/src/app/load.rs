@@ -15,7 +15,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use super::{dom, read_worker};
-use crate::data::Analysis;
+use crate::data::TraceData;
 
 /// Bytes handed to the decoder between checks of the time budget.
 const PIECE_BYTES: usize = 64 * 1024;
@@ -53,7 +53,7 @@ pub enum LoadState {
     #[default]
     Idle,
     Loading(Progress),
-    /// Decoded; `Analysis::trace.fatal` says whether decoding stopped early.
+    /// Decoded; `TraceData::trace.fatal` says whether decoding stopped early.
     Done {
         elapsed_ms: f64,
     },
@@ -426,7 +426,7 @@ pub async fn decode(
     total_bytes: Option<u64>,
     state: RwSignal<LoadState>,
     current: &dyn Fn() -> bool,
-) -> Result<Option<Arc<Analysis>>, String> {
+) -> Result<Option<Arc<TraceData>>, String> {
     let started = dom::now_ms();
     let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
     // A PyTorch memory snapshot (pickle or JSON) is parsed as it is read, then converted into
@@ -518,7 +518,7 @@ async fn analyse(
     started: f64,
     state: RwSignal<LoadState>,
     current: &dyn Fn() -> bool,
-) -> Option<Arc<Analysis>> {
+) -> Option<Arc<TraceData>> {
     if progress.records >= SHOW_ANALYSIS_RECORDS {
         progress.phase = "analysing";
         state.set(LoadState::Loading(progress));
@@ -528,8 +528,8 @@ async fn analyse(
         }
         dom::frame_soon();
     }
-    // The detectors run later (`Analysis::detect`), once the first view is drawn.
-    let analysis = Analysis::without_report(trace, source);
+    // The detectors run later (`TraceData::detect`), once the first view is drawn.
+    let analysis = TraceData::without_report(trace, source);
     dom::mark("gpucollect:tables");
     state.set(LoadState::Done {
         elapsed_ms: dom::now_ms() - started,

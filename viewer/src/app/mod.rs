@@ -19,7 +19,7 @@ use analysis_core::units::{fmt_bytes, fmt_duration};
 use leptos::ev;
 use leptos::prelude::*;
 
-use crate::data::Analysis;
+use crate::data::TraceData;
 use crate::state::{View, ViewState, pan_range, zoom_range};
 use load::{LoadState, Source};
 
@@ -34,7 +34,7 @@ pub const MIN_SPAN_NANOS: u64 = 1_000;
 #[derive(Clone, Copy)]
 pub struct Ctx {
     pub vs: RwSignal<ViewState>,
-    pub analysis: RwSignal<Option<Arc<Analysis>>>,
+    pub analysis: RwSignal<Option<Arc<TraceData>>>,
     /// The bytes of the open trace when they came from this computer (a file, a demo, an
     /// embedded trace), for the Share button; `None` for a trace opened from a URL.
     pub local_trace: StoredValue<Option<web_sys::Blob>, LocalStorage>,
@@ -90,7 +90,7 @@ pub fn App() -> impl IntoView {
         initial.view = view;
     }
     let vs = RwSignal::new(initial);
-    let analysis: RwSignal<Option<Arc<Analysis>>> = RwSignal::new(None);
+    let analysis: RwSignal<Option<Arc<TraceData>>> = RwSignal::new(None);
     let load_state = RwSignal::new(LoadState::Idle);
     let generation = StoredValue::new(0u64);
     let local_trace = StoredValue::new_local(None);
@@ -412,7 +412,7 @@ fn ShareButton(ctx: Ctx) -> impl IntoView {
 
 /// Everything shown once a trace is loaded.
 #[component]
-fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+fn Loaded(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let fatal = a.trace.fatal.as_ref().map(ToString::to_string);
     let warnings: Vec<String> = a.trace.warnings.iter().map(ToString::to_string).collect();
@@ -483,7 +483,7 @@ fn Loaded(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 
 /// Process, device and thread selectors, shown when the trace has several.
 #[component]
-fn Filters(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+fn Filters(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let select = |label: &'static str,
                   testid: &'static str,

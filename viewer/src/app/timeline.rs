@@ -18,7 +18,7 @@ use leptos::prelude::*;
 
 use super::{Ctx, dom};
 use crate::chart::{self, Mapper, filter_of, timeline_spec};
-use crate::data::{Analysis, to_csv};
+use crate::data::{TraceData, to_csv};
 use crate::site_series::SiteSeries;
 use crate::state::ViewState;
 
@@ -89,7 +89,7 @@ struct Drag {
 
 /// The timeline view: toolbar, chart, hover tooltip and the pinned moment's allocations.
 #[component]
-pub fn TimelineView(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let canvas = NodeRef::<html::Canvas>::new();
     let mapper = StoredValue::new(Mapper::default());
@@ -432,7 +432,7 @@ fn StackLegend(legend: RwSignal<Vec<LegendItem>>, vs: RwSignal<ViewState>) -> im
 /// teardowns and detected spikes of the filtered series, a page at a time ("N of M", then
 /// "Show more"), so every one is reachable; each zooms the timeline on itself.
 #[component]
-fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
+fn MarkerList(a: Arc<TraceData>, ctx: Ctx, origin: u64) -> impl IntoView {
     let vs = ctx.vs;
     // Recomputed when the filters change, not on zoom.
     let filter = Memo::new(move |_| vs.with(filter_of));
@@ -466,14 +466,17 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
                 }
             })
             .collect_view();
-        let count = |kind: chart::MarkerKind, what: &str| {
+        let count = |kind: crate::markers::MarkerKind, what: &str| {
             let n = a.markers_in(&f, lo, hi).filter(|m| m.kind == kind).count();
             (n > 0).then(|| format!("{n} {what}"))
         };
         let summary = [
-            count(chart::MarkerKind::FailedAlloc, "failed allocation(s)"),
-            count(chart::MarkerKind::Teardown, "teardown(s)"),
-            count(chart::MarkerKind::Spike, "spike(s)"),
+            count(
+                crate::markers::MarkerKind::FailedAlloc,
+                "failed allocation(s)",
+            ),
+            count(crate::markers::MarkerKind::Teardown, "teardown(s)"),
+            count(crate::markers::MarkerKind::Spike, "spike(s)"),
         ]
         .into_iter()
         .flatten()
@@ -502,7 +505,7 @@ fn MarkerList(a: Arc<Analysis>, ctx: Ctx, origin: u64) -> impl IntoView {
 
 /// The pinned moment: live allocations then, grouped by stack.
 #[component]
-fn Pinned(a: Arc<Analysis>, vs: RwSignal<ViewState>, origin: u64) -> impl IntoView {
+fn Pinned(a: Arc<TraceData>, vs: RwSignal<ViewState>, origin: u64) -> impl IntoView {
     // Recomputed when the pin or the filters change, not on zoom.
     let key = Memo::new(move |_| {
         vs.with(|s| {

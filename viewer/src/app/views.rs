@@ -15,12 +15,12 @@ use leptos::prelude::*;
 
 use super::{Bytes, Ctx, Duration, dom};
 use crate::chart::{
-    self, ChartSpec, Layer, LayerStyle, Marker, MarkerKind, PALETTE, Theme, YUnit, filter_of,
-    timeline_spec,
+    self, ChartSpec, Layer, LayerStyle, PALETTE, Theme, YUnit, filter_of, timeline_spec,
 };
 use crate::data::{
-    Analysis, ScopeRow, SiteRow, fmt_percent, site_matches, sort_scope_rows, sort_sites, to_csv,
+    ScopeRow, SiteRow, TraceData, fmt_percent, site_matches, sort_scope_rows, sort_sites, to_csv,
 };
+use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
 
 /// Rows shown at most in a table (the CSV export has them all).
@@ -193,7 +193,7 @@ fn verdict(r: &Report, vs: RwSignal<ViewState>) -> AnyView {
 
 /// The verdict, then trace facts and the top call sites, each linked to its details.
 #[component]
-pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let Some(r) = a.report() else {
         return view! { <Detecting /> }.into_any();
@@ -327,7 +327,7 @@ pub fn Overview(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 
 /// Sortable, searchable table of every call site.
 #[component]
-pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let peak = a.trace.model.peak_bytes;
     let header = move |key: SortKey, label: &'static str| {
@@ -412,7 +412,7 @@ pub fn Sites(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 /// Leaks: the report's growth per scope (NVTX range or call site) with severity, then the call
 /// sites with memory still live at the end. Rows expand to a growth chart and the full stack.
 #[component]
-pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn Leaks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     view! {
         <section class="leaks" data-testid="leaks-view">
             <ScopeGrowthTable a=a.clone() ctx=ctx />
@@ -424,7 +424,7 @@ pub fn Leaks(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 /// The report's scopes (`report.analysis.scopes`): growth, per call, calls, bounded or not,
 /// the reference rule and the severity of the finding; sortable, CSV export.
 #[component]
-fn ScopeGrowthTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+fn ScopeGrowthTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let filtered = !filter_of(&vs.get_untracked()).is_all();
     let count = a.report().map_or(0, |r| r.analysis.scopes.len());
@@ -514,7 +514,7 @@ fn scope_kind_name(kind: ScopeKind) -> &'static str {
     }
 }
 
-fn frames_of(a: &Analysis, stack: analysis_core::format::StackId) -> Vec<String> {
+fn frames_of(a: &TraceData, stack: analysis_core::format::StackId) -> Vec<String> {
     a.trace
         .model
         .stack_frames(stack)
@@ -525,7 +525,7 @@ fn frames_of(a: &Analysis, stack: analysis_core::format::StackId) -> Vec<String>
 
 /// One row of the scope table and, when open, its growth chart and stack.
 fn scope_row(
-    a: &Arc<Analysis>,
+    a: &Arc<TraceData>,
     vs: RwSignal<ViewState>,
     r: &ScopeRow<'_>,
 ) -> impl IntoView + use<> {
@@ -613,7 +613,7 @@ fn scope_row(
 
 /// Call sites with memory still live at the end: the leak candidates, with growth charts.
 #[component]
-fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+fn LiveAtEndTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     // The call-site search (or a frame clicked in the icicle) keeps the sites it matches.
     let needle = vs.with_untracked(|v| v.search.to_lowercase());
@@ -699,7 +699,7 @@ fn LiveAtEndTable(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 /// The spikes the report detected and the largest transient allocations, marked on the
 /// timeline.
 #[component]
-pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let f = filter_of(&vs.get_untracked());
     let origin = a.time_extent().0;
@@ -842,7 +842,7 @@ pub fn Spikes(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
 
 /// Reserved vs allocated over time, the unused share, and each out-of-memory moment.
 #[component]
-pub fn Fragmentation(a: Arc<Analysis>, ctx: Ctx) -> impl IntoView {
+pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let _ = ctx;
     let origin = a.time_extent().0;
     let (lo, hi) = a.time_extent();
