@@ -581,8 +581,11 @@ mod tests {
             .collect();
         assert_eq!(device, [0, 1, 3, 4, 5]);
         // Unknown codes read as "other" and are written back as 255.
-        assert_eq!(AllocKind::from_code(7), AllocKind::Other);
-        assert_eq!(AllocKind::from_code(7).code(), 255);
+        assert_eq!(AllocKind::from_code(8), AllocKind::Other);
+        assert_eq!(AllocKind::from_code(8).code(), 255);
+        // A framework's block (since 1.3) keeps its code and is not device memory.
+        assert_eq!(AllocKind::from_code(7), AllocKind::FrameworkBlock);
+        assert_eq!(AllocKind::FrameworkBlock.code(), 7);
         assert_eq!(FreeKind::from_code(9), FreeKind::Other);
     }
 }
