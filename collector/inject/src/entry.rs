@@ -412,16 +412,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                     alloc_kind::MANAGED
                 };
                 let addr = if ok { *p.dptr } else { 0 };
-                alloc(
-                    st,
-                    st.device_of(d.context),
-                    result,
-                    k,
-                    addr,
-                    p.bytesize as u64,
-                    0,
-                    0,
-                );
+                alloc_in_context(st, d, result, k, addr, p.bytesize as u64);
             }
             cbid::MEM_ALLOC_PITCH_V2 if exit => {
                 let Some(p) = params::<cupti::MemAllocPitchParams>(d, id) else {
@@ -432,16 +423,7 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 } else {
                     (0, (p.width_bytes * p.height) as u64)
                 };
-                alloc(
-                    st,
-                    st.device_of(d.context),
-                    result,
-                    alloc_kind::DEVICE,
-                    addr,
-                    size,
-                    0,
-                    0,
-                );
+                alloc_in_context(st, d, result, alloc_kind::DEVICE, addr, size);
             }
             cbid::MEM_ALLOC_ASYNC | cbid::MEM_ALLOC_ASYNC_PTSZ if exit => {
                 let Some(p) = params::<cupti::MemAllocAsyncParams>(d, id) else {
@@ -506,32 +488,14 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                 };
                 let addr = if ok { *p.pp as u64 } else { 0 };
                 let k = alloc_kind::PINNED_HOST;
-                alloc(
-                    st,
-                    st.device_of(d.context),
-                    result,
-                    k,
-                    addr,
-                    p.bytesize as u64,
-                    0,
-                    0,
-                );
+                alloc_in_context(st, d, result, k, addr, p.bytesize as u64);
             }
             cbid::MEM_HOST_REGISTER_V2 if exit => {
                 let Some(p) = params::<cupti::MemHostRegisterParams>(d, id) else {
                     return;
                 };
                 let k = alloc_kind::PINNED_HOST;
-                alloc(
-                    st,
-                    st.device_of(d.context),
-                    result,
-                    k,
-                    p.p as u64,
-                    p.bytesize as u64,
-                    0,
-                    0,
-                );
+                alloc_in_context(st, d, result, k, p.p as u64, p.bytesize as u64);
             }
             cbid::ARRAY_CREATE_V2 | cbid::ARRAY_3D_CREATE_V2 if exit => {
                 let Some(p) = params::<cupti::ArrayCreateParams>(d, id) else {
@@ -553,31 +517,13 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
                         * cupti::array_format_bytes(fmt)
                 };
                 let addr = if ok { *p.handle } else { 0 };
-                alloc(
-                    st,
-                    st.device_of(d.context),
-                    result,
-                    alloc_kind::ARRAY,
-                    addr,
-                    size,
-                    0,
-                    0,
-                );
+                alloc_in_context(st, d, result, alloc_kind::ARRAY, addr, size);
             }
             cbid::IPC_OPEN_MEM_HANDLE_V2 if exit && ok => {
                 let Some(p) = params::<cupti::IpcOpenParams>(d, id) else {
                     return;
                 };
-                alloc(
-                    st,
-                    st.device_of(d.context),
-                    result,
-                    alloc_kind::IPC_IMPORT,
-                    *p.pdptr,
-                    0,
-                    0,
-                    0,
-                );
+                alloc_in_context(st, d, result, alloc_kind::IPC_IMPORT, *p.pdptr, 0);
             }
             cbid::MEM_FREE_V2
             | cbid::MEM_FREE_HOST
@@ -691,6 +637,28 @@ unsafe fn on_driver(st: &State, id: u32, d: &CallbackData) {
             _ => {}
         }
     }
+}
+
+/// An allocation on the device of the callback's context, on no stream and in no pool.
+#[inline]
+fn alloc_in_context(
+    st: &State,
+    d: &CallbackData,
+    result: c_int,
+    alloc_kind: u32,
+    addr: u64,
+    size: u64,
+) {
+    alloc(
+        st,
+        st.device_of(d.context),
+        result,
+        alloc_kind,
+        addr,
+        size,
+        0,
+        0,
+    );
 }
 
 /// Records an allocation (or a failed one) on `device`, with the caller's stack.
