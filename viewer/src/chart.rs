@@ -444,7 +444,46 @@ pub fn filter_of(vs: &ViewState) -> Filter {
 
 const RANGE_ROW_PX: i32 = 12;
 
-/// Draws `spec` on `root` (which it clears) and returns the pixel/time mapping.
+/// What a drawing operation returns on `DB`.
+type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// The plot's pixel rectangle and how trace time, columns and values map onto it.
+struct Plot {
+    xr: std::ops::Range<i32>,
+    yr: std::ops::Range<i32>,
+    t0: u64,
+    t1: u64,
+    y_max: u64,
+    columns: usize,
+}
+
+impl Plot {
+    /// Pixel y of value `v` (clamped to the axis).
+    fn y_of(&self, v: u64) -> i32 {
+        let plot_h = f64::from((self.yr.end - self.yr.start).max(1));
+        // `round_ties_even` is one wasm instruction; `round` is a library call.
+        self.yr.end
+            - ((v.min(self.y_max) as f64 / self.y_max as f64) * plot_h).round_ties_even() as i32
+    }
+
+    /// Pixel x of the left edge of column `c`.
+    fn x_of(&self, c: usize) -> i32 {
+        self.xr.start + (c as i32 * (self.xr.end - self.xr.start)) / self.columns as i32
+    }
+
+    /// Pixel x of time `t` (clamped to the window).
+    fn px(&self, t: u64) -> i32 {
+        let t = t.clamp(self.t0, self.t1);
+        let span = (self.t1 - self.t0) as f64;
+        self.xr.start
+            + (((t - self.t0) as f64 / span) * f64::from(self.xr.end - self.xr.start))
+                .round_ties_even() as i32
+    }
+}
+
+/// Draws `spec` on `root` (which it clears) and returns the pixel/time mapping: the axes, then
+/// the hidden gap, the stacked call sites, the layers, the limits, the NVTX ranges, the
+/// markers, the pin and the legend, each drawn by its own function below.
 pub fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &ChartSpec<'_>,
@@ -477,7 +516,6 @@ pub fn draw<DB: DrawingBackend>(
         YUnit::Permyriad => 10_000,
     };
     let rows = spec.ranges.iter().map(|r| r.depth + 1).max().unwrap_or(0) as i32;
-    let font = ("sans-serif", 12).into_font().color(&th.foreground);
     let origin = spec.origin_nanos;
     let chart = ChartBuilder::on(root)
         .margin_top(6 + rows * RANGE_ROW_PX)
@@ -491,21 +529,62 @@ pub fn draw<DB: DrawingBackend>(
             0u64..y_max,
         )?;
     let (xr, yr) = chart.plotting_area().get_pixel_range();
-    let plot_h = f64::from((yr.end - yr.start).max(1));
-    // `round_ties_even` is one wasm instruction; `round` is a library call.
-    let y_of =
-        |v: u64| yr.end - ((v.min(y_max) as f64 / y_max as f64) * plot_h).round_ties_even() as i32;
-    let x_of = |c: usize| xr.start + (c as i32 * (xr.end - xr.start)) / columns as i32;
-    let span = (t1 - t0) as f64;
-    let px = |t: u64| -> i32 {
-        let t = t.clamp(t0, t1);
-        xr.start
-            + (((t - t0) as f64 / span) * f64::from(xr.end - xr.start)).round_ties_even() as i32
+    let plot = Plot {
+        xr,
+        yr,
+        t0,
+        t1,
+        y_max,
+        columns,
     };
+    let y_labels = draw_axes(root, spec, &plot)?;
+    let mut map = Mapper {
+        left_px: plot.xr.start,
+        right_px: plot.xr.end,
+        top_px: plot.yr.start,
+        bottom_px: plot.yr.end,
+        t0,
+        t1,
+        y_max,
+        y_labels,
+        ..Mapper::default()
+    };
+    draw_gap(root, spec, &plot, &buckets)?;
+    if let (Some(st), Some(cols)) = (&spec.stack, stacked) {
+        draw_stack(root, st, &cols, &plot)?;
+        map.stack = Some(Arc::new(StackHit {
+            stacks: st
+                .bands
+                .iter()
+                .map(|b| Some(b.stack))
+                .chain(std::iter::once(None))
+                .collect(),
+            columns: cols,
+        }));
+    }
+    draw_layers(root, spec, &plot, &buckets)?;
+    draw_limits(root, spec, &plot)?;
+    draw_ranges(root, spec, &plot)?;
+    (map.markers_drawn, map.marker_groups) = draw_markers(root, spec, &plot)?;
+    draw_pin(root, spec, &plot)?;
+    draw_legend(root, spec, &plot)?;
+    root.present()?;
+    Ok(map)
+}
 
-    // Axes: grid lines and labels at round numbers of one unit (time since the trace start).
+/// Grid lines and labels at round numbers of one unit (time since the trace start), and the
+/// axis lines. Returns the y axis's labels, bottom first.
+fn draw_axes<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+) -> Result<Vec<String>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let th = spec.theme;
+    let (xr, yr) = (&plot.xr, &plot.yr);
+    let origin = spec.origin_nanos;
+    let font = ("sans-serif", 12).into_font().color(&th.foreground);
     let y_ticks = match spec.y_unit {
-        YUnit::Bytes => byte_ticks(y_max, 6),
+        YUnit::Bytes => byte_ticks(plot.y_max, 6),
         YUnit::Permyriad => (0..=5)
             .map(|k| crate::ticks::Tick {
                 value: k * 2_000,
@@ -513,11 +592,15 @@ pub fn draw<DB: DrawingBackend>(
             })
             .collect(),
     };
-    let x_ticks = time_ticks(t0.saturating_sub(origin), t1.saturating_sub(origin), 7);
+    let x_ticks = time_ticks(
+        plot.t0.saturating_sub(origin),
+        plot.t1.saturating_sub(origin),
+        7,
+    );
     let right_label = font.clone().pos(Pos::new(HPos::Right, VPos::Center));
-    let below_label = font.clone().pos(Pos::new(HPos::Center, VPos::Top));
+    let below_label = font.pos(Pos::new(HPos::Center, VPos::Top));
     for t in &y_ticks {
-        let y = y_of(t.value);
+        let y = plot.y_of(t.value);
         root.draw(&PathElement::new(vec![(xr.start, y), (xr.end, y)], th.grid))?;
         root.draw(&Text::new(
             t.label.clone(),
@@ -526,7 +609,7 @@ pub fn draw<DB: DrawingBackend>(
         ))?;
     }
     for t in &x_ticks {
-        let x = px(t.value + origin);
+        let x = plot.px(t.value + origin);
         root.draw(&PathElement::new(vec![(x, yr.start), (x, yr.end)], th.grid))?;
         root.draw(&Text::new(
             t.label.clone(),
@@ -538,84 +621,92 @@ pub fn draw<DB: DrawingBackend>(
         vec![(xr.start, yr.start), (xr.start, yr.end), (xr.end, yr.end)],
         th.foreground,
     ))?;
-    let mut map = Mapper {
-        left_px: xr.start,
-        right_px: xr.end,
-        top_px: yr.start,
-        bottom_px: yr.end,
-        t0,
-        t1,
-        y_max,
-        y_labels: y_ticks.into_iter().map(|t| t.label).collect(),
-        ..Mapper::default()
-    };
+    Ok(y_ticks.into_iter().map(|t| t.label).collect())
+}
 
-    // The hidden gap: one polygon between the upper (device used) and lower layer.
-    if let Some((up, down)) = spec.gap
-        && let (Some(u), Some(d)) = (buckets.get(up), buckets.get(down))
-    {
-        let start = first_time(spec.layers[up].timeline);
-        let cols: Vec<(usize, u64, u64)> = u
-            .iter()
-            .zip(d.iter())
-            .enumerate()
-            .filter(|(_, (bu, _))| bu.t_end > start)
-            .map(|(c, (bu, bd))| (c, bu.last, bd.last.min(bu.last)))
+/// The hidden gap: one polygon between the upper (device used) and lower layer.
+fn draw_gap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+    buckets: &[Vec<analysis_core::timeline::Bucket>],
+) -> Drawn<DB> {
+    let Some((up, down)) = spec.gap else {
+        return Ok(());
+    };
+    let (Some(u), Some(d)) = (buckets.get(up), buckets.get(down)) else {
+        return Ok(());
+    };
+    let start = first_time(spec.layers[up].timeline);
+    let cols: Vec<(usize, u64, u64)> = u
+        .iter()
+        .zip(d.iter())
+        .enumerate()
+        .filter(|(_, (bu, _))| bu.t_end > start)
+        .map(|(c, (bu, bd))| (c, bu.last, bd.last.min(bu.last)))
+        .collect();
+    if cols.is_empty() {
+        return Ok(());
+    }
+    let mut poly: Vec<(i32, i32)> = Vec::with_capacity(cols.len() * 4);
+    for &(c, hi, _) in &cols {
+        push_point(&mut poly, (plot.x_of(c), plot.y_of(hi)));
+        push_point(&mut poly, (plot.x_of(c + 1), plot.y_of(hi)));
+    }
+    for &(c, _, lo) in cols.iter().rev() {
+        push_point(&mut poly, (plot.x_of(c + 1), plot.y_of(lo)));
+        push_point(&mut poly, (plot.x_of(c), plot.y_of(lo)));
+    }
+    root.draw(&Polygon::new(poly, DEVICE_USED.mix(0.18).filled()))
+}
+
+/// Call sites, stacked bottom first, then "other": each a polygon between its top and the top
+/// of the bands under it, a step per column.
+fn draw_stack<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    st: &StackSpec<'_>,
+    cols: &StackColumns,
+    plot: &Plot,
+) -> Drawn<DB> {
+    let n = cols.columns();
+    let mut below = vec![0u64; n];
+    for band in 0..cols.bands {
+        let top: Vec<u64> = (0..n)
+            .map(|c| below[c].saturating_add(cols.column(c)[band]))
             .collect();
-        if !cols.is_empty() {
-            let mut poly: Vec<(i32, i32)> = Vec::with_capacity(cols.len() * 4);
-            for &(c, hi, _) in &cols {
-                push_point(&mut poly, (x_of(c), y_of(hi)));
-                push_point(&mut poly, (x_of(c + 1), y_of(hi)));
+        if top != below {
+            let mut poly: Vec<(i32, i32)> = Vec::with_capacity(4 * n);
+            for (c, &v) in top.iter().enumerate() {
+                push_point(&mut poly, (plot.x_of(c), plot.y_of(v)));
+                push_point(&mut poly, (plot.x_of(c + 1), plot.y_of(v)));
             }
-            for &(c, _, lo) in cols.iter().rev() {
-                push_point(&mut poly, (x_of(c + 1), y_of(lo)));
-                push_point(&mut poly, (x_of(c), y_of(lo)));
+            for (c, &v) in below.iter().enumerate().rev() {
+                push_point(&mut poly, (plot.x_of(c + 1), plot.y_of(v)));
+                push_point(&mut poly, (plot.x_of(c), plot.y_of(v)));
             }
-            root.draw(&Polygon::new(poly, DEVICE_USED.mix(0.18).filled()))?;
+            let site = st.bands.get(band);
+            let color = site.map_or(OTHER_SITES, |b| b.color);
+            let alpha = match (st.highlight, site) {
+                (None, _) => 0.7,
+                (Some(h), Some(b)) if b.stack == h => 0.95,
+                _ => 0.25,
+            };
+            root.draw(&Polygon::new(poly, color.mix(alpha).filled()))?;
         }
+        below = top;
     }
-    // Call sites, stacked bottom first, then "other": each a polygon between its top and the
-    // top of the bands under it, a step per column.
-    if let (Some(st), Some(cols)) = (&spec.stack, stacked) {
-        let n = cols.columns();
-        let mut below = vec![0u64; n];
-        for band in 0..cols.bands {
-            let top: Vec<u64> = (0..n)
-                .map(|c| below[c].saturating_add(cols.column(c)[band]))
-                .collect();
-            if top != below {
-                let mut poly: Vec<(i32, i32)> = Vec::with_capacity(4 * n);
-                for (c, &v) in top.iter().enumerate() {
-                    push_point(&mut poly, (x_of(c), y_of(v)));
-                    push_point(&mut poly, (x_of(c + 1), y_of(v)));
-                }
-                for (c, &v) in below.iter().enumerate().rev() {
-                    push_point(&mut poly, (x_of(c + 1), y_of(v)));
-                    push_point(&mut poly, (x_of(c), y_of(v)));
-                }
-                let site = st.bands.get(band);
-                let color = site.map_or(OTHER_SITES, |b| b.color);
-                let alpha = match (st.highlight, site) {
-                    (None, _) => 0.7,
-                    (Some(h), Some(b)) if b.stack == h => 0.95,
-                    _ => 0.25,
-                };
-                root.draw(&Polygon::new(poly, color.mix(alpha).filled()))?;
-            }
-            below = top;
-        }
-        map.stack = Some(Arc::new(StackHit {
-            stacks: st
-                .bands
-                .iter()
-                .map(|b| Some(b.stack))
-                .chain(std::iter::once(None))
-                .collect(),
-            columns: cols,
-        }));
-    }
-    for (layer, b) in spec.layers.iter().zip(&buckets) {
+    Ok(())
+}
+
+/// Each layer as one path of its columns' min..max extents, and a filled area under a band.
+fn draw_layers<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+    buckets: &[Vec<analysis_core::timeline::Bucket>],
+) -> Drawn<DB> {
+    let (x_of, y_of) = (|c| plot.x_of(c), |v| plot.y_of(v));
+    for (layer, b) in spec.layers.iter().zip(buckets) {
         let start = first_time(layer.timeline);
         let cols: Vec<(usize, &analysis_core::timeline::Bucket)> = b
             .iter()
@@ -650,10 +741,19 @@ pub fn draw<DB: DrawingBackend>(
         // than a 2 px line, and this path has thousands of vertices.
         root.draw(&PathElement::new(line, layer.color.stroke_width(1)))?;
     }
-    // Limits inside the axis: a dashed line.
+    Ok(())
+}
+
+/// Limits inside the axis (device capacity): a dashed line.
+fn draw_limits<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+) -> Drawn<DB> {
+    let (xr, y_max) = (&plot.xr, plot.y_max);
     for l in &spec.limits {
         if l.bytes <= y_max {
-            let y = y_of(l.bytes);
+            let y = plot.y_of(l.bytes);
             let mut x = xr.start;
             while x < xr.end {
                 root.draw(&PathElement::new(
@@ -664,10 +764,19 @@ pub fn draw<DB: DrawingBackend>(
             }
         }
     }
+    Ok(())
+}
 
-    // NVTX ranges: rows above the plot; narrow instances collapse into one pixel each.
-    // Bands that touch or overlap on a row are drawn as one rectangle (one canvas operation for
-    // a run of steps); a name is written where a rectangle is one range, or one name, and wide.
+/// NVTX ranges: rows above the plot; narrow instances collapse into one pixel each. Bands that
+/// touch or overlap on a row are drawn as one rectangle (one canvas operation for a run of
+/// steps); a name is written where a rectangle is one range, or one name, and wide.
+fn draw_ranges<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+) -> Drawn<DB> {
+    let (th, xr, t0, t1) = (spec.theme, &plot.xr, plot.t0, plot.t1);
+    let px = |t| plot.px(t);
     struct Run<'n> {
         a: i32,
         b: i32,
@@ -731,10 +840,21 @@ pub fn draw<DB: DrawingBackend>(
             flush(row, run)?;
         }
     }
+    Ok(())
+}
 
-    // Markers: those within MARKER_BUCKET_PX of each other are one group, drawn as its most
-    // severe kind with a line and a triangle; a label (the marker's, or the group's count)
-    // where it does not overlap the one before.
+/// Markers: those within MARKER_BUCKET_PX of each other are one group, drawn as its most severe
+/// kind with a line and a triangle; a label (the marker's, or the group's count) where it does
+/// not overlap the one before. Returns the markers drawn (the sum of the groups' counts) and
+/// the groups.
+fn draw_markers<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+) -> Result<(u64, u32), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (xr, yr, t0, t1) = (&plot.xr, &plot.yr, plot.t0, plot.t1);
+    let px = |t| plot.px(t);
+    let (mut drawn, mut groups) = (0u64, 0u32);
     let mut label_end_px = i32::MIN;
     let mut i = 0;
     let markers: Vec<&Marker> = spec
@@ -783,28 +903,44 @@ pub fn draw<DB: DrawingBackend>(
                 ("sans-serif", 11).into_font().color(&color),
             ))?;
         }
-        map.markers_drawn += count;
-        map.marker_groups += 1;
+        drawn += count;
+        groups += 1;
         i = j;
     }
-    if let Some(p) = spec.pin_nanos
-        && p >= t0
-        && p <= t1
-    {
-        let x = px(p);
-        root.draw(&PathElement::new(
-            vec![(x, yr.start), (x, yr.end)],
-            PIN.stroke_width(2),
-        ))?;
-        root.draw(&Polygon::new(
-            vec![(x - 5, yr.end), (x + 5, yr.end), (x, yr.end - 8)],
-            PIN.filled(),
-        ))?;
-    }
+    Ok((drawn, groups))
+}
 
-    // Legend, top left inside the plot, on a veil of the background so markers and their
-    // labels behind it do not make it unreadable. (The stacked call sites have their own
-    // legend next to the chart.)
+/// The pinned moment: a line and a triangle in its own colour.
+fn draw_pin<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+) -> Drawn<DB> {
+    let yr = &plot.yr;
+    let Some(p) = spec.pin_nanos.filter(|&p| p >= plot.t0 && p <= plot.t1) else {
+        return Ok(());
+    };
+    let x = plot.px(p);
+    root.draw(&PathElement::new(
+        vec![(x, yr.start), (x, yr.end)],
+        PIN.stroke_width(2),
+    ))?;
+    root.draw(&Polygon::new(
+        vec![(x - 5, yr.end), (x + 5, yr.end), (x, yr.end - 8)],
+        PIN.filled(),
+    ))
+}
+
+/// Legend, top left inside the plot, on a veil of the background so markers and their labels
+/// behind it do not make it unreadable. (The stacked call sites have their own legend next to
+/// the chart.)
+fn draw_legend<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &ChartSpec<'_>,
+    plot: &Plot,
+) -> Drawn<DB> {
+    let (th, xr, yr, y_max) = (spec.theme, &plot.xr, &plot.yr, plot.y_max);
+    let font = ("sans-serif", 12).into_font().color(&th.foreground);
     let mut entries: Vec<(String, RGBColor)> = spec
         .layers
         .iter()
@@ -844,8 +980,7 @@ pub fn draw<DB: DrawingBackend>(
         root.draw(&Text::new(label, (xr.start + 22, y), font.clone()))?;
         y += 14;
     }
-    root.present()?;
-    Ok(map)
+    Ok(())
 }
 
 /// Appends a vertex, dropping what adds nothing at pixel precision: a repeat of the last
