@@ -222,9 +222,10 @@ fn verdict(o: &mut String, r: &Report) {
     }
     let _ = writeln!(
         o,
-        "Iterations: {} {} from {} ({} warm-up)",
+        "Iterations: {} {}{} from {} ({} warm-up)",
         a.iterations.count,
         a.iterations.unit(),
+        if a.iterations.count == 1 { "" } else { "s" },
         one_line(&a.iterations.label),
         a.iterations.warmup
     );
@@ -503,6 +504,21 @@ mod tests {
         assert_clean(&text);
         assert!(text.contains("\\x1b]52;c;cm0gLXJmIH4=\\x07"), "{text}");
         assert!(text.contains("\\u{9b}31m\\x7f\\nFAKE LINE"), "{text}");
+    }
+
+    #[test]
+    fn iterations_are_counted_in_the_plural() {
+        let trace = analysis_core::load(&generate(Scenario::TrainingLeak, 2000, 1).0)
+            .expect("synthetic trace loads");
+        let r = analysis_core::analyze(&trace, &Default::default());
+        assert!(r.analysis.iterations.count > 1);
+        let text = render(&r);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Iterations: "))
+            .expect("an iterations line");
+        let unit = r.analysis.iterations.unit();
+        assert!(line.contains(&format!(" {unit}s from ")), "{line}");
     }
 
     #[test]

@@ -873,6 +873,54 @@ fn killing_the_collector_leaves_a_readable_trace_and_the_program_finishes() {
 }
 
 #[test]
+fn report_reads_a_trace_that_is_still_being_written() {
+    let path = fake_dir().join("still-writing.msgpack");
+    let mut child = gpucollect()
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&path)
+        .arg(fake_dir().join("scenarios"))
+        .args(["bench", "3000000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // The collector writes what it drains as it goes: once the file holds records, `report`
+    // reads it as far as it goes while the program still runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 64 * 1024 {
+        assert!(std::time::Instant::now() < deadline, "no records written");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = gpucollect()
+        .args(["report", "--format", "json"])
+        .arg(&path)
+        .output()
+        .expect("report runs");
+    let still_running = child.try_wait().expect("try_wait").is_none();
+    child.kill().ok();
+    child.wait().expect("wait");
+    assert!(
+        still_running,
+        "the program ended before the report read its trace"
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(
+        report["clean_end"], false,
+        "the trace has no end record yet"
+    );
+    assert!(
+        report["alloc_count"].as_u64().unwrap_or(0) > 0,
+        "the records written so far are read: {}",
+        &String::from_utf8_lossy(&out.stdout)[..400.min(out.stdout.len())]
+    );
+}
+
+#[test]
 fn module_loaded_after_cuinit_is_symbolized() {
     let r = run("dlopen");
     let m = &r.trace.model;
