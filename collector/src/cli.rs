@@ -5,9 +5,9 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::capture;
-#[cfg(feature = "serve")]
-use crate::commands::serve;
 use crate::commands::{check, demo, diff, html, import, report, synth, upload};
+#[cfg(feature = "serve")]
+use crate::commands::{serve, view};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,6 +49,10 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
     Upload(upload::UploadArgs),
+    /// Open a trace or PyTorch snapshot in the viewer, served from this machine (a local
+    /// server on a free port; the browser opens on the trace).
+    #[cfg(feature = "serve")]
+    View(view::ViewArgs),
     /// Trace a program (the same as `gpucollect [OPTIONS] [--] PROGRAM [ARGS...]`).
     Run(capture::RunArgs),
     /// Write a synthetic trace with known ground truth (for tests, benchmarks and demos).
@@ -63,11 +67,17 @@ fn dispatch_parsed(cli: Cli) -> Result<u8> {
     match cli.command {
         None => {
             #[cfg(not(feature = "serve"))]
-            if cli.run.command.first().is_some_and(|p| p == "serve") {
+            if let Some(c) = cli
+                .run
+                .command
+                .first()
+                .and_then(|p| p.to_str())
+                .filter(|p| *p == "serve" || *p == "view")
+            {
                 anyhow::bail!(
                     "this gpucollect was built without the server (cargo feature `serve`): build \
-                     it with default features for `gpucollect serve`, or run a program named \
-                     serve as `gpucollect -- ./serve`"
+                     it with default features for `gpucollect {c}`, or run a program named {c} \
+                     as `gpucollect -- ./{c}`"
                 );
             }
             capture::run(cli.run)
@@ -78,6 +88,8 @@ fn dispatch_parsed(cli: Cli) -> Result<u8> {
         Some(Command::Import(a)) => import::run(a),
         #[cfg(feature = "serve")]
         Some(Command::Serve(a)) => serve::run(a),
+        #[cfg(feature = "serve")]
+        Some(Command::View(a)) => view::run(a),
         Some(Command::Check(a)) => check::run(a),
         Some(Command::Diff(a)) => diff::run(a),
         Some(Command::Run(a)) => capture::run(a),
@@ -143,6 +155,9 @@ mod tests {
         let cli = parse(&["serve", "--addr", "127.0.0.1:0"]).expect("parses");
         let e = dispatch_parsed(cli).expect_err("no server in this build");
         assert!(e.to_string().contains("cargo feature `serve`"), "{e}");
+        let cli = parse(&["view", "run.msgpack"]).expect("parses");
+        let e = dispatch_parsed(cli).expect_err("no server in this build");
+        assert!(e.to_string().contains("gpucollect view"), "{e}");
     }
 
     #[test]

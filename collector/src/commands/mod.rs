@@ -12,6 +12,8 @@ pub mod report;
 pub mod serve;
 pub mod synth;
 pub mod upload;
+#[cfg(feature = "serve")]
+pub mod view;
 
 use std::path::Path;
 

@@ -652,15 +652,15 @@ async fn retention_pass(state: &AppState) {
 /// one-line 503 and is closed at once, so one client's sockets cannot starve the others and
 /// nothing waits in the kernel's accept queue. HTTP/2 is not offered.
 pub async fn serve(cfg: ServerConfig, addr: SocketAddr) -> anyhow::Result<()> {
+    serve_on(cfg, listen(addr)?).await
+}
+
+/// Listens on `addr` (port 0: a free port, which `local_addr` then tells).
+pub fn listen(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     use anyhow::Context;
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    let described = cfg.store.describe();
-    let viewer = cfg.assets.has_viewer();
-    let limits = cfg.limits.clone();
-    let retention = cfg.max_age.is_some() || cfg.max_store_bytes.is_some();
     // A deep accept queue (the kernel caps it at net.core.somaxconn): a burst of connections
     // waits there for the accept loop instead of having its SYNs dropped and retried 1 s later.
-    let listener = (|| {
+    (|| {
         let sock = if addr.is_ipv4() {
             tokio::net::TcpSocket::new_v4()
         } else {
@@ -672,7 +672,16 @@ pub async fn serve(cfg: ServerConfig, addr: SocketAddr) -> anyhow::Result<()> {
     })()
     .with_context(|| {
         format!("cannot listen on {addr}: is another server using it? pick one with --addr")
-    })?;
+    })
+}
+
+/// Serves on a listener from [`listen`] until SIGINT or SIGTERM.
+pub async fn serve_on(cfg: ServerConfig, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let described = cfg.store.describe();
+    let viewer = cfg.assets.has_viewer();
+    let limits = cfg.limits.clone();
+    let retention = cfg.max_age.is_some() || cfg.max_store_bytes.is_some();
     let local = listener.local_addr()?;
     let (router, state) = app(cfg);
     eprintln!(
