@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 use super::facts::group_by_stack;
 use super::fragmentation::address_gaps;
 use super::{Config, Finding, FindingKind, Found, Impact, Severity, saturating_sum, site_location};
-use crate::format::{DeviceIdx, ProcessUsage};
+use crate::format::{DeviceIdx, DeviceSample, ProcessUsage};
 use crate::model::TraceModel;
 pub use crate::report::{GapPoint, HiddenMemory, OomCause, OomForensics};
 use crate::stats::{LinearFit, linear_fit, mean, z_scores};
@@ -165,6 +165,59 @@ fn traced_live(m: &TraceModel, device: DeviceIdx, t: u64) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// A device's samples against the trace: per sample, the memory the traced processes use that
+/// the trace does not account for.
+struct GapSeries {
+    ts: Vec<u64>,
+    gaps: Vec<i64>,
+    /// The device's total bytes (the largest any sample gives).
+    total: u64,
+    /// Other processes' bytes at most, summed per sample.
+    others_max: u64,
+    /// Per other pid: (pid, first seen bytes, max bytes, last bytes).
+    other_pids: Vec<(u32, u64, u64, u64)>,
+}
+
+impl GapSeries {
+    fn of(m: &TraceModel, d: DeviceIdx, pids: &[u32], samples: &[&DeviceSample]) -> Self {
+        let reserve = reserved_steps(m, d);
+        let mut g = Self {
+            ts: Vec::with_capacity(samples.len()),
+            gaps: Vec::with_capacity(samples.len()),
+            total: 0,
+            others_max: 0,
+            other_pids: Vec::new(),
+        };
+        for s in samples {
+            // What a framework's caching allocator or a pool reserves holds our tensors and its
+            // cache: traced memory too, where the trace has it.
+            let reserved = step_at(&reserve, s.ts_nanos);
+            let live = traced_live(m, d, s.ts_nanos).max(reserved);
+            g.ts.push(s.ts_nanos);
+            g.total = g.total.max(s.total_bytes);
+            let mut others = 0u64;
+            for p in s.processes.iter().filter(|p| !pids.contains(&p.pid)) {
+                others = others.saturating_add(p.used_bytes);
+                match g.other_pids.iter_mut().find(|o| o.0 == p.pid) {
+                    Some(o) => {
+                        o.2 = o.2.max(p.used_bytes);
+                        o.3 = p.used_bytes;
+                    }
+                    None => g
+                        .other_pids
+                        .push((p.pid, p.used_bytes, p.used_bytes, p.used_bytes)),
+                }
+            }
+            g.others_max = g.others_max.max(others);
+            g.gaps.push(super::signed_diff(
+                s.used_bytes.saturating_sub(others),
+                live,
+            ));
+        }
+        g
+    }
+}
+
 fn device_gap(
     m: &TraceModel,
     c: &Config,
@@ -174,157 +227,152 @@ fn device_gap(
 ) -> HiddenMemory {
     // A sample without the device's total (an imported snapshot's OOM, which knows only the
     // free bytes) says nothing about what is used.
-    let samples: Vec<_> = m
+    let samples: Vec<&DeviceSample> = m
         .device_samples
         .iter()
         .filter(|s| s.device == d && s.total_bytes > 0)
         .collect();
-    let reserve = reserved_steps(m, d);
-    let mut ts = Vec::with_capacity(samples.len());
-    let mut gaps = Vec::with_capacity(samples.len());
-    let mut others_max = 0u64;
-    let mut total = 0u64;
-    // Per other pid: (first seen bytes, max bytes, last bytes).
-    let mut other_pids: Vec<(u32, u64, u64, u64)> = Vec::new();
-    for s in &samples {
-        // What a framework's caching allocator or a pool reserves holds our tensors and its
-        // cache: traced memory too, where the trace has it.
-        let reserved = step_at(&reserve, s.ts_nanos);
-        let live = traced_live(m, d, s.ts_nanos).max(reserved);
-        ts.push(s.ts_nanos);
-        total = total.max(s.total_bytes);
-        let mut others = 0u64;
-        for p in s.processes.iter().filter(|p| !pids.contains(&p.pid)) {
-            others = others.saturating_add(p.used_bytes);
-            match other_pids.iter_mut().find(|o| o.0 == p.pid) {
-                Some(o) => {
-                    o.2 = o.2.max(p.used_bytes);
-                    o.3 = p.used_bytes;
-                }
-                None => other_pids.push((p.pid, p.used_bytes, p.used_bytes, p.used_bytes)),
-            }
-        }
-        others_max = others_max.max(others);
-        gaps.push(super::signed_diff(
-            s.used_bytes.saturating_sub(others),
-            live,
-        ));
-    }
-    if !other_pids.is_empty() {
-        other_pids.sort_by_key(|o| core::cmp::Reverse(o.2));
-        let list: Vec<String> = other_pids
-            .iter()
-            .take(5)
-            .map(|o| {
-                if o.3 > o.1 {
-                    format!(
-                        "pid {} up to {} (grew {} → {})",
-                        o.0,
-                        fmt_bytes(o.2),
-                        fmt_bytes(o.1),
-                        fmt_bytes(o.3)
-                    )
-                } else {
-                    format!("pid {} up to {}", o.0, fmt_bytes(o.2))
-                }
-            })
-            .collect();
-        let mut f = Finding::new(
-            FindingKind::OtherProcesses,
-            Severity::Info,
-            format!("device {}", d.0),
-        );
-        f.bytes = others_max;
-        f.count = other_pids.len() as u64;
-        f.headline = format!(
-            "other processes hold up to {} of device {}",
-            fmt_bytes(others_max),
-            d.0
-        );
-        f.message = format!(
-            "other processes used device {} too (not counted as ours): {}",
-            d.0,
-            list.join(", ")
-        );
-        f.fix =
-            "nothing required for this program; stop or move them if it needs the memory".into();
+    let g = GapSeries::of(m, d, pids, &samples);
+    if let Some(f) = other_processes_finding(d, g.other_pids, g.others_max) {
         found.push(f);
     }
-    let gf: Vec<f64> = gaps.iter().map(|&g| g as f64).collect();
+    let gf: Vec<f64> = g.gaps.iter().map(|&x| x as f64).collect();
     let mut h = HiddenMemory {
         device: d,
         samples: samples.len() as u64,
         mean_gap_bytes: mean(&gf).unwrap_or(0.0),
-        max_gap_bytes: gaps.iter().copied().max().unwrap_or(0),
-        other_processes_max_bytes: others_max,
+        max_gap_bytes: g.gaps.iter().copied().max().unwrap_or(0),
+        other_processes_max_bytes: g.others_max,
         skipped: None,
         spikes: Vec::new(),
         drift: None,
     };
-    let (spikes, drift, skipped) = gap_rules(c, &ts, &gf, total, m.first_ts_nanos);
+    let (spikes, drift, skipped) = gap_rules(c, &g.ts, &gf, g.total, m.first_ts_nanos);
     h.spikes = spikes;
     h.drift = drift;
     h.skipped = skipped;
     if h.skipped.is_some() {
         return h;
     }
-    if let Some(max_z) = h.spikes.iter().map(|p| p.z).reduce(f64::max) {
-        let critical = max_z > c.hidden_spike_critical_z;
-        let worst = h.spikes.iter().max_by(|a, b| a.z.total_cmp(&b.z)).copied();
-        let mut f = Finding::new(
-            FindingKind::HiddenSpike,
-            Severity::Info,
-            format!("device {}", d.0),
-        );
-        f.bytes = worst.map_or(0, |w| w.gap_bytes.max(0) as u64);
-        f.count = h.spikes.len() as u64;
-        f.ts_nanos = worst.map(|w| w.ts_nanos);
-        f.impact = Some(if critical {
-            Impact::High
-        } else {
-            Impact::Medium
-        });
-        f.headline = format!("untraced memory on device {} rose briefly", d.0);
-        f.message = format!(
-            "device {} used {} more than the trace accounts for at its worst (z = {max_z:.1}; mean gap {}; other processes up to {})",
-            d.0,
-            fmt_bytes(h.max_gap_bytes.max(0) as u64),
-            fmt_bytes(h.mean_gap_bytes.max(0.0) as u64),
-            fmt_bytes(others_max)
-        );
-        f.fix = "check libraries that allocate outside the traced API (cuBLAS/cuDNN workspaces, NCCL buffers) at those times".into();
+    if let Some(f) = hidden_spike_finding(c, &h) {
         found.push(f);
     }
-    if let Some(fit) = h.drift
-        && fit.slope > 0.0
-        && fit.r_squared >= c.hidden_drift_r_squared
-    {
-        let strong = fit.r_squared > c.hidden_drift_critical_r_squared;
-        let mut f = Finding::new(
-            FindingKind::HiddenDrift,
-            Severity::Warning,
-            format!("device {}", d.0),
-        );
-        f.bytes = h.max_gap_bytes.max(0) as u64;
-        f.count = h.samples;
-        f.impact = Some(if strong { Impact::High } else { Impact::Medium });
-        f.harm_bytes = (fit.slope.max(0.0) * 3600.0) as u64;
-        f.bytes_per_hour = Some(fit.slope * 3600.0);
-        f.headline = format!(
-            "memory our process holds outside the traced allocations grows {}/s on device {}",
-            fmt_bytes(fit.slope.max(0.0) as u64),
-            d.0
-        );
-        f.message = format!(
-            "device memory of the traced processes that the trace does not account for grows {}/s on device {} (R² = {:.2}; other processes excluded)",
-            fmt_bytes(fit.slope.max(0.0) as u64),
-            d.0,
-            fit.r_squared
-        );
-        f.fix = "memory grows outside the traced allocations: look for growing library workspaces or a driver-side leak (e.g. contexts, streams or graphs created per iteration)".into();
+    if let Some(f) = hidden_drift_finding(c, &h) {
         found.push(f);
     }
     h
+}
+
+/// Other processes on the device: a note naming the largest five by pid.
+fn other_processes_finding(
+    d: DeviceIdx,
+    mut other_pids: Vec<(u32, u64, u64, u64)>,
+    others_max: u64,
+) -> Option<Finding> {
+    if other_pids.is_empty() {
+        return None;
+    }
+    other_pids.sort_by_key(|o| core::cmp::Reverse(o.2));
+    let list: Vec<String> = other_pids
+        .iter()
+        .take(5)
+        .map(|o| {
+            if o.3 > o.1 {
+                format!(
+                    "pid {} up to {} (grew {} → {})",
+                    o.0,
+                    fmt_bytes(o.2),
+                    fmt_bytes(o.1),
+                    fmt_bytes(o.3)
+                )
+            } else {
+                format!("pid {} up to {}", o.0, fmt_bytes(o.2))
+            }
+        })
+        .collect();
+    let mut f = Finding::new(
+        FindingKind::OtherProcesses,
+        Severity::Info,
+        format!("device {}", d.0),
+    );
+    f.bytes = others_max;
+    f.count = other_pids.len() as u64;
+    f.headline = format!(
+        "other processes hold up to {} of device {}",
+        fmt_bytes(others_max),
+        d.0
+    );
+    f.message = format!(
+        "other processes used device {} too (not counted as ours): {}",
+        d.0,
+        list.join(", ")
+    );
+    f.fix = "nothing required for this program; stop or move them if it needs the memory".into();
+    Some(f)
+}
+
+/// Brief rises of untraced memory (z-scores of the gap over the rule's threshold).
+fn hidden_spike_finding(c: &Config, h: &HiddenMemory) -> Option<Finding> {
+    let d = h.device;
+    let others_max = h.other_processes_max_bytes;
+    let max_z = h.spikes.iter().map(|p| p.z).reduce(f64::max)?;
+    let critical = max_z > c.hidden_spike_critical_z;
+    let worst = h.spikes.iter().max_by(|a, b| a.z.total_cmp(&b.z)).copied();
+    let mut f = Finding::new(
+        FindingKind::HiddenSpike,
+        Severity::Info,
+        format!("device {}", d.0),
+    );
+    f.bytes = worst.map_or(0, |w| w.gap_bytes.max(0) as u64);
+    f.count = h.spikes.len() as u64;
+    f.ts_nanos = worst.map(|w| w.ts_nanos);
+    f.impact = Some(if critical {
+        Impact::High
+    } else {
+        Impact::Medium
+    });
+    f.headline = format!("untraced memory on device {} rose briefly", d.0);
+    f.message = format!(
+        "device {} used {} more than the trace accounts for at its worst (z = {max_z:.1}; mean gap {}; other processes up to {})",
+        d.0,
+        fmt_bytes(h.max_gap_bytes.max(0) as u64),
+        fmt_bytes(h.mean_gap_bytes.max(0.0) as u64),
+        fmt_bytes(others_max)
+    );
+    f.fix = "check libraries that allocate outside the traced API (cuBLAS/cuDNN workspaces, NCCL buffers) at those times".into();
+    Some(f)
+}
+
+/// Untraced memory of the traced processes that grows steadily (a fit of the gap over time).
+fn hidden_drift_finding(c: &Config, h: &HiddenMemory) -> Option<Finding> {
+    let d = h.device;
+    let fit = h
+        .drift
+        .filter(|fit| fit.slope > 0.0 && fit.r_squared >= c.hidden_drift_r_squared)?;
+    let strong = fit.r_squared > c.hidden_drift_critical_r_squared;
+    let mut f = Finding::new(
+        FindingKind::HiddenDrift,
+        Severity::Warning,
+        format!("device {}", d.0),
+    );
+    f.bytes = h.max_gap_bytes.max(0) as u64;
+    f.count = h.samples;
+    f.impact = Some(if strong { Impact::High } else { Impact::Medium });
+    f.harm_bytes = (fit.slope.max(0.0) * 3600.0) as u64;
+    f.bytes_per_hour = Some(fit.slope * 3600.0);
+    f.headline = format!(
+        "memory our process holds outside the traced allocations grows {}/s on device {}",
+        fmt_bytes(fit.slope.max(0.0) as u64),
+        d.0
+    );
+    f.message = format!(
+        "device memory of the traced processes that the trace does not account for grows {}/s on device {} (R² = {:.2}; other processes excluded)",
+        fmt_bytes(fit.slope.max(0.0) as u64),
+        d.0,
+        fit.r_squared
+    );
+    f.fix = "memory grows outside the traced allocations: look for growing library workspaces or a driver-side leak (e.g. contexts, streams or graphs created per iteration)".into();
+    Some(f)
 }
 
 /// The reference rules on a gap series: (spikes, drift fit, why skipped).
