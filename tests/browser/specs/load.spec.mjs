@@ -23,6 +23,9 @@ test('files of several MiB (a snapshot as pickle and as JSON, a trace) picked fr
     const file = tracePath(name);
     assert.ok(fs.statSync(file).size > 3 * 1024 * 1024, `${name} spans several read slices`);
     const v = await Viewer.open(ctx, BASE);
+    // A file chosen before the worker runs is read on the page (the fallback); on a loaded
+    // machine its script can take a while, so choose once it says it runs.
+    await v.waitForReadWorker();
     await v.pick(file);
     await v.overview.expectReport(report(expected));
     assert.deepEqual(v.errors, []);
