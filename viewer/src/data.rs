@@ -46,6 +46,58 @@ pub struct SiteRow {
     pub max_size_bytes: u64,
 }
 
+impl SiteRow {
+    /// The call-site table's CSV columns.
+    pub const SITES_CSV: [&'static str; 7] = [
+        "site",
+        "allocated_bytes",
+        "allocations",
+        "at_peak_bytes",
+        "live_at_end_bytes",
+        "max_size_bytes",
+        "stack",
+    ];
+    /// The live-at-end (leaks) table's CSV columns.
+    pub const LIVE_CSV: [&'static str; 6] = [
+        "site",
+        "live_at_end_bytes",
+        "per_call_bytes",
+        "calls",
+        "still_live",
+        "stack",
+    ];
+
+    /// Bytes of one live allocation of this site, on average.
+    pub fn live_per_call(&self) -> u64 {
+        self.live_bytes / self.live_count.max(1)
+    }
+
+    /// This row as the call-site table's CSV cells ([`SiteRow::SITES_CSV`]).
+    pub fn sites_csv(&self) -> Vec<String> {
+        vec![
+            self.label.clone(),
+            self.alloc_bytes.to_string(),
+            self.alloc_count.to_string(),
+            self.peak_bytes.to_string(),
+            self.live_bytes.to_string(),
+            self.max_size_bytes.to_string(),
+            self.frames.join(" <- "),
+        ]
+    }
+
+    /// This row as the live-at-end table's CSV cells ([`SiteRow::LIVE_CSV`]).
+    pub fn live_csv(&self) -> Vec<String> {
+        vec![
+            self.label.clone(),
+            self.live_bytes.to_string(),
+            self.live_per_call().to_string(),
+            self.alloc_count.to_string(),
+            self.live_count.to_string(),
+            self.frames.join(" <- "),
+        ]
+    }
+}
+
 /// A memory pool's reserved and used bytes over time, for one (process, device).
 #[derive(Clone, Debug, Default)]
 pub struct PoolSeries {
@@ -894,6 +946,20 @@ mod tests {
             "{:?}",
             top.iter().map(|s| &s.label).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn csv_rows_have_a_cell_per_column_in_its_order() {
+        let (a, _) = analysis(Scenario::TrainingLeak);
+        let row = &a.leak_candidates(&Filter::default())[0];
+        let sites = row.sites_csv();
+        assert_eq!(sites.len(), SiteRow::SITES_CSV.len());
+        assert_eq!(sites[1], row.alloc_bytes.to_string());
+        assert_eq!(sites[4], row.live_bytes.to_string());
+        let live = row.live_csv();
+        assert_eq!(live.len(), SiteRow::LIVE_CSV.len());
+        assert_eq!(live[2], (row.live_bytes / row.live_count).to_string());
+        assert_eq!(live[5], row.frames.join(" <- "));
     }
 
     #[test]

@@ -348,20 +348,7 @@ pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         let mut rows: Vec<&SiteRow> = all.iter().filter(|s| site_matches(s, &needle)).collect();
         sort_sites(&mut rows, st.sort, st.sort_ascending);
         let shown = rows.len().min(MAX_ROWS);
-        let csv: Vec<Vec<String>> = rows
-            .iter()
-            .map(|s| {
-                vec![
-                    s.label.clone(),
-                    s.alloc_bytes.to_string(),
-                    s.alloc_count.to_string(),
-                    s.peak_bytes.to_string(),
-                    s.live_bytes.to_string(),
-                    s.max_size_bytes.to_string(),
-                    s.frames.join(" <- "),
-                ]
-            })
-            .collect();
+        let csv: Vec<Vec<String>> = rows.iter().map(|s| s.sites_csv()).collect();
         let total = rows.len();
         let body = rows
             .into_iter()
@@ -382,7 +369,7 @@ pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             .collect_view();
         view! {
             <p class="muted" data-testid="sites-count" data-value=total.to_string()>{format!("{shown} of {total} call sites shown")}</p>
-            <CsvButton name="call-sites" headers=&["site", "allocated_bytes", "allocations", "at_peak_bytes", "live_at_end_bytes", "max_size_bytes", "stack"] rows=csv />
+            <CsvButton name="call-sites" headers=&SiteRow::SITES_CSV rows=csv />
             <table data-testid="sites-table">
                 <caption>"Call sites: bytes allocated, count, contribution to the peak and live at end"</caption>
                 <thead><tr>
@@ -623,19 +610,7 @@ fn LiveAtEndTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         .filter(|r| site_matches(r, &needle))
         .collect();
     let total_live = a.trace.model.live_at_end_bytes();
-    let csv = rows
-        .iter()
-        .map(|s| {
-            vec![
-                s.label.clone(),
-                s.live_bytes.to_string(),
-                (s.live_bytes / s.live_count.max(1)).to_string(),
-                s.alloc_count.to_string(),
-                s.live_count.to_string(),
-                s.frames.join(" <- "),
-            ]
-        })
-        .collect();
+    let csv = rows.iter().map(SiteRow::live_csv).collect();
     let count = rows.len();
     let body = rows
         .into_iter()
@@ -652,7 +627,7 @@ fn LiveAtEndTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                         {if s.label.is_empty() { "<no stack>".to_string() } else { s.label.clone() }}</button></td>
                     <td class="num"><Bytes bytes=s.live_bytes testid="leak-live" /></td>
                     <td class="num">{fmt_percent(s.live_bytes, total_live)}</td>
-                    <td class="num">{fmt_bytes(s.live_bytes / s.live_count.max(1))}</td>
+                    <td class="num">{fmt_bytes(s.live_per_call())}</td>
                     <td class="num">{s.alloc_count}</td>
                     <td class="num">{format!("{} of {}", s.live_count, s.alloc_count)}</td>
                 </tr>
@@ -683,7 +658,7 @@ fn LiveAtEndTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             <h3>"Still live at the end, by call site"</h3>
             <p class="muted">"Call sites whose allocations are still live when the trace ends, largest first. "
                 "Click a row for its live bytes over time and its full stack."</p>
-            <CsvButton name="leaks" headers=&["site", "live_at_end_bytes", "per_call_bytes", "calls", "still_live", "stack"] rows=csv />
+            <CsvButton name="leaks" headers=&SiteRow::LIVE_CSV rows=csv />
             <table data-testid="leaks-table">
                 <caption>{format!("{count} call site(s) with memory live at the end")}</caption>
                 <thead><tr>
