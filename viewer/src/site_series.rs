@@ -273,19 +273,17 @@ impl StackColumns {
     }
 }
 
-/// Index of the first maximum of `t`'s values in `[i, j)` (which must not be empty), found by
-/// halving with the min/max pyramid: O(log² n).
-fn argmax(t: &Timeline, mut i: usize, mut j: usize, max: u64) -> usize {
-    while j - i > 16 {
-        let mid = i + (j - i) / 2;
-        if t.range_min_max(i, mid).is_some_and(|(_, hi)| hi == max) {
-            j = mid;
-        } else {
-            i = mid;
-        }
+/// The number of `times` at or before `t`, knowing it is at least `from` (the answer for an
+/// earlier `t`): a search that gallops from `from`, so a forward walk costs the log of each step.
+fn points_until(times: &[u64], from: usize, t: u64) -> usize {
+    let (mut lo, mut step) = (from, 1usize);
+    // Invariant: every time before `lo` is at or before `t`.
+    while lo + step <= times.len() && times[lo + step - 1] <= t {
+        lo += step;
+        step *= 2;
     }
-    let values = t.values();
-    (i..j).find(|&k| values[k] == max).unwrap_or(i)
+    let hi = (lo + step).min(times.len());
+    lo + times[lo..hi].partition_point(|&x| x <= t)
 }
 
 /// Samples `sites` (bottom band first) and `whole` over `[t0, t1)` in `columns` columns of
@@ -313,20 +311,28 @@ pub fn stack_columns(
     let times = whole.times();
     let values = whole.values();
     let mut ia = times.partition_point(|&x| x < t0);
+    // Samples only move forward: each site's position is searched onwards from the last one
+    // (a binary search over a whole site's points per column and site cost most of a draw).
+    let mut at: Vec<usize> = vec![0; sites.len()];
     for c in 0..columns {
         let (a, b) = (edge(c), edge(c + 1));
-        let ib = ia + times[ia..].partition_point(|&x| x < b);
+        // The first point at or after `b` (the points before `b` are those at or before b - 1).
+        let ib = match b.checked_sub(1) {
+            Some(last) => points_until(times, ia, last),
+            None => ia,
+        };
         let carried = if ia == 0 { 0 } else { values[ia - 1] };
         let sample = match whole.range_min_max(ia, ib) {
-            Some((_, hi)) if hi > carried => times[argmax(whole, ia, ib, hi)],
+            Some((_, hi)) if hi > carried => times[whole.first_at_least(ia, ib, hi).unwrap_or(ia)],
             // The value carried into the column is its highest: sample just before it starts.
             _ if ia > 0 => a - 1,
             _ => a,
         };
         let w = whole.value_at(sample);
         let mut sum = 0u64;
-        for s in sites {
-            let v = s.value_at(sample);
+        for (s, i) in sites.iter().zip(at.iter_mut()) {
+            *i = points_until(s.times(), *i, sample);
+            let v = if *i == 0 { 0 } else { s.values()[*i - 1] };
             sum = sum.saturating_add(v);
             out.bytes.push(v);
         }
@@ -486,16 +492,54 @@ mod tests {
     }
 
     #[test]
-    fn argmax_finds_the_first_maximum() {
-        let mut t = Timeline::new();
-        for k in 0..10_000u64 {
-            t.push(k, (k * 7919) % 1000);
+    fn columns_equal_a_plain_search_at_any_width() {
+        // Points from time 0, windows narrower than their columns (empty columns) and wider.
+        let mut a = Timeline::new();
+        let mut whole = Timeline::new();
+        for k in 0..2_000u64 {
+            let t = k / 2;
+            a.push(t, (k * 37) % 50);
+            whole.push(t, (k * 37) % 50 + (k * 11) % 30);
         }
-        t.build_index();
-        for (i, j) in [(0, 10_000), (17, 18), (123, 4567), (9_000, 10_000)] {
-            let max = t.range_min_max(i, j).expect("non-empty").1;
-            let want = (i..j).find(|&k| t.values()[k] == max).expect("has a max");
-            assert_eq!(argmax(&t, i, j, max), want, "[{i}, {j})");
+        a.build_index();
+        whole.build_index();
+        for (t0, t1, columns) in [(0, 5, 20), (0, 1_000, 7), (3, 900, 1_150), (0, 2, 1_150)] {
+            let cols = stack_columns(&whole, &[&a], t0, t1, columns);
+            let (times, values) = (whole.times(), whole.values());
+            for c in 0..columns {
+                let edge = |c: usize| t0 + (t1 - t0) * c as u64 / columns as u64;
+                let (lo, hi) = (edge(c), edge(c + 1));
+                let ia = times.partition_point(|&x| x < lo);
+                let ib = times.partition_point(|&x| x < hi);
+                let carried = if ia == 0 { 0 } else { values[ia - 1] };
+                let max = values[ia..ib].iter().copied().max();
+                let sample = match max {
+                    Some(m) if m > carried => {
+                        times[ia + values[ia..ib].iter().position(|&v| v == m).unwrap_or(0)]
+                    }
+                    _ if ia > 0 => lo - 1,
+                    _ => lo,
+                };
+                assert_eq!(
+                    cols.sample_nanos[c], sample,
+                    "[{t0}, {t1}) / {columns}, column {c}"
+                );
+                assert_eq!(cols.column(c)[0], a.value_at(sample));
+            }
         }
+    }
+
+    #[test]
+    fn a_forward_search_finds_what_a_binary_search_finds() {
+        // Times with repeats, searched for increasing moments from each earlier answer.
+        let times: Vec<u64> = (0..5_000u64).map(|k| k / 3 * 7).collect();
+        let mut from = 0;
+        for t in (0..12_000u64).step_by(13).chain([11_662, 11_663, 20_000]) {
+            let want = times.partition_point(|&x| x <= t);
+            from = points_until(&times, from, t);
+            assert_eq!(from, want, "t = {t}");
+        }
+        assert_eq!(points_until(&[], 0, 5), 0);
+        assert_eq!(points_until(&[1, 2, 3], 3, 9), 3);
     }
 }

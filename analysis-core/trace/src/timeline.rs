@@ -155,6 +155,40 @@ impl Timeline {
         }
     }
 
+    /// The first point index in `[i, j)` whose value is at least `target` (with `target` the
+    /// range's maximum: where that maximum is first reached). Walks the pyramid: whole blocks
+    /// below `target` are skipped a level up, and the block that holds it is searched down one
+    /// level at a time, so a call reads O(FANOUT · levels) entries, not the range's points.
+    pub fn first_at_least(&self, i: usize, j: usize, target: u64) -> Option<usize> {
+        let j = j.min(self.data.values.len());
+        let levels = self.data.levels.len();
+        let (mut k, mut level, mut block) = (i, 0usize, 1usize);
+        while k < j {
+            // The largest block that starts at `k` and ends within `j`.
+            while level < levels && k.is_multiple_of(block * FANOUT) && k + block * FANOUT <= j {
+                level += 1;
+                block *= FANOUT;
+            }
+            while block > 1 && k + block > j {
+                level -= 1;
+                block /= FANOUT;
+            }
+            if self.entry(level, k / block).1 >= target {
+                // Down to the first point of this block that reaches `target`.
+                while level > 0 {
+                    level -= 1;
+                    block /= FANOUT;
+                    while self.entry(level, k / block).1 < target {
+                        k += block;
+                    }
+                }
+                return Some(k);
+            }
+            k += block;
+        }
+        None
+    }
+
     #[inline]
     fn entry(&self, level: usize, idx: usize) -> (u64, u64) {
         if level == 0 {
@@ -248,6 +282,42 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_at_least_finds_the_first_maximum_of_any_range() {
+        // Values with many repeats of the maximum, and ranges of every alignment.
+        let mut t = Timeline::new();
+        let n = 5_000u64;
+        for k in 0..n {
+            t.push(k, (k * 7919 + k / 97) % 1000);
+        }
+        t.build_index();
+        let values = t.values().to_vec();
+        let mut seed = 12_345u64;
+        let mut next = |m: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % m
+        };
+        let mut ranges = alloc::vec![
+            (0, 5_000),
+            (17, 18),
+            (0, 1),
+            (4_999, 5_000),
+            (8, 72),
+            (64, 576)
+        ];
+        for _ in 0..2_000 {
+            let a = next(n) as usize;
+            ranges.push((a, a + 1 + next(n - a as u64) as usize));
+        }
+        for (i, j) in ranges {
+            let max = t.range_min_max(i, j).expect("non-empty").1;
+            let want = (i..j).find(|&k| values[k] == max);
+            assert_eq!(t.first_at_least(i, j, max), want, "[{i}, {j})");
+            assert_eq!(t.first_at_least(i, j, max + 1), None, "[{i}, {j})");
+        }
+        assert_eq!(t.first_at_least(10, 10, 0), None);
+    }
     use proptest::prelude::*;
 
     proptest! {
