@@ -950,13 +950,14 @@ fn heavy_load_loses_nothing() {
 #[test]
 fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
     let path = fake_dir().join("stalled.msgpack");
-    let mut child = gpucollect()
+    let child = gpucollect()
         .args(["--no-nvml", "--no-stacks", "-o"])
         .arg(&path)
         .arg(fake_dir().join("scenarios"))
         .args(["bench", "2000000"])
         .env("GPUCOLLECT_MAX_WAIT_MS", "1")
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
     let pid = child.id().to_string();
@@ -976,7 +977,14 @@ fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
             .expect("kill")
             .success()
     );
-    assert!(child.wait().expect("wait").success());
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    // The program was slowed while the ring was full, and the collector says so.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the program waited for the collector"),
+        "{stderr}"
+    );
     let trace = load(&std::fs::read(&path).expect("trace")).expect("decodes");
     let m = &trace.model;
     assert!(m.dropped_events > 0, "the stall must cost events");

@@ -454,6 +454,56 @@ __attribute__((noinline)) static int bench_loop(int n) {
     return 0;
 }
 
+/* --- endurance: alloc/free pairs at a fixed rate for a duration ------------------
+ * Keeps `rate` pairs per second (2 events each) for `seconds`, in slices of 1 ms, and prints one
+ * line per second: the pairs done, the slowest single pair (a program stalled by a full ring
+ * shows it here) and whether the second kept its rate. Ends with a summary line. */
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int endurance(int seconds, long rate) {
+    setup();
+    CUdeviceptr p;
+    const long per_ms = rate / 1000 > 0 ? rate / 1000 : 1;
+    const double start = now_ns();
+    double worst_all = 0;
+    int slow_seconds = 0;
+    long total = 0;
+    for (int s = 0; s < seconds; s++) {
+        double worst = 0;
+        long done = 0;
+        const double second_end = start + (s + 1) * 1e9;
+        for (int ms = 0; ms < 1000; ms++) {
+            const double slice_end = start + s * 1e9 + (ms + 1) * 1e6;
+            for (long i = 0; i < per_ms; i++) {
+                const double t0 = now_ns();
+                cuMemAlloc_v2(&p, 256);
+                cuMemFree_v2(p);
+                const double dt = now_ns() - t0;
+                if (dt > worst) worst = dt;
+            }
+            done += per_ms;
+            /* Wait for the slice's end: the rate is kept, not exceeded. */
+            while (now_ns() < slice_end) {
+            }
+        }
+        const double late_ms = (now_ns() - second_end) / 1e6;
+        const int kept = late_ms < 50.0;
+        if (!kept) slow_seconds++;
+        if (worst > worst_all) worst_all = worst;
+        total += done;
+        printf("second=%d pairs=%ld worst_pair_us=%.1f late_ms=%.1f kept=%d\n", s + 1, done,
+               worst / 1e3, late_ms > 0 ? late_ms : 0.0, kept);
+        fflush(stdout);
+    }
+    printf("endurance seconds=%d pairs=%ld events_per_sec=%.0f worst_pair_us=%.1f slow_seconds=%d\n",
+           seconds, total, 2.0 * total / ((now_ns() - start) / 1e9), worst_all / 1e3, slow_seconds);
+    return slow_seconds == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: scenarios NAME\n");
@@ -481,6 +531,8 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "many_children")) return many_children(argc > 2 ? atoi(argv[2]) : 100);
     if (!strcmp(s, "fork_exec")) return fork_exec(argv[0]);
     if (!strcmp(s, "exec_child")) return exec_child();
+    if (!strcmp(s, "endurance"))
+        return endurance(argc > 2 ? atoi(argv[2]) : 60, argc > 3 ? atol(argv[3]) : 1000000);
     if (!strcmp(s, "bench"))
         return bench(argc > 2 ? atoi(argv[2]) : 1000000, argc > 3 ? atoi(argv[3]) : 0);
     fprintf(stderr, "unknown scenario %s\n", s);

@@ -192,6 +192,8 @@ struct Drainer<W: Write> {
     unslotted_reported: u64,
     /// Whether any process ever claimed a slot.
     any_traced: bool,
+    /// Pushes that found the ring full, of processes whose slots were recycled.
+    waited_recycled: u64,
 }
 
 impl<W: Write> Drainer<W> {
@@ -247,6 +249,15 @@ impl<W: Write> Drainer<W> {
         n
     }
 
+    /// Pushes of every process so far that found the ring full and waited for the collector.
+    fn waited(&self) -> u64 {
+        (0..SLOTS)
+            .filter(|&slot| self.slots[slot].process.is_some())
+            .map(|slot| self.ring.waited(slot))
+            .sum::<u64>()
+            + self.waited_recycled
+    }
+
     /// Slots whose process is gone: skip cells it claimed but never published, counting them.
     fn reap_dead(&mut self) -> bool {
         let mut any_alive = false;
@@ -286,6 +297,7 @@ impl<W: Write> Drainer<W> {
                 self.writer.process_gone(process, now);
             }
             // Fully drained and its producer is gone: the slot can serve another process.
+            self.waited_recycled += self.ring.waited(slot);
             self.ring.recycle(slot);
             self.writer.forget_pid(st.pid);
             self.slots[slot] = SlotState::default();
@@ -460,6 +472,7 @@ pub fn run(a: RunArgs) -> Result<u8> {
         event: Box::new(Event::zeroed()),
         unslotted_reported: 0,
         any_traced: false,
+        waited_recycled: 0,
     };
     let mut last_reap = Instant::now();
     let status = loop {
@@ -501,6 +514,13 @@ pub fn run(a: RunArgs) -> Result<u8> {
         }
     }
     d.drain(usize::MAX);
+    let waited = d.waited();
+    if waited > 0 {
+        eprintln!(
+            "gpucollect: the program waited for the collector {waited} time(s): the ring was full \
+             (events came faster than they could be written), so tracing slowed it there"
+        );
+    }
     if !d.any_traced {
         let driver = match find_driver() {
             Ok(p) => format!("the CUDA driver is at {}", p.display()),

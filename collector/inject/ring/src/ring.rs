@@ -56,7 +56,9 @@ struct SlotHeader {
     ppid: AtomicU32,
     _pad0: u32,
     dropped: AtomicU64,
-    _pad1: [u64; 5],
+    /// Pushes that found the ring full and waited for the collector (the program was slowed).
+    waited: AtomicU64,
+    _pad1: [u64; 4],
     enqueue: AtomicU64,
     _pad2: [u64; 7],
     dequeue: AtomicU64,
@@ -228,6 +230,9 @@ impl Ring {
                 }
             } else if diff < 0 {
                 // Full: the consumer has not released this cell yet.
+                if spins == 0 {
+                    s.waited.fetch_add(1, Ordering::Relaxed);
+                }
                 spins += 1;
                 if !wait_ok(spins) {
                     s.dropped.fetch_add(1, Ordering::Relaxed);
@@ -315,6 +320,11 @@ impl RingOwner {
         self.ring.slot(slot).dropped.load(Ordering::Relaxed)
     }
 
+    /// Pushes by the producers of `slot` that found the ring full and waited for room.
+    pub fn waited(&self, slot: usize) -> u64 {
+        self.ring.slot(slot).waited.load(Ordering::Relaxed)
+    }
+
     /// Events lost because every slot was taken.
     pub fn unslotted_dropped(&self) -> u64 {
         self.ring.header().unslotted_dropped.load(Ordering::Relaxed)
@@ -364,6 +374,7 @@ impl RingOwner {
         s.enqueue.store(0, Ordering::Relaxed);
         s.dequeue.store(0, Ordering::Relaxed);
         s.dropped.store(0, Ordering::Relaxed);
+        s.waited.store(0, Ordering::Relaxed);
         s.ppid.store(0, Ordering::Relaxed);
         s.pid.store(0, Ordering::Relaxed);
         s.state.store(0, Ordering::Release);
@@ -432,6 +443,8 @@ mod tests {
             assert!(!owner.pop(slot, &mut out));
         }
         assert_eq!(owner.dropped(slot), 3);
+        // Each of those pushes found the ring full once; the others never waited.
+        assert_eq!(owner.waited(slot), 3);
     }
 
     #[test]
@@ -454,6 +467,7 @@ mod tests {
         assert_eq!(owner.slot_info(slot), None);
         assert_eq!(ring.claim(200, 1), Some(slot));
         assert_eq!(owner.dropped(slot), 0);
+        assert_eq!(owner.waited(slot), 0);
         for i in 0..CELLS {
             assert!(ring.push(slot, |_| false, |e| e.addr = i));
         }
