@@ -46,7 +46,7 @@ pub enum Command {
     Import(import::ImportArgs),
     /// Host the viewer and shared traces: uploads, share links, wiki embeds.
     #[cfg(feature = "serve")]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Share a trace: upload it to a `gpucollect serve` and print the link.
     Upload(upload::UploadArgs),
     /// Open a trace or PyTorch snapshot in the viewer, served from this machine (a local
@@ -87,7 +87,7 @@ fn dispatch_parsed(cli: Cli) -> Result<u8> {
         Some(Command::Html(a)) => html::run(a),
         Some(Command::Import(a)) => import::run(a),
         #[cfg(feature = "serve")]
-        Some(Command::Serve(a)) => serve::run(a),
+        Some(Command::Serve(a)) => serve::run(*a),
         #[cfg(feature = "serve")]
         Some(Command::View(a)) => view::run(a),
         Some(Command::Check(a)) => check::run(a),

@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// Keep the store below this size, deleting the oldest traces first (e.g. 100GiB).
     #[arg(long)]
     pub max_bytes: Option<String>,
+    /// Memory the server may keep for trace summaries (the report, timeline, live set and
+    /// call sites it serves from a decoded trace), least recently used first out. A trace whose
+    /// summary would need more is refused (413): download it instead.
+    #[arg(long, default_value = "2GiB")]
+    pub summary_memory: String,
     /// Events per bundled demo trace.
     #[arg(long, default_value_t = 200_000)]
     pub demo_events: u64,
@@ -212,6 +217,7 @@ pub fn run(a: ServeArgs) -> Result<u8> {
                 .transpose()?,
             demo_events: a.demo_events,
             limits,
+            summary_memory_bytes: bytes_arg("summary-memory", &a.summary_memory)?,
         };
         serve::serve(cfg, a.addr).await
     })?;

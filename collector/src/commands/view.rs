@@ -85,6 +85,7 @@ pub fn run(a: ViewArgs) -> Result<u8> {
             max_store_bytes: None,
             demo_events: 20_000,
             limits: Limits::default(),
+            summary_memory_bytes: 2 << 30,
         };
         let listener = serve::listen(a.addr)?;
         let url = format!(

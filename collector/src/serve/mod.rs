@@ -12,6 +12,7 @@
 pub mod ids;
 pub mod limits;
 pub mod store;
+pub mod summaries;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub struct ServerConfig {
     /// Approximate events per bundled demo trace.
     pub demo_events: u64,
     pub limits: Limits,
+    /// Memory the cache of trace summaries may take (an estimate per trace: its size times
+    /// [`summaries::MODEL_BYTES_PER_TRACE_BYTE`]).
+    pub summary_memory_bytes: u64,
 }
 
 struct AppState {
@@ -59,6 +63,7 @@ struct AppState {
     retention: Arc<tokio::sync::Mutex<()>>,
     /// A pass was asked for while one ran: run another when it ends.
     retention_again: AtomicBool,
+    summaries: summaries::Summaries,
 }
 
 /// The client's address, put on every request by the accept loop.
@@ -168,6 +173,7 @@ fn app(cfg: ServerConfig) -> (Router, Shared) {
         uploads: Slots::new(cfg.limits.max_uploads, cfg.limits.max_uploads_per_client),
         retention: Arc::new(tokio::sync::Mutex::new(())),
         retention_again: AtomicBool::new(false),
+        summaries: summaries::Summaries::new(cfg.summary_memory_bytes),
         cfg,
         demos,
     });
@@ -176,6 +182,9 @@ fn app(cfg: ServerConfig) -> (Router, Shared) {
         .route("/api/v1", get(api_info))
         .route("/api/v1/traces", axum::routing::post(upload))
         .route("/api/v1/traces/{id}", get(download))
+        .route("/api/v1/traces/{id}/summary", get(summary_overview))
+        .route("/api/v1/traces/{id}/timeline", get(summary_timeline))
+        .route("/api/v1/traces/{id}/live", get(summary_live))
         .route("/api/v1/demos", get(demo_list))
         .route("/api/v1/demos/{name}", get(demo_trace))
         .route("/t/{id}", get(share_link))
@@ -392,6 +401,108 @@ fn guarded_body(
             }
         },
     ))
+}
+
+/// Query of the summary endpoints: the read token, and what each asks for.
+#[derive(Debug, Deserialize)]
+struct SummaryQuery {
+    token: Option<String>,
+    t0: Option<u64>,
+    t1: Option<u64>,
+    columns: Option<usize>,
+    t: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// The summary of trace `id` for a request, or the answer that refuses it.
+async fn summary_of(
+    state: &AppState,
+    id: &str,
+    q: &SummaryQuery,
+    headers: &HeaderMap,
+) -> Result<Arc<summaries::Summary>, Response> {
+    let tq = TokenQuery {
+        token: q.token.clone(),
+        view: None,
+    };
+    if let Some(r) = read_denied(state, headers, &tq) {
+        return Err(r);
+    }
+    let id = TraceId::parse(id).map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))?;
+    state
+        .summaries
+        .get(&state.cfg.store, &id)
+        .await
+        .map_err(|e| {
+            use summaries::SummaryError as E;
+            let status = match &e {
+                E::NotFound(_) => StatusCode::NOT_FOUND,
+                E::TooBig { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                E::Undecodable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                E::Storage(_) => {
+                    tracing::error!(error = %e, %id, "cannot summarise a stored trace");
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            };
+            error(status, e.to_string())
+        })
+}
+
+/// `GET /api/v1/traces/<id>/summary`: the report, the time extent and the series.
+async fn summary_overview(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<SummaryQuery>,
+    headers: HeaderMap,
+) -> Response {
+    match summary_of(&state, &id, &q, &headers).await {
+        Ok(s) => axum::Json(s.overview()).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `GET /api/v1/traces/<id>/timeline?t0=&t1=&columns=`: the total and every series in buckets.
+async fn summary_timeline(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<SummaryQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let columns = q.columns.unwrap_or(1000);
+    if columns == 0 || columns > summaries::MAX_COLUMNS {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("columns must be 1 to {}", summaries::MAX_COLUMNS),
+        );
+    }
+    let s = match summary_of(&state, &id, &q, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let m = &s.trace.model;
+    let t0 = q.t0.unwrap_or(m.first_ts_nanos);
+    let t1 = q.t1.unwrap_or(m.last_ts_nanos.saturating_add(1));
+    if t1 <= t0 {
+        return error(StatusCode::BAD_REQUEST, "t1 must be after t0 (nanoseconds)");
+    }
+    axum::Json(s.timeline(t0, t1, columns)).into_response()
+}
+
+/// `GET /api/v1/traces/<id>/live?t=&limit=`: device memory live at `t`, by call site.
+async fn summary_live(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<SummaryQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(t) = q.t else {
+        return error(StatusCode::BAD_REQUEST, "give the moment as ?t=NANOSECONDS");
+    };
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    match summary_of(&state, &id, &q, &headers).await {
+        Ok(s) => axum::Json(s.live_at(t, limit)).into_response(),
+        Err(r) => r,
+    }
 }
 
 async fn download(

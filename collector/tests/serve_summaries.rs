@@ -1,0 +1,143 @@
+//! The summary endpoints of `gpucollect serve` (API.md, "Summaries"): the report, the timeline
+//! at a window's resolution and the live set at a moment, equal to what the analysis core
+//! computes from the whole trace, behind the read token, with clear refusals.
+
+mod common;
+
+use common::{Killed, agent, spawn_serve, store_dir, trace};
+
+const ID: &str = "0123456789abcdef0123456789abcdef";
+
+fn json(url: &str) -> (u16, serde_json::Value) {
+    let mut r = agent().get(url).call().expect("answer");
+    let status = r.status().as_u16();
+    let body = r.body_mut().read_to_vec().expect("body");
+    (status, serde_json::from_slice(&body).expect("JSON"))
+}
+
+#[test]
+fn summaries_equal_the_analysis_of_the_whole_trace() {
+    let store = store_dir("summaries", "equal");
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    let bytes = trace(20_000);
+    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &bytes).expect("write");
+    let loaded = analysis_core::load(&bytes).expect("loads");
+    let report = analysis_core::analyze(&loaded, &Default::default());
+    let (child, base) = spawn_serve(
+        &[
+            "--store",
+            store.to_str().expect("utf-8"),
+            "--read-token",
+            "secret",
+        ],
+        &[],
+    );
+    let _child = Killed(child);
+
+    let (status, _) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+    assert_eq!(status, 401, "the read token is needed");
+
+    let (status, s) = json(&format!("{base}/api/v1/traces/{ID}/summary?token=secret"));
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["api_version"], 1);
+    assert_eq!(s["report"]["peak_bytes"], report.peak_bytes);
+    assert_eq!(s["report"]["score"], report.score);
+    assert_eq!(
+        s["report"]["findings"].as_array().map(Vec::len),
+        Some(report.findings.len())
+    );
+    let (t0, t1) = (s["t0"].as_u64().expect("t0"), s["t1"].as_u64().expect("t1"));
+    assert_eq!(
+        s["series"].as_array().map(Vec::len),
+        Some(loaded.model.series.len())
+    );
+
+    let (status, tl) = json(&format!(
+        "{base}/api/v1/traces/{ID}/timeline?token=secret&t0={t0}&t1={}&columns=500",
+        t1 + 1
+    ));
+    assert_eq!(status, 200, "{tl}");
+    let total = tl["total"].as_array().expect("buckets");
+    assert_eq!(total.len(), 500);
+    let top = total.iter().filter_map(|b| b["max"].as_u64()).max();
+    assert_eq!(top, Some(report.peak_bytes), "the columns reach the peak");
+    // A zoomed window: the same buckets the core computes.
+    let (z0, z1) = (t0 + (t1 - t0) / 3, t0 + (t1 - t0) / 3 + (t1 - t0) / 50);
+    let (_, zoom) = json(&format!(
+        "{base}/api/v1/traces/{ID}/timeline?token=secret&t0={z0}&t1={z1}&columns=64"
+    ));
+    let want = loaded.model.total.downsample(z0, z1, 64);
+    let got: Vec<(u64, u64, u64)> = zoom["total"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .map(|b| {
+            let v = |k: &str| b[k].as_u64().expect("number");
+            (v("min"), v("max"), v("last"))
+        })
+        .collect();
+    let want: Vec<(u64, u64, u64)> = want.iter().map(|b| (b.min, b.max, b.last)).collect();
+    assert_eq!(got, want);
+
+    let (status, live) = json(&format!(
+        "{base}/api/v1/traces/{ID}/live?token=secret&t={}",
+        report.peak_ts_nanos
+    ));
+    assert_eq!(status, 200, "{live}");
+    assert_eq!(live["bytes"], report.peak_bytes);
+    assert_eq!(live["sites"][0]["site"], report.peak_sites[0].site.as_str());
+    assert_eq!(live["sites"][0]["bytes"], report.peak_sites[0].bytes);
+}
+
+#[test]
+fn summaries_refuse_in_words() {
+    let store = store_dir("summaries", "refuse");
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    std::fs::write(
+        store.join("traces").join(format!("{ID}.msgpack")),
+        trace(5_000),
+    )
+    .expect("write");
+    let not_a_trace = "fedcba9876543210fedcba9876543210";
+    std::fs::write(
+        store.join("traces").join(format!("{not_a_trace}.msgpack")),
+        b"this is not a trace",
+    )
+    .expect("write");
+    let (child, base) = spawn_serve(
+        &[
+            "--store",
+            store.to_str().expect("utf-8"),
+            "--summary-memory",
+            "1MiB",
+        ],
+        &[],
+    );
+    let _child = Killed(child);
+    let missing = "00000000000000000000000000000000";
+    let (status, e) = json(&format!("{base}/api/v1/traces/{missing}/summary"));
+    assert_eq!(status, 404, "{e}");
+    let (status, e) = json(&format!("{base}/api/v1/traces/nonsense/summary"));
+    assert_eq!(status, 400, "{e}");
+    let (status, e) = json(&format!("{base}/api/v1/traces/{not_a_trace}/summary"));
+    assert_eq!(status, 422, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be decoded")),
+        "{e}"
+    );
+    // 5,000 events are about 60 KB: their summary needs more than 1 MiB.
+    let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+    assert_eq!(status, 413, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("--summary-memory")),
+        "{e}"
+    );
+    let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/timeline?columns=0"));
+    assert_eq!(status, 400, "{e}");
+    let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/live"));
+    assert_eq!(status, 400, "{e}");
+}
