@@ -7,6 +7,7 @@
 
 mod nvml_sampler;
 mod proc_maps;
+mod python_hook;
 mod symbolize;
 mod trace_writer;
 
@@ -66,6 +67,11 @@ pub struct RunArgs {
     /// Do not sample device memory through NVML.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Do not load gpucollect's framework capture into Python programs (by default a
+    /// `sitecustomize` of gpucollect's, first on PYTHONPATH, activates it once `torch` or `cupy`
+    /// is imported; programs without them are unaffected).
+    #[arg(long)]
+    pub no_framework: bool,
     /// Sampling interval in milliseconds: NVML device memory, and the reserved/used bytes of
     /// stream-ordered memory pools and graph memory (polled inside the program).
     #[arg(long, default_value_t = 50, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
@@ -386,6 +392,14 @@ pub fn run(a: RunArgs) -> Result<u8> {
     if let Some(c) = &a.cupti {
         cmd.env(gpucollect_ring::env::CUPTI_PATH, c);
     }
+    // Lives until this function returns, after the program and the children it waited for.
+    let python_hook = if a.no_framework {
+        None
+    } else {
+        let dir = python_hook::PythonHookDir::create(&std::env::temp_dir())?;
+        cmd.env("PYTHONPATH", dir.pythonpath(std::env::var_os("PYTHONPATH")));
+        Some(dir)
+    };
     if to_stdout {
         let err = std::io::stderr()
             .as_fd()
@@ -536,5 +550,6 @@ pub fn run(a: RunArgs) -> Result<u8> {
     d.writer
         .finish()
         .with_context(|| format!("the program exited with code {code}"))?;
+    drop(python_hook);
     Ok(code)
 }
