@@ -153,3 +153,53 @@ fn no_framework_leaves_the_program_alone() {
     }
     assert_eq!(o.hook_messages(), 0, "{}", o.stderr);
 }
+
+/// The variables a program sees, run under gpucollect with `opts`.
+fn program_env(opts: &[&str]) -> (String, String) {
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-hook-env.msgpack");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&trace)
+        .args(opts)
+        .arg("env")
+        .env("GPUCOLLECT_CUPTI_PATH", "/nonexistent/libcupti.so")
+        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .env("XLA_PYTHON_CLIENT_ALLOCATOR", "bfc")
+        .env_remove("XLA_PYTHON_CLIENT_PREALLOCATE")
+        .output()
+        .expect("run gpucollect");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+#[test]
+fn framework_exact_turns_the_caching_allocators_off_and_says_so() {
+    let (env, stderr) = program_env(&["--framework-exact"]);
+    for line in [
+        "PYTORCH_NO_CUDA_MEMORY_CACHING=1",
+        "XLA_PYTHON_CLIENT_ALLOCATOR=platform",
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line} not in {env}");
+    }
+    let notices: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: --framework-exact:"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{stderr}");
+    assert!(
+        notices[0].contains("(was bfc)") && notices[0].contains("slower"),
+        "{stderr}"
+    );
+
+    // Never without the option.
+    let (env, stderr) = program_env(&[]);
+    assert!(!env.contains("PYTORCH_NO_CUDA_MEMORY_CACHING"), "{env}");
+    assert!(
+        env.lines().any(|l| l == "XLA_PYTHON_CLIENT_ALLOCATOR=bfc"),
+        "{env}"
+    );
+    assert!(!stderr.contains("framework-exact"), "{stderr}");
+}
