@@ -34,6 +34,7 @@ pub mod host;
 mod cfi;
 mod cupti;
 mod entry;
+mod framework;
 mod modules;
 mod nvtx;
 mod objects;

@@ -901,6 +901,53 @@ fn code_slot(
     python_frame::UNKNOWN_CODE
 }
 
+/// The frame value of `line` in the function named by text (`function`, `file`), as a
+/// framework's own record of a stack gives it (not a live code object): its code slot is keyed
+/// by the text, and its PY_CODE event is written the first time this process meets it.
+pub fn text_frame(st: &State, function: &[u8], file: &[u8], line: u32) -> u64 {
+    let mut h = 0x1319_8A2E_0370_7344u64;
+    for &b in function.iter().chain([0xFFu8].iter()).chain(file) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h ^= h >> 31;
+    let key = h.max(1);
+    let mut i = (key >> 16) as usize & (CODE_SLOTS - 1);
+    for _ in 0..CODE_PROBES {
+        let k = CODE_KEYS[i].load(Ordering::Acquire);
+        let mine = k == key
+            || (k == 0
+                && match CODE_KEYS[i].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => true,
+                    Err(other) => other == key,
+                });
+        if mine {
+            let generation = state::generation();
+            if CODE_SENT[i].load(Ordering::Acquire) != generation {
+                let function = &function[..function.len().min(MAX_FUNCTION_BYTES)];
+                let mut buf = [0u8; MAX_TEXT_BYTES];
+                let n = file.len().min(MAX_TEXT_BYTES);
+                // Keep the end of a long path (the part that names the file).
+                buf[..n].copy_from_slice(&file[file.len() - n..]);
+                let room = MAX_TEXT_BYTES - function.len();
+                let file = fit_tail(&mut buf, n, room);
+                let sent = st.emit(|e| {
+                    e.kind = kind::PY_CODE;
+                    e.addr = i as u64;
+                    e.stream = 0;
+                    e.set_py_code(function, file);
+                });
+                if sent {
+                    CODE_SENT[i].store(generation, Ordering::Release);
+                }
+            }
+            return python_frame::encode(i as u32, line);
+        }
+        i = (i + 1) & (CODE_SLOTS - 1);
+    }
+    python_frame::encode(python_frame::UNKNOWN_CODE, line)
+}
+
 /// Writes the PY_CODE event of a code slot; whether it reached the ring.
 fn send_code(
     py: &Python,

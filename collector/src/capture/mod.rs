@@ -7,6 +7,7 @@
 
 mod nvml_sampler;
 mod proc_maps;
+mod python_hook;
 mod symbolize;
 mod trace_writer;
 
@@ -66,6 +67,17 @@ pub struct RunArgs {
     /// Do not sample device memory through NVML.
     #[arg(long)]
     pub no_nvml: bool,
+    /// Do not load gpucollect's framework capture into Python programs (by default a
+    /// `sitecustomize` of gpucollect's, first on PYTHONPATH, activates it once `torch` or `cupy`
+    /// is imported; programs without them are unaffected).
+    #[arg(long)]
+    pub no_framework: bool,
+    /// Turn frameworks' caching allocators off so that every tensor or buffer is its own driver
+    /// allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1, XLA_PYTHON_CLIENT_ALLOCATOR=platform,
+    /// XLA_PYTHON_CLIENT_PREALLOCATE=false): exact at the CUDA level, but the program runs
+    /// slower and fragments memory differently than it does normally.
+    #[arg(long)]
+    pub framework_exact: bool,
     /// Sampling interval in milliseconds: NVML device memory, and the reserved/used bytes of
     /// stream-ordered memory pools and graph memory (polled inside the program).
     #[arg(long, default_value_t = 50, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
@@ -87,6 +99,33 @@ pub enum Unwind {
     /// is tested against).
     #[value(hide = true)]
     Libgcc,
+}
+
+/// What `--framework-exact` sets for the program.
+const FRAMEWORK_EXACT_ENV: [(&str, &str); 3] = [
+    ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),
+    ("XLA_PYTHON_CLIENT_ALLOCATOR", "platform"),
+    ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+];
+
+/// The line `--framework-exact` prints: what it set, what that costs, and the values it replaced
+/// (`current` reads gpucollect's own environment).
+fn framework_exact_notice(current: impl Fn(&str) -> Option<OsString>) -> String {
+    let set: Vec<String> = FRAMEWORK_EXACT_ENV
+        .iter()
+        .map(|(var, value)| match current(var) {
+            Some(old) if old != *value => {
+                format!("{var}={value} (was {})", old.to_string_lossy())
+            }
+            _ => format!("{var}={value}"),
+        })
+        .collect();
+    format!(
+        "--framework-exact: {}; the caching allocators are off, so every tensor is a driver \
+         allocation: the program runs slower and fragments memory differently than without \
+         gpucollect",
+        set.join(", ")
+    )
 }
 
 /// Finds the injection library: explicit path, then next to this executable (and in `deps/`,
@@ -398,6 +437,23 @@ pub fn run(a: RunArgs) -> Result<u8> {
     if let Some(c) = &a.cupti {
         cmd.env(gpucollect_ring::env::CUPTI_PATH, c);
     }
+    if a.framework_exact {
+        for (var, value) in FRAMEWORK_EXACT_ENV {
+            cmd.env(var, value);
+        }
+        eprintln!(
+            "gpucollect: {}",
+            framework_exact_notice(|v| std::env::var_os(v))
+        );
+    }
+    // Lives until this function returns, after the program and the children it waited for.
+    let python_hook = if a.no_framework {
+        None
+    } else {
+        let dir = python_hook::PythonHookDir::create(&std::env::temp_dir())?;
+        cmd.env("PYTHONPATH", dir.pythonpath(std::env::var_os("PYTHONPATH")));
+        Some(dir)
+    };
     if to_stdout {
         let err = std::io::stderr()
             .as_fd()
@@ -556,5 +612,30 @@ pub fn run(a: RunArgs) -> Result<u8> {
     d.writer
         .finish()
         .with_context(|| format!("the program exited with code {code}"))?;
+    drop(python_hook);
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framework_exact_notice_names_each_variable_its_cost_and_what_it_replaced() {
+        let n = framework_exact_notice(|v| {
+            (v == "XLA_PYTHON_CLIENT_ALLOCATOR").then(|| OsString::from("bfc"))
+        });
+        assert!(n.contains("PYTORCH_NO_CUDA_MEMORY_CACHING=1,"), "{n}");
+        assert!(
+            n.contains("XLA_PYTHON_CLIENT_ALLOCATOR=platform (was bfc)"),
+            "{n}"
+        );
+        assert!(n.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false;"), "{n}");
+        assert!(n.contains("slower") && n.contains("fragments"), "{n}");
+        // A value that is already the one set is not "replaced".
+        let same = framework_exact_notice(|v| {
+            (v == "PYTORCH_NO_CUDA_MEMORY_CACHING").then(|| OsString::from("1"))
+        });
+        assert!(!same.contains("was"), "{same}");
+    }
 }

@@ -111,6 +111,9 @@ pub struct TraceWriter<W: Write> {
     next_frame: u32,
     symbolizer: Symbolizer,
     allocs: HashMap<(ProcessIdx, u64), (AllocId, DeviceIdx)>,
+    /// Live framework blocks (kind 7): addresses of their own, apart from driver allocations
+    /// (a segment's first block has the segment's address).
+    framework_blocks: HashMap<(ProcessIdx, DeviceIdx, u64), AllocId>,
     vmm: HashMap<(ProcessIdx, u64), VmmHandle>,
     vmm_maps: BTreeMap<(ProcessIdx, u64), (u64, u64)>,
     range_stacks: HashMap<(ProcessIdx, u64), Vec<RangeId>>,
@@ -178,6 +181,7 @@ impl<W: Write> TraceWriter<W> {
             next_frame: 1,
             symbolizer: Symbolizer::default(),
             allocs: HashMap::default(),
+            framework_blocks: HashMap::default(),
             vmm: HashMap::default(),
             vmm_maps: BTreeMap::new(),
             range_stacks: HashMap::default(),
@@ -620,7 +624,9 @@ impl<W: Write> TraceWriter<W> {
                     process,
                     ..Alloc::default()
                 });
-                if e.kind == kind::VMM_CREATE {
+                if alloc_kind == AllocKind::FrameworkBlock {
+                    self.framework_blocks.insert((process, device, e.addr), id);
+                } else if e.kind == kind::VMM_CREATE {
                     self.vmm.insert(
                         (process, e.addr),
                         VmmHandle {
@@ -636,6 +642,19 @@ impl<W: Write> TraceWriter<W> {
             }
             kind::FREE => {
                 self.free_alloc(process, thread, ts, e);
+            }
+            kind::FRAMEWORK_FREE => {
+                // A free whose block is unknown was lost with its allocation, which the
+                // framework's notice reports; it is no bad free of the program's.
+                if let Some(alloc) = self.framework_blocks.remove(&(process, device, e.addr)) {
+                    self.enc.record(&Record::Free(Free {
+                        ts_nanos: ts,
+                        alloc,
+                        thread,
+                        kind: FreeKind::Immediate,
+                        stream: e.stream,
+                    }));
+                }
             }
             kind::ALLOC_FAILED => {
                 let stack = self.stack(process, e.frames());
@@ -659,6 +678,8 @@ impl<W: Write> TraceWriter<W> {
                 }));
                 self.allocs
                     .retain(|(p, _), (_, d)| !(*p == process && *d == device));
+                self.framework_blocks
+                    .retain(|(p, d, _), _| !(*p == process && *d == device));
                 self.vmm
                     .retain(|(p, _), h| !(*p == process && h.device == device));
             }
@@ -955,6 +976,27 @@ mod tests {
         assert_eq!(a.len(), 2);
         assert_eq!(a[0].free_kind, FreeKind::ContextTeardown);
         assert_eq!(a[1].free_kind, FreeKind::Immediate);
+        assert!(t.model.free_unknown.is_empty());
+    }
+
+    #[test]
+    fn framework_blocks_have_addresses_apart_from_the_segments_holding_them() {
+        use gpucollect_ring::event::alloc_kind;
+        let mut w = writer();
+        let p = w.add_process(10, 1, "app".into(), vec![]);
+        w.event(p, &ev(kind::ALLOC, 0x100, 1 << 20)); // the framework's segment
+        let mut block = ev(kind::ALLOC, 0x100, 512); // its first tensor, same address
+        block.code = alloc_kind::FRAMEWORK_BLOCK;
+        w.event(p, &block);
+        w.event(p, &ev(kind::FRAMEWORK_FREE, 0x100, 0));
+        // A block lost with the history's wrap: no bad free.
+        w.event(p, &ev(kind::FRAMEWORK_FREE, 0x900, 0));
+        let t = finish(w);
+        let a = &t.model.allocs;
+        assert_eq!(a.len(), 2);
+        assert!(a[0].is_live(), "the segment outlives its tensor");
+        assert_eq!(a[1].kind, AllocKind::FrameworkBlock);
+        assert!(!a[1].is_live());
         assert!(t.model.free_unknown.is_empty());
     }
 

@@ -11,6 +11,8 @@ pub mod alloc_kind {
     pub const VMM_PHYSICAL: u32 = 4;
     pub const ARRAY: u32 = 5;
     pub const IPC_IMPORT: u32 = 6;
+    /// A block a framework's caching allocator handed out (a tensor), inside its reserve.
+    pub const FRAMEWORK_BLOCK: u32 = 7;
 }
 
 /// `notice` codes (the trace format's values, `analysis_core::format::notice_code`).
@@ -18,6 +20,9 @@ pub mod notice_code {
     pub const CUPTI_BUSY: u32 = 1;
     pub const CUPTI_MISSING: u32 = 2;
     pub const CAPTURE_FAILED: u32 = 3;
+    /// A framework's allocation history lost entries before gpucollect read them (the process
+    /// was traced; some of its tensor events are missing).
+    pub const FRAMEWORK_EVENTS_LOST: u32 = 4;
 }
 
 /// `FreeKind` codes (the trace format's values).
@@ -107,6 +112,11 @@ pub mod kind {
     /// device's default pool, `u64::MAX`: its graph memory), `size` = reserved bytes, `stream` =
     /// used bytes. Written without a thread (`tid` 0).
     pub const POOL_SAMPLE: u32 = 21;
+    /// A framework block (an ALLOC of code [`super::alloc_kind::FRAMEWORK_BLOCK`]) went back to
+    /// the framework's cache: `device`, `addr`, `stream`, `pool`. Framework blocks have
+    /// addresses of their own, apart from driver allocations (the first block of a segment has
+    /// the segment's address).
+    pub const FRAMEWORK_FREE: u32 = 22;
 
     /// Kinds whose `data` holds text (copied out whole).
     pub const TEXT: &[u32] = &[

@@ -1,0 +1,237 @@
+# gpucollect's framework capture, imported by gpucollect's sitecustomize only after `torch` or
+# `cupy` has been imported by the traced program. It says on stderr, once per process and
+# framework, which capture is active or why none is.
+#
+# PyTorch, Python fallback: once CUDA is initialised, the caching allocator's own history is
+# switched on (torch.cuda.memory._record_memory_history) and a daemon thread pulls the new
+# entries of torch.cuda.memory._snapshot()["device_traces"] every GPUCOLLECT_POOL_INTERVAL_MS,
+# at exit and on OOM, handing each tensor allocation and free to the injection library
+# (gpucollect_framework_alloc/_free, through ctypes), which writes them into the ring with the
+# CUDA events. A C++ trace tracker (attachAllocatorTraceTracker) can replace the pulls later:
+# it would call the same functions, and `_Handover` is the only part that talks to them.
+import os
+import sys
+import threading
+
+_announced = set()
+_MAX_ENTRIES = 100000
+_TAIL = 8
+
+
+def _say(name, line):
+    if name in _announced:
+        return
+    _announced.add(name)
+    sys.stderr.write("gpucollect: %s\n" % line)
+    sys.stderr.flush()
+
+
+def activate(name, module):
+    """Called right after `name` (torch or cupy) has been imported successfully."""
+    if name == "torch":
+        _say(name, "torch: " + _start_torch(module))
+    else:
+        _say(
+            name,
+            "%s imported: tensor-level capture is not active (this build records %s's CUDA "
+            "allocations, its reserve, only)" % (name, name),
+        )
+
+
+class _Handover:
+    """The injection library's framework functions (the process's own copy of the library
+    that CUDA_INJECTION64_PATH names: loading it again returns the same one)."""
+
+    def __init__(self, path):
+        import ctypes
+
+        lib = ctypes.CDLL(path)
+        self._ctypes = ctypes
+        self._alloc = lib.gpucollect_framework_alloc
+        self._alloc.restype = ctypes.c_int
+        self._alloc.argtypes = [
+            ctypes.c_uint32,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_uint32,
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(ctypes.c_uint32),
+        ]
+        self._free = lib.gpucollect_framework_free
+        self._free.restype = ctypes.c_int
+        self._free.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64]
+        self._lost = lib.gpucollect_framework_lost
+        self._lost.restype = ctypes.c_int
+        self._lost.argtypes = [ctypes.c_char_p]
+        depth = os.environ.get("GPUCOLLECT_STACK_DEPTH", "32")
+        self.max_frames = int(depth) if depth.isdigit() else 32
+        if os.environ.get("GPUCOLLECT_PYTHON_FRAMES") == "0":
+            self.max_frames = 0
+
+    def alloc(self, device, addr, size, stream, pool, frames):
+        """frames: (function, file, line) innermost first."""
+        c = self._ctypes
+        frames = frames[: self.max_frames]
+        n = len(frames)
+        names = (c.c_char_p * n)(*[f[0].encode("utf-8", "replace") for f in frames])
+        files = (c.c_char_p * n)(*[f[1].encode("utf-8", "replace") for f in frames])
+        lines = (c.c_uint32 * n)(*[max(0, int(f[2])) & 0xFFFFFFFF for f in frames])
+        return self._alloc(device, addr, size, stream & (2**64 - 1), pool, n, names, files, lines)
+
+    def free(self, device, addr, stream, pool):
+        return self._free(device, addr, stream & (2**64 - 1), pool)
+
+    def lost(self, message):
+        return self._lost(message.encode("utf-8", "replace"))
+
+
+def _handover():
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path:
+        return None, "CUDA_INJECTION64_PATH is not set (not run by gpucollect?)"
+    try:
+        return _Handover(path), None
+    except (OSError, AttributeError) as e:
+        return None, "the injection library %s cannot be used: %s" % (path, e)
+
+
+def _entry_key(e):
+    return (e.get("action"), e.get("addr"), e.get("size"), e.get("stream"), e.get("time_us"))
+
+
+def _frames(e):
+    out = []
+    for f in e.get("frames") or ():
+        out.append((str(f.get("name", "")), str(f.get("filename", "")), f.get("line", 0) or 0))
+    return out
+
+
+class _TorchPuller:
+    """Reads new entries of torch's allocation history and hands them over."""
+
+    def __init__(self, torch, handover, interval_s, max_entries):
+        self.torch = torch
+        self.handover = handover
+        self.interval_s = interval_s
+        self.max_entries = max_entries
+        self.lock = threading.Lock()
+        self.last = {}  # device -> key of the last entry handed over
+        self.wraps = 0
+        self.started = False
+        self.stop = threading.Event()
+
+    def start(self):
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
+        self.torch.cuda.memory._record_memory_history(
+            enabled="all", stacks="python", max_entries=self.max_entries
+        )
+        t = threading.Thread(target=self._run, name="gpucollect-torch", daemon=True)
+        t.start()
+        import atexit
+
+        atexit.register(self.pull)
+        observe = getattr(self.torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if observe is not None:
+            observe(lambda device, alloc, device_alloc, device_free: self.pull())
+
+    def _run(self):
+        while not self.stop.wait(self.interval_s):
+            self.pull()
+
+    def pull(self):
+        with self.lock:
+            try:
+                traces = self.torch.cuda.memory._snapshot().get("device_traces") or []
+            except Exception:
+                return
+            for device, entries in enumerate(traces):
+                self._device(device, entries)
+
+    def _device(self, device, entries):
+        if not entries:
+            return
+        keys = [_entry_key(e) for e in entries]
+        # The last entries handed over (several: entries carry no sequence number, and two
+        # may look alike when a block is reused within a microsecond).
+        tail = self.last.get(device)
+        start = 0
+        if tail is not None:
+            k = len(tail)
+            start = None
+            for end in range(len(keys), k - 1, -1):
+                if keys[end - k : end] == tail:
+                    start = end
+                    break
+            if start is None:
+                # The entries handed over last have been overwritten: the ring wrapped between
+                # two reads, and what it held in between is gone.
+                start = 0
+                self.wraps += 1
+                self.handover.lost(
+                    "torch's allocation history (max_entries=%d) wrapped between two reads on "
+                    "device %d: tensor events were lost (%d time(s) in this process); raise "
+                    "GPUCOLLECT_TORCH_MAX_ENTRIES or lower --sample-interval-ms"
+                    % (self.max_entries, device, self.wraps)
+                )
+        h = self.handover
+        for e in entries[start:]:
+            action = e.get("action")
+            if action == "alloc":
+                h.alloc(
+                    device,
+                    e.get("addr", 0),
+                    e.get("size", 0),
+                    e.get("stream", 0),
+                    0,
+                    _frames(e),
+                )
+            elif action in ("free_completed", "free"):
+                h.free(device, e.get("addr", 0), e.get("stream", 0), 0)
+        self.last[device] = keys[-_TAIL:]
+
+
+def _start_torch(torch):
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None:
+        return "no tensor-level capture: this torch has no torch.cuda"
+    memory = getattr(cuda, "memory", None)
+    if not all(
+        hasattr(memory, f) for f in ("_record_memory_history", "_snapshot")
+    ) or not hasattr(cuda, "_lazy_init"):
+        return (
+            "no tensor-level capture: this torch has no torch.cuda.memory._record_memory_history "
+            "(PyTorch 2.1 or later has it); only its CUDA reserve is traced"
+        )
+    handover, why = _handover()
+    if handover is None:
+        return "no tensor-level capture: " + why
+    interval_ms = os.environ.get("GPUCOLLECT_POOL_INTERVAL_MS", "50")
+    interval_s = (int(interval_ms) if interval_ms.isdigit() and int(interval_ms) > 0 else 50) / 1e3
+    max_entries = os.environ.get("GPUCOLLECT_TORCH_MAX_ENTRIES", "")
+    max_entries = int(max_entries) if max_entries.isdigit() and int(max_entries) > 0 else _MAX_ENTRIES
+    puller = _TorchPuller(torch, handover, interval_s, max_entries)
+    # History records nothing for a device whose allocator is not initialised yet: switch it
+    # on right after CUDA initialisation (torch's C++ calls torch.cuda._lazy_init by name).
+    original = cuda._lazy_init
+
+    def _lazy_init(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            puller.start()
+        except Exception as e:
+            sys.stderr.write("gpucollect: torch: tensor capture failed to start: %s\n" % e)
+        return result
+
+    cuda._lazy_init = _lazy_init
+    if getattr(cuda, "is_initialized", lambda: False)():
+        puller.start()
+    return (
+        "tensor-level capture through torch.cuda.memory history (Python fallback: pulled every "
+        "%g ms, max_entries=%d), from CUDA initialisation on" % (interval_s * 1e3, max_entries)
+    )

@@ -1,0 +1,396 @@
+//! gpucollect's Python hook (`collector/src/capture/python/`): loaded into an unmodified
+//! Python program and its children through PYTHONPATH, activated only by `torch`/`cupy`, and
+//! off with `--no-framework`. Runs `tests/fake-frameworks/hook_probe.py` under the real
+//! `gpucollect` binary (no CUDA needed: the program never initialises it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn frameworks_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("collector has a parent")
+        .join("tests/fake-frameworks")
+}
+
+/// One `probe` line of hook_probe.py.
+#[derive(Debug)]
+struct Probe {
+    kind: String,
+    finder: bool,
+    active: bool,
+    user_site: bool,
+    hook_dir: String,
+}
+
+struct Outcome {
+    probes: Vec<Probe>,
+    stderr: String,
+}
+
+impl Outcome {
+    fn hook_messages(&self) -> usize {
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("gpucollect: torch:"))
+            .count()
+    }
+}
+
+fn run_probe(opts: &[&str], args: &[&str], pythonpath: Option<&str>) -> Outcome {
+    let dir = frameworks_dir();
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "python-hook-{}.msgpack",
+        args.join("-") + &opts.join("-")
+    ));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpucollect"));
+    cmd.arg("--no-nvml")
+        .arg("-o")
+        .arg(&trace)
+        .args(opts)
+        .arg("python3")
+        .arg(dir.join("hook_probe.py"))
+        .args(args)
+        .env("GPUCOLLECT_CUPTI_PATH", "/nonexistent/libcupti.so");
+    match pythonpath {
+        Some(p) => cmd.env("PYTHONPATH", p),
+        None => cmd.env_remove("PYTHONPATH"),
+    };
+    let out = cmd.output().expect("run gpucollect");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let probes = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("probe "))
+        .map(|l| {
+            let field = |name: &str| {
+                l.split(' ')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("{name} in {l}"))
+                    .to_string()
+            };
+            Probe {
+                kind: field("kind"),
+                finder: field("finder") == "1",
+                active: field("active") == "1",
+                user_site: field("user_site") == "1",
+                hook_dir: field("hook_dir"),
+            }
+        })
+        .collect();
+    Outcome { probes, stderr }
+}
+
+fn fake_pythonpath() -> String {
+    let dir = frameworks_dir();
+    format!("{}:{}", dir.join("user-site").display(), dir.display())
+}
+
+#[test]
+fn torch_import_activates_capture_in_the_program_and_every_child() {
+    let o = run_probe(&[], &["torch", "children"], Some(&fake_pythonpath()));
+    let kinds: Vec<&str> = o.probes.iter().map(|p| p.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["main", "spawn", "forkserver", "subprocess"],
+        "{}",
+        o.stderr
+    );
+    for p in &o.probes {
+        assert!(p.finder && p.active, "{p:?}");
+        assert!(p.user_site, "the user's sitecustomize did not run: {p:?}");
+        assert_ne!(p.hook_dir, "-", "{p:?}");
+    }
+    // One line per process, not per import.
+    assert_eq!(o.hook_messages(), 4, "{}", o.stderr);
+    // The private directory is gone once the run is over.
+    let hook_dir = Path::new(&o.probes[0].hook_dir);
+    assert!(
+        hook_dir.starts_with(std::env::temp_dir()),
+        "{}",
+        hook_dir.display()
+    );
+    assert!(!hook_dir.exists(), "{} was left behind", hook_dir.display());
+}
+
+#[test]
+fn a_program_without_torch_loads_nothing_and_says_nothing() {
+    // `none`: torch is importable but not imported; `broken`: `import torch` fails.
+    for mode in ["none", "broken"] {
+        let o = run_probe(&[], &[mode], Some(&fake_pythonpath()));
+        let [p] = o.probes.as_slice() else {
+            panic!("{mode}: {:?} {}", o.probes.len(), o.stderr)
+        };
+        // The finder is installed but inert: the capture module is never imported.
+        assert!(p.finder && !p.active, "{mode}: {p:?}");
+        assert_eq!(o.hook_messages(), 0, "{mode}: {}", o.stderr);
+        assert!(
+            !o.stderr.contains("framework capture"),
+            "{mode}: {}",
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn a_user_sitecustomize_runs_with_and_without_the_hook() {
+    for opts in [&[][..], &["--no-framework"][..]] {
+        let o = run_probe(opts, &["none"], Some(&fake_pythonpath()));
+        assert!(o.probes[0].user_site, "{opts:?}: {:?}", o.probes);
+    }
+}
+
+#[test]
+fn no_framework_leaves_the_program_alone() {
+    let o = run_probe(
+        &["--no-framework"],
+        &["torch", "children"],
+        Some(&fake_pythonpath()),
+    );
+    assert_eq!(o.probes.len(), 4, "{}", o.stderr);
+    for p in &o.probes {
+        assert!(!p.finder && !p.active && p.hook_dir == "-", "{p:?}");
+    }
+    assert_eq!(o.hook_messages(), 0, "{}", o.stderr);
+}
+
+/// The variables a program sees, run under gpucollect with `opts`.
+fn program_env(opts: &[&str]) -> (String, String) {
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-hook-env.msgpack");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&trace)
+        .args(opts)
+        .arg("env")
+        .env("GPUCOLLECT_CUPTI_PATH", "/nonexistent/libcupti.so")
+        .env_remove("PYTORCH_NO_CUDA_MEMORY_CACHING")
+        .env("XLA_PYTHON_CLIENT_ALLOCATOR", "bfc")
+        .env_remove("XLA_PYTHON_CLIENT_PREALLOCATE")
+        .output()
+        .expect("run gpucollect");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+#[test]
+fn framework_exact_turns_the_caching_allocators_off_and_says_so() {
+    let (env, stderr) = program_env(&["--framework-exact"]);
+    for line in [
+        "PYTORCH_NO_CUDA_MEMORY_CACHING=1",
+        "XLA_PYTHON_CLIENT_ALLOCATOR=platform",
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line} not in {env}");
+    }
+    let notices: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: --framework-exact:"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{stderr}");
+    assert!(
+        notices[0].contains("(was bfc)") && notices[0].contains("slower"),
+        "{stderr}"
+    );
+
+    // Never without the option.
+    let (env, stderr) = program_env(&[]);
+    assert!(!env.contains("PYTORCH_NO_CUDA_MEMORY_CACHING"), "{env}");
+    assert!(
+        env.lines().any(|l| l == "XLA_PYTHON_CLIENT_ALLOCATOR=bfc"),
+        "{env}"
+    );
+    assert!(!stderr.contains("framework-exact"), "{stderr}");
+}
+
+// ---- PyTorch through the Python fallback, on the fake torch and the fake CUDA stack ----
+
+use std::sync::OnceLock;
+
+use analysis_core::format::AllocKind;
+use analysis_core::{LoadedTrace, load};
+
+/// The fake CUDA libraries (tests/fake-cuda), built with gcc once for this test binary:
+/// libcuda.so.1 (whose cuInit loads the injection library), libcupti.so and an NVTX library.
+fn fake_cuda() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = frameworks_dir().parent().expect("tests").join("fake-cuda");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-hook-cuda");
+        std::fs::create_dir_all(&out).expect("create the fake CUDA dir");
+        let o = |name: &str| out.join(name).display().to_string();
+        let lib_dir = format!("-L{}", out.display());
+        let rpath = format!("-Wl,-rpath,{}", out.display());
+        for args in [
+            vec![
+                "-Wl,-soname,libcuda.so.1",
+                "-o",
+                &o("libcuda.so.1"),
+                "libcuda.c",
+                "-ldl",
+                "-lpthread",
+            ],
+            vec![
+                "-o",
+                &o("libcupti.so"),
+                "libcupti.c",
+                &lib_dir,
+                "-l:libcuda.so.1",
+                &rpath,
+            ],
+            vec!["-o", &o("libnvtx.so"), "fake_nvtx.c", "-ldl", "-lpthread"],
+        ] {
+            let st = Command::new("gcc")
+                .args(["-shared", "-fPIC", "-g", "-O1"])
+                .args(&args)
+                .current_dir(&src)
+                .status()
+                .expect("gcc is needed to build the fake CUDA libraries");
+            assert!(st.success(), "gcc {args:?} failed");
+        }
+        out
+    })
+}
+
+/// Line of the source line containing `marker` in torch_train.py (1-based).
+fn train_line(marker: &str) -> u32 {
+    let src = std::fs::read_to_string(frameworks_dir().join("torch_train.py")).expect("read");
+    src.lines()
+        .position(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("{marker} in torch_train.py")) as u32
+        + 1
+}
+
+struct TorchRun {
+    trace: LoadedTrace,
+    stderr: String,
+}
+
+fn run_torch(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
+    let cuda = fake_cuda();
+    let trace_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "python-hook-torch-{scenario}{}.msgpack",
+        opts.join("")
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&trace_path)
+        .args(opts)
+        .arg("python3")
+        .arg(frameworks_dir().join("torch_train.py"))
+        .arg(scenario)
+        .env("GPUCOLLECT_CUPTI_PATH", cuda.join("libcupti.so"))
+        .env("FAKE_LIBCUDA", cuda.join("libcuda.so.1"))
+        .env("FAKE_NVTX", cuda.join("libnvtx.so"))
+        .env("PYTHONPATH", frameworks_dir())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run gpucollect");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let trace = load(&std::fs::read(&trace_path).expect("trace written")).expect("decodes");
+    TorchRun { trace, stderr }
+}
+
+fn blocks(t: &LoadedTrace) -> Vec<&analysis_core::model::AllocRecord> {
+    t.model
+        .allocs
+        .iter()
+        .filter(|a| a.kind == AllocKind::FrameworkBlock)
+        .collect()
+}
+
+#[test]
+fn torch_tensors_are_framework_blocks_matching_memory_allocated_at_every_sync_point() {
+    let r = run_torch("leaks", &[], &[]);
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    // 6 steps of 4 tensors: batch, activation, list entry, cache entry.
+    assert_eq!(blocks.len(), 24, "{}", r.stderr);
+    let syncs: Vec<(u64, u64)> = m
+        .marks
+        .iter()
+        .filter_map(|mk| {
+            let bytes = m.string(mk.name).strip_prefix("sync ")?.parse().ok()?;
+            Some((mk.ts_nanos, bytes))
+        })
+        .collect();
+    assert_eq!(syncs.len(), 7, "{}", r.stderr);
+    for (ts, allocated) in syncs {
+        let live: u64 = blocks
+            .iter()
+            .filter(|a| a.live_at(ts))
+            .map(|a| a.size_bytes)
+            .sum();
+        assert_eq!(live, allocated, "at {ts} ns");
+    }
+    // Each tensor's innermost frame is the user's line that made it, and blocks are not device
+    // memory: the driver's segments (2 MiB) hold them.
+    for (marker, size) in [
+        ("BATCH_LINE", 64 << 10),
+        ("GRAPH_LINE", 32 << 10),
+        ("LIST_LINE", 16 << 10),
+        ("CACHE_LINE", 8 << 10),
+    ] {
+        let line = train_line(marker);
+        let of_size: Vec<_> = blocks.iter().filter(|a| a.size_bytes == size).collect();
+        assert_eq!(of_size.len(), 6, "{marker}");
+        for a in of_size {
+            let frames = m.stack_frames(a.stack);
+            let top = frames.first().expect("a stack");
+            assert!(
+                top.python && top.file.ends_with("torch_train.py") && top.line == line,
+                "{marker}: {frames:#?}"
+            );
+        }
+        // The three leaks keep growing; the batches are freed every step.
+        let live = blocks
+            .iter()
+            .filter(|a| a.size_bytes == size && a.is_live())
+            .count();
+        assert_eq!(live, if marker == "BATCH_LINE" { 0 } else { 6 }, "{marker}");
+    }
+    let segments: Vec<_> = m
+        .allocs
+        .iter()
+        .filter(|a| a.kind == AllocKind::Device)
+        .collect();
+    assert!(!segments.is_empty() && segments.iter().all(|s| s.size_bytes == 2 << 20));
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: torch:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("Python fallback"), "{}", r.stderr);
+    assert!(m.notices.is_empty(), "{:?}", m.notices);
+}
+
+#[test]
+fn no_framework_records_no_tensors() {
+    let r = run_torch("leaks", &["--no-framework"], &[]);
+    assert!(blocks(&r.trace).is_empty());
+    assert!(
+        !r.trace.model.allocs.is_empty(),
+        "the segments are still traced"
+    );
+    assert!(!r.stderr.contains("gpucollect: torch"), "{}", r.stderr);
+}
+
+#[test]
+fn entries_lost_to_a_wrapped_history_are_reported() {
+    let r = run_torch("burst", &[], &[("GPUCOLLECT_TORCH_MAX_ENTRIES", "16")]);
+    let m = &r.trace.model;
+    let lost: Vec<_> = m
+        .notices
+        .iter()
+        .filter(|n| n.code == gpucollect_ring::event::notice_code::FRAMEWORK_EVENTS_LOST)
+        .collect();
+    assert!(!lost.is_empty(), "{}", r.stderr);
+    assert!(m.string(lost[0].message).contains("wrapped"));
+    // What was read is consistent: no free without its tensor became a bad free.
+    assert!(m.free_unknown.is_empty());
+    assert!(blocks(&r.trace).len() < 400);
+}

@@ -1,0 +1,78 @@
+"""A training loop on the fake torch for gpucollect's tests (collector/tests/python_hook.rs
+finds the lines below by their marker comments).
+
+usage: torch_train.py SCENARIO
+  leaks: three leak patterns, one per step, each growing by a known amount per step:
+    a list of tensors kept (LEAK_LIST), an unbounded cache keyed by step (LEAK_CACHE), and
+    an autograd-like graph kept alive through the loss history (LEAK_GRAPH); temporaries
+    freed in between. At each sync point the program writes torch.cuda.memory_allocated() as an
+    NVTX mark `sync <bytes>`, after waiting long enough for gpucollect's pulls to catch up.
+  burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
+    small history).
+All sizes are multiples of 512 bytes, so the requests the history records equal the blocks
+memory_allocated() counts.
+"""
+
+import os
+import sys
+import time
+
+import torch
+
+KiB = 1024
+settle = 4 * int(os.environ.get("GPUCOLLECT_POOL_INTERVAL_MS", "50")) / 1e3
+
+
+def sync():
+    allocated = torch.cuda.memory_allocated()
+    time.sleep(settle)
+    torch.cuda.nvtx.mark("sync %d" % allocated)
+
+
+class Node:
+    """A graph node: its output tensor and the node it was computed from."""
+
+    def __init__(self, out, parent):
+        self.out = out
+        self.parent = parent
+
+
+kept = []
+cache = {}
+
+
+def load_batch(step):
+    return torch.empty(64 * KiB)  # BATCH_LINE
+
+
+def forward(batch, parent):
+    activation = torch.empty(32 * KiB)  # GRAPH_LINE
+    return Node(activation, parent)
+
+
+def train(steps):
+    loss = None
+    for step in range(steps):
+        batch = load_batch(step)
+        loss = forward(batch, loss)  # the loss keeps every step's graph alive
+        kept.append(torch.empty(16 * KiB))  # LIST_LINE
+        cache[step] = torch.empty(8 * KiB)  # CACHE_LINE
+        del batch
+        sync()
+    return loss
+
+
+def burst():
+    first = torch.empty(KiB)  # noqa: F841 (read by a pull before the burst)
+    sync()
+    for _ in range(400):
+        torch.empty(KiB)  # BURST_LINE
+    sync()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "leaks":
+        graph = train(6)
+        sync()
+    else:
+        burst()
