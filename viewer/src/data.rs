@@ -793,6 +793,37 @@ pub fn site_matches(row: &SiteRow, needle_lower: &str) -> bool {
             .any(|f| f.to_lowercase().contains(needle_lower))
 }
 
+/// The rows of each innermost label that more than one row carries. Rows are distinct stacks,
+/// so such a label names one function reached from different callers (or through different
+/// library frames): the table marks those rows and lists the stacks that share the label.
+/// Rows without a stack (empty label) are not grouped.
+pub fn shared_labels<'a>(
+    rows: impl IntoIterator<Item = &'a SiteRow>,
+) -> BTreeMap<&'a str, Vec<&'a SiteRow>> {
+    let mut by: BTreeMap<&str, Vec<&SiteRow>> = BTreeMap::new();
+    for r in rows {
+        if !r.label.is_empty() {
+            by.entry(r.label.as_str()).or_default().push(r);
+        }
+    }
+    by.retain(|_, v| v.len() > 1);
+    by
+}
+
+/// Whether the search keeps a scope row: its name or top call site holds `needle_lower`, or
+/// the stack that kept the most bytes is one of `matching` (sorted, from
+/// [`TraceData::stacks_matching`], so any frame of that stack counts).
+pub fn scope_matches(row: &ScopeRow<'_>, needle_lower: &str, matching: &[StackId]) -> bool {
+    let s = row.scope;
+    needle_lower.is_empty()
+        || s.scope.to_lowercase().contains(needle_lower)
+        || s.top_site
+            .as_ref()
+            .is_some_and(|t| t.to_lowercase().contains(needle_lower))
+        || s.top_stack
+            .is_some_and(|st| matching.binary_search(&st).is_ok())
+}
+
 /// A table as CSV (RFC 4180 quoting). A cell that a spreadsheet would run as a formula (it
 /// starts with `=`, `+`, `-`, `@`, a tab or a carriage return, and is not a plain number) gets
 /// a leading `'`, so a call site named `=HYPERLINK(…)` in a trace stays text.
@@ -946,6 +977,82 @@ mod tests {
             "{:?}",
             top.iter().map(|s| &s.label).collect::<Vec<_>>()
         );
+    }
+
+    fn row(stack: u32, frames: &[&str]) -> SiteRow {
+        SiteRow {
+            stack: StackId(stack),
+            label: frames.first().map_or(String::new(), |f| (*f).to_string()),
+            frames: frames.iter().map(|f| (*f).to_string()).collect(),
+            alloc_bytes: 0,
+            alloc_count: 0,
+            peak_bytes: 0,
+            live_bytes: 0,
+            live_count: 0,
+            max_size_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn shared_labels_group_the_stacks_of_one_innermost_frame() {
+        let rows = [
+            row(1, &["empty (torch/_tensor.py:1)", "forward (model.py:33)"]),
+            row(2, &["matmul (model.py:51)", "forward (model.py:33)"]),
+            row(3, &["empty (torch/_tensor.py:1)", "backward (model.py:77)"]),
+            row(
+                4,
+                &["empty (torch/_tensor.py:1)", "record_loss (train.py:42)"],
+            ),
+            row(5, &[]),
+            row(6, &[]),
+        ];
+        let shared = shared_labels(&rows);
+        // One label is shared (by three stacks); a label of one stack and rows without a
+        // stack are not.
+        assert_eq!(shared.len(), 1, "{:?}", shared.keys().collect::<Vec<_>>());
+        let stacks: Vec<u32> = shared["empty (torch/_tensor.py:1)"]
+            .iter()
+            .map(|r| r.stack.0)
+            .collect();
+        assert_eq!(stacks, [1, 3, 4]);
+    }
+
+    #[test]
+    fn the_search_matches_any_frame_of_a_stack_and_keeps_scopes_by_their_stack() {
+        let (a, _) = analysis(Scenario::TrainingLeak);
+        // `train_step` is never the innermost frame, but every step's stack holds it.
+        let matching = a.stacks_matching("TRAIN_STEP");
+        assert!(!matching.is_empty());
+        for st in matching.iter() {
+            let r = a.sites().iter().find(|r| r.stack == *st).expect("a row");
+            assert!(!r.label.contains("train_step"), "{}", r.label);
+            assert!(r.frames.iter().any(|f| f.contains("train_step")));
+        }
+        assert!(
+            matching.len() < a.sites().len(),
+            "build_model's stack has no train_step"
+        );
+        let scopes = a.scope_rows();
+        let with_stack = scopes
+            .iter()
+            .find(|r| r.scope.top_stack.is_some())
+            .expect("a scope with a top stack");
+        let top = with_stack.scope.top_stack.expect("checked");
+        let outer = frames_of_stack(&a, top);
+        let outer = outer.last().expect("frames").to_lowercase();
+        let by_frame = a.stacks_matching(&outer);
+        assert!(scope_matches(with_stack, &outer, &by_frame));
+        assert!(scope_matches(with_stack, "", &[]));
+        let none = a.stacks_matching("no_such_frame_anywhere");
+        assert!(!scope_matches(with_stack, "no_such_frame_anywhere", &none));
+    }
+
+    fn frames_of_stack(a: &TraceData, st: StackId) -> Vec<String> {
+        a.sites()
+            .iter()
+            .find(|r| r.stack == st)
+            .map(|r| r.frames.clone())
+            .unwrap_or_default()
     }
 
     #[test]

@@ -11,7 +11,24 @@ export class SitesPage {
   async total() { return Number(await this.v.value('sites-count')); }
   sortBy(key) { return this.v.click(`sort-${key}`); }
   rows() { return this.v.all('site-row'); }
+  /** Types into the frame search (in the filter bar: it filters every view). */
   async search(text) { await this.v.page.fill('[data-testid="site-search"]', text); }
+  searchText() { return this.v.page.inputValue('[data-testid="site-search"]'); }
+  /** Every row: `{ stack, label, text, shared }` (`shared`: the "N stacks share this label" count, or 0). */
+  rowsData() {
+    return this.rows().evaluateAll((els) => els.map((e) => {
+      const mark = e.querySelector('[data-testid="shared-label"]');
+      return { stack: e.dataset.stack, label: e.querySelector('summary').textContent, text: e.textContent, shared: mark ? Number(mark.dataset.count) : 0 };
+    }));
+  }
+  /** Expands the row's "stacks share this label" mark; the stacks it lists (`data-stack`). */
+  async sharedStacks(stack) {
+    const mark = this.v.page.locator(`[data-testid="site-row"][data-stack="${stack}"] [data-testid="shared-label"]`);
+    await mark.locator('summary').click();
+    const items = mark.locator('[data-testid="shared-stack"]');
+    await items.first().waitFor({ state: 'visible' });
+    return items.evaluateAll((els) => els.map((e) => ({ stack: e.dataset.stack, text: e.textContent })));
+  }
   /** Waits until fewer than `n` call sites are counted. */
   waitForFewerThan(n) {
     return this.v.page.waitForFunction((k) => Number(document.querySelector('[data-testid="sites-count"]').dataset.value) < k, n);

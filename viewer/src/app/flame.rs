@@ -68,12 +68,17 @@ pub fn Stacks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             Moment::Pinned => pin.unwrap_or(peak),
             Moment::End => hi,
         };
-        let sites = a.live_sites_at(t, &f, usize::MAX);
+        let needle = search.to_lowercase();
+        let mut sites = a.live_sites_at(t, &f, usize::MAX);
+        // The search keeps the stacks with a frame that holds it, as in the other views.
+        if !needle.is_empty() {
+            let matching = a.stacks_matching(&needle);
+            sites.retain(|s| matching.binary_search(&s.stack).is_ok());
+        }
         let flame = Flame::from_stacks(sites.iter().map(|s| (s.frames.as_slice(), s.bytes)));
         let total = flame.total_bytes();
         let cells = flame.cells(MIN_WIDTH);
         let depth = cells.iter().map(|c| c.depth + 1).max().unwrap_or(0);
-        let needle = search.to_lowercase();
         let cells = cells
             .into_iter()
             .map(|c| {

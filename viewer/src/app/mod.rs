@@ -553,6 +553,13 @@ fn Filters(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             {select("Process ", "filter-process", processes, |s| s.process, |s, v| s.process = v)}
             {select("Device ", "filter-device", devices, |s| s.device, |s, v| s.device = v)}
             {select("Thread ", "filter-thread", threads, |s| s.thread, |s, v| s.thread = v)}
+            // One search for every view: the timeline's stacked sites and the call-site, leak,
+            // scope and Memory-by-stack tables keep the stacks with a frame that holds it.
+            <label>"Search frames "
+                <input type="search" data-testid="site-search" placeholder="function, file or module"
+                    prop:value=move || vs.with(|v| v.search.clone())
+                    on:input=move |e| { let q = event_target_value(&e); vs.update(|v| v.search = q) } />
+            </label>
         </div>
     }
 }

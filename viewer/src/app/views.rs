@@ -18,7 +18,8 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, PALETTE, Theme, YUnit, filter_of, timeline_spec,
 };
 use crate::data::{
-    ScopeRow, SiteRow, TraceData, fmt_percent, site_matches, sort_scope_rows, sort_sites, to_csv,
+    ScopeRow, SiteRow, TraceData, fmt_percent, scope_matches, shared_labels, site_matches,
+    sort_scope_rows, sort_sites, to_csv,
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
@@ -347,6 +348,9 @@ pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         let all = a.site_rows(&filter_of(&st));
         let mut rows: Vec<&SiteRow> = all.iter().filter(|s| site_matches(s, &needle)).collect();
         sort_sites(&mut rows, st.sort, st.sort_ascending);
+        // Labels several stacks share (counted over every call site the filters admit, so a
+        // search does not hide that a label is ambiguous).
+        let shared = shared_labels(all.iter());
         let shown = rows.len().min(MAX_ROWS);
         let csv: Vec<Vec<String>> = rows.iter().map(|s| s.sites_csv()).collect();
         let total = rows.len();
@@ -355,9 +359,24 @@ pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             .take(MAX_ROWS)
             .map(|s| {
                 let open = st.open_stack == Some(s.stack.0);
+                let sharing = shared.get(s.label.as_str()).map(|group| {
+                    let n = group.len();
+                    let stacks = group
+                        .iter()
+                        .map(|r| view! {
+                            <li data-testid="shared-stack" data-stack=r.stack.0.to_string()>{r.frames.join(" ← ")}</li>
+                        })
+                        .collect_view();
+                    view! {
+                        <details class="shared-label" data-testid="shared-label" data-count=n.to_string()>
+                            <summary>{format!("{n} stacks share this label")}</summary>
+                            <ul>{stacks}</ul>
+                        </details>
+                    }
+                });
                 view! {
                     <tr data-testid="site-row" data-stack=s.stack.0.to_string()>
-                        <td><details open=open><summary>{s.label.clone()}</summary><Stack frames=s.frames.clone() /></details></td>
+                        <td><details open=open><summary>{s.label.clone()}</summary><Stack frames=s.frames.clone() /></details>{sharing}</td>
                         <td class="num"><Bytes bytes=s.alloc_bytes /></td>
                         <td class="num">{s.alloc_count}</td>
                         <td class="num"><Bytes bytes=s.peak_bytes />" "<span class="muted">{fmt_percent(s.peak_bytes, peak)}</span></td>
@@ -386,11 +405,6 @@ pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     };
     view! {
         <section class="sites" data-testid="sites-view">
-            <label>"Search "
-                <input type="search" data-testid="site-search" placeholder="function, file or module"
-                    prop:value=move || vs.with(|v| v.search.clone())
-                    on:input=move |e| { let q = event_target_value(&e); vs.update(|v| v.search = q) } />
-            </label>
             {table}
         </section>
     }
@@ -400,10 +414,17 @@ pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
 /// sites with memory still live at the end. Rows expand to a growth chart and the full stack.
 #[component]
 pub fn Leaks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
+    // The live-at-end table is built again when the frame search changes.
+    let search = Memo::new(move |_| ctx.vs.with(|v| v.search.clone()));
+    let a2 = a.clone();
+    let live = move || {
+        search.track();
+        view! { <LiveAtEndTable a=a2.clone() ctx=ctx /> }
+    };
     view! {
         <section class="leaks" data-testid="leaks-view">
             <ScopeGrowthTable a=a.clone() ctx=ctx />
-            <LiveAtEndTable a=a ctx=ctx />
+            {live}
         </section>
     }
 }
@@ -461,6 +482,12 @@ fn ScopeGrowthTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let body = move || {
         let (key, ascending) = sort.get();
         let mut rows = a2.scope_rows();
+        // The search keeps the scopes it names or whose top stack has a matching frame.
+        let needle = vs.with(|v| v.search.to_lowercase());
+        if !needle.is_empty() {
+            let matching = a2.stacks_matching(&needle);
+            rows.retain(|r| scope_matches(r, &needle, &matching));
+        }
         sort_scope_rows(&mut rows, key, ascending);
         rows.into_iter()
             .map(|r| scope_row(&a2, vs, &r))
