@@ -120,6 +120,10 @@ class _TorchPuller:
         self.lock = threading.Lock()
         self.last = {}  # device -> key of the last entry handed over
         self.wraps = 0
+        self.entries = 0  # history entries read
+        self.events = 0  # tensor allocations and frees handed over
+        self.read_s = 0.0  # spent in _snapshot()
+        self.handover_s = 0.0  # spent finding new entries and handing them over
         self.started = False
         self.stop = threading.Event()
 
@@ -136,6 +140,8 @@ class _TorchPuller:
         import atexit
 
         atexit.register(self.pull)
+        if os.environ.get("GPUCOLLECT_FRAMEWORK_STATS") == "1":
+            atexit.register(self._stats)
         observe = getattr(self.torch._C, "_cuda_attach_out_of_memory_observer", None)
         if observe is not None:
             observe(lambda device, alloc, device_alloc, device_free: self.pull())
@@ -145,27 +151,44 @@ class _TorchPuller:
             self.pull()
 
     def pull(self):
+        import time
+
         with self.lock:
+            t0 = time.thread_time()  # CPU time: not the waits for the GIL
             try:
                 traces = self.torch.cuda.memory._snapshot().get("device_traces") or []
             except Exception:
                 return
+            t1 = time.thread_time()
             for device, entries in enumerate(traces):
                 self._device(device, entries)
+            self.read_s += t1 - t0
+            self.handover_s += time.thread_time() - t1
+
+    def _stats(self):
+        # Registered after the final pull, so it runs before it (atexit is last in, first out).
+        self.pull()
+        sys.stderr.write(
+            "gpucollect: torch: %d history entries read, %d tensor events handed over, "
+            "snapshots %.3f s, handover %.3f s\n"
+            % (self.entries, self.events, self.read_s, self.handover_s)
+        )
 
     def _device(self, device, entries):
         if not entries:
             return
-        keys = [_entry_key(e) for e in entries]
         # The last entries handed over (several: entries carry no sequence number, and two
-        # may look alike when a block is reused within a microsecond).
+        # may look alike when a block is reused within a microsecond). Searched from the end,
+        # where they are unless the ring wrapped: the cost is that of the new entries.
         tail = self.last.get(device)
         start = 0
         if tail is not None:
             k = len(tail)
             start = None
-            for end in range(len(keys), k - 1, -1):
-                if keys[end - k : end] == tail:
+            for end in range(len(entries), k - 1, -1):
+                if _entry_key(entries[end - 1]) == tail[-1] and [
+                    _entry_key(e) for e in entries[end - k : end]
+                ] == tail:
                     start = end
                     break
             if start is None:
@@ -180,9 +203,11 @@ class _TorchPuller:
                     % (self.max_entries, device, self.wraps)
                 )
         h = self.handover
+        self.entries += len(entries) - start
         for e in entries[start:]:
             action = e.get("action")
             if action == "alloc":
+                self.events += 1
                 h.alloc(
                     device,
                     e.get("addr", 0),
@@ -192,8 +217,9 @@ class _TorchPuller:
                     _frames(e),
                 )
             elif action in ("free_completed", "free"):
+                self.events += 1
                 h.free(device, e.get("addr", 0), e.get("stream", 0), 0)
-        self.last[device] = keys[-_TAIL:]
+        self.last[device] = [_entry_key(e) for e in entries[-_TAIL:]]
 
 
 def _start_torch(torch):
