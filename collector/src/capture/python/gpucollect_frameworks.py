@@ -30,12 +30,8 @@ def activate(name, module):
     """Called right after `name` (torch or cupy) has been imported successfully."""
     if name == "torch":
         _say(name, "torch: " + _start_torch(module))
-    else:
-        _say(
-            name,
-            "%s imported: tensor-level capture is not active (this build records %s's CUDA "
-            "allocations, its reserve, only)" % (name, name),
-        )
+    elif name == "cupy":
+        _say(name, "cupy: " + _start_cupy(module))
 
 
 class _Handover:
@@ -260,4 +256,72 @@ def _start_torch(torch):
     return (
         "tensor-level capture through torch.cuda.memory history (Python fallback: pulled every "
         "%g ms, max_entries=%d), from CUDA initialisation on" % (interval_s * 1e3, max_entries)
+    )
+
+
+def _python_frames(frame, skip_dir):
+    """(function, file, line) of `frame` and its callers, innermost first, from the first frame
+    whose file is not under `skip_dir` (the framework's own Python code)."""
+    while frame is not None and frame.f_code.co_filename.startswith(skip_dir):
+        frame = frame.f_back
+    out = []
+    while frame is not None:
+        code = frame.f_code
+        out.append((code.co_name, code.co_filename, frame.f_lineno or 0))
+        frame = frame.f_back
+    return out
+
+
+def _start_cupy(cupy):
+    cuda = getattr(cupy, "cuda", None)
+    base = getattr(cuda, "MemoryHook", None)
+    if base is None:
+        return "no pool-level capture: this cupy has no cupy.cuda.MemoryHook"
+    handover, why = _handover()
+    if handover is None:
+        return "no pool-level capture: " + why
+    cupy_dir = os.path.dirname(os.path.abspath(getattr(cupy, "__file__", "") or "")) + os.sep
+
+    class GpucollectHook(base):
+        """Hands the memory pool's blocks and frees to the injection library, with the
+        allocating thread's Python stack (the hook runs in that thread)."""
+
+        name = "gpucollect"
+
+        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+            frames = _python_frames(sys._getframe(1), cupy_dir) if handover.max_frames else []
+            handover.alloc(device_id, mem_ptr, mem_size, 0, pmem_id, frames)
+
+        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+            handover.free(device_id, mem_ptr, 0, pmem_id)
+
+    # CuPy's hooks are per thread (`with hook:` installs it for the current thread only).
+    # This thread gets it now; every thread started later through threading gets it as its
+    # first action: Thread.start is wrapped to give the instance a `run` that enters the hook
+    # and then runs the thread's own `run` (an instance attribute, so subclasses that override
+    # run are covered too). Public API only, and no cost per call or line, unlike a
+    # threading.settrace/setprofile function. Threads that were already running, and threads
+    # started with _thread.start_new_thread, are not covered.
+    def install():
+        hook = GpucollectHook()
+        hook.__enter__()
+        return hook
+
+    install()
+    original_start = threading.Thread.start
+
+    def start(self, *args, **kwargs):
+        run = self.run
+
+        def run_with_hook():
+            install()
+            return run()
+
+        self.run = run_with_hook
+        return original_start(self, *args, **kwargs)
+
+    threading.Thread.start = start
+    return (
+        "pool-level capture through a cupy.cuda.MemoryHook in this thread and every thread "
+        "started after cupy's import"
     )
