@@ -462,3 +462,43 @@ fn cupy_pool_blocks_of_every_thread_are_framework_blocks_at_their_lines() {
         .collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
 }
+
+#[test]
+fn a_torch_without_allocation_history_says_why_once_and_records_no_tensors() {
+    let r = run_torch("leaks", &[], &[("FAKE_TORCH_NO_HISTORY", "1")]);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: torch:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains("no tensor-level capture") && lines[0].contains("_record_memory_history"),
+        "{}",
+        r.stderr
+    );
+    assert!(blocks(&r.trace).is_empty());
+    assert!(
+        !r.trace.model.allocs.is_empty(),
+        "the segments are still traced"
+    );
+}
+
+#[test]
+fn a_spawned_child_s_tensors_are_its_own_framework_blocks() {
+    let r = run_torch("child", &[], &[]);
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 1, "{}", r.stderr);
+    let b = blocks[0];
+    assert_eq!(b.size_bytes, 48 << 10);
+    assert_ne!(
+        b.process, m.processes[0].process,
+        "the child's, not the parent's"
+    );
+    let frames = m.stack_frames(b.stack);
+    assert_eq!(
+        frames.first().map(|f| f.line),
+        Some(train_line("CHILD_LINE"))
+    );
+}
