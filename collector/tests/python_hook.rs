@@ -255,10 +255,15 @@ fn fake_cuda() -> &'static Path {
 
 /// Line of the source line containing `marker` in torch_train.py (1-based).
 fn train_line(marker: &str) -> u32 {
-    let src = std::fs::read_to_string(frameworks_dir().join("torch_train.py")).expect("read");
+    line_in("torch_train.py", marker)
+}
+
+/// Line of the source line containing `marker` in `script` (1-based).
+fn line_in(script: &str, marker: &str) -> u32 {
+    let src = std::fs::read_to_string(frameworks_dir().join(script)).expect("read");
     src.lines()
         .position(|l| l.contains(marker))
-        .unwrap_or_else(|| panic!("{marker} in torch_train.py")) as u32
+        .unwrap_or_else(|| panic!("{marker} in {script}")) as u32
         + 1
 }
 
@@ -268,9 +273,14 @@ struct TorchRun {
 }
 
 fn run_torch(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
+    run_script("torch_train.py", scenario, opts, env)
+}
+
+/// Runs `script SCENARIO` of tests/fake-frameworks under gpucollect on the fake CUDA stack.
+fn run_script(script: &str, scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
     let cuda = fake_cuda();
     let trace_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "python-hook-torch-{scenario}{}.msgpack",
+        "python-hook-{script}-{scenario}{}.msgpack",
         opts.join("")
     ));
     let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
@@ -279,7 +289,7 @@ fn run_torch(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
         .arg(&trace_path)
         .args(opts)
         .arg("python3")
-        .arg(frameworks_dir().join("torch_train.py"))
+        .arg(frameworks_dir().join(script))
         .arg(scenario)
         .env("GPUCOLLECT_CUPTI_PATH", cuda.join("libcupti.so"))
         .env("FAKE_LIBCUDA", cuda.join("libcuda.so.1"))
@@ -393,4 +403,102 @@ fn entries_lost_to_a_wrapped_history_are_reported() {
     // What was read is consistent: no free without its tensor became a bad free.
     assert!(m.free_unknown.is_empty());
     assert!(blocks(&r.trace).len() < 400);
+}
+
+#[test]
+fn cupy_pool_blocks_of_every_thread_are_framework_blocks_at_their_lines() {
+    let r = run_script("cupy_train.py", "-", &[], &[]);
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    let (at, used): (u64, u64) = m
+        .marks
+        .iter()
+        .find_map(|mk| {
+            Some((
+                mk.ts_nanos,
+                m.string(mk.name).strip_prefix("used ")?.parse().ok()?,
+            ))
+        })
+        .unwrap_or_else(|| panic!("no `used` mark: {}", r.stderr));
+    let live: u64 = blocks
+        .iter()
+        .filter(|a| a.live_at(at))
+        .map(|a| a.size_bytes)
+        .sum();
+    assert_eq!(live, used, "{}", r.stderr);
+    let main_thread = blocks[0].thread;
+    for (marker, size, count, live_count) in [
+        ("CUPY_MAIN_LINE", 24 << 10, 3, 3),
+        ("CUPY_TMP_LINE", 40 << 10, 3, 0),
+        ("CUPY_THREAD_LINE", 12 << 10, 1, 1),
+    ] {
+        let line = line_in("cupy_train.py", marker);
+        let of: Vec<_> = blocks.iter().filter(|a| a.size_bytes == size).collect();
+        assert_eq!(of.len(), count, "{marker}: {}", r.stderr);
+        assert_eq!(
+            of.iter().filter(|a| a.live_at(at)).count(),
+            live_count,
+            "{marker}"
+        );
+        for a in of {
+            let frames = m.stack_frames(a.stack);
+            let top = frames.first().expect("a stack");
+            assert!(
+                top.python && top.file.ends_with("cupy_train.py") && top.line == line,
+                "{marker}: {frames:#?}"
+            );
+            // The allocating thread is the block's thread.
+            assert_eq!(
+                a.thread == main_thread,
+                marker != "CUPY_THREAD_LINE",
+                "{marker}"
+            );
+        }
+    }
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: cupy:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn a_torch_without_allocation_history_says_why_once_and_records_no_tensors() {
+    let r = run_torch("leaks", &[], &[("FAKE_TORCH_NO_HISTORY", "1")]);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: torch:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains("no tensor-level capture") && lines[0].contains("_record_memory_history"),
+        "{}",
+        r.stderr
+    );
+    assert!(blocks(&r.trace).is_empty());
+    assert!(
+        !r.trace.model.allocs.is_empty(),
+        "the segments are still traced"
+    );
+}
+
+#[test]
+fn a_spawned_child_s_tensors_are_its_own_framework_blocks() {
+    let r = run_torch("child", &[], &[]);
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 1, "{}", r.stderr);
+    let b = blocks[0];
+    assert_eq!(b.size_bytes, 48 << 10);
+    assert_ne!(
+        b.process, m.processes[0].process,
+        "the child's, not the parent's"
+    );
+    let frames = m.stack_frames(b.stack);
+    assert_eq!(
+        frames.first().map(|f| f.line),
+        Some(train_line("CHILD_LINE"))
+    );
 }

@@ -9,6 +9,7 @@ usage: torch_train.py SCENARIO
     NVTX mark `sync <bytes>`, after waiting long enough for gpucollect's pulls to catch up.
   burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
     small history).
+  child: a multiprocessing spawn child keeps one tensor of 48 KiB.
 All sizes are multiples of 512 bytes, so the requests the history records equal the blocks
 memory_allocated() counts.
 """
@@ -70,9 +71,21 @@ def burst():
     sync()
 
 
+def child():
+    kept.append(torch.empty(48 * KiB))  # CHILD_LINE
+    sync()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "leaks":
         graph = train(6)
         sync()
+    elif sys.argv[1] == "child":
+        import multiprocessing
+
+        p = multiprocessing.get_context("spawn").Process(target=child)
+        p.start()
+        p.join()
+        assert p.exitcode == 0, p.exitcode
     else:
         burst()

@@ -30,12 +30,8 @@ def activate(name, module):
     """Called right after `name` (torch or cupy) has been imported successfully."""
     if name == "torch":
         _say(name, "torch: " + _start_torch(module))
-    else:
-        _say(
-            name,
-            "%s imported: tensor-level capture is not active (this build records %s's CUDA "
-            "allocations, its reserve, only)" % (name, name),
-        )
+    elif name == "cupy":
+        _say(name, "cupy: " + _start_cupy(module))
 
 
 class _Handover:
@@ -120,6 +116,10 @@ class _TorchPuller:
         self.lock = threading.Lock()
         self.last = {}  # device -> key of the last entry handed over
         self.wraps = 0
+        self.entries = 0  # history entries read
+        self.events = 0  # tensor allocations and frees handed over
+        self.read_s = 0.0  # spent in _snapshot()
+        self.handover_s = 0.0  # spent finding new entries and handing them over
         self.started = False
         self.stop = threading.Event()
 
@@ -136,6 +136,8 @@ class _TorchPuller:
         import atexit
 
         atexit.register(self.pull)
+        if os.environ.get("GPUCOLLECT_FRAMEWORK_STATS") == "1":
+            atexit.register(self._stats)
         observe = getattr(self.torch._C, "_cuda_attach_out_of_memory_observer", None)
         if observe is not None:
             observe(lambda device, alloc, device_alloc, device_free: self.pull())
@@ -145,27 +147,44 @@ class _TorchPuller:
             self.pull()
 
     def pull(self):
+        import time
+
         with self.lock:
+            t0 = time.thread_time()  # CPU time: not the waits for the GIL
             try:
                 traces = self.torch.cuda.memory._snapshot().get("device_traces") or []
             except Exception:
                 return
+            t1 = time.thread_time()
             for device, entries in enumerate(traces):
                 self._device(device, entries)
+            self.read_s += t1 - t0
+            self.handover_s += time.thread_time() - t1
+
+    def _stats(self):
+        # Registered after the final pull, so it runs before it (atexit is last in, first out).
+        self.pull()
+        sys.stderr.write(
+            "gpucollect: torch: %d history entries read, %d tensor events handed over, "
+            "snapshots %.3f s, handover %.3f s\n"
+            % (self.entries, self.events, self.read_s, self.handover_s)
+        )
 
     def _device(self, device, entries):
         if not entries:
             return
-        keys = [_entry_key(e) for e in entries]
         # The last entries handed over (several: entries carry no sequence number, and two
-        # may look alike when a block is reused within a microsecond).
+        # may look alike when a block is reused within a microsecond). Searched from the end,
+        # where they are unless the ring wrapped: the cost is that of the new entries.
         tail = self.last.get(device)
         start = 0
         if tail is not None:
             k = len(tail)
             start = None
-            for end in range(len(keys), k - 1, -1):
-                if keys[end - k : end] == tail:
+            for end in range(len(entries), k - 1, -1):
+                if _entry_key(entries[end - 1]) == tail[-1] and [
+                    _entry_key(e) for e in entries[end - k : end]
+                ] == tail:
                     start = end
                     break
             if start is None:
@@ -180,9 +199,11 @@ class _TorchPuller:
                     % (self.max_entries, device, self.wraps)
                 )
         h = self.handover
+        self.entries += len(entries) - start
         for e in entries[start:]:
             action = e.get("action")
             if action == "alloc":
+                self.events += 1
                 h.alloc(
                     device,
                     e.get("addr", 0),
@@ -192,8 +213,9 @@ class _TorchPuller:
                     _frames(e),
                 )
             elif action in ("free_completed", "free"):
+                self.events += 1
                 h.free(device, e.get("addr", 0), e.get("stream", 0), 0)
-        self.last[device] = keys[-_TAIL:]
+        self.last[device] = [_entry_key(e) for e in entries[-_TAIL:]]
 
 
 def _start_torch(torch):
@@ -234,4 +256,72 @@ def _start_torch(torch):
     return (
         "tensor-level capture through torch.cuda.memory history (Python fallback: pulled every "
         "%g ms, max_entries=%d), from CUDA initialisation on" % (interval_s * 1e3, max_entries)
+    )
+
+
+def _python_frames(frame, skip_dir):
+    """(function, file, line) of `frame` and its callers, innermost first, from the first frame
+    whose file is not under `skip_dir` (the framework's own Python code)."""
+    while frame is not None and frame.f_code.co_filename.startswith(skip_dir):
+        frame = frame.f_back
+    out = []
+    while frame is not None:
+        code = frame.f_code
+        out.append((code.co_name, code.co_filename, frame.f_lineno or 0))
+        frame = frame.f_back
+    return out
+
+
+def _start_cupy(cupy):
+    cuda = getattr(cupy, "cuda", None)
+    base = getattr(cuda, "MemoryHook", None)
+    if base is None:
+        return "no pool-level capture: this cupy has no cupy.cuda.MemoryHook"
+    handover, why = _handover()
+    if handover is None:
+        return "no pool-level capture: " + why
+    cupy_dir = os.path.dirname(os.path.abspath(getattr(cupy, "__file__", "") or "")) + os.sep
+
+    class GpucollectHook(base):
+        """Hands the memory pool's blocks and frees to the injection library, with the
+        allocating thread's Python stack (the hook runs in that thread)."""
+
+        name = "gpucollect"
+
+        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+            frames = _python_frames(sys._getframe(1), cupy_dir) if handover.max_frames else []
+            handover.alloc(device_id, mem_ptr, mem_size, 0, pmem_id, frames)
+
+        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+            handover.free(device_id, mem_ptr, 0, pmem_id)
+
+    # CuPy's hooks are per thread (`with hook:` installs it for the current thread only).
+    # This thread gets it now; every thread started later through threading gets it as its
+    # first action: Thread.start is wrapped to give the instance a `run` that enters the hook
+    # and then runs the thread's own `run` (an instance attribute, so subclasses that override
+    # run are covered too). Public API only, and no cost per call or line, unlike a
+    # threading.settrace/setprofile function. Threads that were already running, and threads
+    # started with _thread.start_new_thread, are not covered.
+    def install():
+        hook = GpucollectHook()
+        hook.__enter__()
+        return hook
+
+    install()
+    original_start = threading.Thread.start
+
+    def start(self, *args, **kwargs):
+        run = self.run
+
+        def run_with_hook():
+            install()
+            return run()
+
+        self.run = run_with_hook
+        return original_start(self, *args, **kwargs)
+
+    threading.Thread.start = start
+    return (
+        "pool-level capture through a cupy.cuda.MemoryHook in this thread and every thread "
+        "started after cupy's import"
     )

@@ -138,3 +138,8 @@ def _snapshot(device=None):
         ],
         "device_traces": [list(_history) if _history is not None else []],
     }
+
+
+if os.environ.get("FAKE_TORCH_NO_HISTORY") == "1":
+    # A torch before 2.1: no allocation history to read.
+    del _record_memory_history, _snapshot
