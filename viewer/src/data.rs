@@ -65,6 +65,8 @@ pub struct OomMoment {
     pub device_free_bytes: Option<u64>,
     /// Reserved but unused pool memory (reserved - used) then, when the trace has pool samples.
     pub pool_slack_bytes: Option<u64>,
+    /// The largest free block then, by address ([`TraceData::largest_free_at_oom`]).
+    pub largest_free_bytes: Option<u64>,
     pub site: String,
 }
 
@@ -661,6 +663,22 @@ impl TraceData {
     }
 
     /// Each failed allocation with the free memory the trace recorded around it.
+    /// The largest free block on `device` at the failed allocation at `ts_nanos`: the widest
+    /// gap between the device allocations live then, by address, from the report's OOM
+    /// forensics (`analysis_core::analysis::fragmentation::address_gaps`). The overview and
+    /// the fragmentation view both show this number. `None` before the detectors ran, or when
+    /// the addresses do not tell (no live allocation, or live blocks in regions too far apart
+    /// to be one pool).
+    pub fn largest_free_at_oom(&self, ts_nanos: u64, device: DeviceIdx) -> Option<u64> {
+        self.report()?
+            .analysis
+            .oom
+            .iter()
+            .find(|o| o.ts_nanos == ts_nanos && o.device == device)?
+            .gaps
+            .map(|g| g.largest_free_bytes)
+    }
+
     pub fn oom_moments(&self) -> Vec<OomMoment> {
         let m = &self.trace.model;
         m.failed
@@ -686,6 +704,7 @@ impl TraceData {
                     live_bytes: f.live_bytes,
                     device_free_bytes,
                     pool_slack_bytes,
+                    largest_free_bytes: self.largest_free_at_oom(r.ts_nanos, r.device),
                     site: m.stack_label(r.stack),
                 }
             })
@@ -1001,6 +1020,31 @@ mod tests {
             .find(|r| r.stack == st)
             .map(|r| r.frames.clone())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_largest_free_block_at_an_oom_is_the_widest_address_gap() {
+        let (a, _) = analysis(Scenario::Fragmented);
+        let ooms = a.oom_moments();
+        assert_eq!(ooms.len(), 1);
+        let o = &ooms[0];
+        let gaps = analysis_core::analysis::fragmentation::address_gaps(
+            &a.trace.model,
+            o.device,
+            o.ts_nanos,
+        )
+        .expect("live blocks at the failure");
+        assert_eq!(o.largest_free_bytes, Some(gaps.largest_free_bytes));
+        // The scenario's point: enough free bytes in all, no hole big enough.
+        assert!(gaps.free_bytes >= o.requested_bytes, "{gaps:?}");
+        assert!(gaps.largest_free_bytes < o.requested_bytes, "{gaps:?}");
+        // A trace whose failure's addresses tell nothing has no number.
+        let (b, _) = analysis(Scenario::Oom);
+        assert!(
+            b.oom_moments()
+                .iter()
+                .all(|o| o.largest_free_bytes.is_none())
+        );
     }
 
     #[test]

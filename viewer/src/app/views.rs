@@ -268,6 +268,8 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         .map(|s| site_link(s, View::Leaks))
         .collect_view();
     let failed = r.failed_allocations.len();
+    // The first failure's largest free block, the number the fragmentation view shows too.
+    let first_oom = a.oom_moments().into_iter().next();
     let warnings = r.warnings.clone();
     let score = r.score;
     let grade = r.grade.clone();
@@ -303,7 +305,10 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     <div class="muted"><span data-testid="ov-records" data-value=r.records.to_string()>{r.records}</span>" records"</div></div>
                 <div class="card"><h3>"Failed allocations"</h3>
                     <a href="#" on:click=move |e| { e.prevent_default(); vs.update(|v| v.view = View::Fragmentation) }>
-                        <span class="num" data-testid="ov-failed" data-value=failed.to_string()>{failed}</span></a></div>
+                        <span class="num" data-testid="ov-failed" data-value=failed.to_string()>{failed}</span></a>
+                    {first_oom.and_then(|o| o.largest_free_bytes.map(|l| view! {
+                        <div class="muted">"largest free block at the first: "{largest_free(o.requested_bytes, Some(l), "ov-largest-free")}</div>
+                    }))}</div>
             </div>
             {has_findings.then(|| view! {
                 <table class="findings" data-testid="ov-findings">
@@ -324,6 +329,19 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+/// The largest free block at a failed allocation against the request ("64 MiB, request
+/// 128 MiB larger"), with the raw number for scripts; "not recorded" when unknown.
+fn largest_free(requested: u64, largest: Option<u64>, testid: &'static str) -> AnyView {
+    match largest {
+        Some(l) => view! {
+            <span data-testid=testid data-value=l.to_string() data-requested=requested.to_string()>{fmt_bytes(l)}</span>
+            <span class="muted">{if requested > l { format!(" (request {} does not fit)", fmt_bytes(requested)) } else { format!(" (request {} fits)", fmt_bytes(requested)) }}</span>
+        }
+        .into_any(),
+        None => "not recorded".into_any(),
+    }
 }
 
 /// Sortable, searchable table of every call site.
@@ -969,6 +987,9 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 o.pool_slack_bytes
                     .map(|v| v.to_string())
                     .unwrap_or_default(),
+                o.largest_free_bytes
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
                 o.site.clone(),
             ]
         })
@@ -985,6 +1006,7 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     <td class="num">{fmt_bytes(o.live_bytes)}</td>
                     <td class="num">{opt(o.device_free_bytes)}</td>
                     <td class="num">{opt(o.pool_slack_bytes)}</td>
+                    <td class="num">{largest_free(o.requested_bytes, o.largest_free_bytes, "oom-largest-free")}</td>
                     <td>{o.site.clone()}</td>
                 </tr>
             }
@@ -1004,12 +1026,12 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 view! { <p class="muted" data-testid="no-pools">"This trace has no pool samples: reserved vs allocated is not known."</p> }.into_any()
             }}
             <h3>"Out-of-memory moments"</h3>
-            <p class="muted">"The largest free block is not recorded by trace format v1; the device free memory (NVML) and the pool's reserved-but-unused bytes bound it."</p>
-            <CsvButton name="oom" headers=&["time_nanos", "device", "requested_bytes", "live_bytes", "device_free_bytes", "pool_unused_bytes", "site"] rows=csv />
+            <p class="muted">"The largest free block is the widest gap between the device allocations live at the failure, by address: a request larger than it fails however much is free in all. Where the addresses do not tell, the device free memory (NVML) and the pool's reserved-but-unused bytes bound it."</p>
+            <CsvButton name="oom" headers=&["time_nanos", "device", "requested_bytes", "live_bytes", "device_free_bytes", "pool_unused_bytes", "largest_free_block_bytes", "site"] rows=csv />
             <table data-testid="oom-table">
                 <caption>{format!("{n_ooms} failed allocation(s)")}</caption>
                 <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"GPU"</th><th scope="col" class="num">"Requested"</th>
-                    <th scope="col" class="num">"Live then"</th><th scope="col" class="num">"Device free"</th><th scope="col" class="num">"Pool unused"</th><th scope="col">"Call site"</th></tr></thead>
+                    <th scope="col" class="num">"Live then"</th><th scope="col" class="num">"Device free"</th><th scope="col" class="num">"Pool unused"</th><th scope="col" class="num">"Largest free block"</th><th scope="col">"Call site"</th></tr></thead>
                 <tbody>{oom_rows}</tbody>
             </table>
         </section>

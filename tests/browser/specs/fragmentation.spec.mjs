@@ -1,0 +1,46 @@
+// Fragmentation: at each failed allocation, the request against the largest free block (the
+// widest gap between the live device allocations, by address); the overview shows the same
+// number for the first failure.
+import assert from 'node:assert/strict';
+import { BASE, report, spec } from '../harness.mjs';
+import { Viewer } from '../pages/viewer.mjs';
+
+const { tests, test } = spec();
+export default tests;
+
+const largestFree = async (v, id) => {
+  const el = v.el(id);
+  await el.waitFor();
+  return { value: Number(await el.getAttribute('data-value')), requested: Number(await el.getAttribute('data-requested')), text: (await el.textContent()).trim() };
+};
+
+test('the overview and the fragmentation view show the report\'s largest free block at the failure', async (ctx) => {
+  const r = report('fragmented');
+  const [oom] = r.analysis.oom;
+  assert.ok(oom?.gaps, 'the report has the failure\'s address gaps');
+  // The scenario: enough free in all, no hole big enough for the request.
+  assert.ok(oom.gaps.free_bytes >= oom.requested_bytes && oom.gaps.largest_free_bytes < oom.requested_bytes, JSON.stringify(oom));
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/fragmented.msgpack`);
+  const ov = await largestFree(v, 'ov-largest-free');
+  assert.equal(ov.value, oom.gaps.largest_free_bytes, 'overview: the report\'s largest free block');
+  assert.equal(ov.requested, oom.requested_bytes);
+  await v.openTab('fragmentation');
+  const fr = await largestFree(v, 'oom-largest-free');
+  assert.equal(fr.value, ov.value, 'the fragmentation view shows the overview\'s number');
+  assert.equal(fr.text, ov.text, 'in the same words');
+  const row = await v.el('oom-row').textContent();
+  assert.match(row, /does not fit/, 'the request does not fit the largest free block');
+  await v.screenshot('fragmentation-oom.png');
+});
+
+test('a failure whose addresses tell nothing shows no largest free block', async (ctx) => {
+  const r = report('snapshot');
+  assert.ok(r.analysis.oom.length > 0 && r.analysis.oom.every((o) => o.gaps == null));
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/snapshot.pickle#view=fragmentation`);
+  await v.el('oom-row').waitFor();
+  assert.equal(await v.count('oom-largest-free'), 0);
+  assert.match(await v.el('oom-row').textContent(), /not recorded/);
+  await v.openTab('overview');
+  await v.el('ov-failed').waitFor();
+  assert.equal(await v.count('ov-largest-free'), 0);
+});
