@@ -70,6 +70,55 @@ pub struct OomMoment {
     pub site: String,
 }
 
+/// One stretch of a device's address range at a moment: live allocations (overlapping or
+/// adjacent ones merged) or the free gap up to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressStretch {
+    pub start: u64,
+    pub bytes: u64,
+    pub live: bool,
+}
+
+/// The device allocations of `device` live at `t`, by address, from the lowest live address to
+/// the highest live end, with the free gaps between them: the map behind
+/// `analysis_core::analysis::fragmentation::address_gaps`, whose widest gap is the largest
+/// free block (a unit test holds them equal).
+pub fn address_layout(m: &TraceModel, device: DeviceIdx, t: u64) -> Vec<AddressStretch> {
+    let mut live: Vec<(u64, u64)> = m
+        .allocs
+        .iter()
+        .filter(|a| a.device == device && a.kind.is_device_memory() && a.live_at(t))
+        .map(|a| (a.address, a.address.saturating_add(a.size_bytes)))
+        .collect();
+    live.sort_unstable();
+    let mut out: Vec<AddressStretch> = Vec::new();
+    let mut end = match live.first() {
+        Some(&(a, _)) => a,
+        None => return out,
+    };
+    for (a, b) in live {
+        if a > end {
+            out.push(AddressStretch {
+                start: end,
+                bytes: a - end,
+                live: false,
+            });
+        }
+        if b > end {
+            match out.last_mut() {
+                Some(l) if l.live && l.start + l.bytes >= a.max(end) => l.bytes = b - l.start,
+                _ => out.push(AddressStretch {
+                    start: a.max(end),
+                    bytes: b - a.max(end),
+                    live: true,
+                }),
+            }
+            end = b;
+        }
+    }
+    out
+}
+
 /// A marker of the timeline (failed allocation, teardown, detected spike) and the series it
 /// belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1045,6 +1094,42 @@ mod tests {
                 .iter()
                 .all(|o| o.largest_free_bytes.is_none())
         );
+    }
+
+    #[test]
+    fn the_address_layout_holds_the_gaps_of_address_gaps() {
+        for sc in [Scenario::Fragmented, Scenario::TrainingLeak, Scenario::Oom] {
+            let (a, _) = analysis(sc);
+            let m = &a.trace.model;
+            for t in [
+                m.first_ts_nanos,
+                (m.first_ts_nanos + m.last_ts_nanos) / 2,
+                m.last_ts_nanos,
+            ] {
+                for d in a.devices() {
+                    let layout = address_layout(m, d, t);
+                    let gaps = analysis_core::analysis::fragmentation::address_gaps(m, d, t);
+                    let Some(g) = gaps else {
+                        assert!(layout.is_empty());
+                        continue;
+                    };
+                    let free: Vec<u64> =
+                        layout.iter().filter(|s| !s.live).map(|s| s.bytes).collect();
+                    assert_eq!(free.iter().sum::<u64>(), g.free_bytes, "{sc:?} at {t}");
+                    assert_eq!(
+                        free.iter().copied().max().unwrap_or(0),
+                        g.largest_free_bytes
+                    );
+                    let live: u64 = layout.iter().filter(|s| s.live).map(|s| s.bytes).sum();
+                    assert_eq!(live + g.free_bytes, g.span_bytes);
+                    // Stretches tile the span, alternating live and free.
+                    for w in layout.windows(2) {
+                        assert_eq!(w[0].start + w[0].bytes, w[1].start);
+                        assert_ne!(w[0].live, w[1].live);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

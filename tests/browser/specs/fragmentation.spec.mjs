@@ -1,6 +1,6 @@
 // Fragmentation: at each failed allocation, the request against the largest free block (the
-// widest gap between the live device allocations, by address); the overview shows the same
-// number for the first failure.
+// widest gap between the live device allocations, by address) and the address map it comes
+// from; the overview shows the same number for the first failure.
 import assert from 'node:assert/strict';
 import { BASE, report, spec } from '../harness.mjs';
 import { Viewer } from '../pages/viewer.mjs';
@@ -30,6 +30,17 @@ test('the overview and the fragmentation view show the report\'s largest free bl
   assert.equal(fr.text, ov.text, 'in the same words');
   const row = await v.el('oom-row').textContent();
   assert.match(row, /does not fit/, 'the request does not fit the largest free block');
+  // The address map at the failure: live allocations and gaps tile the report's span, its free
+  // bytes are the report's, and the marked gap is the largest free block shown above.
+  const map = v.el('addr-map');
+  assert.equal(Number(await map.getAttribute('data-free')), oom.gaps.free_bytes);
+  assert.equal(Number(await map.getAttribute('data-free')) + Number(await map.getAttribute('data-live')), oom.gaps.span_bytes);
+  const widest = v.el('addr-largest');
+  assert.equal(await widest.getAttribute('data-live'), 'false');
+  assert.equal(Number(await widest.getAttribute('data-bytes')), fr.value);
+  const gaps = await v.all('addr-stretch').evaluateAll((els) => els.filter((e) => e.dataset.live === 'false').map((e) => Number(e.dataset.bytes)));
+  assert.ok(gaps.length > 0 && gaps.every((g) => g <= fr.value), `other gaps ${gaps} within ${fr.value}`);
+  assert.ok((await widest.boundingBox()).width > 0, 'the largest gap is drawn');
   await v.screenshot('fragmentation-oom.png');
 });
 
@@ -40,6 +51,7 @@ test('a failure whose addresses tell nothing shows no largest free block', async
   await v.el('oom-row').waitFor();
   assert.equal(await v.count('oom-largest-free'), 0);
   assert.match(await v.el('oom-row').textContent(), /not recorded/);
+  assert.equal(await v.count('addr-map'), 0, 'no address map without known gaps');
   await v.openTab('overview');
   await v.el('ov-failed').waitFor();
   assert.equal(await v.count('ov-largest-free'), 0);

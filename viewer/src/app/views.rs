@@ -18,8 +18,8 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, PALETTE, Theme, YUnit, filter_of, timeline_spec,
 };
 use crate::data::{
-    ScopeRow, SiteRow, TraceData, fmt_percent, scope_matches, shared_labels, site_matches,
-    sort_scope_rows, sort_sites, to_csv,
+    ScopeRow, SiteRow, TraceData, address_layout, fmt_percent, scope_matches, shared_labels,
+    site_matches, sort_scope_rows, sort_sites, to_csv,
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
@@ -1012,6 +1012,46 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             }
         })
         .collect_view();
+    // Where the report knows the largest free block, the device's address range then: live
+    // allocations and the free gaps between them, the largest gap marked.
+    let maps = ooms
+        .iter()
+        .filter_map(|o| {
+            let largest = o.largest_free_bytes?;
+            let layout = address_layout(&a.trace.model, o.device, o.ts_nanos);
+            let span: u64 = layout.iter().map(|s| s.bytes).sum();
+            let first = layout.first()?.start;
+            let free: u64 = layout.iter().filter(|s| !s.live).map(|s| s.bytes).sum();
+            let n_free = layout.iter().filter(|s| !s.live).count();
+            let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
+            let cells = layout
+                .iter()
+                .enumerate()
+                .filter(|&(i, s)| Some(i) == widest || s.bytes as f64 >= span as f64 * 0.0005)
+                .map(|(i, s)| {
+                    let style = format!(
+                        "left:{:.4}%;width:{:.4}%",
+                        (s.start - first) as f64 * 100.0 / span as f64,
+                        s.bytes as f64 * 100.0 / span as f64
+                    );
+                    let title = format!("{} {} at +{}", fmt_bytes(s.bytes), if s.live { "live" } else { "free" }, fmt_bytes(s.start - first));
+                    view! {
+                        <span class="addr-stretch" class:live=s.live class:largest=Some(i) == widest
+                            data-testid=if Some(i) == widest { "addr-largest" } else { "addr-stretch" }
+                            data-live=s.live.to_string() data-bytes=s.bytes.to_string() style=style title=title></span>
+                    }
+                })
+                .collect_view();
+            let at = fmt_duration(o.ts_nanos.saturating_sub(origin));
+            Some(view! {
+                <figure class="addr-map-box" data-testid="addr-map" data-free=free.to_string() data-live=(span - free).to_string()>
+                    <figcaption>{format!("GPU {} at {at}: {} from the lowest live address to the highest live end, {} free in {n_free} gap(s); the largest ({}, marked) against the {} request",
+                        o.device.0, fmt_bytes(span), fmt_bytes(free), fmt_bytes(largest), fmt_bytes(o.requested_bytes))}</figcaption>
+                    <div class="addr-map" role="img" aria-label="live allocations and free gaps by address">{cells}</div>
+                </figure>
+            })
+        })
+        .collect_view();
     let n_ooms = ooms.len();
     view! {
         <section class="fragmentation" data-testid="fragmentation-view">
@@ -1034,6 +1074,7 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     <th scope="col" class="num">"Live then"</th><th scope="col" class="num">"Device free"</th><th scope="col" class="num">"Pool unused"</th><th scope="col" class="num">"Largest free block"</th><th scope="col">"Call site"</th></tr></thead>
                 <tbody>{oom_rows}</tbody>
             </table>
+            {maps}
         </section>
     }
 }
