@@ -35,10 +35,10 @@ test('the overview and the fragmentation view show the report\'s largest free bl
   const map = v.el('addr-map');
   assert.equal(Number(await map.getAttribute('data-free')), oom.gaps.free_bytes);
   assert.equal(Number(await map.getAttribute('data-free')) + Number(await map.getAttribute('data-live')), oom.gaps.span_bytes);
-  const widest = v.el('addr-largest');
+  const widest = map.locator('[data-testid="addr-largest"]');
   assert.equal(await widest.getAttribute('data-live'), 'false');
   assert.equal(Number(await widest.getAttribute('data-bytes')), fr.value);
-  const gaps = await v.all('addr-stretch').evaluateAll((els) => els.filter((e) => e.dataset.live === 'false').map((e) => Number(e.dataset.bytes)));
+  const gaps = await map.locator('[data-testid="addr-stretch"]').evaluateAll((els) => els.filter((e) => e.dataset.live === 'false').map((e) => Number(e.dataset.bytes)));
   assert.ok(gaps.length > 0 && gaps.every((g) => g <= fr.value), `other gaps ${gaps} within ${fr.value}`);
   assert.ok((await widest.boundingBox()).width > 0, 'the largest gap is drawn');
   await v.screenshot('fragmentation-oom.png');
@@ -55,4 +55,19 @@ test('a failure whose addresses tell nothing shows no largest free block', async
   await v.openTab('overview');
   await v.el('ov-failed').waitFor();
   assert.equal(await v.count('ov-largest-free'), 0);
+});
+
+test('the address map follows the pinned moment: at the failure it has the report\'s gaps, unpinned it shows the peak', async (ctx) => {
+  const r = report('fragmented');
+  const [oom] = r.analysis.oom;
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/fragmented.msgpack#view=fragmentation&pin=${oom.ts_nanos}`);
+  const pinned = v.page.locator(`[data-testid="pinned-addr-map"][data-device="${oom.device}"]`);
+  await pinned.waitFor();
+  assert.equal(await pinned.getAttribute('data-ts'), String(oom.ts_nanos));
+  assert.equal(Number(await pinned.getAttribute('data-free')), oom.gaps.free_bytes);
+  assert.equal(Number(await pinned.getAttribute('data-largest')), oom.gaps.largest_free_bytes);
+  // Unpinned (Esc), the map is the peak's.
+  await v.page.keyboard.press('Escape');
+  await v.page.waitForFunction((t) => document.querySelector('[data-testid="pinned-addr-map"]')?.dataset.ts === t, String(r.peak_ts_nanos));
+  await v.screenshot('fragmentation-pinned.png');
 });

@@ -18,8 +18,8 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, PALETTE, Theme, YUnit, filter_of, timeline_spec,
 };
 use crate::data::{
-    ScopeRow, SiteRow, TraceData, address_layout, fmt_percent, scope_matches, shared_labels,
-    site_matches, sort_scope_rows, sort_sites, to_csv,
+    AddressStretch, ScopeRow, SiteRow, TraceData, address_layout, fmt_percent, scope_matches,
+    shared_labels, site_matches, sort_scope_rows, sort_sites, to_csv,
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
@@ -329,6 +329,76 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+/// The stretches of an address layout as cells as wide as their bytes (under 0.05 % of the
+/// span left out, except the marked gap `widest`).
+fn address_cells(layout: &[AddressStretch], widest: Option<usize>) -> AnyView {
+    let span: u64 = layout.iter().map(|s| s.bytes).sum();
+    let first = layout.first().map_or(0, |s| s.start);
+    layout
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| Some(i) == widest || s.bytes as f64 >= span as f64 * 0.0005)
+        .map(|(i, s)| {
+            let style = format!(
+                "left:{:.4}%;width:{:.4}%",
+                (s.start - first) as f64 * 100.0 / span as f64,
+                s.bytes as f64 * 100.0 / span as f64
+            );
+            let title = format!("{} {} at +{}", fmt_bytes(s.bytes), if s.live { "live" } else { "free" }, fmt_bytes(s.start - first));
+            view! {
+                <span class="addr-stretch" class:live=s.live class:largest=Some(i) == widest
+                    data-testid=if Some(i) == widest { "addr-largest" } else { "addr-stretch" }
+                    data-live=s.live.to_string() data-bytes=s.bytes.to_string() style=style title=title></span>
+            }
+        })
+        .collect_view()
+        .into_any()
+}
+
+/// The address map of each device at the pinned moment (the peak when nothing is pinned),
+/// where its live allocations lie in one region no larger than the device (as the report's OOM
+/// forensics require before they trust address gaps).
+#[component]
+fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let origin = a.time_extent().0;
+    let peak = a.trace.model.peak_ts_nanos;
+    move || {
+        let pin = vs.with(|v| v.pin_nanos);
+        let t = pin.unwrap_or(peak);
+        let m = &a.trace.model;
+        let maps = a
+            .devices()
+            .into_iter()
+            .filter_map(|d| {
+                let layout = address_layout(m, d, t);
+                let span: u64 = layout.iter().map(|s| s.bytes).sum();
+                let total = m.devices.iter().find(|x| x.device == d).map(|x| x.total_bytes)?;
+                if layout.is_empty() || span > total {
+                    return None;
+                }
+                let free: u64 = layout.iter().filter(|s| !s.live).map(|s| s.bytes).sum();
+                let largest = layout.iter().filter(|s| !s.live).map(|s| s.bytes).max().unwrap_or(0);
+                let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
+                let n_free = layout.iter().filter(|s| !s.live).count();
+                Some(view! {
+                    <figure class="addr-map-box" data-testid="pinned-addr-map" data-device=d.0.to_string()
+                        data-ts=t.to_string() data-free=free.to_string() data-largest=largest.to_string()>
+                        <figcaption>{format!("GPU {}: {} from the lowest live address to the highest live end, {} free in {n_free} gap(s), the largest {} (marked)",
+                            d.0, fmt_bytes(span), fmt_bytes(free), fmt_bytes(largest))}</figcaption>
+                        <div class="addr-map" role="img" aria-label="live allocations and free gaps by address">{address_cells(&layout, widest)}</div>
+                    </figure>
+                })
+            })
+            .collect::<Vec<_>>();
+        let when = fmt_duration(t.saturating_sub(origin));
+        (!maps.is_empty()).then(|| view! {
+            <h3>{if pin.is_some() { format!("Addresses at the pinned moment ({when})") } else { format!("Addresses at the peak ({when}); pin a moment on the timeline to see another") }}</h3>
+            {maps}
+        })
+    }
 }
 
 /// The largest free block at a failed allocation against the request ("64 MiB, request
@@ -888,7 +958,6 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
 /// Reserved vs allocated over time, the unused share, and each out-of-memory moment.
 #[component]
 pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
-    let _ = ctx;
     let origin = a.time_extent().0;
     let (lo, hi) = a.time_extent();
     let has_pools = !a.pools.is_empty();
@@ -1020,28 +1089,11 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             let largest = o.largest_free_bytes?;
             let layout = address_layout(&a.trace.model, o.device, o.ts_nanos);
             let span: u64 = layout.iter().map(|s| s.bytes).sum();
-            let first = layout.first()?.start;
+            layout.first()?;
             let free: u64 = layout.iter().filter(|s| !s.live).map(|s| s.bytes).sum();
             let n_free = layout.iter().filter(|s| !s.live).count();
             let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
-            let cells = layout
-                .iter()
-                .enumerate()
-                .filter(|&(i, s)| Some(i) == widest || s.bytes as f64 >= span as f64 * 0.0005)
-                .map(|(i, s)| {
-                    let style = format!(
-                        "left:{:.4}%;width:{:.4}%",
-                        (s.start - first) as f64 * 100.0 / span as f64,
-                        s.bytes as f64 * 100.0 / span as f64
-                    );
-                    let title = format!("{} {} at +{}", fmt_bytes(s.bytes), if s.live { "live" } else { "free" }, fmt_bytes(s.start - first));
-                    view! {
-                        <span class="addr-stretch" class:live=s.live class:largest=Some(i) == widest
-                            data-testid=if Some(i) == widest { "addr-largest" } else { "addr-stretch" }
-                            data-live=s.live.to_string() data-bytes=s.bytes.to_string() style=style title=title></span>
-                    }
-                })
-                .collect_view();
+            let cells = address_cells(&layout, widest);
             let at = fmt_duration(o.ts_nanos.saturating_sub(origin));
             Some(view! {
                 <figure class="addr-map-box" data-testid="addr-map" data-free=free.to_string() data-live=(span - free).to_string()>
@@ -1075,6 +1127,7 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 <tbody>{oom_rows}</tbody>
             </table>
             {maps}
+            <PinnedAddressMaps a=a.clone() ctx=ctx />
         </section>
     }
 }
