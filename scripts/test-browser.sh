@@ -25,7 +25,7 @@ cargo build -q -p gpucollect
 GC=$ROOT/target/debug/gpucollect
 mkdir -p "$TRACES" "$ARTIFACTS"
 rm -f "$ARTIFACTS"/*.png
-for s in spikes multi-device nvtx-leak training-leak clean; do
+for s in spikes multi-device nvtx-leak training-leak clean fragmented; do
   "$GC" synth "$s" --events 20000 --seed 5 -o "$TRACES/$s.msgpack"
   "$GC" report "$TRACES/$s.msgpack" --format json > "$TRACES/$s.json"
 done

@@ -117,7 +117,58 @@ pub struct OomMoment {
     pub device_free_bytes: Option<u64>,
     /// Reserved but unused pool memory (reserved - used) then, when the trace has pool samples.
     pub pool_slack_bytes: Option<u64>,
+    /// The largest free block then, by address ([`TraceData::largest_free_at_oom`]).
+    pub largest_free_bytes: Option<u64>,
     pub site: String,
+}
+
+/// One stretch of a device's address range at a moment: live allocations (overlapping or
+/// adjacent ones merged) or the free gap up to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressStretch {
+    pub start: u64,
+    pub bytes: u64,
+    pub live: bool,
+}
+
+/// The device allocations of `device` live at `t`, by address, from the lowest live address to
+/// the highest live end, with the free gaps between them: the map behind
+/// `analysis_core::analysis::fragmentation::address_gaps`, whose widest gap is the largest
+/// free block (a unit test holds them equal).
+pub fn address_layout(m: &TraceModel, device: DeviceIdx, t: u64) -> Vec<AddressStretch> {
+    let mut live: Vec<(u64, u64)> = m
+        .allocs
+        .iter()
+        .filter(|a| a.device == device && a.kind.is_device_memory() && a.live_at(t))
+        .map(|a| (a.address, a.address.saturating_add(a.size_bytes)))
+        .collect();
+    live.sort_unstable();
+    let mut out: Vec<AddressStretch> = Vec::new();
+    let mut end = match live.first() {
+        Some(&(a, _)) => a,
+        None => return out,
+    };
+    for (a, b) in live {
+        if a > end {
+            out.push(AddressStretch {
+                start: end,
+                bytes: a - end,
+                live: false,
+            });
+        }
+        if b > end {
+            match out.last_mut() {
+                Some(l) if l.live && l.start + l.bytes >= a.max(end) => l.bytes = b - l.start,
+                _ => out.push(AddressStretch {
+                    start: a.max(end),
+                    bytes: b - a.max(end),
+                    live: true,
+                }),
+            }
+            end = b;
+        }
+    }
+    out
 }
 
 /// A marker of the timeline (failed allocation, teardown, detected spike) and the series it
@@ -713,6 +764,22 @@ impl TraceData {
     }
 
     /// Each failed allocation with the free memory the trace recorded around it.
+    /// The largest free block on `device` at the failed allocation at `ts_nanos`: the widest
+    /// gap between the device allocations live then, by address, from the report's OOM
+    /// forensics (`analysis_core::analysis::fragmentation::address_gaps`). The overview and
+    /// the fragmentation view both show this number. `None` before the detectors ran, or when
+    /// the addresses do not tell (no live allocation, or live blocks in regions too far apart
+    /// to be one pool).
+    pub fn largest_free_at_oom(&self, ts_nanos: u64, device: DeviceIdx) -> Option<u64> {
+        self.report()?
+            .analysis
+            .oom
+            .iter()
+            .find(|o| o.ts_nanos == ts_nanos && o.device == device)?
+            .gaps
+            .map(|g| g.largest_free_bytes)
+    }
+
     pub fn oom_moments(&self) -> Vec<OomMoment> {
         let m = &self.trace.model;
         m.failed
@@ -738,6 +805,7 @@ impl TraceData {
                     live_bytes: f.live_bytes,
                     device_free_bytes,
                     pool_slack_bytes,
+                    largest_free_bytes: self.largest_free_at_oom(r.ts_nanos, r.device),
                     site: m.stack_label(r.stack),
                 }
             })
@@ -1067,6 +1135,67 @@ mod tests {
         assert_eq!(live.len(), SiteRow::LIVE_CSV.len());
         assert_eq!(live[2], (row.live_bytes / row.live_count).to_string());
         assert_eq!(live[5], row.frames.join(" <- "));
+    }
+
+    #[test]
+    fn the_largest_free_block_at_an_oom_is_the_widest_address_gap() {
+        let (a, _) = analysis(Scenario::Fragmented);
+        let ooms = a.oom_moments();
+        assert_eq!(ooms.len(), 1);
+        let o = &ooms[0];
+        let gaps = analysis_core::analysis::fragmentation::address_gaps(
+            &a.trace.model,
+            o.device,
+            o.ts_nanos,
+        )
+        .expect("live blocks at the failure");
+        assert_eq!(o.largest_free_bytes, Some(gaps.largest_free_bytes));
+        // The scenario's point: enough free bytes in all, no hole big enough.
+        assert!(gaps.free_bytes >= o.requested_bytes, "{gaps:?}");
+        assert!(gaps.largest_free_bytes < o.requested_bytes, "{gaps:?}");
+        // A trace whose failure's addresses tell nothing has no number.
+        let (b, _) = analysis(Scenario::Oom);
+        assert!(
+            b.oom_moments()
+                .iter()
+                .all(|o| o.largest_free_bytes.is_none())
+        );
+    }
+
+    #[test]
+    fn the_address_layout_holds_the_gaps_of_address_gaps() {
+        for sc in [Scenario::Fragmented, Scenario::TrainingLeak, Scenario::Oom] {
+            let (a, _) = analysis(sc);
+            let m = &a.trace.model;
+            for t in [
+                m.first_ts_nanos,
+                (m.first_ts_nanos + m.last_ts_nanos) / 2,
+                m.last_ts_nanos,
+            ] {
+                for d in a.devices() {
+                    let layout = address_layout(m, d, t);
+                    let gaps = analysis_core::analysis::fragmentation::address_gaps(m, d, t);
+                    let Some(g) = gaps else {
+                        assert!(layout.is_empty());
+                        continue;
+                    };
+                    let free: Vec<u64> =
+                        layout.iter().filter(|s| !s.live).map(|s| s.bytes).collect();
+                    assert_eq!(free.iter().sum::<u64>(), g.free_bytes, "{sc:?} at {t}");
+                    assert_eq!(
+                        free.iter().copied().max().unwrap_or(0),
+                        g.largest_free_bytes
+                    );
+                    let live: u64 = layout.iter().filter(|s| s.live).map(|s| s.bytes).sum();
+                    assert_eq!(live + g.free_bytes, g.span_bytes);
+                    // Stretches tile the span, alternating live and free.
+                    for w in layout.windows(2) {
+                        assert_eq!(w[0].start + w[0].bytes, w[1].start);
+                        assert_ne!(w[0].live, w[1].live);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -162,3 +162,17 @@ test('markers: grouped on the chart, every one listed a page at a time (N of M)'
   assert.ok(t0 <= ts && ts <= t1, 'the window holds the marker');
   assert.deepEqual(v.errors, []);
 });
+
+test('leaving the timeline right after a hover leaves the viewer running', async (ctx) => {
+  // The hover tip's call sites come 120 ms after the hover; by then the timeline may be gone.
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  await v.timeline.waitShown({ drawn: true });
+  const [x, y] = await v.timeline.at(0.5, 0.5);
+  await v.page.mouse.move(x, y);
+  await v.openTab('sites');
+  await v.sites.waitShown();
+  // Past the delay: the pending lookup has run against the disposed view.
+  await v.page.waitForTimeout(400);
+  assert.deepEqual(v.errors, []);
+  assert.equal(await v.count('sites-table'), 1);
+});

@@ -228,7 +228,9 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         let a = a_hover.clone();
         set_timeout(
             move || {
-                if hover_gen.get_value() != my {
+                // The view may be gone (another tab opened within the delay): its stored
+                // values are disposed then, and reading them would panic.
+                if hover_gen.try_get_value() != Some(my) {
                     return;
                 }
                 let sites = a
@@ -236,7 +238,7 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     .into_iter()
                     .map(|s| (s.site, s.bytes))
                     .collect();
-                hover.update(|h| {
+                hover.try_update(|h| {
                     if let Some(h) = h.as_mut().filter(|h| h.ts_nanos == t) {
                         h.sites = sites;
                     }

@@ -18,8 +18,8 @@ use crate::chart::{
     self, ChartSpec, Layer, LayerStyle, PALETTE, Theme, YUnit, filter_of, timeline_spec,
 };
 use crate::data::{
-    ScopeRow, SiteRow, TraceData, fmt_percent, scope_matches, shared_labels, site_matches,
-    sort_scope_rows, sort_sites, to_csv,
+    AddressStretch, ScopeRow, SiteRow, TraceData, address_layout, fmt_percent, scope_matches,
+    shared_labels, site_matches, sort_scope_rows, sort_sites, to_csv,
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
@@ -268,6 +268,8 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         .map(|s| site_link(s, View::Leaks))
         .collect_view();
     let failed = r.failed_allocations.len();
+    // The first failure's largest free block, the number the fragmentation view shows too.
+    let first_oom = a.oom_moments().into_iter().next();
     let warnings = r.warnings.clone();
     let score = r.score;
     let grade = r.grade.clone();
@@ -303,7 +305,10 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     <div class="muted"><span data-testid="ov-records" data-value=r.records.to_string()>{r.records}</span>" records"</div></div>
                 <div class="card"><h3>"Failed allocations"</h3>
                     <a href="#" on:click=move |e| { e.prevent_default(); vs.update(|v| v.view = View::Fragmentation) }>
-                        <span class="num" data-testid="ov-failed" data-value=failed.to_string()>{failed}</span></a></div>
+                        <span class="num" data-testid="ov-failed" data-value=failed.to_string()>{failed}</span></a>
+                    {first_oom.and_then(|o| o.largest_free_bytes.map(|l| view! {
+                        <div class="muted">"largest free block at the first: "{largest_free(o.requested_bytes, Some(l), "ov-largest-free")}</div>
+                    }))}</div>
             </div>
             {has_findings.then(|| view! {
                 <table class="findings" data-testid="ov-findings">
@@ -324,6 +329,89 @@ pub fn Overview(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+/// The stretches of an address layout as cells as wide as their bytes (under 0.05 % of the
+/// span left out, except the marked gap `widest`).
+fn address_cells(layout: &[AddressStretch], widest: Option<usize>) -> AnyView {
+    let span: u64 = layout.iter().map(|s| s.bytes).sum();
+    let first = layout.first().map_or(0, |s| s.start);
+    layout
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| Some(i) == widest || s.bytes as f64 >= span as f64 * 0.0005)
+        .map(|(i, s)| {
+            let style = format!(
+                "left:{:.4}%;width:{:.4}%",
+                (s.start - first) as f64 * 100.0 / span as f64,
+                s.bytes as f64 * 100.0 / span as f64
+            );
+            let title = format!("{} {} at +{}", fmt_bytes(s.bytes), if s.live { "live" } else { "free" }, fmt_bytes(s.start - first));
+            view! {
+                <span class="addr-stretch" class:live=s.live class:largest=Some(i) == widest
+                    data-testid=if Some(i) == widest { "addr-largest" } else { "addr-stretch" }
+                    data-live=s.live.to_string() data-bytes=s.bytes.to_string() style=style title=title></span>
+            }
+        })
+        .collect_view()
+        .into_any()
+}
+
+/// The address map of each device at the pinned moment (the peak when nothing is pinned),
+/// where its live allocations lie in one region no larger than the device (as the report's OOM
+/// forensics require before they trust address gaps).
+#[component]
+fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let origin = a.time_extent().0;
+    let peak = a.trace.model.peak_ts_nanos;
+    move || {
+        let pin = vs.with(|v| v.pin_nanos);
+        let t = pin.unwrap_or(peak);
+        let m = &a.trace.model;
+        let maps = a
+            .devices()
+            .into_iter()
+            .filter_map(|d| {
+                let layout = address_layout(m, d, t);
+                let span: u64 = layout.iter().map(|s| s.bytes).sum();
+                let total = m.devices.iter().find(|x| x.device == d).map(|x| x.total_bytes)?;
+                if layout.is_empty() || span > total {
+                    return None;
+                }
+                let free: u64 = layout.iter().filter(|s| !s.live).map(|s| s.bytes).sum();
+                let largest = layout.iter().filter(|s| !s.live).map(|s| s.bytes).max().unwrap_or(0);
+                let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
+                let n_free = layout.iter().filter(|s| !s.live).count();
+                Some(view! {
+                    <figure class="addr-map-box" data-testid="pinned-addr-map" data-device=d.0.to_string()
+                        data-ts=t.to_string() data-free=free.to_string() data-largest=largest.to_string()>
+                        <figcaption>{format!("GPU {}: {} from the lowest live address to the highest live end, {} free in {n_free} gap(s), the largest {} (marked)",
+                            d.0, fmt_bytes(span), fmt_bytes(free), fmt_bytes(largest))}</figcaption>
+                        <div class="addr-map" role="img" aria-label="live allocations and free gaps by address">{address_cells(&layout, widest)}</div>
+                    </figure>
+                })
+            })
+            .collect::<Vec<_>>();
+        let when = fmt_duration(t.saturating_sub(origin));
+        (!maps.is_empty()).then(|| view! {
+            <h3>{if pin.is_some() { format!("Addresses at the pinned moment ({when})") } else { format!("Addresses at the peak ({when}); pin a moment on the timeline to see another") }}</h3>
+            {maps}
+        })
+    }
+}
+
+/// The largest free block at a failed allocation against the request ("64 MiB, request
+/// 128 MiB larger"), with the raw number for scripts; "not recorded" when unknown.
+fn largest_free(requested: u64, largest: Option<u64>, testid: &'static str) -> AnyView {
+    match largest {
+        Some(l) => view! {
+            <span data-testid=testid data-value=l.to_string() data-requested=requested.to_string()>{fmt_bytes(l)}</span>
+            <span class="muted">{if requested > l { format!(" (request {} does not fit)", fmt_bytes(requested)) } else { format!(" (request {} fits)", fmt_bytes(requested)) }}</span>
+        }
+        .into_any(),
+        None => "not recorded".into_any(),
+    }
 }
 
 /// Sortable, searchable table of every call site.
@@ -845,7 +933,6 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
 /// Reserved vs allocated over time, the unused share, and each out-of-memory moment.
 #[component]
 pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
-    let _ = ctx;
     let origin = a.time_extent().0;
     let (lo, hi) = a.time_extent();
     let has_pools = !a.pools.is_empty();
@@ -944,6 +1031,9 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 o.pool_slack_bytes
                     .map(|v| v.to_string())
                     .unwrap_or_default(),
+                o.largest_free_bytes
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
                 o.site.clone(),
             ]
         })
@@ -960,9 +1050,33 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     <td class="num">{fmt_bytes(o.live_bytes)}</td>
                     <td class="num">{opt(o.device_free_bytes)}</td>
                     <td class="num">{opt(o.pool_slack_bytes)}</td>
+                    <td class="num">{largest_free(o.requested_bytes, o.largest_free_bytes, "oom-largest-free")}</td>
                     <td>{o.site.clone()}</td>
                 </tr>
             }
+        })
+        .collect_view();
+    // Where the report knows the largest free block, the device's address range then: live
+    // allocations and the free gaps between them, the largest gap marked.
+    let maps = ooms
+        .iter()
+        .filter_map(|o| {
+            let largest = o.largest_free_bytes?;
+            let layout = address_layout(&a.trace.model, o.device, o.ts_nanos);
+            let span: u64 = layout.iter().map(|s| s.bytes).sum();
+            layout.first()?;
+            let free: u64 = layout.iter().filter(|s| !s.live).map(|s| s.bytes).sum();
+            let n_free = layout.iter().filter(|s| !s.live).count();
+            let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
+            let cells = address_cells(&layout, widest);
+            let at = fmt_duration(o.ts_nanos.saturating_sub(origin));
+            Some(view! {
+                <figure class="addr-map-box" data-testid="addr-map" data-free=free.to_string() data-live=(span - free).to_string()>
+                    <figcaption>{format!("GPU {} at {at}: {} from the lowest live address to the highest live end, {} free in {n_free} gap(s); the largest ({}, marked) against the {} request",
+                        o.device.0, fmt_bytes(span), fmt_bytes(free), fmt_bytes(largest), fmt_bytes(o.requested_bytes))}</figcaption>
+                    <div class="addr-map" role="img" aria-label="live allocations and free gaps by address">{cells}</div>
+                </figure>
+            })
         })
         .collect_view();
     let n_ooms = ooms.len();
@@ -979,14 +1093,16 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 view! { <p class="muted" data-testid="no-pools">"This trace has no pool samples: reserved vs allocated is not known."</p> }.into_any()
             }}
             <h3>"Out-of-memory moments"</h3>
-            <p class="muted">"The largest free block is not recorded by trace format v1; the device free memory (NVML) and the pool's reserved-but-unused bytes bound it."</p>
-            <CsvButton name="oom" headers=&["time_nanos", "device", "requested_bytes", "live_bytes", "device_free_bytes", "pool_unused_bytes", "site"] rows=csv />
+            <p class="muted">"The largest free block is the widest gap between the device allocations live at the failure, by address: a request larger than it fails however much is free in all. Where the addresses do not tell, the device free memory (NVML) and the pool's reserved-but-unused bytes bound it."</p>
+            <CsvButton name="oom" headers=&["time_nanos", "device", "requested_bytes", "live_bytes", "device_free_bytes", "pool_unused_bytes", "largest_free_block_bytes", "site"] rows=csv />
             <table data-testid="oom-table">
                 <caption>{format!("{n_ooms} failed allocation(s)")}</caption>
                 <thead><tr><th scope="col" class="num">"At"</th><th scope="col" class="num">"GPU"</th><th scope="col" class="num">"Requested"</th>
-                    <th scope="col" class="num">"Live then"</th><th scope="col" class="num">"Device free"</th><th scope="col" class="num">"Pool unused"</th><th scope="col">"Call site"</th></tr></thead>
+                    <th scope="col" class="num">"Live then"</th><th scope="col" class="num">"Device free"</th><th scope="col" class="num">"Pool unused"</th><th scope="col" class="num">"Largest free block"</th><th scope="col">"Call site"</th></tr></thead>
                 <tbody>{oom_rows}</tbody>
             </table>
+            {maps}
+            <PinnedAddressMaps a=a.clone() ctx=ctx />
         </section>
     }
 }
