@@ -80,6 +80,46 @@ fn golden_v1_1_trace_decodes_to_its_recorded_records_forever() {
 }
 
 #[test]
+fn lost_framework_history_is_a_warning_not_an_untraced_process() {
+    let mut e = Encoder::new(&Encoder::header_v1());
+    for rec in [
+        Record::Process(ProcessInfo {
+            process: ProcessIdx(0),
+            pid: 7,
+            parent: None,
+            exe: "/usr/bin/python3".into(),
+            argv: vec!["train.py".into()],
+        }),
+        Record::String {
+            id: StringId(1),
+            value: "2 wraps of the history; raise GPUCOLLECT_TORCH_MAX_ENTRIES".into(),
+        },
+        Record::Notice(Notice {
+            ts_nanos: 10,
+            process: ProcessIdx(0),
+            code: notice_code::FRAMEWORK_HISTORY_LOST,
+            message: StringId(1),
+        }),
+        Record::End { ts_nanos: 20 },
+    ] {
+        e.record(&rec);
+    }
+    let r = summarize(&load(&e.into_bytes()).expect("loads"));
+    assert!(
+        r.capture_incomplete.is_empty(),
+        "{:?}",
+        r.capture_incomplete
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("process 7 was traced, but") && w.contains("2 wraps")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
 fn golden_v1_2_trace_decodes_to_its_recorded_records_forever() {
     if bless() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.2/");

@@ -224,7 +224,11 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         capture_incomplete: trace
             .warnings
             .iter()
-            .filter(|w| matches!(w, crate::decode::Warning::CaptureIncomplete { .. }))
+            // Lost framework history leaves a traced process: its memory is there.
+            .filter(|w| {
+                matches!(w, crate::decode::Warning::CaptureIncomplete { code, .. }
+                    if *code != crate::format::notice_code::FRAMEWORK_HISTORY_LOST)
+            })
             .map(ToString::to_string)
             .collect(),
         fatal: trace.fatal.as_ref().map(ToString::to_string),

@@ -108,7 +108,8 @@ pub struct Report {
     /// Decoder and model warnings, as sentences.
     pub warnings: Vec<String>,
     /// Processes the collector could not trace (another CUPTI client, no CUPTI), as sentences:
-    /// their memory is missing, so a check must not pass on this trace.
+    /// their memory is missing, so a check must not pass on this trace. (A framework history
+    /// that lost entries is a warning only: the process was traced.)
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub capture_incomplete: Vec<String>,
     /// The error that stopped decoding early, if any.

@@ -202,6 +202,16 @@ impl fmt::Display for Warning {
                 f,
                 "the collector dropped {count} event(s); totals may be understated"
             ),
+            Self::CaptureIncomplete {
+                pid,
+                code: crate::format::notice_code::FRAMEWORK_HISTORY_LOST,
+                message,
+            } => write!(
+                f,
+                "process {pid} was traced, but its framework's allocation history lost entries \
+                 before they were read: {message}; some framework blocks (tensors) and their \
+                 frees are missing from this trace, its driver-level memory is complete"
+            ),
             Self::CaptureIncomplete { pid, message, .. } => write!(
                 f,
                 "process {pid} was not traced: {message}; its memory is missing from this trace"

@@ -500,6 +500,10 @@ pub mod notice_code {
     pub const CUPTI_MISSING: u32 = 2;
     /// The capture could not start for another reason (the message says which).
     pub const CAPTURE_FAILED: u32 = 3;
+    /// A framework's allocation history (PyTorch's, read by gpucollect's Python fallback) lost
+    /// entries before they were read: the process was traced, but some of its framework blocks
+    /// and their frees are missing (since format 1.3).
+    pub const FRAMEWORK_HISTORY_LOST: u32 = 4;
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
