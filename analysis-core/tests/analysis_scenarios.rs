@@ -528,6 +528,34 @@ impl Builder {
         })
     }
 
+    /// An allocation at `address` (framework blocks sit inside their segment).
+    fn alloc_at(
+        &mut self,
+        address: u64,
+        size_bytes: u64,
+        stack: StackId,
+        kind: AllocKind,
+    ) -> AllocId {
+        self.t += 1_000_000;
+        self.enc.alloc(&Alloc {
+            ts_nanos: self.t,
+            size_bytes,
+            address,
+            stack,
+            kind,
+            ..Alloc::default()
+        })
+    }
+
+    fn free(&mut self, alloc: AllocId) {
+        self.t += 1_000_000;
+        self.enc.record(&Record::Free(Free {
+            ts_nanos: self.t,
+            alloc,
+            ..Free::default()
+        }));
+    }
+
     fn pool_sample(&mut self, reserved_bytes: u64, used_bytes: u64) {
         self.t += 1_000;
         self.enc.record(&Record::PoolSample(PoolSample {
@@ -538,7 +566,11 @@ impl Builder {
         }));
     }
 
-    fn exit(mut self) -> Report {
+    fn exit(self) -> Report {
+        self.exit_report_and_trace().0
+    }
+
+    fn exit_report_and_trace(mut self) -> (Report, LoadedTrace) {
         self.t += 1_000;
         self.enc.record(&Record::ProcessExit(ProcessExit {
             ts_nanos: self.t,
@@ -547,7 +579,8 @@ impl Builder {
             signal: None,
         }));
         self.enc.record(&Record::End { ts_nanos: self.t });
-        summarize(&load(&self.enc.into_bytes()).expect("loads"))
+        let t = load(&self.enc.into_bytes()).expect("loads");
+        (summarize(&t), t)
     }
 }
 
@@ -631,4 +664,114 @@ fn unknown_kinds_are_not_device_memory_and_pinned_memory_has_its_own_totals_and_
     assert_eq!(f.location, "staging.cpp:19");
     assert_eq!(f.bytes, 64 << 20);
     assert!(f.message.contains("pinned host memory"), "{}", f.message);
+}
+
+/// A PyTorch program as gpucollect's framework capture records it: the caching allocator's
+/// 20 MiB segments (driver allocations under c10's allocator) and, inside them, the tensors
+/// (framework blocks) at the user's Python lines. 40 steps: a batch and an activation freed
+/// every step, parameters made once, and `leak` bytes a step kept at metrics.py:33.
+fn two_layer_training(leak: u64) -> (Report, LoadedTrace) {
+    let mut b = Builder::new();
+    let segment = b.stack(
+        1,
+        &[
+            (
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+                "",
+                0,
+            ),
+            ("forward", "model.py", 20),
+            ("step", "train.py", 40),
+            ("<module>", "train.py", 90),
+        ],
+    );
+    let params = b.stack(
+        2,
+        &[("__init__", "model.py", 8), ("<module>", "train.py", 80)],
+    );
+    let batch = b.stack(
+        3,
+        &[
+            ("load", "data.py", 12),
+            ("step", "train.py", 38),
+            ("<module>", "train.py", 90),
+        ],
+    );
+    let act = b.stack(
+        4,
+        &[
+            ("forward", "model.py", 20),
+            ("step", "train.py", 40),
+            ("<module>", "train.py", 90),
+        ],
+    );
+    let kept = b.stack(
+        5,
+        &[
+            ("update", "metrics.py", 33),
+            ("step", "train.py", 44),
+            ("<module>", "train.py", 90),
+        ],
+    );
+    const SEG: u64 = 20 * MIB;
+    let base = 1u64 << 40;
+    b.alloc_at(base, SEG, segment, AllocKind::Device);
+    b.alloc_at(base, 8 * MIB, params, AllocKind::FrameworkBlock);
+    // Kept blocks fill segments of their own, one after the other.
+    let mut kept_bytes = 0;
+    let mut segments = 1;
+    for _ in 0..40 {
+        let x = b.alloc_at(base + 8 * MIB, 4 * MIB, batch, AllocKind::FrameworkBlock);
+        let y = b.alloc_at(base + 12 * MIB, 6 * MIB, act, AllocKind::FrameworkBlock);
+        if leak > 0 {
+            if kept_bytes + leak > (segments - 1) * SEG {
+                b.alloc_at(base + segments * SEG, SEG, segment, AllocKind::Device);
+                segments += 1;
+            }
+            b.alloc_at(
+                base + SEG + kept_bytes,
+                leak,
+                kept,
+                AllocKind::FrameworkBlock,
+            );
+            kept_bytes += leak;
+        }
+        b.free(y);
+        b.free(x);
+    }
+    b.exit_report_and_trace()
+}
+
+#[test]
+fn with_tensors_the_analysis_reads_the_tensors_and_the_reserve_is_cache() {
+    let (healthy, t) = two_layer_training(0);
+    assert!(healthy.findings.is_empty(), "{:#?}", healthy.findings);
+    // The figures stay the driver's: the reserve is what the device held.
+    assert_eq!(t.model.peak_bytes % (20 * MIB), 0);
+    assert!(t.model.live_at_end_bytes() >= 20 * MIB);
+    let allocated = &t.model.allocated[0];
+    assert_eq!(allocated.live_bytes, 8 * MIB);
+    assert_eq!(allocated.peak_bytes, 18 * MIB);
+    // The segments held at exit are the framework's cache, with its size.
+    assert!(
+        healthy.notes.iter().any(|n| n.kind == FindingKind::Cache),
+        "{:#?}",
+        healthy.notes
+    );
+
+    let (leaking, t) = two_layer_training(MIB);
+    let first = leaking.findings.first().expect("a finding");
+    assert!(first.kind.is_leak(), "{first:#?}");
+    assert_eq!(function_of(&first.site), "update", "{first:#?}");
+    assert!(first.site.contains("metrics.py:33"), "{}", first.site);
+    assert_eq!(first.bytes, 40 * MIB, "{first:#?}");
+    assert!(
+        leaking
+            .findings
+            .iter()
+            .all(|f| !f.site.contains("CachingAllocator")),
+        "{:#?}",
+        leaking.findings
+    );
+    assert_eq!(t.model.allocated[0].live_bytes, 48 * MIB);
 }

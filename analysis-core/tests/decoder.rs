@@ -6,7 +6,7 @@ mod common;
 use analysis_core::msgpack::{write_array_len, write_str, write_uint};
 use analysis_core::synth::{Scenario, generate};
 use analysis_core::*;
-use common::{decode_all, every_record_kind};
+use common::{decode_all, every_record_kind_v1_3};
 use proptest::prelude::*;
 
 const GOLDEN_V1: &[u8] = include_bytes!("assets/v1.0/every-record-kind.msgpack");
@@ -18,6 +18,9 @@ const GOLDEN_V1_1_REPORT: &str = include_str!("assets/v1.1/every-record-kind.rep
 const GOLDEN_V1_2: &[u8] = include_bytes!("assets/v1.2/every-record-kind.msgpack");
 const GOLDEN_V1_2_RECORDS: &str = include_str!("assets/v1.2/every-record-kind.records.json");
 const GOLDEN_V1_2_REPORT: &str = include_str!("assets/v1.2/every-record-kind.report.json");
+const GOLDEN_V1_3: &[u8] = include_bytes!("assets/v1.3/every-record-kind.msgpack");
+const GOLDEN_V1_3_RECORDS: &str = include_str!("assets/v1.3/every-record-kind.records.json");
+const GOLDEN_V1_3_REPORT: &str = include_str!("assets/v1.3/every-record-kind.report.json");
 
 fn records_json(recs: &[Record]) -> String {
     serde_json::to_string_pretty(recs).expect("records serialize") + "\n"
@@ -28,7 +31,7 @@ fn report_json(bytes: &[u8]) -> String {
     serde_json::to_string_pretty(&summarize(&t)).expect("report serializes") + "\n"
 }
 
-/// Set GPUCOLLECT_BLESS=1 to rewrite the golden files of the current version (1.2), and the
+/// Set GPUCOLLECT_BLESS=1 to rewrite the golden files of the current version (1.3), and the
 /// reports (analysis output, not format) of older versions; their traces and records never change.
 fn bless() -> bool {
     std::env::var_os("GPUCOLLECT_BLESS").is_some()
@@ -121,10 +124,36 @@ fn lost_framework_history_is_a_warning_not_an_untraced_process() {
 
 #[test]
 fn golden_v1_2_trace_decodes_to_its_recorded_records_forever() {
+    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_2);
+    assert!(fatal.is_none(), "{fatal:?}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(records_json(&recs), GOLDEN_V1_2_RECORDS);
     if bless() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.2/");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/assets/v1.2/every-record-kind.report.json"
+        );
+        std::fs::write(path, report_json(GOLDEN_V1_2)).expect("write");
+        return;
+    }
+    assert_eq!(report_json(GOLDEN_V1_2), GOLDEN_V1_2_REPORT);
+    // 1.2: the header says the history ends at a snapshot of a running program.
+    let t = load(GOLDEN_V1_2).expect("loads");
+    assert_eq!(
+        (t.model.header.format_major, t.model.header.format_minor),
+        (1, 2)
+    );
+    assert_eq!(t.model.header.ends_at, TraceEnd::Snapshot);
+    // The records are 1.1's: only the header grew.
+    assert_eq!(records_json(&recs), GOLDEN_V1_1_RECORDS);
+}
+
+#[test]
+fn golden_v1_3_trace_decodes_to_its_recorded_records_forever() {
+    if bless() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/assets/v1.3/");
         std::fs::create_dir_all(dir).expect("mkdir");
-        let bytes = every_record_kind();
+        let bytes = every_record_kind_v1_3();
         std::fs::write(format!("{dir}every-record-kind.msgpack"), &bytes).expect("write");
         let (recs, ..) = decode_all(&bytes);
         std::fs::write(
@@ -139,20 +168,36 @@ fn golden_v1_2_trace_decodes_to_its_recorded_records_forever() {
         .expect("write");
         return;
     }
-    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_2);
+    let (recs, _, warnings, fatal) = decode_all(GOLDEN_V1_3);
     assert!(fatal.is_none(), "{fatal:?}");
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert_eq!(records_json(&recs), GOLDEN_V1_2_RECORDS);
-    assert_eq!(report_json(GOLDEN_V1_2), GOLDEN_V1_2_REPORT);
-    // 1.2: the header says the history ends at a snapshot of a running program.
-    let t = load(GOLDEN_V1_2).expect("loads");
+    assert_eq!(records_json(&recs), GOLDEN_V1_3_RECORDS);
+    assert_eq!(report_json(GOLDEN_V1_3), GOLDEN_V1_3_REPORT);
+    // 1.3: framework blocks (kind 7) inside the driver's allocation count in no device total;
+    // the framework layer has them.
+    let t = load(GOLDEN_V1_3).expect("loads");
+    let m = &t.model;
+    assert_eq!((m.header.format_major, m.header.format_minor), (1, 3));
+    assert_eq!(m.allocs[4].kind, AllocKind::FrameworkBlock);
     assert_eq!(
-        (t.model.header.format_major, t.model.header.format_minor),
-        (1, 2)
+        m.live_at_end_bytes(),
+        1 << 20,
+        "the driver's 1 MiB, not the blocks"
     );
-    assert_eq!(t.model.header.ends_at, TraceEnd::Snapshot);
-    // The records are 1.1's: only the header grew.
-    assert_eq!(records_json(&recs), GOLDEN_V1_1_RECORDS);
+    assert_eq!(m.allocated.len(), 1);
+    assert_eq!(m.allocated[0].peak_bytes, 768 << 10);
+    assert_eq!(m.allocated[0].live_bytes, 256 << 10);
+    // The analysis reads the tensor in place of the driver allocation holding it.
+    let v = m.tensor_view().expect("a framework layer");
+    assert_eq!(v.allocs[0].kind, AllocKind::Other, "the segment");
+    assert_eq!(v.allocs[5].kind, AllocKind::Device, "the live tensor");
+    assert_eq!(v.live_at_end_bytes(), 256 << 10);
+    // A reader of 1.2 reads kind 7 as 255 "other", which counts nowhere either: the device
+    // totals are the same for every reader.
+    assert_eq!(
+        AllocKind::from_code(7).is_device_memory(),
+        AllocKind::Other.is_device_memory()
+    );
 }
 
 #[test]
@@ -180,9 +225,9 @@ fn golden_v1_model_facts() {
 
 #[test]
 fn the_current_encoder_still_writes_the_golden_bytes() {
-    // While 1.2 is the current version, the encoder must produce the checked-in bytes exactly.
-    // When the format grows (1.3), keep the old files and their tests above; drop only this check.
-    assert_eq!(every_record_kind(), GOLDEN_V1_2);
+    // While 1.3 is the current version, the encoder must produce the checked-in bytes exactly.
+    // When the format grows (1.4), keep the old files and their tests above; drop only this check.
+    assert_eq!(every_record_kind_v1_3(), GOLDEN_V1_3);
 }
 
 #[test]

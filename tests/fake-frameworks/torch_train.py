@@ -7,6 +7,8 @@ usage: torch_train.py SCENARIO
     an autograd-like graph kept alive through the loss history (LEAK_GRAPH); temporaries
     freed in between. At each sync point the program writes torch.cuda.memory_allocated() as an
     NVTX mark `sync <bytes>`, after waiting long enough for gpucollect's pulls to catch up.
+  bounded: a cache of the last three steps' tensors (BOUNDED_LINE), oldest dropped: bounded,
+    not a leak; the batches are freed every step.
   burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
     small history).
   child: a multiprocessing spawn child keeps one tensor of 48 KiB.
@@ -63,6 +65,17 @@ def train(steps):
     return loss
 
 
+def bounded(steps):
+    recent = []
+    for step in range(steps):
+        batch = load_batch(step)
+        recent.append(torch.empty(16 * KiB))  # BOUNDED_LINE
+        if len(recent) > 3:
+            recent.pop(0)
+        del batch
+        sync()
+
+
 def burst():
     first = torch.empty(KiB)  # noqa: F841 (read by a pull before the burst)
     sync()
@@ -79,6 +92,9 @@ def child():
 if __name__ == "__main__":
     if sys.argv[1] == "leaks":
         graph = train(6)
+        sync()
+    elif sys.argv[1] == "bounded":
+        bounded(12)
         sync()
     elif sys.argv[1] == "child":
         import multiprocessing

@@ -96,7 +96,10 @@ pub(crate) fn group_causes(
         let mut members = alloc::vec![ci];
         for y in x + 1..leaking.len() {
             let cj = leaking[y];
-            let same = if func.1.is_empty() {
+            // Python statements of one function are causes of their own (a list and a cache
+            // of one training step leak for different reasons); C++ lines of one function are
+            // one cause (the buffers a function sets up and never frees).
+            let same = if func.1.is_empty() || causes.python[ci] || causes.python[cj] {
                 causes.keys[cj].3 == causes.keys[ci].3
             } else {
                 causes.functions[cj] == *func
@@ -110,9 +113,12 @@ pub(crate) fn group_causes(
     }
     // A caller's line that every stack of a group passes through (leaking or growing weakly)
     // joins it and names it; groups under the same caller's line become one.
+    // A Python statement that leaks on its own (a list of new tensors) is its own cause, never
+    // the caller's line of another's (the graph a previous statement keeps).
     let callers: Vec<(usize, FrameView)> = leaking
         .iter()
         .copied()
+        .filter(|&ci| !causes.python[ci])
         .chain(weak.iter().map(|w| w.0))
         .filter_map(|ci| chain(ci).into_iter().next().map(|f| (ci, f)))
         .collect();
@@ -136,7 +142,13 @@ pub(crate) fn group_causes(
             let mut named: Option<FrameView> = None;
             for ch in &chains[g] {
                 let outer = ch.len().saturating_sub(1);
-                match ch[..outer].iter().position(same_function) {
+                // A caller: never the frame that allocates.
+                match ch[..outer]
+                    .iter()
+                    .skip(1)
+                    .position(same_function)
+                    .map(|p| p + 1)
+                {
                     Some(p) => {
                         d = d.min(outer - p);
                         named.get_or_insert_with(|| ch[p].clone());

@@ -55,9 +55,15 @@ impl Found {
 }
 
 /// Runs every detector with `config` and returns the full report.
+///
+/// The summary's figures are the driver's (what the device held). The detectors read the
+/// program's own memory: where the trace has a framework's blocks (its tensors), they read
+/// [`TraceModel::tensor_view`], in which the blocks are the allocations and the segments
+/// holding them the framework's reserve (FORMAT.md, "Two layers").
 pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
     let mut report = facts::summary_facts(trace);
-    let m = &trace.model;
+    let view = trace.model.tensor_view();
+    let m = view.as_ref().unwrap_or(&trace.model);
     let mut found = Found::default();
     let sites = SiteIndex::new(m);
     let end = history::classify(m);

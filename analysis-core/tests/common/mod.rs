@@ -37,6 +37,36 @@ pub fn decode_all(bytes: &[u8]) -> (Vec<Record>, Vec<u64>, Vec<Warning>, Option<
 /// A small trace that uses every record kind of the current format (1.2: the 1.1 records, and
 /// the header's `ends_at`, here `snapshot`).
 pub fn every_record_kind() -> Vec<u8> {
+    every_record_kind_with(&[])
+}
+
+/// Format 1.3's golden trace: every record kind, plus the framework layer (a tensor inside the
+/// 1 MiB driver allocation, made and freed, and one left live).
+pub fn every_record_kind_v1_3() -> Vec<u8> {
+    let block = |ts_nanos: u64, offset: u64, size_bytes: u64| {
+        Record::Alloc(Alloc {
+            ts_nanos,
+            size_bytes,
+            address: 0x7f00_0000_0000 + offset,
+            stack: StackId(2),
+            kind: AllocKind::FrameworkBlock,
+            ..Alloc::default()
+        })
+    };
+    every_record_kind_with(&[
+        // Allocations 0-3 are the 1.2 trace's; these are 4 and 5.
+        block(3_870, 0, 512 << 10),
+        block(3_871, 512 << 10, 256 << 10),
+        Record::Free(Free {
+            ts_nanos: 3_875,
+            alloc: AllocId(4),
+            ..Free::default()
+        }),
+    ])
+}
+
+/// The golden records, with `extra` before the last process exit.
+fn every_record_kind_with(extra: &[Record]) -> Vec<u8> {
     let mut h = Encoder::header_v1();
     h.ends_at = TraceEnd::Snapshot;
     h.collector = "gpucollect 0.1.0".into();
@@ -253,7 +283,8 @@ pub fn every_record_kind() -> Vec<u8> {
         }),
         Record::End { ts_nanos: 4_000 },
     ];
-    for r in &recs {
+    let (head, tail) = recs.split_at(recs.len() - 2);
+    for r in head.iter().chain(extra).chain(tail) {
         e.record(r);
     }
     e.into_bytes()

@@ -14,7 +14,7 @@ pub const MAGIC: &str = "gpucollect-trace";
 /// Major format version: a reader refuses a newer major version.
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor format version: newer minors only add record tags, trailing fields and header keys.
-pub const FORMAT_MINOR: u32 = 2;
+pub const FORMAT_MINOR: u32 = 3;
 
 /// Record tags (first element of every record array).
 pub mod tag {

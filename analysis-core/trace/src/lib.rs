@@ -20,6 +20,7 @@ pub mod attribution;
 pub mod decode;
 pub mod encode;
 pub mod format;
+pub mod layers;
 pub mod model;
 pub mod msgpack;
 pub mod synth;

@@ -150,7 +150,7 @@ pub struct ResetEvent {
 }
 
 /// Everything a trace replays into.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct TraceModel {
     pub header: Header,
     pub processes: Vec<ProcessInfo>,
@@ -174,6 +174,11 @@ pub struct TraceModel {
     /// The collector's notices about the capture itself (untraced processes).
     pub notices: Vec<Notice>,
     pub series: Vec<Series>,
+    /// The framework layer (FORMAT.md, "Two layers"): per process and device, the live bytes of
+    /// framework blocks (allocation kind 7, a caching allocator's tensors), as
+    /// `torch.cuda.memory_allocated()` counts them. Empty when the trace has no framework block.
+    /// `host` is always false.
+    pub allocated: Vec<Series>,
     /// Device live bytes summed over every process and device.
     pub total: Timeline,
     pub total_live_bytes: u64,
@@ -214,7 +219,7 @@ pub struct TraceModel {
 /// Replay state of one process: its device live bytes and the highest value reached since the
 /// last range event, folded into the peaks of its open ranges at the next range event (so an
 /// allocation costs O(1) however many ranges are open).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct ProcLive {
     process: ProcessIdx,
     live_bytes: u64,
@@ -441,6 +446,51 @@ impl TraceModel {
         };
         if a.kind.is_tracked() {
             self.apply(key, t, false, a.size_bytes);
+        } else if a.kind == AllocKind::FrameworkBlock {
+            self.apply_allocated(a.process, a.device, t, false, a.size_bytes);
+        }
+    }
+
+    /// Applies a framework block's allocation or release to the framework layer's series.
+    fn apply_allocated(
+        &mut self,
+        process: ProcessIdx,
+        device: DeviceIdx,
+        t: u64,
+        add: bool,
+        bytes: u64,
+    ) {
+        let key = SeriesKey {
+            process,
+            device,
+            host: false,
+        };
+        let i = match self.allocated.iter().position(|s| s.key == key) {
+            Some(i) => i,
+            None => {
+                self.allocated.push(Series {
+                    key,
+                    live_bytes: 0,
+                    live_count: 0,
+                    peak_bytes: 0,
+                    peak_ts_nanos: 0,
+                    timeline: Timeline::new(),
+                });
+                self.allocated.len() - 1
+            }
+        };
+        let s = &mut self.allocated[i];
+        if add {
+            s.live_bytes = s.live_bytes.saturating_add(bytes);
+            s.live_count += 1;
+        } else {
+            s.live_bytes = s.live_bytes.saturating_sub(bytes);
+            s.live_count = s.live_count.saturating_sub(1);
+        }
+        s.timeline.push(t, s.live_bytes);
+        if s.live_bytes > s.peak_bytes {
+            s.peak_bytes = s.live_bytes;
+            s.peak_ts_nanos = t;
         }
     }
 
@@ -512,6 +562,8 @@ impl TraceModel {
                 st.max_size_bytes = st.max_size_bytes.max(a.size_bytes);
                 if a.kind.is_tracked() {
                     self.apply(key, a.ts_nanos, true, a.size_bytes);
+                } else if a.kind == AllocKind::FrameworkBlock {
+                    self.apply_allocated(a.process, a.device, a.ts_nanos, true, a.size_bytes);
                 }
             }
             Record::Free(f) => {
@@ -676,6 +728,9 @@ impl TraceModel {
             self.fold_range_peaks(pi);
         }
         self.total.build_index();
+        for s in &mut self.allocated {
+            s.timeline.build_index();
+        }
         for (i, s) in self.series.iter_mut().enumerate() {
             if self.solo_series == Some(i) {
                 s.timeline = self.total.clone();
@@ -729,6 +784,117 @@ impl TraceModel {
             w.push(Warning::NoEndRecord);
         }
         w
+    }
+
+    /// The model the analysis reads when the trace holds framework blocks (FORMAT.md, "Two
+    /// layers"); `None` when it holds none. In it, framework blocks are device memory (the
+    /// program's own allocations, at their Python lines), the driver allocations holding them
+    /// (the framework's segments) are out of every series (kind 255, "other"), and each
+    /// framework's reserve is its default pool's `pool_sample`s (reserved: live segments; used:
+    /// live blocks) unless the trace has its own. Series, totals, peaks, range and failure
+    /// figures are replayed anew from those allocations; everything else is as recorded.
+    pub fn tensor_view(&self) -> Option<TraceModel> {
+        if self.allocated.is_empty() {
+            return None;
+        }
+        let is_segment = crate::layers::framework_segments(self);
+        let reserve = crate::layers::reserve_samples(self, &is_segment);
+        let mut v = self.clone();
+        for (a, &segment) in v.allocs.iter_mut().zip(&is_segment) {
+            if segment {
+                a.kind = AllocKind::Other;
+            } else if a.kind == AllocKind::FrameworkBlock {
+                a.kind = AllocKind::Device;
+            }
+        }
+        if !reserve.is_empty() {
+            v.pool_samples.extend(reserve);
+            v.pool_samples.sort_by_key(|p| p.ts_nanos);
+        }
+        v.replay_series();
+        Some(v)
+    }
+
+    /// Replays the live-bytes series, totals and peaks from `allocs` as they stand, then the
+    /// figures of ranges and failed allocations that depend on them.
+    fn replay_series(&mut self) {
+        let mut events: Vec<(u64, bool, u32)> = Vec::new();
+        for (i, a) in self.allocs.iter().enumerate() {
+            if a.kind.is_tracked() {
+                events.push((a.ts_nanos, false, i as u32));
+                if !a.is_live() {
+                    events.push((a.free_ts_nanos, true, i as u32));
+                }
+            }
+        }
+        events.sort_unstable();
+        self.series.clear();
+        self.allocated.clear();
+        self.total = Timeline::new();
+        self.total_live_bytes = 0;
+        self.peak_bytes = 0;
+        self.peak_ts_nanos = 0;
+        self.solo_series = None;
+        self.device_series_count = 0;
+        self.last_series = 0;
+        self.procs.clear();
+        self.proc_slots.clear();
+        self.last_proc = 0;
+        // Device live bytes per process over time, for the ranges.
+        let mut per_process: Vec<(ProcessIdx, Timeline)> = Vec::new();
+        for (t, is_free, i) in events {
+            let a = self.allocs[i as usize];
+            let key = SeriesKey {
+                process: a.process,
+                device: a.device,
+                host: !a.kind.is_device_memory(),
+            };
+            self.apply(key, t, !is_free, a.size_bytes);
+            if !key.host {
+                let pi = self.proc_index(a.process);
+                let live = self.procs[pi].live_bytes;
+                match per_process.iter_mut().find(|p| p.0 == a.process) {
+                    Some(p) => p.1.push(t, live),
+                    None => {
+                        let mut tl = Timeline::new();
+                        tl.push(t, live);
+                        per_process.push((a.process, tl));
+                    }
+                }
+            }
+        }
+        for st in self.stack_stats.values_mut() {
+            st.peak_bytes = 0;
+        }
+        self.finished = false;
+        let _ = self.finish();
+        for r in &mut self.ranges {
+            let Some((_, tl)) = per_process.iter().find(|p| p.0 == r.process) else {
+                r.live_before_bytes = 0;
+                r.live_after_bytes = 0;
+                r.peak_bytes = 0;
+                continue;
+            };
+            let end = r.end_ts_nanos.unwrap_or(u64::MAX);
+            r.live_before_bytes = tl.value_at(r.begin_ts_nanos);
+            r.live_after_bytes = tl.value_at(end);
+            let times = tl.times();
+            let from = times.partition_point(|&x| x <= r.begin_ts_nanos);
+            let to = times.partition_point(|&x| x <= end);
+            r.peak_bytes = tl.values()[from..to]
+                .iter()
+                .copied()
+                .fold(r.live_before_bytes, u64::max);
+        }
+        for f in &mut self.failed {
+            let r = f.record;
+            f.live_bytes = self
+                .series
+                .iter()
+                .filter(|s| s.key.process == r.process && s.key.device == r.device && !s.key.host)
+                .map(|s| s.timeline.value_at(r.ts_nanos))
+                .sum();
+        }
     }
 
     /// Device live bytes at the end of the trace.
