@@ -58,6 +58,8 @@ pub const PALETTE: [RGBColor; 8] = [
 ];
 const RESERVED: RGBColor = RGBColor(245, 166, 35);
 const DEVICE_USED: RGBColor = RGBColor(121, 85, 72);
+/// The framework layer: tensors inside the reserve (FORMAT.md, "Two layers").
+const ALLOCATED: RGBColor = RGBColor(0, 137, 123);
 const OOM: RGBColor = RGBColor(219, 68, 55);
 const TEARDOWN: RGBColor = RGBColor(142, 36, 170);
 /// The pinned moment: a colour no series, band or marker uses.
@@ -328,6 +330,20 @@ pub fn timeline_spec<'a>(
                 label: format!("reserved (pool) · GPU {}", d.0),
                 timeline: &pool.reserved,
                 color: RESERVED,
+                style: LayerStyle::Line,
+            });
+        }
+    }
+    // The framework layer: the tensors inside the reserve the series show.
+    for s in &m.allocated {
+        if f.admits_series(s.key.process, s.key.device) {
+            layers.push(Layer {
+                label: format!(
+                    "allocated (tensors) · process {} · GPU {}",
+                    s.key.process.0, s.key.device.0
+                ),
+                timeline: &s.timeline,
+                color: ALLOCATED,
                 style: LayerStyle::Line,
             });
         }
@@ -1038,6 +1054,20 @@ mod tests {
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
         assert!(svg.contains("OOM "), "failed allocations are marked");
         assert!(svg.contains("process 0"), "legend names the series");
+    }
+
+    #[test]
+    fn a_trace_with_tensors_draws_both_layers() {
+        let bytes =
+            include_bytes!("../../analysis-core/tests/assets/v1.3/every-record-kind.msgpack");
+        let a = TraceData::new(analysis_core::load(bytes).expect("loads"), "v1.3");
+        let spec = timeline_spec(&a, &ViewState::default(), Theme::LIGHT, None);
+        let labels: Vec<&str> = spec.layers.iter().map(|l| l.label.as_str()).collect();
+        assert!(
+            labels.contains(&"allocated (tensors) · process 0 · GPU 0"),
+            "{labels:?}"
+        );
+        assert!(labels.contains(&"process 0 · GPU 0"), "{labels:?}");
     }
 
     #[test]
