@@ -155,6 +155,19 @@ pub fn render(r: &Report) -> String {
             fmt_bytes(p.live_at_end_bytes)
         );
     }
+    for a in &r.allocated {
+        let _ = writeln!(
+            o,
+            "Tensors of process {} on GPU {} (framework blocks inside the reserve): peak {}, \
+             live at end {} in {} of {} block(s)",
+            a.process.0,
+            a.device.0,
+            fmt_bytes(a.peak_bytes),
+            fmt_bytes(a.live_at_end_bytes),
+            a.live_at_end_count,
+            a.block_count
+        );
+    }
     if !r.failed_allocations.is_empty() {
         let _ = writeln!(o, "Failed allocations: {}", r.failed_allocations.len());
         for f in &r.failed_allocations {

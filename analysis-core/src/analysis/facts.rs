@@ -9,7 +9,8 @@ use hashbrown::HashMap;
 use crate::format::*;
 use crate::model::{AllocRecord, LoadedTrace, TraceModel};
 use crate::report::{
-    DeviceSummary, FailedSummary, PinnedHostSummary, ProcessSummary, Report, SiteBytes,
+    AllocatedSummary, DeviceSummary, FailedSummary, PinnedHostSummary, ProcessSummary, Report,
+    SiteBytes,
 };
 
 use super::Config;
@@ -197,6 +198,32 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         }
     }
     pinned_host.sort_by_key(|p| p.process);
+    let mut allocated: Vec<AllocatedSummary> = m
+        .allocated
+        .iter()
+        .map(|s| AllocatedSummary {
+            process: s.key.process,
+            device: s.key.device,
+            peak_bytes: s.peak_bytes,
+            peak_ts_nanos: s.peak_ts_nanos,
+            live_at_end_bytes: s.live_bytes,
+            live_at_end_count: s.live_count,
+            block_count: 0,
+        })
+        .collect();
+    for a in m
+        .allocs
+        .iter()
+        .filter(|a| a.kind == AllocKind::FrameworkBlock)
+    {
+        if let Some(s) = allocated
+            .iter_mut()
+            .find(|s| s.process == a.process && s.device == a.device)
+        {
+            s.block_count += 1;
+        }
+    }
+    allocated.sort_by_key(|s| (s.process, s.device));
     Report {
         format_version: alloc::format!("{}.{}", h.format_major, h.format_minor),
         collector: h.collector.clone(),
@@ -217,6 +244,7 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         live_at_end_count,
         live_at_end_sites,
         pinned_host,
+        allocated,
         failed_allocations,
         clean_end: m.clean_end,
         dropped_events: m.dropped_events,

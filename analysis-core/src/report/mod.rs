@@ -61,6 +61,20 @@ pub struct PinnedHostSummary {
     pub live_at_end_bytes: u64,
 }
 
+/// The framework layer of one process on one device (FORMAT.md, "Two layers"): its tensors, as
+/// `torch.cuda.memory_allocated()` counts them, inside the reserve the device totals show.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AllocatedSummary {
+    pub process: ProcessIdx,
+    pub device: DeviceIdx,
+    pub peak_bytes: u64,
+    pub peak_ts_nanos: u64,
+    pub live_at_end_bytes: u64,
+    /// Framework blocks made, and still live at the end.
+    pub block_count: u64,
+    pub live_at_end_count: u64,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FailedSummary {
     pub ts_nanos: u64,
@@ -101,6 +115,10 @@ pub struct Report {
     /// Pinned host memory (cudaHostAlloc / cuMemHostAlloc), per process.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub pinned_host: Vec<PinnedHostSummary>,
+    /// The framework layer (tensors inside the reserve), per process and device; empty when
+    /// the trace has no framework block (since format 1.3).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub allocated: Vec<AllocatedSummary>,
     pub failed_allocations: Vec<FailedSummary>,
     /// Whether the trace ended with an `end` record.
     pub clean_end: bool,
