@@ -278,9 +278,23 @@ fn run_torch(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
 
 /// Runs `script SCENARIO` of tests/fake-frameworks under gpucollect on the fake CUDA stack.
 fn run_script(script: &str, scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
+    run_in(&frameworks_dir(), script, scenario, opts, env)
+}
+
+/// Runs `script SCENARIO` of the fake frameworks in `dir` (tests/fake-frameworks or a copy)
+/// under gpucollect on the fake CUDA stack, with a cache directory of its own
+/// (XDG_CACHE_HOME: `dir`/cache unless `env` says otherwise).
+fn run_in(
+    dir: &Path,
+    script: &str,
+    scenario: &str,
+    opts: &[&str],
+    env: &[(&str, &str)],
+) -> TorchRun {
     let cuda = fake_cuda();
+    let tag = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let trace_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "python-hook-{script}-{scenario}{}.msgpack",
+        "python-hook-{tag}-{script}-{scenario}{}.msgpack",
         opts.join("")
     ));
     let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
@@ -289,12 +303,14 @@ fn run_script(script: &str, scenario: &str, opts: &[&str], env: &[(&str, &str)])
         .arg(&trace_path)
         .args(opts)
         .arg("python3")
-        .arg(frameworks_dir().join(script))
+        .arg(dir.join(script))
         .arg(scenario)
         .env("GPUCOLLECT_CUPTI_PATH", cuda.join("libcupti.so"))
         .env("FAKE_LIBCUDA", cuda.join("libcuda.so.1"))
         .env("FAKE_NVTX", cuda.join("libnvtx.so"))
-        .env("PYTHONPATH", frameworks_dir())
+        .env("PYTHONPATH", dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env_remove("CXX")
         .envs(env.iter().copied())
         .output()
         .expect("run gpucollect");
@@ -501,4 +517,253 @@ fn a_spawned_child_s_tensors_are_its_own_framework_blocks() {
         frames.first().map(|f| f.line),
         Some(train_line("CHILD_LINE"))
     );
+}
+
+// ---- PyTorch through the C++ trace tracker, on a copy of the fake torch with its own
+// libc10_cuda.so (tests/fake-frameworks/fake_c10_cuda.cpp) ----
+
+/// A fresh copy of tests/fake-frameworks in `name` under the test's temporary directory, with
+/// the fake libc10_cuda.so built into torch/lib (g++), an empty cache directory (`cache/`),
+/// and, with `broken_header`, a fake CUDACachingAllocator.h that no longer compiles.
+fn tracker_frameworks(name: &str, broken_header: bool) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("create the copy");
+        for e in std::fs::read_dir(from).expect("read the fake frameworks") {
+            let e = e.expect("an entry");
+            let (src, name) = (e.path(), e.file_name());
+            if name == "__pycache__" {
+                continue;
+            }
+            if src.is_dir() {
+                copy(&src, &to.join(&name));
+            } else {
+                std::fs::copy(&src, to.join(&name)).expect("copy a file");
+            }
+        }
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tracker-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy(&frameworks_dir(), &dir);
+    std::fs::create_dir_all(dir.join("torch/lib")).expect("create torch/lib");
+    std::fs::create_dir_all(dir.join("cache")).expect("create the cache dir");
+    let st = Command::new("g++")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-std=c++17",
+            "-Wl,-soname,libc10_cuda.so",
+        ])
+        .arg("-I")
+        .arg(dir.join("torch/include"))
+        .arg("-o")
+        .arg(dir.join("torch/lib/libc10_cuda.so"))
+        .arg(dir.join("fake_c10_cuda.cpp"))
+        .status()
+        .expect("g++ is needed to build the fake libc10_cuda.so");
+    assert!(st.success(), "g++ fake_c10_cuda.cpp failed");
+    if broken_header {
+        let header = dir.join("torch/include/c10/cuda/CUDACachingAllocator.h");
+        let text = std::fs::read_to_string(&header).expect("read the header");
+        // What a header of another release could do: the tracker type is gone.
+        let text = text.replace(
+            "using AllocatorTraceTracker = std::function<void(const TraceEntry&)>;",
+            "",
+        );
+        std::fs::write(&header, text).expect("break the header");
+    }
+    dir
+}
+
+/// The shims in a cache directory.
+fn cached_shims(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir.join("cache/gpucollect")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".so"))
+        .collect()
+}
+
+fn torch_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: torch:"))
+        .collect()
+}
+
+#[test]
+fn the_trace_tracker_records_each_tensor_in_its_thread_at_the_users_line() {
+    let dir = tracker_frameworks("leaks", false);
+    let r = run_in(&dir, "torch_train.py", "leaks", &[], &[]);
+    let lines = torch_lines(&r.stderr);
+    // The first build says so, then the mode.
+    assert_eq!(lines.len(), 2, "{}", r.stderr);
+    assert!(
+        lines[0].contains("building the trace tracker"),
+        "{}",
+        r.stderr
+    );
+    assert!(lines[1].contains("trace tracker"), "{}", r.stderr);
+    assert!(!r.stderr.contains("Python fallback"), "{}", r.stderr);
+    assert_eq!(cached_shims(&dir).len(), 1);
+
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 24, "{}", r.stderr);
+    // Live tensor bytes equal memory_allocated() at every sync point, with no delay to wait
+    // for: the tracker records each tensor before the allocation returns.
+    let syncs: Vec<(u64, u64)> = m
+        .marks
+        .iter()
+        .filter_map(|mk| {
+            let bytes = m.string(mk.name).strip_prefix("sync ")?.parse().ok()?;
+            Some((mk.ts_nanos, bytes))
+        })
+        .collect();
+    assert_eq!(syncs.len(), 7, "{}", r.stderr);
+    let last_sync = syncs[6].0;
+    for (ts, allocated) in syncs {
+        let live: u64 = blocks
+            .iter()
+            .filter(|a| a.live_at(ts))
+            .map(|a| a.size_bytes)
+            .sum();
+        assert_eq!(live, allocated, "at {ts} ns");
+    }
+    // The allocating thread (the one that took the segments from the driver), not a reader.
+    let segment_thread = m
+        .allocs
+        .iter()
+        .find(|a| a.kind == AllocKind::Device)
+        .expect("a segment")
+        .thread;
+    for (marker, size) in [
+        ("BATCH_LINE", 64 << 10),
+        ("GRAPH_LINE", 32 << 10),
+        ("LIST_LINE", 16 << 10),
+        ("CACHE_LINE", 8 << 10),
+    ] {
+        let line = train_line(marker);
+        let of_size: Vec<_> = blocks.iter().filter(|a| a.size_bytes == size).collect();
+        assert_eq!(of_size.len(), 6, "{marker}");
+        for a in of_size {
+            assert_eq!(a.thread, segment_thread, "{marker}");
+            let frames = m.stack_frames(a.stack);
+            let user = analysis_core::attribution::user_frame_index(&frames, &[])
+                .map(|i| &frames[i])
+                .unwrap_or_else(|| panic!("{marker}: no user frame in {frames:#?}"));
+            assert!(
+                user.python && user.file.ends_with("torch_train.py") && user.line == line,
+                "{marker}: {frames:#?}"
+            );
+            // Native frames too: the stack is captured in the allocating thread, through the
+            // allocator (the fake libc10_cuda.so) and the Python frames that called it.
+            assert!(
+                frames.iter().any(|f| f.module.ends_with("libc10_cuda.so")),
+                "{marker}: {frames:#?}"
+            );
+        }
+        // At the last sync point (the tracker also sees what the interpreter frees at exit).
+        let live = blocks
+            .iter()
+            .filter(|a| a.size_bytes == size && a.live_at(last_sync))
+            .count();
+        assert_eq!(live, if marker == "BATCH_LINE" { 0 } else { 6 }, "{marker}");
+    }
+    assert!(m.notices.is_empty(), "{:?}", m.notices);
+}
+
+#[test]
+fn the_trace_tracker_is_built_once_and_then_loaded_from_the_cache() {
+    let dir = tracker_frameworks("cache", false);
+    let first = run_in(&dir, "torch_train.py", "child", &[], &[]);
+    assert!(
+        first.stderr.contains("building the trace tracker"),
+        "{}",
+        first.stderr
+    );
+    let built = cached_shims(&dir);
+    assert_eq!(built.len(), 1, "{built:?}");
+    let modified = |name: &str| {
+        std::fs::metadata(dir.join("cache/gpucollect").join(name))
+            .and_then(|m| m.modified())
+            .expect("the shim's mtime")
+    };
+    let before = modified(&built[0]);
+    // The spawned child of this scenario found it in the cache too: one build in all.
+    assert_eq!(
+        first.stderr.matches("building the trace tracker").count(),
+        1,
+        "{}",
+        first.stderr
+    );
+    let second = run_in(&dir, "torch_train.py", "child", &[], &[]);
+    assert!(!second.stderr.contains("building"), "{}", second.stderr);
+    assert_eq!(cached_shims(&dir), built);
+    assert_eq!(modified(&built[0]), before, "the shim was rebuilt");
+    for r in [&first, &second] {
+        let lines = torch_lines(&r.stderr);
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.contains("trace tracker (C++"))
+                .count()
+                == 2,
+            "one mode line per process: {}",
+            r.stderr
+        );
+        let blocks = blocks(&r.trace);
+        assert_eq!(blocks.len(), 1, "{}", r.stderr);
+        assert_eq!(blocks[0].size_bytes, 48 << 10);
+    }
+}
+
+#[test]
+fn a_broken_header_or_no_compiler_falls_back_to_history_with_one_line_saying_why() {
+    let broken = tracker_frameworks("broken-header", true);
+    let no_cxx = tracker_frameworks("no-compiler", false);
+    for (dir, env, why) in [
+        (&broken, &[][..], "build failed"),
+        (
+            &no_cxx,
+            &[("CXX", "/nonexistent/c++")][..],
+            "no C++ compiler",
+        ),
+    ] {
+        let r = run_in(dir, "torch_train.py", "leaks", &[], env);
+        let fallback: Vec<&str> = torch_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| !l.contains("building the trace tracker"))
+            .collect();
+        assert_eq!(fallback.len(), 1, "{why}: {}", r.stderr);
+        assert!(
+            fallback[0].contains("Python fallback") && fallback[0].contains(why),
+            "{why}: {}",
+            r.stderr
+        );
+        assert!(cached_shims(dir).is_empty(), "{why}");
+        // The fallback still records every tensor.
+        assert_eq!(blocks(&r.trace).len(), 24, "{why}: {}", r.stderr);
+    }
+    // A failed build is not retried by the processes the program starts (spawned workers).
+    let r = run_in(&broken, "torch_train.py", "child", &[], &[]);
+    assert_eq!(
+        r.stderr.matches("building the trace tracker").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.matches("build failed").count(), 2, "{}", r.stderr);
+    assert_eq!(blocks(&r.trace).len(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn no_framework_builds_no_tracker() {
+    let dir = tracker_frameworks("no-framework", false);
+    let r = run_in(&dir, "torch_train.py", "child", &["--no-framework"], &[]);
+    assert!(blocks(&r.trace).is_empty());
+    assert!(!r.stderr.contains("gpucollect: torch"), "{}", r.stderr);
+    assert!(cached_shims(&dir).is_empty());
 }
