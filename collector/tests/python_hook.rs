@@ -767,3 +767,26 @@ fn no_framework_builds_no_tracker() {
     assert!(!r.stderr.contains("gpucollect: torch"), "{}", r.stderr);
     assert!(cached_shims(&dir).is_empty());
 }
+
+#[test]
+fn a_tracker_the_allocator_refuses_falls_back_to_history_and_says_why() {
+    let dir = tracker_frameworks("refused", false);
+    let r = run_in(
+        &dir,
+        "torch_train.py",
+        "leaks",
+        &[],
+        &[("FAKE_C10_CUDA_REFUSE_TRACKERS", "1")],
+    );
+    let fallback: Vec<&str> = torch_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("Python fallback"))
+        .collect();
+    assert_eq!(fallback.len(), 1, "{}", r.stderr);
+    assert!(
+        fallback[0].contains("not attached") && fallback[0].contains("takes no trace trackers"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(blocks(&r.trace).len(), 24, "{}", r.stderr);
+}

@@ -5,13 +5,15 @@
 // allocator (torch/cuda/memory.py, through ctypes) calls for every action, which calls every
 // tracker under a lock in the calling thread, as PyTorch's record_trace does under its
 // per-device lock. It also counts the calls and the time spent in trackers, for the
-// benchmark.
+// benchmark. With FAKE_C10_CUDA_REFUSE_TRACKERS set, attaching a tracker throws.
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include <time.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 namespace c10::cuda::CUDACachingAllocator {
@@ -20,6 +22,10 @@ namespace {
 class FakeAllocator final : public CUDAAllocator {
  public:
   void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) override {
+    if (std::getenv("FAKE_C10_CUDA_REFUSE_TRACKERS") != nullptr) {
+      // As an allocator backend without trackers does (c10::Error is a std::exception).
+      throw std::runtime_error("fake libc10_cuda: this allocator takes no trace trackers");
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     trackers_.push_back(std::move(tracker));
   }

@@ -322,33 +322,44 @@ def _build_tracker(torch):
         )
         sys.stderr.flush()
         tmp = "%s.%d.tmp" % (target, os.getpid())
-        cmd = list(cxx) + ["-shared", "-fPIC", "-O2", "-std=c++17", "-fvisibility=hidden"]
+        flags = []
         if abi is not None:
-            cmd.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % int(bool(abi)))
+            flags.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % int(bool(abi)))
         for d in [include] + _cuda_include_dirs():
-            cmd += ["-I", d]
-        cmd += [source, "-o", tmp, "-L", lib_dir, "-Wl,-rpath," + lib_dir, "-lc10_cuda"]
+            flags += ["-I", d]
+        libs = ["-L", lib_dir, "-Wl,-rpath," + lib_dir, "-lc10_cuda"]
         if os.path.isfile(os.path.join(lib_dir, "libc10.so")):
-            cmd.append("-lc10")
-        cmd.append("-ldl")
+            libs.append("-lc10")
+        libs.append("-ldl")
         import subprocess
 
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.SubprocessError) as e:
-            return None, "the trace tracker's build failed: %s" % e
-        if out.returncode != 0:
+        # C++17 is what PyTorch 2.x's headers ask for; C++20 in case a release asks for more.
+        # The first attempt's error is the one reported.
+        first_error = None
+        for std in ("c++17", "c++20"):
+            cmd = list(cxx) + ["-shared", "-fPIC", "-O2", "-std=" + std, "-fvisibility=hidden"]
+            cmd += flags + [source, "-o", tmp] + libs
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            except (OSError, subprocess.SubprocessError) as e:
+                first_error = first_error or "the trace tracker's build failed: %s" % e
+                break
+            if out.returncode == 0:
+                break
             if os.path.exists(tmp):
                 os.unlink(tmp)
-            lines = (out.stderr or out.stdout or "").splitlines()
-            first = next((l for l in lines if "error" in l), lines[0] if lines else "")
-            why = "the trace tracker's build failed (%s exited with %d: %s)" % (
-                cxx[0],
-                out.returncode,
-                first.strip(),
-            )
-            os.environ[_BUILD_FAILED] = why
-            return None, why
+            if first_error is None:
+                lines = (out.stderr or out.stdout or "").splitlines()
+                line = next((l for l in lines if "error" in l), lines[0] if lines else "")
+                first_error = "the trace tracker's build failed (%s exited with %d: %s)" % (
+                    cxx[0],
+                    out.returncode,
+                    line.strip(),
+                )
+        if not os.path.isfile(tmp):
+            first_error = first_error or "the trace tracker's build wrote no %s" % tmp
+            os.environ[_BUILD_FAILED] = first_error
+            return None, first_error
         os.replace(tmp, target)
     return target, None
 
