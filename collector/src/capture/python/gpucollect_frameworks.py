@@ -356,6 +356,12 @@ def _build_tracker(torch):
                     out.returncode,
                     line.strip(),
                 )
+                if "No such file" in line and ("cuda" in line or "crt/" in line):
+                    first_error += (
+                        "; torch's headers include the CUDA runtime's: set CUDA_HOME to a CUDA "
+                        "toolkit, or pip install the nvidia-cuda-runtime and nvidia-cuda-crt "
+                        "wheels of torch's CUDA version"
+                    )
         if not os.path.isfile(tmp):
             first_error = first_error or "the trace tracker's build wrote no %s" % tmp
             os.environ[_BUILD_FAILED] = first_error
