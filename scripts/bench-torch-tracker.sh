@@ -6,8 +6,9 @@
 # (CLOCK_MONOTONIC around each action's tracker calls, in the allocating thread): the shim,
 # gpucollect_framework_trace, its stack capture and the ring write. Per tensor event = that
 # time over allocations + frees; it also counts the free_requested and segment actions the shim
-# ignores, and two clock reads per action. With the stacks of the allocations (default:
-# native and Python frames) and without (--no-stacks).
+# ignores, and two clock reads per action; then allocations alone, and frees with the ignored
+# actions. With the stacks of the allocations (default: native and Python frames) and without
+# (--no-stacks).
 # Usage: scripts/bench-torch-tracker.sh [TENSORS]  (env BIN: gpucollect, default target/release)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +30,7 @@ for mode in stacks no-stacks; do
     XDG_CACHE_HOME="$tmp/cache" PYTHONPATH="$tmp/fw" \
     "$bin" "${opts[@]}" python3 "$tmp/fw/torch_bench.py" "$n" 2>&1)
   echo "$out" | grep -q 'trace tracker (C++' || { echo "$out" >&2; exit 1; }
-  # "tracker: C calls, T ns"
+  # "tracker: C calls, T ns, A alloc calls, N ns"
   echo "$out" | grep '^tracker:' | awk -v m="$mode" -v n="$n" \
-    '{ printf "%s: %d tracker calls for %d tensor events; per tensor event: %.3f us\n", m, $2, 2 * n, $4 / 1e3 / (2 * n) }'
+    '{ printf "%s: %d tracker calls for %d tensor events; per tensor event: %.3f us; per allocation: %.3f us; per free (with the ignored actions): %.3f us\n", m, $2, 2 * n, $4 / 1e3 / (2 * n), $9 / 1e3 / $6, ($4 - $9) / 1e3 / n }'
 done

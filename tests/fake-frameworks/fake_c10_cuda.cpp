@@ -44,9 +44,14 @@ class FakeAllocator final : public CUDAAllocator {
       tracker(entry);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    tracker_nanos_ += static_cast<uint64_t>((t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                                            (t1.tv_nsec - t0.tv_nsec));
+    const auto nanos = static_cast<uint64_t>((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                             (t1.tv_nsec - t0.tv_nsec));
+    tracker_nanos_ += nanos;
     tracker_calls_ += 1;
+    if (action == TraceEntry::ALLOC) {
+      alloc_nanos_ += nanos;
+      alloc_calls_ += 1;
+    }
   }
 
   int trackers() {
@@ -64,11 +69,23 @@ class FakeAllocator final : public CUDAAllocator {
     return tracker_calls_;
   }
 
+  uint64_t alloc_nanos() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return alloc_nanos_;
+  }
+
+  uint64_t alloc_calls() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return alloc_calls_;
+  }
+
  private:
   std::mutex mutex_;
   std::vector<AllocatorTraceTracker> trackers_;
   uint64_t tracker_nanos_ = 0;
   uint64_t tracker_calls_ = 0;
+  uint64_t alloc_nanos_ = 0;
+  uint64_t alloc_calls_ = 0;
 };
 
 FakeAllocator fake;
@@ -98,4 +115,13 @@ extern "C" __attribute__((visibility("default"))) uint64_t fake_c10_cuda_tracker
 
 extern "C" __attribute__((visibility("default"))) uint64_t fake_c10_cuda_tracker_calls() {
   return fake.tracker_calls();
+}
+
+// Of those, the calls and time for ALLOC actions.
+extern "C" __attribute__((visibility("default"))) uint64_t fake_c10_cuda_alloc_nanos() {
+  return fake.alloc_nanos();
+}
+
+extern "C" __attribute__((visibility("default"))) uint64_t fake_c10_cuda_alloc_calls() {
+  return fake.alloc_calls();
 }

@@ -23,6 +23,8 @@ if _c10_cuda is not None:
     ]
     _c10_cuda.fake_c10_cuda_tracker_nanos.restype = ctypes.c_uint64
     _c10_cuda.fake_c10_cuda_tracker_calls.restype = ctypes.c_uint64
+    _c10_cuda.fake_c10_cuda_alloc_nanos.restype = ctypes.c_uint64
+    _c10_cuda.fake_c10_cuda_alloc_calls.restype = ctypes.c_uint64
 
 from . import _C, cuda  # noqa: E402, F401
 
