@@ -583,6 +583,7 @@ fn cached_shims(dir: &Path) -> Vec<String> {
     rd.flatten()
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.ends_with(".so"))
+        .inspect(|n| assert!(n.starts_with("libgpucollect_torch_tracker-"), "{n}"))
         .collect()
 }
 

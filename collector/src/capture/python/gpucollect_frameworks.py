@@ -302,7 +302,10 @@ def _build_tracker(torch):
     abi_key = "abi-unknown" if abi is None else "abi%d" % int(bool(abi))
     safe = "".join(c if c.isalnum() or c in ".+-_" else "_" for c in version)
     cache = _cache_dir()
-    target = os.path.join(cache, "torch-tracker-%s-%s-%s.so" % (safe, abi_key, digest))
+    # Named like gpucollect's other libraries, so reports count its frames as gpucollect's.
+    target = os.path.join(
+        cache, "libgpucollect_torch_tracker-%s-%s-%s.so" % (safe, abi_key, digest)
+    )
     if os.path.isfile(target):
         return target, None
     try:
