@@ -7,8 +7,9 @@
 // thread. It only maps the trace entry to plain integers and calls the injection library's
 // gpucollect_framework_trace (collector/inject/src/framework_tracker.rs), which captures the
 // thread's native and Python stacks itself: no allocation, locks, logging, CUDA calls or GIL
-// here or there. Only the names the headers give are used (TraceEntry's action_, device_,
-// addr_, size_, stream_ and, where the release has it, mempool_), never a hard-coded layout.
+// here or there. Only the names the headers give are used (TraceEntry's action_, addr_, size_,
+// stream_ and, where the release has them, device_ and mempool_), never a hard-coded layout.
+// Checked against PyTorch 2.15.0's headers (C++20) and the fake torch's (tests/fake-frameworks).
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include <dlfcn.h>
@@ -40,6 +41,21 @@ template <typename T>
 struct HasMempool<T, std::void_t<decltype(std::declval<const T&>().mempool_)>>
     : std::true_type {};
 
+// device_ is there in every release with trackers checked (2.8-2.15); 0 where it is not.
+template <typename T, typename = void>
+struct HasDevice : std::false_type {};
+template <typename T>
+struct HasDevice<T, std::void_t<decltype(std::declval<const T&>().device_)>> : std::true_type {};
+
+template <typename T>
+uint32_t device_of(const T& e) {
+  if constexpr (HasDevice<T>::value) {
+    return static_cast<uint32_t>(e.device_);
+  } else {
+    return 0;
+  }
+}
+
 // A private pool's id: graph pools are {id, 0} and user pools {0, id}; the default is {0, 0}.
 template <typename T>
 uint64_t pool_of(const T& e) {
@@ -64,7 +80,7 @@ void on_trace(const TraceEntry& e) {
       // followed by free_completed once the block's streams are done with it.
       return;
   }
-  g_trace(action, static_cast<uint32_t>(e.device_), static_cast<uint64_t>(e.addr_),
+  g_trace(action, device_of(e), static_cast<uint64_t>(e.addr_),
           static_cast<uint64_t>(e.size_), reinterpret_cast<uintptr_t>(e.stream_), pool_of(e));
 }
 
@@ -84,6 +100,7 @@ void set_error(char* error, size_t error_len, const char* message) {
 // is attached), -1 when torch refused (the reason in `error`).
 extern "C" __attribute__((visibility("default"))) int gpucollect_torch_tracker_attach(
     const char* injection, char* error, size_t error_len) {
+  set_error(error, error_len, "");
   if (g_attached) {
     return 1;
   }
