@@ -255,19 +255,24 @@ def _compiler():
 
 
 def _cuda_include_dirs():
-    """CUDA runtime headers, which torch's own headers include (cuda_runtime_api.h): the
-    toolkit's, or the nvidia-cuda-runtime wheel's next to torch."""
+    """CUDA runtime headers, which torch's own headers include (cuda_runtime_api.h and the
+    crt/ headers it includes): the toolkit's, or those of the NVIDIA wheels next to torch
+    (CUDA 12: nvidia-cuda-runtime-cu12, crt/ in nvidia-cuda-nvcc-cu12; CUDA 13: both in
+    nvidia/cu13, crt/ from nvidia-cuda-crt)."""
     dirs = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             dirs.append(os.path.join(os.environ[var], "include"))
     dirs.append("/usr/local/cuda/include")
     for path in sys.path:
-        for sub in ("nvidia/cuda_runtime/include", "nvidia/cu13/include"):
-            dirs.append(os.path.join(path or os.curdir, sub))
+        for sub in ("cuda_runtime", "cuda_nvcc", "cu13"):
+            dirs.append(os.path.join(path or os.curdir, "nvidia", sub, "include"))
     seen = []
     for d in dirs:
-        if os.path.isfile(os.path.join(d, "cuda_runtime_api.h")) and d not in seen:
+        useful = os.path.isfile(os.path.join(d, "cuda_runtime_api.h")) or os.path.isfile(
+            os.path.join(d, "crt", "host_config.h")
+        )
+        if useful and d not in seen:
             seen.append(d)
     return seen
 
@@ -362,8 +367,9 @@ def _build_tracker(torch):
                 if "No such file" in line and ("cuda" in line or "crt/" in line):
                     first_error += (
                         "; torch's headers include the CUDA runtime's: set CUDA_HOME to a CUDA "
-                        "toolkit, or pip install the nvidia-cuda-runtime and nvidia-cuda-crt "
-                        "wheels of torch's CUDA version"
+                        "toolkit, or pip install the wheels that carry them (CUDA 12: "
+                        "nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12; CUDA 13: "
+                        "nvidia-cuda-runtime and nvidia-cuda-crt)"
                     )
         if not os.path.isfile(tmp):
             first_error = first_error or "the trace tracker's build wrote no %s" % tmp
