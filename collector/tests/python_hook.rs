@@ -722,15 +722,21 @@ fn the_trace_tracker_is_built_once_and_then_loaded_from_the_cache() {
 }
 
 #[test]
-fn a_broken_header_or_no_compiler_falls_back_to_history_with_one_line_saying_why() {
+fn a_broken_header_no_compiler_or_no_cache_falls_back_to_history_with_one_line_saying_why() {
     let broken = tracker_frameworks("broken-header", true);
     let no_cxx = tracker_frameworks("no-compiler", false);
+    let no_cache = tracker_frameworks("no-cache", false);
     for (dir, env, why) in [
         (&broken, &[][..], "build failed"),
         (
             &no_cxx,
             &[("CXX", "/nonexistent/c++")][..],
             "no C++ compiler",
+        ),
+        (
+            &no_cache,
+            &[("XDG_CACHE_HOME", "/proc/gpucollect-test")][..],
+            "cannot create the cache directory /proc/gpucollect-test/gpucollect",
         ),
     ] {
         let r = run_in(dir, "torch_train.py", "leaks", &[], env);

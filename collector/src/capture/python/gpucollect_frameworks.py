@@ -317,16 +317,30 @@ def _build_tracker(torch):
         os.makedirs(cache, exist_ok=True)
     except OSError as e:
         return None, "cannot create the cache directory %s: %s" % (cache, e)
+    try:
+        why = _build_locked(torch, cxx, source, include, lib_dir, abi, target, cache)
+    except OSError as e:
+        why = "the trace tracker cannot be built in %s: %s" % (cache, e)
+    if why is not None:
+        os.environ[_BUILD_FAILED] = why
+        return None, why
+    return target, None
+
+
+def _build_locked(torch, cxx, source, include, lib_dir, abi, target, cache):
+    """Compiles the shim into `target` unless another process just did; None when it is
+    there, else why not."""
     import fcntl
+    import subprocess
 
     # One build at a time (spawned workers import torch together); the others wait and use it.
     with open(target + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.isfile(target):
-            return target, None
+            return None
         sys.stderr.write(
             "gpucollect: torch: building the trace tracker for torch %s (once per torch "
-            "version) into %s\n" % (version, cache)
+            "version) into %s\n" % (getattr(torch, "__version__", "unknown"), cache)
         )
         sys.stderr.flush()
         tmp = "%s.%d.tmp" % (target, os.getpid())
@@ -339,44 +353,35 @@ def _build_tracker(torch):
         if os.path.isfile(os.path.join(lib_dir, "libc10.so")):
             libs.append("-lc10")
         libs.append("-ldl")
-        import subprocess
-
-        # C++17 is what PyTorch 2.x's headers ask for; C++20 in case a release asks for more.
-        # The first attempt's error is the one reported.
-        first_error = None
+        # C++17 is what PyTorch 2.x's headers asked for, later releases C++20.
+        errors = []
         for std in ("c++17", "c++20"):
             cmd = list(cxx) + ["-shared", "-fPIC", "-O2", "-std=" + std, "-fvisibility=hidden"]
             cmd += flags + [source, "-o", tmp] + libs
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            except (OSError, subprocess.SubprocessError) as e:
-                first_error = first_error or "the trace tracker's build failed: %s" % e
-                break
-            if out.returncode == 0:
-                break
+            except subprocess.SubprocessError as e:
+                return "the trace tracker's build failed: %s" % e
+            if out.returncode == 0 and os.path.isfile(tmp):
+                os.replace(tmp, target)
+                return None
             if os.path.exists(tmp):
                 os.unlink(tmp)
-            if first_error is None:
-                lines = (out.stderr or out.stdout or "").splitlines()
-                line = next((l for l in lines if "error" in l), lines[0] if lines else "")
-                first_error = "the trace tracker's build failed (%s exited with %d: %s)" % (
-                    cxx[0],
-                    out.returncode,
-                    line.strip(),
-                )
-                if "No such file" in line and ("cuda" in line or "crt/" in line):
-                    first_error += (
-                        "; torch's headers include the CUDA runtime's: set CUDA_HOME to a CUDA "
-                        "toolkit, or pip install the wheels that carry them (CUDA 12: "
-                        "nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12; CUDA 13: "
-                        "nvidia-cuda-runtime and nvidia-cuda-crt)"
-                    )
-        if not os.path.isfile(tmp):
-            first_error = first_error or "the trace tracker's build wrote no %s" % tmp
-            os.environ[_BUILD_FAILED] = first_error
-            return None, first_error
-        os.replace(tmp, target)
-    return target, None
+            lines = (out.stderr or out.stdout or "").splitlines()
+            line = next((l for l in lines if "error" in l), lines[0] if lines else "").strip()
+            if line not in [e[1] for e in errors]:
+                errors.append((std, line))
+    why = "the trace tracker's build failed (%s: %s)" % (
+        cxx[0],
+        "; ".join("-std=%s: %s" % e for e in errors) if len(errors) > 1 else errors[0][1],
+    )
+    if any("No such file" in e[1] and ("cuda" in e[1] or "crt/" in e[1]) for e in errors):
+        why += (
+            "; torch's headers include the CUDA runtime's: set CUDA_HOME to a CUDA toolkit, or "
+            "pip install the wheels that carry them (CUDA 12: nvidia-cuda-runtime-cu12 and "
+            "nvidia-cuda-nvcc-cu12; CUDA 13: nvidia-cuda-runtime and nvidia-cuda-crt)"
+        )
+    return why
 
 
 class _Tracker:
