@@ -797,3 +797,33 @@ fn a_tracker_the_allocator_refuses_falls_back_to_history_and_says_why() {
     );
     assert_eq!(blocks(&r.trace).len(), 24, "{}", r.stderr);
 }
+
+#[test]
+fn without_stacks_the_trace_tracker_still_records_every_tensor_in_its_thread() {
+    let dir = tracker_frameworks("no-stacks", false);
+    let r = run_in(&dir, "torch_train.py", "leaks", &["--no-stacks"], &[]);
+    assert!(
+        torch_lines(&r.stderr)
+            .iter()
+            .any(|l| l.contains("trace tracker (C++")),
+        "{}",
+        r.stderr
+    );
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 24, "{}", r.stderr);
+    for a in &blocks {
+        assert!(
+            m.stack_frames(a.stack).is_empty(),
+            "{:#?}",
+            m.stack_frames(a.stack)
+        );
+    }
+    let segment_thread = m
+        .allocs
+        .iter()
+        .find(|a| a.kind == AllocKind::Device)
+        .expect("a segment")
+        .thread;
+    assert!(blocks.iter().all(|a| a.thread == segment_thread));
+}
