@@ -278,9 +278,23 @@ fn run_torch(scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
 
 /// Runs `script SCENARIO` of tests/fake-frameworks under gpucollect on the fake CUDA stack.
 fn run_script(script: &str, scenario: &str, opts: &[&str], env: &[(&str, &str)]) -> TorchRun {
+    run_in(&frameworks_dir(), script, scenario, opts, env)
+}
+
+/// Runs `script SCENARIO` of the fake frameworks in `dir` (tests/fake-frameworks or a copy)
+/// under gpucollect on the fake CUDA stack, with a cache directory of its own
+/// (XDG_CACHE_HOME: `dir`/cache unless `env` says otherwise).
+fn run_in(
+    dir: &Path,
+    script: &str,
+    scenario: &str,
+    opts: &[&str],
+    env: &[(&str, &str)],
+) -> TorchRun {
     let cuda = fake_cuda();
+    let tag = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let trace_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "python-hook-{script}-{scenario}{}.msgpack",
+        "python-hook-{tag}-{script}-{scenario}{}.msgpack",
         opts.join("")
     ));
     let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
@@ -289,12 +303,14 @@ fn run_script(script: &str, scenario: &str, opts: &[&str], env: &[(&str, &str)])
         .arg(&trace_path)
         .args(opts)
         .arg("python3")
-        .arg(frameworks_dir().join(script))
+        .arg(dir.join(script))
         .arg(scenario)
         .env("GPUCOLLECT_CUPTI_PATH", cuda.join("libcupti.so"))
         .env("FAKE_LIBCUDA", cuda.join("libcuda.so.1"))
         .env("FAKE_NVTX", cuda.join("libnvtx.so"))
-        .env("PYTHONPATH", frameworks_dir())
+        .env("PYTHONPATH", dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .env_remove("CXX")
         .envs(env.iter().copied())
         .output()
         .expect("run gpucollect");
@@ -509,25 +525,7 @@ fn a_spawned_child_s_tensors_are_its_own_framework_blocks() {
 /// and nothing at the driver's segments; a bounded cache is no alarm.
 #[test]
 fn the_report_names_each_leaking_line_at_tensor_granularity_and_not_a_bounded_cache() {
-    let r = run_torch("leaks", &[], &[]);
-    let report = analysis_core::summarize(&r.trace);
-    let problems: Vec<_> = report
-        .findings
-        .iter()
-        .filter(|f| f.severity != analysis_core::analysis::Severity::Info)
-        .collect();
-    let expect = [
-        ("GRAPH_LINE", 6 * (32 << 10)),
-        ("LIST_LINE", 6 * (16 << 10)),
-        ("CACHE_LINE", 6 * (8 << 10)),
-    ];
-    assert_eq!(problems.len(), expect.len(), "{problems:#?}");
-    for (f, (marker, bytes)) in problems.iter().zip(expect) {
-        let at = format!("torch_train.py:{}", train_line(marker));
-        assert!(f.kind.is_leak(), "{marker}: {f:#?}");
-        assert!(f.site.ends_with(&format!("{at})")), "{marker}: {}", f.site);
-        assert_eq!(f.bytes, bytes, "{marker}: {f:#?}");
-    }
+    assert_the_three_leaks_are_named(&run_torch("leaks", &[], &[]));
 
     let r = run_torch("bounded", &[], &[]);
     let report = analysis_core::summarize(&r.trace);
@@ -547,4 +545,346 @@ fn the_report_names_each_leaking_line_at_tensor_granularity_and_not_a_bounded_ca
     // The fourth entry is appended before the oldest is dropped.
     assert_eq!(allocated.peak_bytes, (64 << 10) + 4 * (16 << 10));
     assert_eq!(allocated.live_bytes, 0);
+}
+
+/// The three leaks of `torch_train.py leaks` are the report's problems, in order, each at its
+/// line with the bytes it keeps.
+fn assert_the_three_leaks_are_named(r: &TorchRun) {
+    let report = analysis_core::summarize(&r.trace);
+    let problems: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity != analysis_core::analysis::Severity::Info)
+        .collect();
+    let expect = [
+        ("GRAPH_LINE", 6 * (32 << 10)),
+        ("LIST_LINE", 6 * (16 << 10)),
+        ("CACHE_LINE", 6 * (8 << 10)),
+    ];
+    assert_eq!(problems.len(), expect.len(), "{problems:#?}");
+    for (f, (marker, bytes)) in problems.iter().zip(expect) {
+        let at = format!("torch_train.py:{}", train_line(marker));
+        assert!(f.kind.is_leak(), "{marker}: {f:#?}");
+        assert!(f.site.ends_with(&format!("{at})")), "{marker}: {}", f.site);
+        assert_eq!(f.bytes, bytes, "{marker}: {f:#?}");
+    }
+}
+
+// ---- PyTorch through the C++ trace tracker, on a copy of the fake torch with its own
+// libc10_cuda.so (tests/fake-frameworks/fake_c10_cuda.cpp) ----
+
+/// A fresh copy of tests/fake-frameworks in `name` under the test's temporary directory, with
+/// the fake libc10_cuda.so built into torch/lib (g++), an empty cache directory (`cache/`),
+/// and, with `broken_header`, a fake CUDACachingAllocator.h that no longer compiles.
+fn tracker_frameworks(name: &str, broken_header: bool) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("create the copy");
+        for e in std::fs::read_dir(from).expect("read the fake frameworks") {
+            let e = e.expect("an entry");
+            let (src, name) = (e.path(), e.file_name());
+            if name == "__pycache__" {
+                continue;
+            }
+            if src.is_dir() {
+                copy(&src, &to.join(&name));
+            } else {
+                std::fs::copy(&src, to.join(&name)).expect("copy a file");
+            }
+        }
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tracker-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy(&frameworks_dir(), &dir);
+    std::fs::create_dir_all(dir.join("torch/lib")).expect("create torch/lib");
+    std::fs::create_dir_all(dir.join("cache")).expect("create the cache dir");
+    let st = Command::new("g++")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-std=c++17",
+            "-Wl,-soname,libc10_cuda.so",
+        ])
+        .arg("-I")
+        .arg(dir.join("torch/include"))
+        .arg("-o")
+        .arg(dir.join("torch/lib/libc10_cuda.so"))
+        .arg(dir.join("fake_c10_cuda.cpp"))
+        .status()
+        .expect("g++ is needed to build the fake libc10_cuda.so");
+    assert!(st.success(), "g++ fake_c10_cuda.cpp failed");
+    if broken_header {
+        let header = dir.join("torch/include/c10/cuda/CUDACachingAllocator.h");
+        let text = std::fs::read_to_string(&header).expect("read the header");
+        // What a header of another release could do: the tracker type is gone.
+        let text = text.replace(
+            "using AllocatorTraceTracker = std::function<void(const TraceEntry&)>;",
+            "",
+        );
+        std::fs::write(&header, text).expect("break the header");
+    }
+    dir
+}
+
+/// The shims in a cache directory.
+fn cached_shims(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir.join("cache/gpucollect")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".so"))
+        .inspect(|n| assert!(n.starts_with("libgpucollect_torch_tracker-"), "{n}"))
+        .collect()
+}
+
+fn torch_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("gpucollect: torch:"))
+        .collect()
+}
+
+#[test]
+fn the_trace_tracker_records_each_tensor_in_its_thread_at_the_users_line() {
+    let dir = tracker_frameworks("leaks", false);
+    let r = run_in(&dir, "torch_train.py", "leaks", &[], &[]);
+    let lines = torch_lines(&r.stderr);
+    // The first build says so, then the mode.
+    assert_eq!(lines.len(), 2, "{}", r.stderr);
+    assert!(
+        lines[0].contains("building the trace tracker"),
+        "{}",
+        r.stderr
+    );
+    assert!(lines[1].contains("trace tracker"), "{}", r.stderr);
+    assert!(!r.stderr.contains("Python fallback"), "{}", r.stderr);
+    assert_eq!(cached_shims(&dir).len(), 1);
+
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 24, "{}", r.stderr);
+    // Live tensor bytes equal memory_allocated() at every sync point, with no delay to wait
+    // for: the tracker records each tensor before the allocation returns.
+    let syncs: Vec<(u64, u64)> = m
+        .marks
+        .iter()
+        .filter_map(|mk| {
+            let bytes = m.string(mk.name).strip_prefix("sync ")?.parse().ok()?;
+            Some((mk.ts_nanos, bytes))
+        })
+        .collect();
+    assert_eq!(syncs.len(), 7, "{}", r.stderr);
+    let last_sync = syncs[6].0;
+    for (ts, allocated) in syncs {
+        let live: u64 = blocks
+            .iter()
+            .filter(|a| a.live_at(ts))
+            .map(|a| a.size_bytes)
+            .sum();
+        assert_eq!(live, allocated, "at {ts} ns");
+    }
+    // The allocating thread (the one that took the segments from the driver), not a reader.
+    let segment_thread = m
+        .allocs
+        .iter()
+        .find(|a| a.kind == AllocKind::Device)
+        .expect("a segment")
+        .thread;
+    for (marker, size) in [
+        ("BATCH_LINE", 64 << 10),
+        ("GRAPH_LINE", 32 << 10),
+        ("LIST_LINE", 16 << 10),
+        ("CACHE_LINE", 8 << 10),
+    ] {
+        let line = train_line(marker);
+        let of_size: Vec<_> = blocks.iter().filter(|a| a.size_bytes == size).collect();
+        assert_eq!(of_size.len(), 6, "{marker}");
+        for a in of_size {
+            assert_eq!(a.thread, segment_thread, "{marker}");
+            let frames = m.stack_frames(a.stack);
+            let user = analysis_core::attribution::user_frame_index(&frames, &[])
+                .map(|i| &frames[i])
+                .unwrap_or_else(|| panic!("{marker}: no user frame in {frames:#?}"));
+            assert!(
+                user.python && user.file.ends_with("torch_train.py") && user.line == line,
+                "{marker}: {frames:#?}"
+            );
+            // Native frames too: the stack is captured in the allocating thread, through the
+            // allocator (the fake libc10_cuda.so) and the Python frames that called it.
+            assert!(
+                frames.iter().any(|f| f.module.ends_with("libc10_cuda.so")),
+                "{marker}: {frames:#?}"
+            );
+        }
+        // At the last sync point (the tracker also sees what the interpreter frees at exit).
+        let live = blocks
+            .iter()
+            .filter(|a| a.size_bytes == size && a.live_at(last_sync))
+            .count();
+        assert_eq!(live, if marker == "BATCH_LINE" { 0 } else { 6 }, "{marker}");
+    }
+    assert!(m.notices.is_empty(), "{:?}", m.notices);
+}
+
+#[test]
+fn the_trace_tracker_is_built_once_and_then_loaded_from_the_cache() {
+    let dir = tracker_frameworks("cache", false);
+    let first = run_in(&dir, "torch_train.py", "child", &[], &[]);
+    assert!(
+        first.stderr.contains("building the trace tracker"),
+        "{}",
+        first.stderr
+    );
+    let built = cached_shims(&dir);
+    assert_eq!(built.len(), 1, "{built:?}");
+    let modified = |name: &str| {
+        std::fs::metadata(dir.join("cache/gpucollect").join(name))
+            .and_then(|m| m.modified())
+            .expect("the shim's mtime")
+    };
+    let before = modified(&built[0]);
+    // The spawned child of this scenario found it in the cache too: one build in all.
+    assert_eq!(
+        first.stderr.matches("building the trace tracker").count(),
+        1,
+        "{}",
+        first.stderr
+    );
+    let second = run_in(&dir, "torch_train.py", "child", &[], &[]);
+    assert!(!second.stderr.contains("building"), "{}", second.stderr);
+    assert_eq!(cached_shims(&dir), built);
+    assert_eq!(modified(&built[0]), before, "the shim was rebuilt");
+    for r in [&first, &second] {
+        let lines = torch_lines(&r.stderr);
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.contains("trace tracker (C++"))
+                .count()
+                == 2,
+            "one mode line per process: {}",
+            r.stderr
+        );
+        let blocks = blocks(&r.trace);
+        assert_eq!(blocks.len(), 1, "{}", r.stderr);
+        assert_eq!(blocks[0].size_bytes, 48 << 10);
+    }
+}
+
+#[test]
+fn a_broken_header_no_compiler_or_no_cache_falls_back_to_history_with_one_line_saying_why() {
+    let broken = tracker_frameworks("broken-header", true);
+    let no_cxx = tracker_frameworks("no-compiler", false);
+    let no_cache = tracker_frameworks("no-cache", false);
+    for (dir, env, why) in [
+        (&broken, &[][..], "build failed"),
+        (
+            &no_cxx,
+            &[("CXX", "/nonexistent/c++")][..],
+            "no C++ compiler",
+        ),
+        (
+            &no_cache,
+            &[("XDG_CACHE_HOME", "/proc/gpucollect-test")][..],
+            "cannot create the cache directory /proc/gpucollect-test/gpucollect",
+        ),
+    ] {
+        let r = run_in(dir, "torch_train.py", "leaks", &[], env);
+        let fallback: Vec<&str> = torch_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| !l.contains("building the trace tracker"))
+            .collect();
+        assert_eq!(fallback.len(), 1, "{why}: {}", r.stderr);
+        assert!(
+            fallback[0].contains("Python fallback") && fallback[0].contains(why),
+            "{why}: {}",
+            r.stderr
+        );
+        assert!(cached_shims(dir).is_empty(), "{why}");
+        // The fallback still records every tensor.
+        assert_eq!(blocks(&r.trace).len(), 24, "{why}: {}", r.stderr);
+    }
+    // A failed build is not retried by the processes the program starts (spawned workers).
+    let r = run_in(&broken, "torch_train.py", "child", &[], &[]);
+    assert_eq!(
+        r.stderr.matches("building the trace tracker").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.matches("build failed").count(), 2, "{}", r.stderr);
+    assert_eq!(blocks(&r.trace).len(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn no_framework_builds_no_tracker() {
+    let dir = tracker_frameworks("no-framework", false);
+    let r = run_in(&dir, "torch_train.py", "child", &["--no-framework"], &[]);
+    assert!(blocks(&r.trace).is_empty());
+    assert!(!r.stderr.contains("gpucollect: torch"), "{}", r.stderr);
+    assert!(cached_shims(&dir).is_empty());
+}
+
+#[test]
+fn a_tracker_the_allocator_refuses_falls_back_to_history_and_says_why() {
+    let dir = tracker_frameworks("refused", false);
+    let r = run_in(
+        &dir,
+        "torch_train.py",
+        "leaks",
+        &[],
+        &[("FAKE_C10_CUDA_REFUSE_TRACKERS", "1")],
+    );
+    let fallback: Vec<&str> = torch_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("Python fallback"))
+        .collect();
+    assert_eq!(fallback.len(), 1, "{}", r.stderr);
+    assert!(
+        fallback[0].contains("not attached") && fallback[0].contains("takes no trace trackers"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(blocks(&r.trace).len(), 24, "{}", r.stderr);
+}
+
+#[test]
+fn without_stacks_the_trace_tracker_still_records_every_tensor_in_its_thread() {
+    let dir = tracker_frameworks("no-stacks", false);
+    let r = run_in(&dir, "torch_train.py", "leaks", &["--no-stacks"], &[]);
+    assert!(
+        torch_lines(&r.stderr)
+            .iter()
+            .any(|l| l.contains("trace tracker (C++")),
+        "{}",
+        r.stderr
+    );
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 24, "{}", r.stderr);
+    for a in &blocks {
+        assert!(
+            m.stack_frames(a.stack).is_empty(),
+            "{:#?}",
+            m.stack_frames(a.stack)
+        );
+    }
+    let segment_thread = m
+        .allocs
+        .iter()
+        .find(|a| a.kind == AllocKind::Device)
+        .expect("a segment")
+        .thread;
+    assert!(blocks.iter().all(|a| a.thread == segment_thread));
+}
+
+#[test]
+fn through_the_trace_tracker_the_report_names_each_leaking_line_too() {
+    // The tracker also sees the frees at interpreter shutdown: the leaks are growth across the
+    // steps, not memory left at exit.
+    let dir = tracker_frameworks("report", false);
+    let r = run_in(&dir, "torch_train.py", "leaks", &[], &[]);
+    assert!(r.stderr.contains("trace tracker"), "{}", r.stderr);
+    assert_the_three_leaks_are_named(&r);
 }

@@ -5,6 +5,10 @@
 //! The functions run on the capture's own Python thread (not in a CUDA callback): they may
 //! block on a full ring like any event. They never panic across `extern "C"`, and they write
 //! nothing until the process has been injected (its first `cuInit`), returning 0 then.
+//!
+//! PyTorch's trace tracker, when gpucollect could build it, does not come here: it calls
+//! [`crate::framework_tracker`]'s entry from the allocating thread, which captures the stack
+//! itself.
 
 use std::ffi::{CStr, c_char, c_int};
 use std::panic::catch_unwind;

@@ -35,6 +35,7 @@ mod cfi;
 mod cupti;
 mod entry;
 mod framework;
+mod framework_tracker;
 mod modules;
 mod nvtx;
 mod objects;

@@ -14,12 +14,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// The files written into the directory: (name, contents).
-const FILES: [(&str, &str); 2] = [
+/// The files written into the directory: (name, contents). The C++ source is the PyTorch trace
+/// tracker shim, which `gpucollect_frameworks.py` compiles in the traced program when it can.
+const FILES: [(&str, &str); 3] = [
     ("sitecustomize.py", include_str!("python/sitecustomize.py")),
     (
         "gpucollect_frameworks.py",
         include_str!("python/gpucollect_frameworks.py"),
+    ),
+    (
+        "gpucollect_torch_tracker.cpp",
+        include_str!("python/gpucollect_torch_tracker.cpp"),
     ),
 ];
 

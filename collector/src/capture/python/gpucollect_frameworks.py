@@ -2,13 +2,21 @@
 # `cupy` has been imported by the traced program. It says on stderr, once per process and
 # framework, which capture is active or why none is.
 #
+# PyTorch, trace tracker (preferred): the C++ shim gpucollect_torch_tracker.cpp (next to this
+# file) is compiled once per torch version, C++ ABI and shim source against the installed
+# torch's own headers (torch/include) and cached (XDG_CACHE_HOME or ~/.cache, gpucollect/);
+# once CUDA is initialised it attaches a trace tracker to the caching allocator
+# (attachAllocatorTraceTracker) that calls the injection library's gpucollect_framework_trace
+# in the allocating thread, which records each tensor with that thread's native and Python
+# stacks. Without a C++ compiler, torch's headers or libc10_cuda.so, or when the build or the
+# attach fails, the Python fallback runs instead and the line saying so says why.
+#
 # PyTorch, Python fallback: once CUDA is initialised, the caching allocator's own history is
 # switched on (torch.cuda.memory._record_memory_history) and a daemon thread pulls the new
 # entries of torch.cuda.memory._snapshot()["device_traces"] every GPUCOLLECT_POOL_INTERVAL_MS,
 # at exit and on OOM, handing each tensor allocation and free to the injection library
 # (gpucollect_framework_alloc/_free, through ctypes), which writes them into the ring with the
-# CUDA events. A C++ trace tracker (attachAllocatorTraceTracker) can replace the pulls later:
-# it would call the same functions, and `_Handover` is the only part that talks to them.
+# CUDA events.
 import os
 import sys
 import threading
@@ -218,44 +226,272 @@ class _TorchPuller:
         self.last[device] = [_entry_key(e) for e in entries[-_TAIL:]]
 
 
-def _start_torch(torch):
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None:
-        return "no tensor-level capture: this torch has no torch.cuda"
-    memory = getattr(cuda, "memory", None)
-    if not all(
-        hasattr(memory, f) for f in ("_record_memory_history", "_snapshot")
-    ) or not hasattr(cuda, "_lazy_init"):
-        return (
-            "no tensor-level capture: this torch has no torch.cuda.memory._record_memory_history "
-            "(PyTorch 2.1 or later has it); only its CUDA reserve is traced"
+_SHIM = "gpucollect_torch_tracker.cpp"
+# Set in a process whose build failed, for its children: the reason.
+_BUILD_FAILED = "GPUCOLLECT_TORCH_TRACKER_BUILD_FAILED"
+
+
+def _cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpucollect")
+
+
+def _compiler():
+    import shutil
+
+    cxx = os.environ.get("CXX")
+    if cxx:
+        import shlex
+
+        words = shlex.split(cxx)
+        if words and shutil.which(words[0]):
+            return words, None
+        return None, "no C++ compiler: CXX=%s is not found" % cxx
+    for name in ("c++", "g++"):
+        path = shutil.which(name)
+        if path:
+            return [path], None
+    return None, "no C++ compiler (c++ or g++ on PATH, or CXX)"
+
+
+def _cuda_include_dirs():
+    """CUDA runtime headers, which torch's own headers include (cuda_runtime_api.h and the
+    crt/ headers it includes): the toolkit's, or those of the NVIDIA wheels next to torch
+    (CUDA 12: nvidia-cuda-runtime-cu12, crt/ in nvidia-cuda-nvcc-cu12; CUDA 13: both in
+    nvidia/cu13, crt/ from nvidia-cuda-crt)."""
+    dirs = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            dirs.append(os.path.join(os.environ[var], "include"))
+    dirs.append("/usr/local/cuda/include")
+    for path in sys.path:
+        for sub in ("cuda_runtime", "cuda_nvcc", "cu13"):
+            dirs.append(os.path.join(path or os.curdir, "nvidia", sub, "include"))
+    seen = []
+    for d in dirs:
+        useful = os.path.isfile(os.path.join(d, "cuda_runtime_api.h")) or os.path.isfile(
+            os.path.join(d, "crt", "host_config.h")
         )
-    handover, why = _handover()
-    if handover is None:
-        return "no tensor-level capture: " + why
-    interval_ms = os.environ.get("GPUCOLLECT_POOL_INTERVAL_MS", "50")
-    interval_s = (int(interval_ms) if interval_ms.isdigit() and int(interval_ms) > 0 else 50) / 1e3
-    max_entries = os.environ.get("GPUCOLLECT_TORCH_MAX_ENTRIES", "")
-    max_entries = int(max_entries) if max_entries.isdigit() and int(max_entries) > 0 else _MAX_ENTRIES
-    puller = _TorchPuller(torch, handover, interval_s, max_entries)
-    # History records nothing for a device whose allocator is not initialised yet: switch it
-    # on right after CUDA initialisation (torch's C++ calls torch.cuda._lazy_init by name).
+        if useful and d not in seen:
+            seen.append(d)
+    return seen
+
+
+def _build_tracker(torch):
+    """The path of the shim built for this torch (from the cache, or compiled now), or None
+    and why not."""
+    import hashlib
+
+    root = os.path.dirname(os.path.abspath(getattr(torch, "__file__", "") or ""))
+    include = os.path.join(root, "include")
+    header = os.path.join(include, "c10", "cuda", "CUDACachingAllocator.h")
+    if not os.path.isfile(header):
+        return None, "this torch has no C++ headers (%s is missing)" % header
+    lib_dir = os.path.join(root, "lib")
+    if not os.path.isfile(os.path.join(lib_dir, "libc10_cuda.so")):
+        return None, "this torch has no libc10_cuda.so in %s (a CPU-only build?)" % lib_dir
+    cxx, why = _compiler()
+    if cxx is None:
+        return None, why
+    # A build that failed in this run (an earlier process of it) fails again: its children
+    # (spawned workers) do not each try it.
+    failed = os.environ.get(_BUILD_FAILED)
+    if failed:
+        return None, failed
+    here = os.path.dirname(os.path.abspath(__file__))
+    source = os.path.join(here, _SHIM)
+    with open(source, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    version = str(getattr(torch, "__version__", "unknown"))
+    abi = getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+    abi_key = "abi-unknown" if abi is None else "abi%d" % int(bool(abi))
+    safe = "".join(c if c.isalnum() or c in ".+-_" else "_" for c in version)
+    cache = _cache_dir()
+    # Named like gpucollect's other libraries, so reports count its frames as gpucollect's.
+    target = os.path.join(
+        cache, "libgpucollect_torch_tracker-%s-%s-%s.so" % (safe, abi_key, digest)
+    )
+    if os.path.isfile(target):
+        return target, None
+    try:
+        os.makedirs(cache, exist_ok=True)
+    except OSError as e:
+        return None, "cannot create the cache directory %s: %s" % (cache, e)
+    try:
+        why = _build_locked(torch, cxx, source, include, lib_dir, abi, target, cache)
+    except OSError as e:
+        why = "the trace tracker cannot be built in %s: %s" % (cache, e)
+    if why is not None:
+        os.environ[_BUILD_FAILED] = why
+        return None, why
+    return target, None
+
+
+def _build_locked(torch, cxx, source, include, lib_dir, abi, target, cache):
+    """Compiles the shim into `target` unless another process just did; None when it is
+    there, else why not."""
+    import fcntl
+    import subprocess
+
+    # One build at a time (spawned workers import torch together); the others wait and use it.
+    with open(target + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.isfile(target):
+            return None
+        sys.stderr.write(
+            "gpucollect: torch: building the trace tracker for torch %s (once per torch "
+            "version) into %s\n" % (getattr(torch, "__version__", "unknown"), cache)
+        )
+        sys.stderr.flush()
+        tmp = "%s.%d.tmp" % (target, os.getpid())
+        flags = []
+        if abi is not None:
+            flags.append("-D_GLIBCXX_USE_CXX11_ABI=%d" % int(bool(abi)))
+        for d in [include] + _cuda_include_dirs():
+            flags += ["-I", d]
+        libs = ["-L", lib_dir, "-Wl,-rpath," + lib_dir, "-lc10_cuda"]
+        if os.path.isfile(os.path.join(lib_dir, "libc10.so")):
+            libs.append("-lc10")
+        libs.append("-ldl")
+        # C++17 is what PyTorch 2.x's headers asked for, later releases C++20.
+        errors = []
+        for std in ("c++17", "c++20"):
+            cmd = list(cxx) + ["-shared", "-fPIC", "-O2", "-std=" + std, "-fvisibility=hidden"]
+            cmd += flags + [source, "-o", tmp] + libs
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            except subprocess.SubprocessError as e:
+                return "the trace tracker's build failed: %s" % e
+            if out.returncode == 0 and os.path.isfile(tmp):
+                os.replace(tmp, target)
+                return None
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            lines = (out.stderr or out.stdout or "").splitlines()
+            line = next((l for l in lines if "error" in l), lines[0] if lines else "").strip()
+            if line not in [e[1] for e in errors]:
+                errors.append((std, line))
+    why = "the trace tracker's build failed (%s: %s)" % (
+        cxx[0],
+        "; ".join("-std=%s: %s" % e for e in errors) if len(errors) > 1 else errors[0][1],
+    )
+    if any("No such file" in e[1] and ("cuda" in e[1] or "crt/" in e[1]) for e in errors):
+        why += (
+            "; torch's headers include the CUDA runtime's: set CUDA_HOME to a CUDA toolkit, or "
+            "pip install the wheels that carry them (CUDA 12: nvidia-cuda-runtime-cu12 and "
+            "nvidia-cuda-nvcc-cu12; CUDA 13: nvidia-cuda-runtime and nvidia-cuda-crt)"
+        )
+    return why
+
+
+class _Tracker:
+    """The loaded shim: attach() hooks it into the caching allocator."""
+
+    def __init__(self, path, injection):
+        import ctypes
+
+        self._ctypes = ctypes
+        self._lib = ctypes.CDLL(path)
+        self._attach = self._lib.gpucollect_torch_tracker_attach
+        self._attach.restype = ctypes.c_int
+        self._attach.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        self._injection = injection
+
+    def attach(self):
+        """None when attached, else why not."""
+        c = self._ctypes
+        error = c.create_string_buffer(512)
+        rc = self._attach(self._injection.encode(), error, len(error))
+        if rc == 1:
+            return None
+        return error.value.decode("utf-8", "replace") or "attach returned %d" % rc
+
+
+def _torch_tracker(torch):
+    """A loaded _Tracker, or None and why not."""
+    injection = os.environ.get("CUDA_INJECTION64_PATH")
+    if not injection:
+        return None, "CUDA_INJECTION64_PATH is not set"
+    path, why = _build_tracker(torch)
+    if path is None:
+        return None, why
+    try:
+        return _Tracker(path, injection), None
+    except (OSError, AttributeError) as e:
+        return None, "the trace tracker %s cannot be loaded: %s" % (path, e)
+
+
+def _after_cuda_init(cuda, start):
+    """Runs `start` once CUDA is initialised: now if it is, else right after torch's own
+    torch.cuda._lazy_init (torch's C++ calls it by name before the first CUDA use)."""
     original = cuda._lazy_init
 
     def _lazy_init(*args, **kwargs):
         result = original(*args, **kwargs)
         try:
-            puller.start()
+            start()
         except Exception as e:
             sys.stderr.write("gpucollect: torch: tensor capture failed to start: %s\n" % e)
         return result
 
     cuda._lazy_init = _lazy_init
     if getattr(cuda, "is_initialized", lambda: False)():
-        puller.start()
+        start()
+
+
+def _start_torch(torch):
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None:
+        return "no tensor-level capture: this torch has no torch.cuda"
+    if not hasattr(cuda, "_lazy_init"):
+        return "no tensor-level capture: this torch has no torch.cuda._lazy_init"
+    handover, why = _handover()
+    if handover is None:
+        return "no tensor-level capture: " + why
+    tracker, no_tracker = _torch_tracker(torch)
+    if tracker is not None:
+        state = {"done": False}
+
+        def attach():
+            if state["done"]:
+                return
+            state["done"] = True
+            why = tracker.attach()
+            if why is not None:
+                sys.stderr.write(
+                    "gpucollect: torch: %s\n" % _start_fallback(torch, handover, "not attached: " + why)
+                )
+
+        _after_cuda_init(cuda, attach)
+        return (
+            "tensor-level capture through the caching allocator's trace tracker (C++, in the "
+            "allocating thread), from CUDA initialisation on"
+        )
+    return _start_fallback(torch, handover, no_tracker)
+
+
+def _start_fallback(torch, handover, no_tracker):
+    """Starts the Python fallback; returns the line that says so, and why the trace tracker
+    is not used."""
+    cuda = torch.cuda
+    why = "; no C++ trace tracker: " + no_tracker
+    memory = getattr(cuda, "memory", None)
+    if not all(hasattr(memory, f) for f in ("_record_memory_history", "_snapshot")):
+        return (
+            "no tensor-level capture: this torch has no torch.cuda.memory._record_memory_history "
+            "(PyTorch 2.1 or later has it); only its CUDA reserve is traced" + why
+        )
+    interval_ms = os.environ.get("GPUCOLLECT_POOL_INTERVAL_MS", "50")
+    interval_s = (int(interval_ms) if interval_ms.isdigit() and int(interval_ms) > 0 else 50) / 1e3
+    max_entries = os.environ.get("GPUCOLLECT_TORCH_MAX_ENTRIES", "")
+    max_entries = int(max_entries) if max_entries.isdigit() and int(max_entries) > 0 else _MAX_ENTRIES
+    puller = _TorchPuller(torch, handover, interval_s, max_entries)
+    # History records nothing for a device whose allocator is not initialised yet: switch it
+    # on right after CUDA initialisation.
+    _after_cuda_init(cuda, puller.start)
     return (
         "tensor-level capture through torch.cuda.memory history (Python fallback: pulled every "
-        "%g ms, max_entries=%d), from CUDA initialisation on" % (interval_s * 1e3, max_entries)
+        "%g ms, max_entries=%d), from CUDA initialisation on%s" % (interval_s * 1e3, max_entries, why)
     )
 
 

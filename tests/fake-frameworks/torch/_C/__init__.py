@@ -1,4 +1,7 @@
-"""torch._C of the fake torch: the out-of-memory observer hook."""
+"""torch._C of the fake torch: the out-of-memory observer hook and the C++ ABI flag."""
+
+# The real torch._C says which libstdc++ ABI its C++ was built with.
+_GLIBCXX_USE_CXX11_ABI = True
 
 _oom_observers = []
 

@@ -10,6 +10,9 @@ PyTorch's semantics where gpucollect depends on them:
   oldest first, each {"action", "addr", "size", "stream", "time_us", "frames"}: actions alloc
   (size = the request), free_requested, free_completed, segment_alloc, oom; frames are the
   Python frames innermost first ({"name", "filename", "line"}), the allocator's own excluded.
+- Where torch loaded a libc10_cuda.so (torch/__init__.py), every action also goes to its
+  trace trackers (fake_c10_cuda_record), whether history is on or not, as PyTorch's
+  record_trace does.
 """
 
 import collections
@@ -17,6 +20,8 @@ import ctypes
 import os
 import sys
 import time
+
+from .. import _c10_cuda  # set by torch/__init__.py before it imports torch.cuda
 
 _ROUND = 512
 _SEGMENT = 2 << 20
@@ -26,6 +31,7 @@ _live = {}  # block address -> block size
 _allocated = 0
 _history = None  # deque of entries, or None when off
 _stacks = False
+
 _package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -40,7 +46,13 @@ def _frames():
     return out
 
 
+# TraceEntry::Action of c10/cuda/CUDACachingAllocator.h.
+_ACTIONS = {"alloc": 0, "free_requested": 1, "free_completed": 2, "segment_alloc": 3, "oom": 8}
+
+
 def _record(action, addr, size):
+    if _c10_cuda is not None:
+        _c10_cuda.fake_c10_cuda_record(_ACTIONS[action], 0, addr, size)
     if _history is None:
         return
     _history.append(
