@@ -547,6 +547,31 @@ fn the_report_names_each_leaking_line_at_tensor_granularity_and_not_a_bounded_ca
     assert_eq!(allocated.live_bytes, 0);
 }
 
+/// A program that dies right after an out-of-memory error (no exit handler runs, no periodic
+/// read is due) still has every tensor it held: the history is read at the OOM, through
+/// PyTorch's out-of-memory observer.
+#[test]
+fn the_history_is_read_at_an_out_of_memory_error() {
+    let r = run_torch(
+        "oom",
+        &["--sample-interval-ms", "60000"],
+        &[("FAKE_CUDA_MEM_BYTES", "8388608")],
+    );
+    assert!(r.stderr.contains("pulled every 60000 ms"), "{}", r.stderr);
+    let m = &r.trace.model;
+    // Four 2 MiB segments of four 512 KiB tensors each; the fifth segment fails.
+    assert_eq!(m.failed.len(), 1, "{}", r.stderr);
+    let blocks = blocks(&r.trace);
+    assert_eq!(blocks.len(), 16, "{}", r.stderr);
+    let line = train_line("OOM_LINE");
+    for a in &blocks {
+        assert!(a.is_live());
+        let top = m.stack_frames(a.stack);
+        assert_eq!(top.first().map(|f| f.line), Some(line), "{top:#?}");
+    }
+    assert_eq!(m.allocated[0].live_bytes, 8 << 20);
+}
+
 /// The three leaks of `torch_train.py leaks` are the report's problems, in order, each at its
 /// line with the bytes it keeps.
 fn assert_the_three_leaks_are_named(r: &TorchRun) {

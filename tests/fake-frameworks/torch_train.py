@@ -7,8 +7,11 @@ usage: torch_train.py SCENARIO
     an autograd-like graph kept alive through the loss history (LEAK_GRAPH); temporaries
     freed in between. At each sync point the program writes torch.cuda.memory_allocated() as an
     NVTX mark `sync <bytes>`, after waiting long enough for gpucollect's pulls to catch up.
-  bounded: a cache of the last three steps' tensors (BOUNDED_LINE), oldest dropped: bounded,
+  bounded: a cache of the last three steps' tensors (the marked line), oldest dropped: bounded,
     not a leak; the batches are freed every step.
+  oom: tensors of 512 KiB kept until the fake driver's memory (FAKE_CUDA_MEM_BYTES) runs out
+    (the marked line), then the process leaves through os._exit, as a killed one would: no exit
+    handler runs, so only what gpucollect read at the out-of-memory is in the trace.
   burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
     small history).
   child: a multiprocessing spawn child keeps one tensor of 48 KiB.
@@ -76,6 +79,15 @@ def bounded(steps):
         sync()
 
 
+def oom():
+    try:
+        while True:
+            kept.append(torch.empty(512 * KiB))  # OOM_LINE
+    except RuntimeError:
+        sys.stdout.flush()
+        os._exit(0)
+
+
 def burst():
     first = torch.empty(KiB)  # noqa: F841 (read by a pull before the burst)
     sync()
@@ -96,6 +108,8 @@ if __name__ == "__main__":
     elif sys.argv[1] == "bounded":
         bounded(12)
         sync()
+    elif sys.argv[1] == "oom":
+        oom()
     elif sys.argv[1] == "child":
         import multiprocessing
 
