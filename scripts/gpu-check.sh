@@ -3,7 +3,11 @@
 # the training-loop check). Builds tests/gpu/scenarios.cu, runs every scenario under gpucollect
 # and checks each trace with scripts/gpu_trace_check.py; then a PyTorch loop (default allocator
 # and expandable_segments) whose traced live bytes must equal torch.cuda.memory_reserved() at
-# every sync point and whose allocations carry torch_loop.py's Python lines; stream-ordered pools
+# every sync point, whose tensors (framework blocks) must equal torch.cuda.memory_allocated()
+# there, and whose allocations carry torch_loop.py's Python lines, with the step time against
+# --no-framework (the slowdown of tensor capture); the three training-loop leaks
+# (tests/gpu/torch_leaks.py) named at their lines by the report; CuPy's pool blocks against
+# used_bytes() (tests/gpu/cupy_pool.py); stream-ordered pools
 # and graph memory (tests/gpu/pools.cu); multi-process PyTorch (spawn, fork, torchrun;
 # tests/gpu/multiproc.py); then the per-pair overhead on the real driver.
 #
@@ -58,6 +62,18 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
         grep '^gpucollect:' "$OUT/torch.log" | head -5
         python3 scripts/gpu_trace_check.py "$OUT/torch.msgpack" torch "$OUT/torch_points.json" || fail=1
     done
+    echo "== torch loop without tensor capture (--no-framework): step time for the slowdown"
+    "$GC" --no-framework -o "$OUT/torch-nofw.msgpack" python3 tests/gpu/torch_loop.py "$OUT/torch_points_nofw.json" 2>/dev/null | grep step_ms
+    GPUCOLLECT_CHECK_TENSORS=0 python3 scripts/gpu_trace_check.py "$OUT/torch-nofw.msgpack" torch "$OUT/torch_points_nofw.json" || fail=1
+    echo "== torch loop bare (no gpucollect): step time"
+    python3 tests/gpu/torch_loop.py "$OUT/torch_points_bare.json" | grep step_ms
+    echo "== torch leak patterns (tests/gpu/torch_leaks.py)"
+    "$GC" -o "$OUT/torch_leaks.msgpack" python3 tests/gpu/torch_leaks.py >"$OUT/torch_leaks.log" 2>&1
+    echo "gpucollect exit code $?"
+    grep '^gpucollect:' "$OUT/torch_leaks.log" | head -5
+    "$GC" report --format json "$OUT/torch_leaks.msgpack" >"$OUT/torch_leaks.json"
+    python3 scripts/gpu_trace_check.py "$OUT/torch_leaks.msgpack" torch_leaks "$OUT/torch_leaks.json" || fail=1
+    "$GC" report "$OUT/torch_leaks.msgpack" | sed -n '/^Verdict/,/^Iterations/p'
     echo "== report of the last torch loop (live at end by call site)"
     "$GC" report "$OUT/torch.msgpack" | sed -n '/Live at end/,$p' | head -30
     for mode in spawn fork ddp; do
@@ -74,6 +90,14 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
         python3 scripts/gpu_trace_check.py "$OUT/mp-$mode.msgpack" multiproc "$OUT/mp-$mode" || fail=1
         "$GC" report "$OUT/mp-$mode.msgpack" | grep -E '^  (process|device) ' | head -12
     done
+fi
+
+if python3 -c 'import cupy' 2>/dev/null; then
+    echo "== CuPy pool (tests/gpu/cupy_pool.py)"
+    "$GC" -o "$OUT/cupy.msgpack" python3 tests/gpu/cupy_pool.py "$OUT/cupy_point.json" >"$OUT/cupy.log" 2>&1
+    echo "gpucollect exit code $?"
+    grep '^gpucollect:' "$OUT/cupy.log" | head -5
+    python3 scripts/gpu_trace_check.py "$OUT/cupy.msgpack" cupy "$OUT/cupy_point.json" || fail=1
 fi
 
 echo "== overhead (cudaMalloc+cudaFree of 256 B, 20000 pairs)"

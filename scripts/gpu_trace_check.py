@@ -298,6 +298,35 @@ def main():
         kinds = sorted({a["kind"] for a in t.allocs})
         check("device, managed, pinned host and array kinds, all freed", {0, 1, 2, 5} <= set(kinds) and not t.live(False),
               f"kinds {kinds}, sizes {[(a['kind'], a['size']) for a in t.allocs]}, live {len(t.live(False))}")
+    elif scenario == "cupy":
+        point = json.load(open(sys.argv[3]))
+        ts = point["mono_ns"] - t.start_mono
+        blocks = [a for a in t.allocs if a["kind"] == 7]
+        live = sum(a["size"] for a in blocks if a["ts"] <= ts and (a["free_ts"] is None or a["free_ts"] > ts))
+        check("cupy: pool blocks live == used_bytes()", live == point["used"],
+              f"traced {live} used {point['used']} (pool total {point['total']}, {len(blocks)} blocks)")
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "cupy_pool.py")
+        line = marker_line(src, "PY_CUPY_LINE")
+        threads = {a["thread"] for a in blocks
+                   if any(file.endswith("cupy_pool.py") and ln == line for _, file, ln in t.python_frames_of(a["stack"]))}
+        check("cupy: kept arrays carry their line, from both threads", len(threads) == 2, f"threads {threads}")
+    elif scenario == "torch_leaks":
+        # argv[3]: `gpucollect report --format json` of the trace.
+        report = json.load(open(sys.argv[3]))
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "torch_leaks.py")
+        problems = [f for f in report["findings"] if f["severity"] in ("warning", "critical")]
+        print(f"INFO problems: {[(f['kind'], f['site'], f['bytes']) for f in problems][:6]}")
+        blocks = [a for a in t.allocs if a["kind"] == 7]
+        check("torch_leaks: tensors were captured", bool(blocks), f"{len(blocks)} framework blocks")
+        graph = ("PY_GRAPH_X_LINE", "PY_GRAPH_Y_LINE", "PY_GRAPH_LOSS_LINE", "PY_GRAPH_LINE")
+        for name, markers in (("graph", graph), ("list", ("PY_LIST_LINE",)), ("cache", ("PY_CACHE_LINE",))):
+            want = [f"torch_leaks.py:{marker_line(src, m)}" for m in markers]
+            at = [j for j, f in enumerate(problems) if any(w + ")" in f["site"] for w in want)]
+            check(f"torch_leaks: the {name} leak ({' or '.join(want)}) is among the first three problems",
+                  bool(at) and at[0] < 3, f"at {at}")
+        bounded = f"torch_leaks.py:{marker_line(src, 'PY_BOUNDED_LINE')}"
+        check("torch_leaks: no problem at the bounded cache", not any(bounded + ")" in f["site"] for f in problems),
+              f"{bounded}")
     elif scenario == "pools":
         mib = 1 << 20
         default = [p for p in t.pools if p["pool"] == 0]
@@ -337,7 +366,7 @@ def main():
                 q = by_idx.get(q["parent"])
             check(f"worker {w['rank']} descends from the program", root in chain,
                   f"ancestors {chain}, root {root}")
-            mine = [a for a in t.allocs if a["process"] == p["idx"] and a["kind"] not in (2, 6)]
+            mine = [a for a in t.allocs if a["process"] == p["idx"] and a["kind"] in (0, 1, 3, 4, 5)]
             cached = [a for a in mine if t.from_caching_allocator(a)]
             live = sum(a["size"] for a in cached if a["free_ts"] is None)
             check(f"worker {w['rank']}: caching-allocator live at exit == memory_reserved", live == w["reserved"],
@@ -347,7 +376,10 @@ def main():
             check(f"worker {w['rank']} has an exit record", e is not None, f"{e}")
     elif scenario == "torch":
         points = json.load(open(sys.argv[3]))
-        dev = [a for a in t.allocs if a["kind"] not in (2, 6)]
+        # Driver allocations (kinds 0-5 but pinned and IPC): the reserve. Kind 7 are the
+        # framework's blocks (tensors) inside it.
+        dev = [a for a in t.allocs if a["kind"] in (0, 1, 3, 4, 5)]
+        blocks = [a for a in t.allocs if a["kind"] == 7]
         torch_allocs = [a for a in dev if t.from_caching_allocator(a)]
         others = [a for a in dev if not t.from_caching_allocator(a)]
 
@@ -359,6 +391,10 @@ def main():
             traced = live_at(torch_allocs, ts)
             check(f"torch {p['label']}: caching-allocator live == memory_reserved", traced == p["reserved"],
                   f"traced {traced} reserved {p['reserved']}; other libraries' live {live_at(others, ts)}")
+            if "allocated" in p and os.environ.get("GPUCOLLECT_CHECK_TENSORS", "1") == "1":
+                tensors = live_at(blocks, ts)
+                check(f"torch {p['label']}: tensors live == memory_allocated", tensors == p["allocated"],
+                      f"traced {tensors} allocated {p['allocated']} ({len(blocks)} blocks in the trace)")
         sites = {}
         for a in others:
             fr = t.frames_of(a["stack"])
