@@ -29,6 +29,8 @@ for s in spikes multi-device nvtx-leak training-leak clean fragmented; do
   "$GC" synth "$s" --events 20000 --seed 5 -o "$TRACES/$s.msgpack"
   "$GC" report "$TRACES/$s.msgpack" --format json > "$TRACES/$s.json"
 done
+# What `gpucollect diff` says of the leaking trace against the clean one (the Compare view).
+"$GC" diff "$TRACES/training-leak.msgpack" "$TRACES/clean.msgpack" --format json > "$TRACES/diff-training-leak-clean.json"
 # A PyTorch memory snapshot (pickle), and the single-file HTML report of a trace.
 cp analysis-core/tests/assets/torch/two-devices.pickle "$TRACES/snapshot.pickle"
 "$GC" report "$TRACES/snapshot.pickle" --format json > "$TRACES/snapshot.json"

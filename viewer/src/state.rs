@@ -17,11 +17,12 @@ pub enum View {
     Fragmentation,
     Sites,
     Stacks,
+    Compare,
 }
 
 impl View {
-    /// Every view, in tab order (keys 1 to 7 select them).
-    pub const ALL: [View; 7] = [
+    /// Every view, in tab order (keys 1 to 8 select them).
+    pub const ALL: [View; 8] = [
         Self::Overview,
         Self::Timeline,
         Self::Leaks,
@@ -29,6 +30,7 @@ impl View {
         Self::Fragmentation,
         Self::Sites,
         Self::Stacks,
+        Self::Compare,
     ];
 
     /// The name used in URLs and `data-testid`s.
@@ -41,6 +43,7 @@ impl View {
             Self::Fragmentation => "fragmentation",
             Self::Sites => "sites",
             Self::Stacks => "stacks",
+            Self::Compare => "compare",
         }
     }
 
@@ -54,6 +57,7 @@ impl View {
             Self::Fragmentation => "Fragmentation",
             Self::Sites => "Call sites",
             Self::Stacks => "Memory by stack",
+            Self::Compare => "Compare",
         }
     }
 

@@ -5,6 +5,7 @@
 //! `data-value` so browser tests compare them with `gpucollect report --format json`.
 
 mod canvas;
+mod compare;
 mod dom;
 mod flame;
 mod load;
@@ -242,7 +243,7 @@ pub fn App() -> impl IntoView {
         }
     });
 
-    // Keyboard: 1-7 views, +/- zoom, arrows pan, 0 reset, Escape unpins.
+    // Keyboard: 1-8 views, +/- zoom, arrows pan, 0 reset, Escape unpins.
     let _ = window_event_listener(ev::keydown, move |e| {
         let typing = e
             .target()
@@ -475,6 +476,7 @@ fn Loaded(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                     View::Fragmentation => view! { <views::Fragmentation a=a ctx=ctx /> }.into_any(),
                     View::Sites => view! { <views::Sites a=a ctx=ctx /> }.into_any(),
                     View::Stacks => view! { <flame::Stacks a=a ctx=ctx /> }.into_any(),
+                    View::Compare => view! { <compare::Compare a=a ctx=ctx /> }.into_any(),
                 }
             }}
         </main>
