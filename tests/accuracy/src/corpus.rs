@@ -205,17 +205,34 @@ fn device_name(total: u64) -> &'static str {
 
 /// A single-process training run, rendered by its ending.
 fn train_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
-    train_run_as(name, description, cfg, false)
+    train_run_as(name, description, cfg, Capture::Tensors)
 }
 
 /// The run as a CUDA-level collector sees it (segments only). A leak's exact bytes are not in
 /// such a history (the reserve grows by segments, attributed to whichever allocation needed a
 /// new one), so its truth names the line only.
 fn driver_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
-    train_run_as(name, description, cfg, true)
+    train_run_as(name, description, cfg, Capture::Driver)
 }
 
-fn train_run_as(name: &str, description: &str, cfg: TrainCfg, driver: bool) -> Scenario {
+/// A run traced with framework capture: segments and the tensors inside them.
+fn layers_run(name: &str, description: &str, cfg: TrainCfg) -> Scenario {
+    train_run_as(name, description, cfg, Capture::Layers)
+}
+
+/// What a collector records of a PyTorch run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Capture {
+    /// Tensors as allocations, the reserve as pool samples (an allocator hook, a snapshot).
+    Tensors,
+    /// The caching allocator's segments only (CUDA level).
+    Driver,
+    /// Segments and the tensors inside them (FORMAT.md, "Two layers").
+    Layers,
+}
+
+fn train_run_as(name: &str, description: &str, cfg: TrainCfg, capture: Capture) -> Scenario {
+    let driver = capture == Capture::Driver;
     let sites = Sites::new(cfg.layers);
     let mut tr = Torch::new(main_proc(cfg.seed), cfg.seed, cfg.device_total);
     tr.foreign = cfg.foreign;
@@ -263,11 +280,11 @@ fn train_run_as(name: &str, description: &str, cfg: TrainCfg, driver: bool) -> S
             std::slice::from_ref(&tr.p),
             &[(0, device_name(cfg.device_total), cfg.device_total)],
         );
-        if driver {
-            History::Trace(torch::render_driver_trace(w, &sites, &[&tr], clean))
-        } else {
-            History::Trace(torch::render_trace(w, &sites, &[&tr], clean))
-        }
+        History::Trace(match capture {
+            Capture::Driver => torch::render_driver_trace(w, &sites, &[&tr], clean),
+            Capture::Layers => torch::render_layered_trace(w, &sites, &[&tr], clean),
+            Capture::Tensors => torch::render_trace(w, &sites, &[&tr], clean),
+        })
     };
     let truth = match truth {
         Truth::Faulty(mut c) if driver => {
@@ -471,6 +488,31 @@ fn torch_scenarios() -> Vec<Scenario> {
         "torch-driver-leak-cache",
         "the unbounded cache traced at the CUDA level only (entries from both the small and the large pool)",
         TrainCfg { leak: Some(Leak::Cache), steps: 120, nvtx: true, ending: Ending::Killed(15), ..c(53) },
+    ));
+    // Traced with framework capture: the segments and the tensors inside them.
+    v.push(layers_run(
+        "torch-layers-healthy",
+        "a healthy loop traced with framework capture: the caching allocator's segments as cudaMalloc calls and every tensor as a framework block inside them; exits 0",
+        TrainCfg { nvtx: true, eval_every: 20, ..c(61) },
+    ));
+    v.push(layers_run(
+        "torch-layers-leak-list",
+        "the metrics.py:33 list leak traced with framework capture (the reserve stops growing after the first steps; the tensors do not); killed by SIGKILL",
+        TrainCfg { leak: Some(Leak::List), steps: 120, ending: Ending::Killed(9), ..c(62) },
+    ));
+    v.push(layers_run(
+        "torch-layers-leak-graph",
+        "the loss kept with its graph, traced with framework capture; exits 0",
+        TrainCfg {
+            leak: Some(Leak::Graph),
+            steps: 80,
+            ..c(63)
+        },
+    ));
+    v.push(layers_run(
+        "torch-layers-leak-cache",
+        "the unbounded cache traced with framework capture (entries from both pools); killed by SIGTERM",
+        TrainCfg { leak: Some(Leak::Cache), steps: 120, nvtx: true, ending: Ending::Killed(15), ..c(64) },
     ));
     // Snapshots taken mid-run.
     v.push(train_run(

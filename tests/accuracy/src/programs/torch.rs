@@ -1505,6 +1505,19 @@ pub fn render_trace(w: TraceWriter, s: &Sites, torches: &[&Torch], clean_end: bo
     render(w, s, torches, clean_end, View::Tensors)
 }
 
+/// Writes the run as gpucollect's framework capture records it (FORMAT.md, "Two layers"): the
+/// caching allocator's segments as driver allocations (with the stack of the tensor allocation
+/// that made the allocator grow) and, inside them, every tensor as a framework block (kind 7)
+/// at its own stack; no pool samples (the reader makes the reserve from the segments).
+pub fn render_layered_trace(
+    w: TraceWriter,
+    s: &Sites,
+    torches: &[&Torch],
+    clean_end: bool,
+) -> Vec<u8> {
+    render(w, s, torches, clean_end, View::Layers)
+}
+
 /// Writes the same run as a collector without the allocator hook sees it: only the caching
 /// allocator's segments, as `cudaMalloc`/`cudaFree` with the stack of the tensor allocation
 /// that made the allocator grow; no tensors, no pool samples.
@@ -1524,6 +1537,8 @@ enum View {
     Tensors,
     /// Segments only (the CUDA driver's view).
     Driver,
+    /// Segments as driver allocations and tensors as framework blocks inside them.
+    Layers,
 }
 
 fn render(
@@ -1538,7 +1553,7 @@ fn render(
     // Driver view: each new segment is attributed to the tensor allocation that needed it (the
     // next allocation of that process in its log).
     let mut trigger: HashMap<usize, (StackRef, u32)> = HashMap::new();
-    if view == View::Driver {
+    if view != View::Tensors {
         for (i, e) in evs.iter().enumerate() {
             if let Ev::Segment {
                 p, release: false, ..
@@ -1567,9 +1582,10 @@ fn render(
         .collect();
     for (i, e) in evs.into_iter().enumerate() {
         w.now = e.t();
-        if view == View::Driver {
+        if view != View::Tensors {
             match e {
-                Ev::Alloc { .. } | Ev::Free { .. } | Ev::Pool { .. } => continue,
+                Ev::Pool { .. } => continue,
+                Ev::Alloc { .. } | Ev::Free { .. } if view == View::Driver => continue,
                 Ev::Segment {
                     p,
                     addr,
@@ -1620,7 +1636,11 @@ fn render(
                     stack: st,
                     thread: ThreadIdx(*thread),
                     device: DeviceIdx(dev),
-                    kind: AllocKind::Device,
+                    kind: if view == View::Layers {
+                        AllocKind::FrameworkBlock
+                    } else {
+                        AllocKind::Device
+                    },
                     stream: 7,
                     pool: 0,
                     process: ProcessIdx(*p),
