@@ -121,18 +121,6 @@ impl RangeInstance {
     }
 }
 
-/// Per range-name aggregate.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RangeStats {
-    pub name: String,
-    pub domain: String,
-    pub count: u64,
-    pub total_duration_nanos: u64,
-    pub total_growth_bytes: i64,
-    pub alloc_bytes: u64,
-    pub max_peak_bytes: u64,
-}
-
 /// A failed allocation with the state at that moment.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct FailedAllocation {
@@ -978,28 +966,6 @@ impl TraceModel {
         let mut frames = self.stack_frames(stack);
         let i = crate::attribution::user_frame_index(&frames, hide)?;
         Some(frames.swap_remove(i))
-    }
-
-    /// Per range-name aggregates, sorted by name.
-    pub fn range_stats(&self) -> Vec<RangeStats> {
-        let mut by: HashMap<(StringId, StringId), RangeStats> = HashMap::new();
-        for r in &self.ranges {
-            let e = by.entry((r.name, r.domain)).or_insert_with(|| RangeStats {
-                name: self.string(r.name).into(),
-                domain: self.string(r.domain).into(),
-                ..RangeStats::default()
-            });
-            e.count += 1;
-            if let Some(end) = r.end_ts_nanos {
-                e.total_duration_nanos += end.saturating_sub(r.begin_ts_nanos);
-            }
-            e.total_growth_bytes = e.total_growth_bytes.saturating_add(r.growth_bytes());
-            e.alloc_bytes = e.alloc_bytes.saturating_add(r.alloc_bytes);
-            e.max_peak_bytes = e.max_peak_bytes.max(r.peak_bytes);
-        }
-        let mut v: Vec<RangeStats> = by.into_values().collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name).then(a.domain.cmp(&b.domain)));
-        v
     }
 }
 
