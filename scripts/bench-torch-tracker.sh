@@ -8,7 +8,9 @@
 # time over allocations + frees; it also counts the free_requested and segment actions the shim
 # ignores, and two clock reads per action; then allocations alone, and frees with the ignored
 # actions. With the stacks of the allocations (default: native and Python frames) and without
-# (--no-stacks).
+# (--no-stacks). Then the time `import torch` and the first tensor take: the first time (the shim
+# is built), then five times each with the shim cached and with --no-framework (the difference
+# is what framework capture adds at start-up).
 # Usage: scripts/bench-torch-tracker.sh [TENSORS]  (env BIN: gpucollect, default target/release)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,3 +36,17 @@ for mode in stacks no-stacks; do
   echo "$out" | grep '^tracker:' | awk -v m="$mode" -v n="$n" \
     '{ printf "%s: %d tracker calls for %d tensor events; per tensor event: %.3f us; per allocation: %.3f us; per free (with the ignored actions): %.3f us\n", m, $2, 2 * n, $4 / 1e3 / (2 * n), $9 / 1e3 / $6, ($4 - $9) / 1e3 / n }'
 done
+prog='import time; t = time.perf_counter(); import torch; torch.empty(512); print("import_ms %.2f" % ((time.perf_counter() - t) * 1e3))'
+rm -rf "$tmp/cache"
+run() {
+  GPUCOLLECT_CUPTI_PATH="$tmp/libcupti.so" FAKE_LIBCUDA="$tmp/libcuda.so.1" \
+    XDG_CACHE_HOME="$tmp/cache" PYTHONPATH="$tmp/fw" \
+    "$bin" --no-nvml -o /dev/null "$@" python3 -c "$prog" 2>&1 | awk '/^import_ms/ { print $2 }'
+}
+echo "import torch and the first tensor, building the shim: $(run) ms"
+cached=() bare=()
+for _ in 1 2 3 4 5; do
+  cached+=("$(run)")
+  bare+=("$(run --no-framework)")
+done
+echo "import torch and the first tensor, shim cached: ${cached[*]} ms; with --no-framework: ${bare[*]} ms"

@@ -572,6 +572,45 @@ fn the_history_is_read_at_an_out_of_memory_error() {
     assert_eq!(m.allocated[0].live_bytes, 8 << 20);
 }
 
+/// At each `sync <bytes>` mark, the live framework blocks add up to the fake's
+/// memory_allocated(); returns how many marks there were.
+fn assert_blocks_equal_allocated_at_syncs(r: &TorchRun) -> usize {
+    let m = &r.trace.model;
+    let blocks = blocks(&r.trace);
+    let mut n = 0;
+    for mk in &m.marks {
+        let Some(allocated) = m
+            .string(mk.name)
+            .strip_prefix("sync ")
+            .and_then(|b| b.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let live: u64 = blocks
+            .iter()
+            .filter(|a| a.live_at(mk.ts_nanos))
+            .map(|a| a.size_bytes)
+            .sum();
+        assert_eq!(live, allocated, "at {} ns: {}", mk.ts_nanos, r.stderr);
+        n += 1;
+    }
+    n
+}
+
+/// A tensor a side stream used leaves memory_allocated() when it dies (free_requested), before
+/// its block is back in the cache (free_completed): the trace frees it at the request, in both
+/// capture modes.
+#[test]
+fn a_block_a_side_stream_used_is_freed_when_memory_allocated_drops() {
+    let r = run_torch("streams", &[], &[]);
+    assert!(r.stderr.contains("Python fallback"), "{}", r.stderr);
+    assert_eq!(assert_blocks_equal_allocated_at_syncs(&r), 2);
+    let dir = tracker_frameworks("streams", false);
+    let r = run_in(&dir, "torch_train.py", "streams", &[], &[]);
+    assert!(r.stderr.contains("trace tracker"), "{}", r.stderr);
+    assert_eq!(assert_blocks_equal_allocated_at_syncs(&r), 2);
+}
+
 /// The three leaks of `torch_train.py leaks` are the report's problems, in order, each at its
 /// line with the bytes it keeps.
 fn assert_the_three_leaks_are_named(r: &TorchRun) {

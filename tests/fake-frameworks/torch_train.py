@@ -12,6 +12,9 @@ usage: torch_train.py SCENARIO
   oom: tensors of 512 KiB kept until the fake driver's memory (FAKE_CUDA_MEM_BYTES) runs out
     (the marked line), then the process leaves through os._exit, as a killed one would: no exit
     handler runs, so only what gpucollect read at the out-of-memory is in the trace.
+  streams: a tensor a side stream used (record_stream) dies: memory_allocated() drops at once,
+    its block returns to the cache only at torch.cuda.synchronize(); sync points before and
+    after.
   burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
     small history).
   child: a multiprocessing spawn child keeps one tensor of 48 KiB.
@@ -88,6 +91,16 @@ def oom():
         os._exit(0)
 
 
+def streams():
+    keep = torch.empty(16 * KiB)  # noqa: F841
+    t = torch.empty(64 * KiB)  # STREAM_LINE
+    t.record_stream(None)
+    del t
+    sync()
+    torch.cuda.synchronize()
+    sync()
+
+
 def burst():
     first = torch.empty(KiB)  # noqa: F841 (read by a pull before the burst)
     sync()
@@ -108,6 +121,8 @@ if __name__ == "__main__":
     elif sys.argv[1] == "bounded":
         bounded(12)
         sync()
+    elif sys.argv[1] == "streams":
+        streams()
     elif sys.argv[1] == "oom":
         oom()
     elif sys.argv[1] == "child":

@@ -37,13 +37,19 @@ class Tensor:
     def __init__(self, nbytes, block):
         self.nbytes = nbytes
         self._block = block
+        self._stream_used = False
 
     def data_ptr(self):
         return self._block
 
+    def record_stream(self, stream):
+        """A side stream uses the memory: when the tensor dies, its block returns to the cache
+        only once that stream is done (torch.cuda.synchronize())."""
+        self._stream_used = True
+
     def __del__(self):
         if self._block is not None:
-            cuda.memory._free(self._block)
+            cuda.memory._free(self._block, self._stream_used)
             self._block = None
 
 

@@ -220,7 +220,9 @@ class _TorchPuller:
                     0,
                     _frames(e),
                 )
-            elif action in ("free_completed", "free"):
+            elif action in ("free_requested", "free"):
+                # memory_allocated() drops at the request; a block a side stream used is
+                # completed (back in the cache) later. Histories without requests say "free".
                 self.events += 1
                 h.free(device, e.get("addr", 0), e.get("stream", 0), 0)
         self.last[device] = [_entry_key(e) for e in entries[-_TAIL:]]

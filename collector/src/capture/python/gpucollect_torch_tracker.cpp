@@ -72,12 +72,13 @@ void on_trace(const TraceEntry& e) {
     case TraceEntry::ALLOC:
       action = kActionAlloc;
       break;
-    case TraceEntry::FREE_COMPLETED:
+    case TraceEntry::FREE_REQUESTED:
+      // memory_allocated() drops here; free_completed follows once the streams that used the
+      // block are done with it (at once for most blocks), when it is back in the cache.
       action = kActionFree;
       break;
     default:
-      // Segments are the driver's allocations (traced through CUPTI); free_requested is
-      // followed by free_completed once the block's streams are done with it.
+      // Segments are the driver's allocations (traced through CUPTI).
       return;
   }
   g_trace(action, device_of(e), static_cast<uint64_t>(e.addr_),

@@ -33,7 +33,7 @@ def is_initialized():
 
 
 def synchronize():
-    pass
+    memory._synchronize()
 
 
 def memory_allocated():

@@ -4,7 +4,9 @@ PyTorch's semantics where gpucollect depends on them:
 - Blocks are requests rounded up to 512 bytes, carved first-fit from segments of at least
   2 MiB taken from the driver (cuMemAlloc_v2 of the fake libcuda); freed blocks go back to the
   cache (coalesced), never to the driver.
-- memory_allocated() is the sum of live blocks' sizes.
+- memory_allocated() is the sum of live blocks' sizes. A block a side stream used
+  (Tensor.record_stream) drops out of it when the tensor dies (free_requested), but returns to
+  the cache only once that stream is done (free_completed, here at torch.cuda.synchronize()).
 - _record_memory_history(enabled="all", stacks="python", max_entries=N) keeps the last N
   entries (a ring: older ones are overwritten); _snapshot()["device_traces"][device] lists them
   oldest first, each {"action", "addr", "size", "stream", "time_us", "frames"}: actions alloc
@@ -109,11 +111,21 @@ def _alloc(request):
     return addr
 
 
-def _free(addr):
+_pending = []  # (address, block) freed while a side stream used them
+
+
+def _free(addr, stream_used=False):
     global _allocated
     block = _live.pop(addr)
     _allocated -= block
     _record("free_requested", addr, block)
+    if stream_used:
+        _pending.append((addr, block))
+    else:
+        _complete(addr, block)
+
+
+def _complete(addr, block):
     for seg in _segments:
         if seg[0] <= addr < seg[0] + seg[1]:
             ranges = seg[2]
@@ -128,6 +140,12 @@ def _free(addr):
             seg[2] = merged
             break
     _record("free_completed", addr, block)
+
+
+def _synchronize():
+    """The side streams are done: blocks freed while they used them go back to the cache."""
+    while _pending:
+        _complete(*_pending.pop(0))
 
 
 def memory_allocated(device=None):
