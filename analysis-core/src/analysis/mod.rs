@@ -61,9 +61,15 @@ impl Found {
 /// [`TraceModel::tensor_view`], in which the blocks are the allocations and the segments
 /// holding them the framework's reserve (FORMAT.md, "Two layers").
 pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
-    let mut report = facts::summary_facts(trace);
     let view = trace.model.tensor_view();
-    let m = view.as_ref().unwrap_or(&trace.model);
+    analyze_view(trace, view.as_ref(), config)
+}
+
+/// [`analyze`] with the trace's [`TraceModel::tensor_view`] made by the caller (`None` when the
+/// trace has no framework blocks), for a front end that keeps the view for its own tables.
+pub fn analyze_view(trace: &LoadedTrace, view: Option<&TraceModel>, config: &Config) -> Report {
+    let mut report = facts::summary_facts(trace);
+    let m = view.unwrap_or(&trace.model);
     let mut found = Found::default();
     let sites = SiteIndex::new(m);
     let end = history::classify(m);
