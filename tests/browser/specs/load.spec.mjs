@@ -192,3 +192,16 @@ test('a page that has opened nothing holds nothing for a load: no hidden views, 
   assert.equal(held, 0, 'the reading worker holds no buffers before a file is chosen');
   assert.deepEqual(v.errors, []);
 });
+
+test('"Open trace…" works from the keyboard: Tab to it, Enter opens the file dialog', async (ctx) => {
+  const v = await Viewer.open(ctx, BASE);
+  await v.waitForWelcome();
+  assert.ok(await v.tabTo('file-picker', 10), `Tab reaches "Open trace…" (focus on ${await v.focused()})`);
+  const [chooser] = await Promise.all([
+    v.page.waitForEvent('filechooser', { timeout: 10_000 }),
+    v.page.keyboard.press('Enter'),
+  ]);
+  await chooser.setFiles(tracePath('spikes.msgpack'));
+  await v.overview.expectReport(report('spikes'));
+  assert.deepEqual(v.errors, []);
+});

@@ -23,6 +23,7 @@ use crate::data::{
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
+use crate::ticks::time_column;
 
 /// Rows shown at most in a table (the CSV export has them all).
 const MAX_ROWS: usize = 500;
@@ -855,9 +856,17 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             ]
         })
         .collect();
+    // Each column of times in one unit (`ticks::time_column`).
+    let detected_at = time_column(
+        &detected
+            .iter()
+            .map(|d| d.ts_nanos.saturating_sub(origin))
+            .collect::<Vec<_>>(),
+    );
     let detected_rows = detected
         .into_iter()
-        .map(|d| {
+        .zip(detected_at)
+        .map(|(d, at)| {
             let (t, e) = (d.ts_nanos, d.ts_nanos + d.duration_nanos.unwrap_or(0));
             let rule = match (d.timeline_rule, d.scopes.is_empty()) {
                 (true, true) => "rise and fall of live bytes".to_string(),
@@ -868,7 +877,7 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 <tr data-testid="detected-spike-row" class="clickable" on:click=move |_| zoom_to(t, e)
                     data-ts=t.to_string() data-size=d.size_bytes.to_string() data-live=d.live_bytes.to_string()
                     data-timeline=d.timeline_rule.to_string()>
-                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><At nanos=t.saturating_sub(origin) label=at /></td>
                     <td class="num"><Bytes bytes=d.size_bytes /></td>
                     <td class="num"><Bytes bytes=d.live_bytes /></td>
                     <td class="num">{d.duration_nanos.map_or_else(|| "–".to_string(), fmt_duration)}</td>
@@ -889,12 +898,18 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             ]
         })
         .collect();
+    let top_at = time_column(
+        &top.iter()
+            .map(|(t, ..)| t.saturating_sub(origin))
+            .collect::<Vec<_>>(),
+    );
     let body = top
         .into_iter()
-        .map(|(t, e, b, s)| {
+        .zip(top_at)
+        .map(|((t, e, b, s), at)| {
             view! {
                 <tr data-testid="spike-row" class="clickable" on:click=move |_| zoom_to(t, e)>
-                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><At nanos=t.saturating_sub(origin) label=at /></td>
                     <td class="num"><Bytes bytes=b /></td>
                     <td class="num">{fmt_duration(e.saturating_sub(t))}</td>
                     <td>{s}</td>
@@ -1039,12 +1054,19 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         })
         .collect();
     let opt = |v: Option<u64>| v.map_or_else(|| "not recorded".to_string(), fmt_bytes);
+    let oom_at = time_column(
+        &ooms
+            .iter()
+            .map(|o| o.ts_nanos.saturating_sub(origin))
+            .collect::<Vec<_>>(),
+    );
     let oom_rows = ooms
         .iter()
-        .map(|o| {
+        .zip(oom_at)
+        .map(|(o, at)| {
             view! {
                 <tr data-testid="oom-row">
-                    <td class="num"><Duration nanos=o.ts_nanos.saturating_sub(origin) /></td>
+                    <td class="num"><At nanos=o.ts_nanos.saturating_sub(origin) label=at /></td>
                     <td class="num">{o.device.0}</td>
                     <td class="num"><Bytes bytes=o.requested_bytes testid="oom-requested" /></td>
                     <td class="num">{fmt_bytes(o.live_bytes)}</td>
@@ -1105,4 +1127,11 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             <PinnedAddressMaps a=a.clone() ctx=ctx />
         </section>
     }
+}
+
+/// A time since the trace start, written as its column writes them (`ticks::time_column`),
+/// with the raw nanoseconds for scripts.
+#[component]
+fn At(nanos: u64, label: String) -> impl IntoView {
+    view! { <span class="num" data-value=nanos.to_string()>{label}</span> }
 }
