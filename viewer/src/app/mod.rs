@@ -490,7 +490,12 @@ fn Loaded(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     });
     let shown = Memo::new(move |_| {
         let (view, process, device, thread) = vs.with(|s| (s.view, s.process, s.device, s.thread));
-        let needs_report = matches!(view, View::Overview | View::Leaks | View::Spikes);
+        // Fragmentation too: its largest free block and address map at each OOM come from
+        // the report (opened first by a link, it showed neither).
+        let needs_report = matches!(
+            view,
+            View::Overview | View::Leaks | View::Spikes | View::Fragmentation
+        );
         (view, process, device, thread, needs_report && waiting.get())
     });
     let current = Memo::new(move |_| shown.get().0);

@@ -23,7 +23,7 @@ use crate::data::{
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
-use crate::ticks::time_column;
+use crate::ticks::{time_column, time_in_unit_of};
 
 /// Rows shown at most in a table (the CSV export has them all).
 const MAX_ROWS: usize = 500;
@@ -364,7 +364,7 @@ fn address_cells(layout: &[AddressStretch], widest: Option<usize>) -> AnyView {
 #[component]
 fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let origin = a.time_extent().0;
+    let (origin, end) = a.time_extent();
     let peak = a.trace.model.peak_ts_nanos;
     move || {
         let pin = vs.with(|v| v.pin_nanos);
@@ -394,7 +394,8 @@ fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 })
             })
             .collect::<Vec<_>>();
-        let when = fmt_duration(t.saturating_sub(origin));
+        // In the unit of the trace's end, as the timeline writes moments.
+        let when = time_in_unit_of(t.saturating_sub(origin), end - origin);
         (!maps.is_empty()).then(|| view! {
             <h3>{if pin.is_some() { format!("Addresses at the pinned moment ({when})") } else { format!("Addresses at the peak ({when}); pin a moment on the timeline to see another") }}</h3>
             {maps}
@@ -1062,7 +1063,7 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     );
     let oom_rows = ooms
         .iter()
-        .zip(oom_at)
+        .zip(oom_at.iter().cloned())
         .map(|(o, at)| {
             view! {
                 <tr data-testid="oom-row">
@@ -1082,7 +1083,8 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     // allocations and the free gaps between them, the largest gap marked.
     let maps = ooms
         .iter()
-        .filter_map(|o| {
+        .zip(oom_at)
+        .filter_map(|(o, at)| {
             let largest = o.largest_free_bytes?;
             let layout = address_layout(&a.trace.model, o.device, o.ts_nanos);
             let span: u64 = layout.iter().map(|s| s.bytes).sum();
@@ -1091,7 +1093,6 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             let n_free = layout.iter().filter(|s| !s.live).count();
             let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
             let cells = address_cells(&layout, widest);
-            let at = fmt_duration(o.ts_nanos.saturating_sub(origin));
             Some(view! {
                 <figure class="addr-map-box" data-testid="addr-map" data-free=free.to_string() data-live=(span - free).to_string()>
                     <figcaption>{format!("GPU {} at {at}: {} from the lowest live address to the highest live end, {} free in {n_free} gap(s); the largest ({}, marked) against the {} request",
