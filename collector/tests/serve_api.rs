@@ -279,13 +279,23 @@ fn tokens_guard_uploads_and_reads() {
 fn security_headers_are_on_every_response() {
     let s = Server::start(
         &store_dir(SUITE, "headers"),
-        &["--frame-ancestor", "https://wiki.example.com"],
+        &[
+            "--frame-ancestor",
+            "https://wiki.example.com",
+            "--allow-trace-origin",
+            "https://files.example.org",
+        ],
     );
     for path in ["/", "/healthz", "/api/v1", "/api/v1/traces/zz"] {
         let a = get(&s, path);
         let csp = a.header("content-security-policy").unwrap_or_default();
         assert!(
             csp.contains("frame-ancestors 'self' https://wiki.example.com"),
+            "{path}: {csp}"
+        );
+        // `?trace=` links may download from the allowed origin.
+        assert!(
+            csp.contains("connect-src 'self' https://files.example.org;"),
             "{path}: {csp}"
         );
         assert!(csp.contains("default-src 'self'"), "{path}: {csp}");

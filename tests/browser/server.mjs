@@ -1,5 +1,7 @@
 // Tiny static server for the built viewer: `node server.mjs ROOT [PORT] [TRACES_DIR]`.
-// Serves ROOT at / and TRACES_DIR (if given) at /traces/. Prints the URL when ready.
+// Serves ROOT at / and TRACES_DIR (if given) at /traces/. Prints the URL when ready. Every
+// answer allows reads from any origin (CORS), as a file host that shares traces does: the
+// cross-origin `?trace=` tests open these traces from another server's page.
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -39,6 +41,7 @@ const server = http.createServer((req, res) => {
       'content-type': types[path.extname(file)] || 'application/octet-stream',
       'content-length': st.size,
       'cache-control': 'no-store',
+      'access-control-allow-origin': '*',
     });
     fs.createReadStream(file).pipe(res);
   });

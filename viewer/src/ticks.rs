@@ -108,6 +108,26 @@ pub fn time_ticks(lo: u64, hi: u64, target: usize) -> Vec<Tick> {
 /// ms, s; min past 2 min, h past 2 h), with two decimals (none for ns): a window reads
 /// "0.00 s – 3.08 s", not "0 ns – 3.08 s".
 pub fn time_pair(t0: u64, t1: u64) -> (String, String) {
+    let f = time_format(t0.max(t1));
+    (f(t0), f(t1))
+}
+
+/// Times (nanoseconds) written as a column of a table: all in the unit `time_pair` picks for
+/// the largest, with the same decimals ("0.85 s", "1.20 s", not "850.00 ms", "1.20 s").
+pub fn time_column(times: &[u64]) -> Vec<String> {
+    let f = time_format(times.iter().copied().max().unwrap_or(0));
+    times.iter().map(|&t| f(t)).collect()
+}
+
+/// A time (nanoseconds) written as `time_pair` writes it beside `hi`: in the unit of a window
+/// or a trace that ends at `hi`, so a moment reads like the window's ends ("0.42 s" in
+/// "0.00 s – 3.08 s", not "420.00 ms").
+pub fn time_in_unit_of(t: u64, hi: u64) -> String {
+    time_format(hi.max(t))(t)
+}
+
+/// How `time_pair` and `time_column` write a time when the largest is `hi` nanoseconds.
+fn time_format(hi: u64) -> impl Fn(u64) -> String {
     const UNITS: [(&str, f64, f64); 6] = [
         ("ns", 1.0, 1.0),
         ("µs", 1e3, 1e3),
@@ -116,7 +136,7 @@ pub fn time_pair(t0: u64, t1: u64) -> (String, String) {
         ("min", 60e9, 120e9),
         ("h", 3600e9, 7200e9),
     ];
-    let hi = t0.max(t1) as f64;
+    let hi = hi as f64;
     let (name, size, _) = UNITS
         .iter()
         .rev()
@@ -124,8 +144,7 @@ pub fn time_pair(t0: u64, t1: u64) -> (String, String) {
         .copied()
         .unwrap_or(UNITS[0]);
     let d = usize::from(name != "ns") * 2;
-    let f = |t: u64| format!("{:.d$} {name}", t as f64 / size);
-    (f(t0), f(t1))
+    move |t: u64| format!("{:.d$} {name}", t as f64 / size)
 }
 
 #[cfg(test)]
@@ -206,6 +225,19 @@ mod tests {
         assert_eq!(p(0, 999), "0 ns – 999 ns");
         assert_eq!(p(60_000_000_000, 150_000_000_000), "1.00 min – 2.50 min");
         assert_eq!(p(0, 0), "0 ns – 0 ns");
+    }
+
+    #[test]
+    fn a_column_of_times_shares_the_unit_of_its_largest() {
+        assert_eq!(
+            time_column(&[850_000_000, 1_200_000_000, 40_000]),
+            ["0.85 s", "1.20 s", "0.00 s"]
+        );
+        assert_eq!(time_column(&[1_500, 321_560_000])[0], "0.00 ms");
+        assert_eq!(time_column(&[12, 999]), ["12 ns", "999 ns"]);
+        assert!(time_column(&[]).is_empty());
+        assert_eq!(time_in_unit_of(420_000_000, 3_080_000_000), "0.42 s");
+        assert_eq!(time_in_unit_of(300, 308_000_000), "0.00 ms");
     }
 
     #[test]

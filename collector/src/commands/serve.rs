@@ -42,6 +42,11 @@ pub struct ServeArgs {
     /// (repeat the option for several).
     #[arg(long = "frame-ancestor")]
     pub frame_ancestors: Vec<String>,
+    /// Origins the viewer may open `?trace=URL` links from, e.g. `https://files.example.org`
+    /// (repeat the option for several). The page's Content-Security-Policy lets it download from
+    /// this server only; that origin must also allow the download (CORS).
+    #[arg(long = "allow-trace-origin")]
+    pub trace_origins: Vec<String>,
     /// Delete traces older than this (e.g. 30d, 12h, 90m, 3600s).
     #[arg(long)]
     pub max_age: Option<String>,
@@ -179,13 +184,20 @@ pub fn run(a: ServeArgs) -> Result<u8> {
             bail!("--{name} is 0: the server could serve nothing; give at least 1");
         }
     }
-    for origin in &a.frame_ancestors {
-        let ok = (origin.starts_with("https://") || origin.starts_with("http://"))
-            && !origin.contains([' ', ';', '\'', '"', ',']);
-        if !ok {
-            bail!(
-                "--frame-ancestor `{origin}` is not an origin: use e.g. https://wiki.example.com"
-            );
+    for (flag, origins, example) in [
+        (
+            "frame-ancestor",
+            &a.frame_ancestors,
+            "https://wiki.example.com",
+        ),
+        (
+            "allow-trace-origin",
+            &a.trace_origins,
+            "https://files.example.org",
+        ),
+    ] {
+        if let Some(origin) = origins.iter().find(|o| !is_origin(o)) {
+            bail!("--{flag} `{origin}` is not an origin: use e.g. {example}");
         }
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -209,6 +221,7 @@ pub fn run(a: ServeArgs) -> Result<u8> {
             upload_token,
             read_token,
             frame_ancestors: a.frame_ancestors,
+            trace_origins: a.trace_origins,
             max_age: a.max_age.as_deref().map(parse_duration).transpose()?,
             max_store_bytes: a
                 .max_bytes
@@ -224,6 +237,17 @@ pub fn run(a: ServeArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// Whether `s` can stand in a CSP source list as an origin: `http(s)://` and a host, with
+/// nothing that would end the source or the directive.
+fn is_origin(s: &str) -> bool {
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"));
+    rest.is_some_and(|r| {
+        !r.is_empty() && !r.contains(|c: char| c.is_whitespace() || ";'\",".contains(c))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +259,20 @@ mod tests {
         assert_eq!(parse_duration("15").expect("ok").as_secs(), 15);
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("h").is_err());
+    }
+
+    #[test]
+    fn origins_are_checked_before_they_go_into_the_csp() {
+        assert!(is_origin("https://files.example.org"));
+        assert!(is_origin("http://127.0.0.1:8000"));
+        for bad in [
+            "files.example.org",
+            "https://",
+            "https://a.org; script-src *",
+            "https://a.org 'unsafe-inline'",
+            "https://a.org,https://b.org",
+        ] {
+            assert!(!is_origin(bad), "{bad}");
+        }
     }
 }

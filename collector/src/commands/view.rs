@@ -81,6 +81,7 @@ pub fn run(a: ViewArgs) -> Result<u8> {
             upload_token: Some(TraceId::random()?.to_string()),
             read_token: Some(read_token.clone()),
             frame_ancestors: Vec::new(),
+            trace_origins: Vec::new(),
             max_age: None,
             max_store_bytes: None,
             demo_events: 20_000,

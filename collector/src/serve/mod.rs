@@ -2,7 +2,8 @@
 //! team passes around links instead of files. The HTTP API is versioned and documented in
 //! `API.md`. Everything from the network is untrusted: ids are validated, uploads are decoded
 //! as they stream in and refused unless they are traces, and every response carries security
-//! headers (CSP with an explicit `frame-ancestors` allow-list, `nosniff`, no referrer).
+//! headers (CSP with explicit `frame-ancestors` and `connect-src` allow-lists, `nosniff`, no
+//! referrer).
 //!
 //! Every byte costs a bounded amount: connections are served by hyper's HTTP/1.1 connection
 //! builder from our own accept loop (`serve`), which caps connections per client and in total
@@ -44,6 +45,9 @@ pub struct ServerConfig {
     pub read_token: Option<String>,
     /// Origins allowed to embed pages in iframes (besides this server).
     pub frame_ancestors: Vec<String>,
+    /// Origins the viewer may download a `?trace=` URL from (besides this server): the CSP's
+    /// `connect-src`.
+    pub trace_origins: Vec<String>,
     pub max_age: Option<Duration>,
     pub max_store_bytes: Option<u64>,
     /// Approximate events per bundled demo trace.
@@ -157,11 +161,14 @@ fn app(cfg: ServerConfig) -> (Router, Shared) {
     script_src.extend(cfg.assets.inline_script_hashes.iter().cloned());
     let mut ancestors = vec!["'self'".to_owned()];
     ancestors.extend(cfg.frame_ancestors.iter().cloned());
+    let mut connect = vec!["'self'".to_owned()];
+    connect.extend(cfg.trace_origins.iter().cloned());
     let csp = format!(
         "default-src 'self'; script-src {}; style-src 'self' 'unsafe-inline'; \
-         img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+         img-src 'self' data: blob:; connect-src {}; object-src 'none'; base-uri 'none'; \
          form-action 'self'; frame-ancestors {}",
         script_src.join(" "),
+        connect.join(" "),
         ancestors.join(" ")
     );
     let demos = Scenario::ALL

@@ -83,6 +83,10 @@ export class SpikesPage {
     return (await row.locator('td').nth(1).textContent()).trim();
   }
   openFirst() { return this.v.all('detected-spike-row').first().click(); }
+  /** The texts of the first column ("At") of the table `testid`. */
+  atColumn(testid) {
+    return this.v.page.locator(`[data-testid="${testid}"] tbody tr td:first-child`).evaluateAll((tds) => tds.map((td) => td.textContent.trim()));
+  }
 }
 
 export class ErrorPanel {

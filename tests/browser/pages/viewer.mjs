@@ -100,9 +100,21 @@ export class Viewer {
     await this.click('copy-link');
     return this.el('share-link').inputValue();
   }
-  /** "Share": waits for the upload's link and returns it. */
+  /** The `data-testid` of the element with the keyboard focus ('' for none). */
+  focused() { return this.page.evaluate(() => document.activeElement?.dataset?.testid || ''); }
+  /** Presses Tab until `id` has the focus (at most `limit` times); whether it got it. */
+  async tabTo(id, limit = 60) {
+    for (let i = 0; i < limit; i++) {
+      if (await this.focused() === id) return true;
+      await this.page.keyboard.press('Tab');
+    }
+    return (await this.focused()) === id;
+  }
+
+  /** "Share", then "Upload" when it asks: waits for the upload's link and returns it. */
   async share() {
     await this.click('share');
+    await this.click('share-confirm');
     await this.page.waitForFunction(() => {
       const el = document.querySelector('[data-testid="share-link"]');
       return el && /^https?:\/\/.*\/t\/[0-9a-f]{32}#/.test(el.value);

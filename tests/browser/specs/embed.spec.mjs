@@ -37,3 +37,40 @@ test('/embed/<id>?view=… of gpucollect serve opens that view with the minimal 
   const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack&embed=1&view=spikes`);
   await v.page.locator('main[data-view="spikes"]').waitFor({ timeout: LOAD_TIMEOUT });
 });
+
+test('an embed of 600 × 400: the timeline and its axes fit, the tabs and the toolbar keep to one row', async (ctx) => {
+  assert.ok(SERVE_URL, 'SERVE_URL is set by scripts/test-browser.sh');
+  const up = await fetch(new URL('api/v1/traces', SERVE_URL), { method: 'POST', body: traceBytes('multi-device.msgpack') });
+  assert.equal(up.status, 201, await up.clone().text());
+  const { id } = await up.json();
+  for (const url of [`${BASE}?trace=traces/spikes.msgpack&embed=1&view=timeline`,
+    // Several devices: the filter row takes height too.
+    new URL(`embed/${id}?view=timeline`, SERVE_URL).href]) {
+    const v = await Viewer.open(ctx);
+    await v.page.setViewportSize({ width: 600, height: 400 });
+    await v.goto(url);
+    await v.timeline.waitShown({ drawn: true });
+    const fit = await v.page.evaluate(() => {
+      const box = (el) => el.getBoundingClientRect();
+      // One row: no taller than its tallest child.
+      const oneRow = (el) => box(el).height <= Math.max(...[...el.children].map((c) => box(c).height)) + 1;
+      const canvas = document.querySelector('[data-testid="timeline-canvas"]');
+      return {
+        canvas: box(canvas).toJSON(),
+        yLabels: canvas.dataset.yLabels,
+        toolbar: oneRow(document.querySelector('[data-testid="timeline-view"] .toolbar')),
+        tabs: oneRow(document.querySelector('[data-testid="tabs"]')),
+        pageWidth: document.documentElement.scrollWidth,
+      };
+    });
+    assert.ok(fit.canvas.bottom <= 400 && fit.canvas.right <= 600, `${url}: the chart fits: ${JSON.stringify(fit.canvas)}`);
+    assert.ok(fit.canvas.height >= 160, `${url}: a chart to read: ${JSON.stringify(fit.canvas)}`);
+    assert.ok(fit.yLabels.split('|').length >= 3, `${url}: its axis labels: ${fit.yLabels}`);
+    assert.ok(fit.toolbar, `${url}: the toolbar is one row`);
+    assert.ok(fit.tabs, `${url}: the tabs are one row`);
+    assert.ok(fit.pageWidth <= 600, `${url}: nothing wider than the frame (${fit.pageWidth} px)`);
+    await v.screenshot(`embed-600x400-${url.startsWith(BASE) ? 'static' : 'serve'}.png`, {});
+    assert.deepEqual(v.errors, []);
+    await v.close();
+  }
+});

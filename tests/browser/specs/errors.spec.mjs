@@ -1,8 +1,8 @@
-// Errors in words: files that are not traces, newer formats, cut traces, missing URLs, and the
-// WebAssembly stopping.
+// Errors in words: files that are not traces, newer formats, cut traces, missing URLs, another
+// site's URL, and the WebAssembly stopping.
 import assert from 'node:assert/strict';
 import zlib from 'node:zlib';
-import { BASE, LOAD_TIMEOUT, report, spec, traceBytes } from '../harness.mjs';
+import { BASE, LOAD_TIMEOUT, SERVE_URL, report, spec, startServe, traceBytes } from '../harness.mjs';
 import { Viewer } from '../pages/viewer.mjs';
 
 const { tests, test } = spec();
@@ -95,4 +95,28 @@ test('when the WebAssembly stops while the detectors run, "Detecting…" does no
   assert.doesNotMatch(s.text, /Detecting/, `no "Detecting…" left: ${s.text}`);
   assert.match(s.text, /stopped/);
   assert.notEqual(s.busy, 'true', 'not busy any more');
+});
+
+test('a ?trace= URL on another site: refused in words by default, opened where gpucollect serve allows its origin', async (ctx) => {
+  assert.ok(SERVE_URL, 'SERVE_URL is set by scripts/test-browser.sh');
+  // The traces' server allows reads from any origin (CORS): what stops the download is the
+  // page's own Content-Security-Policy.
+  const other = new URL(BASE).origin;
+  const trace = new URL('traces/spikes.msgpack', BASE).href;
+  const escaped = other.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  const v = await Viewer.open(ctx, new URL(`?trace=${encodeURIComponent(trace)}`, SERVE_URL).href);
+  await v.errorPanel.waitForMessage(new RegExp(`another site, ${escaped}.*gpucollect serve --allow-trace-origin ${escaped}`));
+  const said = await v.errorPanel.message();
+  assert.ok(!said.includes('JsValue') && !said.includes('    at '), `in words: ${said}`);
+  assert.ok(said.endsWith(trace), `the URL last: ${said}`);
+  await v.screenshot('error-cross-origin-trace.png', {});
+
+  const serve = await startServe(['--allow-trace-origin', other]);
+  try {
+    const ok = await Viewer.open(ctx, new URL(`?trace=${encodeURIComponent(trace)}`, serve.url).href);
+    await ok.overview.expectReport(report('spikes'));
+    assert.deepEqual(ok.errors, [], 'no CSP violation');
+  } finally {
+    serve.stop();
+  }
 });

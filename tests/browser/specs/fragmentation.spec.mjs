@@ -2,7 +2,7 @@
 // widest gap between the live device allocations, by address) and the address map it comes
 // from; the overview shows the same number for the first failure.
 import assert from 'node:assert/strict';
-import { BASE, report, spec } from '../harness.mjs';
+import { BASE, LOAD_TIMEOUT, report, spec } from '../harness.mjs';
 import { Viewer } from '../pages/viewer.mjs';
 
 const { tests, test } = spec();
@@ -70,4 +70,16 @@ test('the address map follows the pinned moment: at the failure it has the repor
   await v.page.keyboard.press('Escape');
   await v.page.waitForFunction((t) => document.querySelector('[data-testid="pinned-addr-map"]')?.dataset.ts === t, String(r.peak_ts_nanos));
   await v.screenshot('fragmentation-pinned.png');
+});
+
+test('the view writes its moments alike: the OOM row, its address map and the addresses\' heading', async (ctx) => {
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/fragmented.msgpack#view=fragmentation`);
+  await v.el('oom-row').waitFor({ timeout: LOAD_TIMEOUT });
+  const at = (await v.el('oom-row').locator('td').first().textContent()).trim();
+  const caption = await v.el('addr-map').locator('figcaption').textContent();
+  assert.ok(caption.includes(` at ${at}:`), `the map of the failure at ${at}: "${caption}"`);
+  const heading = await v.page.locator('h3', { hasText: 'Addresses at the peak' }).textContent();
+  const form = (t) => { const m = /(\d+)\.(\d+) (ns|µs|ms|s|min|h)\b/.exec(t); return m && `${m[2].length} ${m[3]}`; };
+  assert.equal(form(heading), form(at), `"${heading}" as "${at}"`);
+  assert.deepEqual(v.errors, []);
 });

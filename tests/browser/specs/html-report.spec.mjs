@@ -14,6 +14,8 @@ test('gpucollect html: the single-file report opens offline with the same number
     await offline.ctx.route(/^https?:/, (route) => route.abort());
     const v = await Viewer.open(offline.ctx, `file://${TRACES}/report.html`);
     await v.overview.expectReport(report('spikes'));
+    // Opened from disk: no server to share to, so no Share button.
+    assert.equal(await v.count('share'), 0, 'no Share in the offline report');
     // A file opened there is read without the worker (no worker script next to the report).
     await v.pick(tracePath('big-snapshot.pickle'));
     await v.waitForSource('big-snapshot.pickle');

@@ -192,3 +192,17 @@ test('a page that has opened nothing holds nothing for a load: no hidden views, 
   assert.equal(held, 0, 'the reading worker holds no buffers before a file is chosen');
   assert.deepEqual(v.errors, []);
 });
+
+test('"Open trace…" works from the keyboard: Tab to it, Enter opens the file dialog', async (ctx) => {
+  const v = await Viewer.open(ctx, BASE);
+  await v.waitForWelcome();
+  // Listening for the dialog before the key is pressed: Playwright intercepts dialogs only once
+  // a listener is registered, which takes a round trip to the browser.
+  const chooser = v.page.waitForEvent('filechooser', { timeout: 10_000 });
+  await v.page.bringToFront();
+  assert.ok(await v.tabTo('file-picker', 10), `Tab reaches "Open trace…" (focus on ${await v.focused()})`);
+  await v.page.keyboard.press('Enter');
+  await (await chooser).setFiles(tracePath('spikes.msgpack'));
+  await v.overview.expectReport(report('spikes'));
+  assert.deepEqual(v.errors, []);
+});

@@ -1,4 +1,5 @@
-// Links: "Copy link" reopens the same view; "Share" uploads to `gpucollect serve`.
+// Links: "Copy link" reopens the same view (and says when the link cannot carry the file);
+// "Share" asks, then uploads to `gpucollect serve` (a PyTorch snapshot as a trace).
 import assert from 'node:assert/strict';
 import { BASE, LOAD_TIMEOUT, SERVE_URL, report, spec, traceBytes } from '../harness.mjs';
 import { launch } from '../lib.mjs';
@@ -46,6 +47,37 @@ test('Share uploads to gpucollect serve; the link opens the same view in a fresh
     await other.click('tab-overview');
     await other.overview.expectReport(report('multi-device'));
     assert.deepEqual(other.errors, [], 'no errors (CSP included)');
+  } finally {
+    await fresh.close();
+  }
+});
+
+test('Share asks first; a dropped PyTorch snapshot is converted and shared; Copy link says a dropped file stays here', async (ctx) => {
+  assert.ok(SERVE_URL, 'SERVE_URL is set by scripts/test-browser.sh');
+  const v = await Viewer.open(ctx, SERVE_URL);
+  await v.waitForWelcome();
+  assert.match(await v.page.locator('.tagline').textContent(), /unless you press Share/);
+  await v.drop('snapshot.pickle', traceBytes('snapshot.pickle'));
+  await v.overview.waitLoaded();
+  // Copy link of a file from this computer: the link opens the view, not the file, and says so.
+  await v.click('copy-link');
+  assert.match(await v.text('share-note'), /not the trace: the file is on this computer only/);
+  // Share asks before anything leaves the page; Cancel uploads nothing.
+  const posts = [];
+  v.page.on('request', (r) => { if (r.method() === 'POST') posts.push(r.url()); });
+  await v.click('share');
+  await v.el('share-ask').waitFor();
+  assert.match(await v.text('share-ask'), /Upload snapshot\.pickle .* Anyone with the link can open it/);
+  await v.click('share-cancel');
+  await v.el('share-ask').waitFor({ state: 'detached' });
+  assert.deepEqual(posts, [], 'nothing uploaded before the yes');
+  const link = await v.share();
+  assert.equal(posts.length, 1);
+  const fresh = await launch();
+  try {
+    const other = await Viewer.open(fresh.ctx, link);
+    await other.overview.expectReport(report('snapshot'));
+    assert.deepEqual(other.errors, []);
   } finally {
     await fresh.close();
   }

@@ -41,3 +41,22 @@ test('spikes: the report\'s detected spikes are listed and marked on the timelin
   await v.screenshot('timeline-spike.png');
   assert.deepEqual(v.errors, []);
 });
+
+test('each column of times is written in one unit, with one precision', async (ctx) => {
+  // The demo runs for about 3 s: its spikes fall on both sides of 1 s ("850.00 ms", "1.20 s"
+  // was one column).
+  for (const url of [`${BASE}?trace=traces/spikes.msgpack#view=spikes`, `${BASE}?demo=spikes#view=spikes`]) {
+    const v = await Viewer.open(ctx, url);
+    await v.spikes.waitShown();
+    for (const table of ['detected-spikes-table', 'spikes-table']) {
+      const at = await v.spikes.atColumn(table);
+      assert.ok(at.length >= 2, `${url} ${table}: ${at}`);
+      const parsed = at.map((t) => /^\d+(?:\.(\d+))? (ns|µs|ms|s|min|h)$/.exec(t));
+      assert.ok(parsed.every(Boolean), `${url} ${table}: a number and a unit each: ${at}`);
+      assert.equal(new Set(parsed.map((m) => m[2])).size, 1, `${url} ${table}: one unit in ${at}`);
+      assert.equal(new Set(parsed.map((m) => (m[1] || '').length)).size, 1, `${url} ${table}: one precision in ${at}`);
+    }
+    assert.deepEqual(v.errors, []);
+    await v.close();
+  }
+});

@@ -87,6 +87,33 @@ test('axis labels and the window\'s ends are round numbers of one unit, with one
   assert.deepEqual(v.errors, []);
 });
 
+test('a moment on the chart (hover tip, pin, markers) is written in the unit of the window\'s ends', async (ctx) => {
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const tl = v.timeline;
+  await tl.waitShown({ drawn: true });
+  const unitOf = (text) => /(\d+(?:\.\d+)?) (ns|µs|ms|s|min|h)\b/.exec(text)?.[2];
+  const windowUnit = unitOf(await v.text('visible-range'));
+  assert.ok(windowUnit, await v.text('visible-range'));
+  // The plot's first pixels: moments within a millisecond of the start ("300 µs" beside a
+  // window of "0.00 ms – 308.42 ms" was not one unit).
+  const box = await tl.box();
+  let hover = null;
+  for (let x = 1; x < box.width / 4 && !hover; x += 2) {
+    await v.page.mouse.move(box.x + x, box.y + box.height / 2);
+    if (await v.count('hover-tip')) hover = [x, (await v.timeline.hoverTip.locator('b').first().textContent()).trim()];
+  }
+  assert.ok(hover, 'the hover tip shows near the start');
+  assert.equal(unitOf(hover[1]), windowUnit, `hover "${hover[1]}" in the unit of the window`);
+  await v.page.mouse.click(box.x + hover[0], box.y + box.height / 2);
+  await v.el('pinned').waitFor();
+  const pinned = await v.el('pinned').locator('h3').textContent();
+  assert.equal(unitOf(pinned), windowUnit, `pinned "${pinned}" in the unit of the window`);
+  const markers = await v.all('marker').evaluateAll((els) => els.map((e) => e.textContent));
+  assert.ok(markers.length > 0);
+  for (const m of markers) assert.equal(unitOf(/ at (.*)$/.exec(m)[1]), windowUnit, `marker "${m}"`);
+  assert.deepEqual(v.errors, []);
+});
+
 test('double-click resets the zoom and leaves the pin as it was', async (ctx) => {
   const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
   const tl = v.timeline;

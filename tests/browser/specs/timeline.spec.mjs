@@ -112,3 +112,23 @@ test('the timeline is drawn before the detectors run; their markers and views fo
   assert.equal(await v.count('detecting'), 0);
   assert.deepEqual(v.errors, []);
 });
+
+test('a moment is pinned from the keyboard: Tab to the chart, Enter pins the middle, shift+arrows move the pin', async (ctx) => {
+  const v = await Viewer.open(ctx, `${BASE}?trace=traces/spikes.msgpack#view=timeline`);
+  const tl = v.timeline;
+  await tl.waitShown({ drawn: true });
+  assert.ok(await v.tabTo('timeline-canvas'), `Tab reaches the chart (focus on ${await v.focused()})`);
+  const [t0, t1] = await tl.range();
+  await v.page.keyboard.press('Enter');
+  await v.el('pinned').waitFor();
+  const pin = BigInt(await tl.pinned());
+  assert.equal(pin, t0 + (t1 - t0) / 2n, 'the window\'s middle');
+  await v.page.keyboard.press('Shift+ArrowRight');
+  await v.page.waitForFunction((p) => document.querySelector('[data-testid="pinned"]')?.dataset.ts !== p, String(pin));
+  const moved = BigInt(await tl.pinned());
+  assert.equal(moved, pin + (t1 - t0) / 100n, 'one hundredth of the window later');
+  assert.deepEqual(await tl.range(), [t0, t1], 'shift+arrow moves the pin, not the window');
+  await v.page.keyboard.press('Escape');
+  await v.el('pinned').waitFor({ state: 'detached' });
+  assert.deepEqual(v.errors, []);
+});

@@ -9,6 +9,34 @@ use wasm_bindgen_futures::JsFuture;
 use crate::chart::{ChartSpec, Mapper, Theme};
 use crate::state::parse_pairs;
 
+/// What a JavaScript exception says, in words: an `Error`'s message (`TypeError: Failed to
+/// fetch`), a thrown string, or that nothing more is known; never a `JsValue(…)` dump.
+pub fn js_error(e: &JsValue) -> String {
+    if let Some(err) = e.dyn_ref::<js_sys::Error>() {
+        let name = String::from(err.name());
+        let message = String::from(err.message());
+        return if name.is_empty() || name == "Error" {
+            message
+        } else {
+            format!("{name}: {message}")
+        };
+    }
+    e.as_string()
+        .unwrap_or_else(|| String::from("the browser gave no reason"))
+}
+
+/// The origin (`https://host:port`) of `url`, read relative to the page (`None` for a URL
+/// the browser cannot parse).
+pub fn origin_of(url: &str) -> Option<String> {
+    let base = window().location().href().ok()?;
+    Some(web_sys::Url::new_with_base(url, &base).ok()?.origin())
+}
+
+/// The page's own origin.
+pub fn page_origin() -> String {
+    window().location().origin().unwrap_or_default()
+}
+
 /// Whether the system asks for a dark page.
 pub fn prefers_dark() -> bool {
     window()
@@ -96,9 +124,9 @@ pub async fn upload_trace(body: &web_sys::Blob, fragment: &str) -> Result<String
     init.set_body(body);
     let resp = JsFuture::from(window().fetch_with_str_and_init("api/v1/traces", &init))
         .await
-        .map_err(|e| format!("the upload failed: {e:?}"))?;
+        .map_err(|e| format!("the upload failed: {}", js_error(&e)))?;
     let resp: web_sys::Response = resp.unchecked_into();
-    let json = JsFuture::from(resp.json().map_err(|e| format!("{e:?}"))?)
+    let json = JsFuture::from(resp.json().map_err(|e| js_error(&e))?)
         .await
         .map_err(|_| String::from("sharing needs this page to be served by `gpucollect serve`"))?;
     let field = |k: &str| {
@@ -142,7 +170,7 @@ pub async fn copy_text(text: &str) -> Result<(), String> {
     JsFuture::from(p)
         .await
         .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
+        .map_err(|e| js_error(&e))
 }
 
 /// Milliseconds since page load (high resolution).
@@ -212,8 +240,8 @@ pub fn download_text(name: &str, mime: &str, text: &str) -> Result<(), String> {
     let opts = web_sys::BlobPropertyBag::new();
     opts.set_type(mime);
     let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)
-        .map_err(|e| format!("{e:?}"))?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| js_error(&e))?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| js_error(&e))?;
     let r = download_url(name, &url);
     let _ = web_sys::Url::revoke_object_url(&url);
     r
@@ -224,7 +252,7 @@ pub fn download_url(name: &str, url: &str) -> Result<(), String> {
     let doc = window().document().ok_or("no document")?;
     let a: web_sys::HtmlAnchorElement = doc
         .create_element("a")
-        .map_err(|e| format!("{e:?}"))?
+        .map_err(|e| js_error(&e))?
         .unchecked_into();
     a.set_href(url);
     a.set_download(name);
@@ -268,8 +296,19 @@ pub fn draw_canvas(
 
 /// Saves a canvas as PNG.
 pub fn export_png(canvas: &web_sys::HtmlCanvasElement, name: &str) -> Result<(), String> {
-    let url = canvas.to_data_url().map_err(|e| format!("{e:?}"))?;
+    let url = canvas.to_data_url().map_err(|e| js_error(&e))?;
     download_url(name, &url)
+}
+
+/// CSS pixels from the top of `el` to the bottom of the window (what a frame has left for it).
+pub fn height_below(el: &web_sys::Element) -> u32 {
+    let inner = window()
+        .inner_height()
+        .ok()
+        .and_then(|h| h.as_f64())
+        .unwrap_or(0.0);
+    let top = el.get_bounding_client_rect().top() + window().scroll_y().unwrap_or(0.0);
+    (inner - top).max(0.0).floor() as u32
 }
 
 /// Width available to a canvas (its parent's width), with a floor.

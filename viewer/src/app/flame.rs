@@ -6,13 +6,14 @@
 
 use std::sync::Arc;
 
-use analysis_core::units::{fmt_bytes, fmt_duration};
+use analysis_core::units::fmt_bytes;
 use leptos::prelude::*;
 
 use super::Ctx;
 use crate::chart::filter_of;
 use crate::data::TraceData;
 use crate::flame::Flame;
+use crate::ticks::time_in_unit_of;
 
 /// Height of a row of cells, CSS pixels.
 const ROW_PX: u32 = 20;
@@ -108,7 +109,7 @@ pub fn Stacks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             .collect_view();
         view! {
             <p data-testid="flame-total" data-value=total.to_string() data-ts=t.to_string() data-moment=m.slug()>
-                {format!("{} live at {}", fmt_bytes(total), fmt_duration(t.saturating_sub(lo)))}
+                {format!("{} live at {}", fmt_bytes(total), time_in_unit_of(t.saturating_sub(lo), hi - lo))}
             </p>
             <div class="flame" data-testid="flame" role="group" aria-label="Live memory by stack"
                 style=format!("height:{}px", depth * ROW_PX)>

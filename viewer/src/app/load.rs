@@ -180,7 +180,7 @@ impl BlobReader {
         let part = self
             .blob
             .slice_with_f64_and_f64(start, end)
-            .map_err(|e| format!("cannot read the file: {e:?}"))?;
+            .map_err(|e| format!("cannot read the file: {}", dom::js_error(&e)))?;
         Ok(Some(Slice {
             bytes: JsFuture::from(part.array_buffer()),
             start,
@@ -231,8 +231,10 @@ impl BlobReader {
         };
         let buf = current.bytes.await.map_err(|e| {
             format!(
-                "cannot read the file (bytes {} to {}): {e:?}",
-                current.start, current.end
+                "cannot read the file (bytes {} to {}): {}",
+                current.start,
+                current.end,
+                dom::js_error(&e)
             )
         })?;
         dom::mark("gpucollect:slice-read-by-page");
@@ -291,7 +293,7 @@ impl Source {
             Self::Stream(reader) => {
                 let res = JsFuture::from(reader.read())
                     .await
-                    .map_err(|e| format!("the download failed: {e:?}"))?;
+                    .map_err(|e| format!("the download broke off: {}", dom::js_error(&e)))?;
                 let done = js_sys::Reflect::get(&res, &"done".into())
                     .ok()
                     .and_then(|v| v.as_bool())
@@ -300,7 +302,7 @@ impl Source {
                     return Ok(None);
                 }
                 let value = js_sys::Reflect::get(&res, &"value".into())
-                    .map_err(|e| format!("the download failed: {e:?}"))?;
+                    .map_err(|e| format!("the download broke off: {}", dom::js_error(&e)))?;
                 js_sys::Uint8Array::new(&value)
             }
         };
@@ -312,7 +314,7 @@ impl Source {
 pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
     let resp = JsFuture::from(window().fetch_with_str(url))
         .await
-        .map_err(|e| format!("cannot download the trace ({e:?}): {url}"))?;
+        .map_err(|e| download_refused(url, &dom::js_error(&e)))?;
     let resp: web_sys::Response = resp.unchecked_into();
     if !resp.ok() {
         return Err(format!(
@@ -332,6 +334,27 @@ pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
         .ok_or_else(|| format!("the response has no body: {url}"))?;
     let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
     Ok((Source::Stream(reader), total))
+}
+
+/// Why a download of `url` got no answer at all, in words. The browser gives one reason for
+/// every such failure ("Failed to fetch"): for another site's URL the likely ones are this
+/// page's Content-Security-Policy (`gpucollect serve` lets it download from its own origin and
+/// each `--allow-trace-origin`) and that site's CORS headers; for this site's own, the network.
+fn download_refused(url: &str, reason: &str) -> String {
+    let page = dom::page_origin();
+    match dom::origin_of(url) {
+        Some(origin) if origin != page && origin != "null" => format!(
+            "the browser did not download the trace ({reason}). It is on another site, {origin}, \
+             and a page may read it only when both allow it: the server of this page must let \
+             the page connect there (gpucollect serve --allow-trace-origin {origin}), and \
+             {origin} must allow reads from {page} (CORS: Access-Control-Allow-Origin). \
+             Otherwise download the file and drop it here: {url}"
+        ),
+        _ => format!(
+            "the browser could not download the trace ({reason}): the server did not answer or \
+             the connection broke; check that it runs and reload: {url}"
+        ),
+    }
 }
 
 /// Paces a load: publishes its progress every `BUDGET_MS` from `SHOW_PROGRESS_AFTER_MS` after
@@ -386,6 +409,27 @@ impl Pacer {
         self.last_yield = dom::now_ms();
         current()
     }
+}
+
+/// The trace format's bytes of `blob` (what the server's uploads take): the blob itself when it
+/// is a trace, else a PyTorch snapshot converted, as `gpucollect import` does.
+pub async fn as_trace(blob: web_sys::Blob) -> Result<web_sys::Blob, String> {
+    let read = |b: web_sys::Blob| async move {
+        JsFuture::from(b.array_buffer())
+            .await
+            .map(|buf| js_sys::Uint8Array::new(&buf).to_vec())
+            .map_err(|e| format!("cannot read the file: {}", dom::js_error(&e)))
+    };
+    let head = blob
+        .slice_with_f64_and_f64(0.0, 4096.0)
+        .map_err(|e| format!("cannot read the file: {}", dom::js_error(&e)))?;
+    if !torch_snapshot::looks_like_snapshot(&read(head).await?) {
+        return Ok(blob);
+    }
+    let (trace, _) = torch_snapshot::convert(&read(blob).await?)
+        .map_err(|e| format!("the snapshot could not be converted to a trace: {e}"))?;
+    dom::blob_of(&trace)
+        .ok_or_else(|| String::from("the browser could not hold the converted trace"))
 }
 
 /// Bytes of a file's start that [`other_format`] looks at.

@@ -201,7 +201,11 @@ pub fn App() -> impl IntoView {
 
     // Startup: a trace embedded by `gpucollect html`, `?trace=URL` or `?demo=NAME`, opened with
     // the view state of the fragment.
-    if let Some(bytes) = dom::embedded_trace() {
+    let embedded = dom::embedded_trace();
+    // The single-file report (`gpucollect html`) is opened from disk: there is no server to
+    // upload to.
+    let can_upload = embedded.is_none();
+    if let Some(bytes) = embedded {
         let total = bytes.len() as u64;
         start(
             Source::Bytes(Some(bytes)),
@@ -285,12 +289,12 @@ pub fn App() -> impl IntoView {
             <Show when=move || !embed()>
                 <header class="top">
                     <h1>"gpucollect"</h1>
-                    <span class="tagline">"GPU memory, in your browser. Nothing is uploaded."</span>
+                    <span class="tagline">"GPU memory, in your browser. Nothing is uploaded unless you press Share."</span>
                     <label class="button" data-testid="file-picker-label">
                         "Open trace…"
                         <input type="file" data-testid="file-picker" on:change=picker />
                     </label>
-                    <ShareButton ctx=ctx />
+                    <ShareButton ctx=ctx can_upload=can_upload />
                 </header>
             </Show>
             <LoadPanel state=load_state />
@@ -351,7 +355,7 @@ fn Welcome(busy: bool, on_demo: impl Fn(Scenario) + Copy + 'static) -> impl Into
         <section class="welcome" data-testid="welcome" class:hidden=busy>
             <h2>"Drop a gpucollect trace anywhere on this page"</h2>
             <p>"…or use “Open trace…”, or add "<code>"?trace=URL"</code>" to the address. "
-               "The trace is decoded and analysed here, in WebAssembly; it never leaves your computer."</p>
+               "The trace is decoded and analysed here, in WebAssembly; it leaves your computer only if you press Share."</p>
             <h3>"No trace at hand? Open a demo"</h3>
             <ul class="demos" data-testid="demos">
                 {Scenario::ALL
@@ -370,13 +374,29 @@ fn Welcome(busy: bool, on_demo: impl Fn(Scenario) + Copy + 'static) -> impl Into
     }
 }
 
-/// "Copy link": puts the URL that reopens this exact view on the clipboard and shows it.
+/// "Copy link": puts the URL that reopens this exact view on the clipboard and shows it; for a
+/// trace from this computer it says the link does not carry the file. "Share" (where the page
+/// can upload: not in the single-file report of `gpucollect html`): asks first, then uploads the
+/// trace (a PyTorch snapshot converted to the trace format first) to the `gpucollect serve` that
+/// served the page, and copies the link it answers.
 #[component]
-fn ShareButton(ctx: Ctx) -> impl IntoView {
+fn ShareButton(ctx: Ctx, can_upload: bool) -> impl IntoView {
     let link = RwSignal::new(String::new());
+    let note = RwSignal::new(None::<&'static str>);
+    // The upload waiting for a yes: what it is and its size.
+    let asking = RwSignal::new(None::<(String, u64)>);
     let copy = move |_: ()| {
         let url = dom::share_url(&ctx.vs.with_untracked(ViewState::to_fragment));
         link.set(url.clone());
+        asking.set(None);
+        let local = ctx.local_trace.with_value(Option::is_some);
+        note.set(local.then_some(if can_upload {
+            "This link reopens the view, not the trace: the file is on this computer only. \
+             Send the file with the link, or use Share to upload it."
+        } else {
+            "This link reopens the view, not the trace: the file is on this computer only. \
+             Send this report file with the link."
+        }));
         leptos::task::spawn_local(async move {
             // Without clipboard permission the link stays visible to copy by hand.
             let _ = dom::copy_text(&url).await;
@@ -388,10 +408,27 @@ fn ShareButton(ctx: Ctx) -> impl IntoView {
             copy(());
             return;
         };
+        let name = ctx
+            .analysis
+            .with_untracked(|a| a.as_ref().map(|a| a.source.clone()))
+            .unwrap_or_else(|| String::from("the trace"));
+        note.set(None);
+        link.set(String::new());
+        asking.set(Some((name, blob.size() as u64)));
+    };
+    let upload = move |_| {
+        asking.set(None);
+        let Some(blob) = ctx.local_trace.get_value() else {
+            return;
+        };
         link.set(String::from("uploading…"));
         let fragment = ctx.vs.with_untracked(ViewState::to_fragment);
         leptos::task::spawn_local(async move {
-            match dom::upload_trace(&blob, &fragment).await {
+            let shared = match load::as_trace(blob).await {
+                Ok(trace) => dom::upload_trace(&trace, &fragment).await,
+                Err(e) => Err(e),
+            };
+            match shared {
                 Ok(url) => {
                     link.set(url.clone());
                     let _ = dom::copy_text(&url).await;
@@ -400,14 +437,25 @@ fn ShareButton(ctx: Ctx) -> impl IntoView {
             }
         });
     };
+    let origin = dom::page_origin();
     view! {
         <button data-testid="copy-link" on:click=move |_| copy(()) title="Copy a link to this view">"Copy link"</button>
-        <button data-testid="share" on:click=share
-            title="Upload this trace to the gpucollect server and copy a link to this view">"Share"</button>
+        {can_upload.then(|| view! {
+            <button data-testid="share" on:click=share
+                title="Upload this trace to the gpucollect server and copy a link to this view">"Share"</button>
+        })}
+        {move || asking.get().map(|(name, bytes)| view! {
+            <div class="share-ask" role="dialog" aria-label="Share this trace" data-testid="share-ask">
+                <span>{format!("Upload {name} ({}) to {origin}? Anyone with the link can open it.", fmt_bytes(bytes))}</span>
+                <button data-testid="share-confirm" on:click=upload>"Upload and copy link"</button>
+                <button data-testid="share-cancel" on:click=move |_| asking.set(None)>"Cancel"</button>
+            </div>
+        })}
         <Show when=move || !link.get().is_empty()>
             <input class="share-link" readonly data-testid="share-link" prop:value=move || link.get()
                 aria-label="Link to this view" />
         </Show>
+        {move || note.get().map(|n| view! { <p class="share-note muted" data-testid="share-note">{n}</p> })}
     }
 }
 
@@ -443,7 +491,12 @@ fn Loaded(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     });
     let shown = Memo::new(move |_| {
         let (view, process, device, thread) = vs.with(|s| (s.view, s.process, s.device, s.thread));
-        let needs_report = matches!(view, View::Overview | View::Leaks | View::Spikes);
+        // Fragmentation too: its largest free block and address map at each OOM come from
+        // the report (opened first by a link, it showed neither).
+        let needs_report = matches!(
+            view,
+            View::Overview | View::Leaks | View::Spikes | View::Fragmentation
+        );
         (view, process, device, thread, needs_report && waiting.get())
     });
     let current = Memo::new(move |_| shown.get().0);

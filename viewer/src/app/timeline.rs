@@ -4,7 +4,8 @@
 //! capacity, NVTX ranges, failed allocations and teardowns (grouped where dense, all of them
 //! listed under the chart). Wheel zooms around the cursor, drag brushes a window, shift-drag
 //! pans, click pins a moment (its live allocations are listed by stack), double-click resets
-//! the zoom and leaves the pin as it was.
+//! the zoom and leaves the pin as it was. From the keyboard, on the focused chart: Enter or
+//! Space pins (the hovered moment, else the window's middle), shift+arrows move the pin.
 //!
 //! The per-site series are built after the first draw (two animation frames later), once per
 //! filter, so opening a trace does not wait for them.
@@ -21,9 +22,13 @@ use crate::chart::{self, Mapper, filter_of, timeline_spec};
 use crate::data::{TraceData, to_csv};
 use crate::site_series::SiteSeries;
 use crate::state::ViewState;
+use crate::ticks::time_in_unit_of;
 
-/// Canvas height of the main timeline, CSS pixels.
+/// Canvas height of the main timeline, CSS pixels (in an embed, at most: there it fills what
+/// the frame has left below its top, down to `EMBED_MIN_HEIGHT_PX`).
 pub const HEIGHT_PX: u32 = 380;
+/// Smallest canvas height in an embed (a frame too low for it scrolls).
+const EMBED_MIN_HEIGHT_PX: u32 = 160;
 /// A press that moves less than this is a click (pin), not a brush.
 const CLICK_SLOP_PX: f64 = 4.0;
 /// Markers listed under the chart at first, and added by each "Show more".
@@ -93,6 +98,8 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let canvas = NodeRef::<html::Canvas>::new();
     let mapper = StoredValue::new(Mapper::default());
+    // The canvas height drawn last (the brush and crosshair span it).
+    let height_px = RwSignal::new(HEIGHT_PX);
     let resize = RwSignal::new(0u32);
     let handle = window_event_listener(ev::resize, move |_| resize.update(|n| *n += 1));
     on_cleanup(move || handle.remove());
@@ -145,7 +152,15 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         let started = dom::now_ms();
         let spec = timeline_spec(&a_draw, &state, dom::theme(), site_series.as_deref());
         let width = dom::available_width(&el);
-        if let Some(m) = dom::draw_canvas(&el, &spec, width, HEIGHT_PX) {
+        let height = if state.embed {
+            dom::height_below(&el).clamp(EMBED_MIN_HEIGHT_PX, HEIGHT_PX)
+        } else {
+            HEIGHT_PX
+        };
+        if height_px.try_get_untracked() != Some(height) {
+            height_px.set(height);
+        }
+        if let Some(m) = dom::draw_canvas(&el, &spec, width, height) {
             // What the canvas shows, for scripts and tests.
             let _ = el.set_attribute("data-markers-drawn", &m.markers_drawn.to_string());
             let _ = el.set_attribute("data-marker-groups", &m.marker_groups.to_string());
@@ -311,7 +326,41 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         }
     };
 
+    // The keyboard, on the focused chart: Enter or Space pins the moment under the mouse (the
+    // window's middle when the mouse is elsewhere); shift+arrows move the pin by 1 % of the window.
+    let on_key = move |e: ev::KeyboardEvent| {
+        if e.ctrl_key() || e.meta_key() || e.alt_key() {
+            return;
+        }
+        let (t0, t1) = vs.with_untracked(|v| v.range_nanos).unwrap_or(full);
+        let middle = t0 + (t1 - t0) / 2;
+        match e.key().as_str() {
+            "Enter" | " " => {
+                e.prevent_default();
+                let t = hover.with_untracked(|h| h.as_ref().map(|h| h.ts_nanos));
+                vs.update(|v| v.pin_nanos = Some(t.unwrap_or(middle)));
+            }
+            "ArrowLeft" | "ArrowRight" if e.shift_key() => {
+                e.prevent_default();
+                e.stop_propagation();
+                let step = ((t1 - t0) / 100).max(1);
+                vs.update(|v| {
+                    let p = v.pin_nanos.unwrap_or(middle);
+                    let moved = if e.key() == "ArrowLeft" {
+                        p.saturating_sub(step)
+                    } else {
+                        p.saturating_add(step)
+                    };
+                    v.pin_nanos = Some(moved.clamp(full.0, full.1));
+                });
+            }
+            _ => {}
+        }
+    };
+
     let origin = full.0;
+    // Moments on the chart are written in the unit of the window's ends.
+    let window_end = move || vs.with_untracked(|v| v.range_nanos).unwrap_or(full).1;
     let range_text = move || {
         let (t0, t1) = vs.with(|v| v.range_nanos).unwrap_or(full);
         // Both ends in one unit.
@@ -326,7 +375,7 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         let width = canvas
             .get_untracked()
             .map_or(1000, |c| dom::available_width(&c));
-        if let Ok(svg) = chart::to_svg(&spec, width, HEIGHT_PX) {
+        if let Ok(svg) = chart::to_svg(&spec, width, height_px.get_untracked()) {
             let _ = dom::download_text("gpucollect-timeline.svg", "image/svg+xml", &svg);
         }
     };
@@ -353,25 +402,25 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 <button data-testid="export-png" on:click=export_png>"PNG"</button>
                 <button data-testid="export-svg" on:click=export_svg>"SVG"</button>
             </div>
-            <p class="hint muted">"Wheel: zoom · drag: select a window · shift-drag: pan · click: pin a moment · double-click or 0: reset · keys + − ← →"</p>
+            <p class="hint muted">"Wheel: zoom · drag: select a window · shift-drag: pan · click: pin a moment · double-click or 0: reset · keys + − ← → · on the focused chart, Enter pins a moment, shift+← → moves it, Escape unpins"</p>
             <div class="chart-wrap">
                 <canvas node_ref=canvas data-testid="timeline-canvas" tabindex="0"
                     aria-label="Live device memory over time"
                     on:mousemove=on_move on:mousedown=on_down on:mouseup=on_up
-                    on:mouseleave=on_leave on:wheel=on_wheel
+                    on:mouseleave=on_leave on:wheel=on_wheel on:keydown=on_key
                     on:dblclick=move |_| vs.update(|v| {
                         v.range_nanos = None;
                         v.pin_nanos = pin_before_click.get_value();
                     })></canvas>
                 {move || brush.get().map(|(x0, x1)| view! {
                     <div class="brush" data-testid="brush"
-                        style=format!("left:{x0}px;width:{}px;height:{HEIGHT_PX}px", x1 - x0)></div>
+                        style=format!("left:{x0}px;width:{}px;height:{}px", x1 - x0, height_px.get())></div>
                 })}
                 {move || hover.get().map(|h| view! {
-                    <div class="crosshair" style=format!("left:{}px;height:{HEIGHT_PX}px", h.x_px)></div>
+                    <div class="crosshair" style=format!("left:{}px;height:{}px", h.x_px, height_px.get())></div>
                     <div class="tooltip" data-testid="hover-tip" data-ts=h.ts_nanos.to_string()
                         style=format!("left:{}px", h.x_px + 12.0)>
-                        <div><b>{fmt_duration(h.ts_nanos - origin)}</b></div>
+                        <div><b data-testid="hover-time">{time_in_unit_of(h.ts_nanos - origin, window_end() - origin)}</b></div>
                         <div data-testid="hover-bytes" data-value=h.bytes.to_string()>{format!("{} live", fmt_bytes(h.bytes))}</div>
                         {h.band.map(|(stack, name, bytes)| view! {
                             <div class="band" data-testid="hover-band"
@@ -463,7 +512,7 @@ fn MarkerList(a: Arc<TraceData>, ctx: Ctx, origin: u64) -> impl IntoView {
                 };
                 view! {
                     <li data-testid="marker" data-kind=m.kind.slug() data-ts=t.to_string()>
-                        <button class="link" on:click=go>{format!("{} at {}", m.label, fmt_duration(t.saturating_sub(origin)))}</button>
+                        <button class="link" on:click=go>{format!("{} at {}", m.label, time_in_unit_of(t.saturating_sub(origin), hi - origin))}</button>
                     </li>
                 }
             })
@@ -508,6 +557,8 @@ fn MarkerList(a: Arc<TraceData>, ctx: Ctx, origin: u64) -> impl IntoView {
 /// The pinned moment: live allocations then, grouped by stack.
 #[component]
 fn Pinned(a: Arc<TraceData>, vs: RwSignal<ViewState>, origin: u64) -> impl IntoView {
+    // The pinned moment is written in the unit of the trace's end, as the markers are.
+    let end = a.time_extent().1;
     // Recomputed when the pin or the filters change, not on zoom.
     let key = Memo::new(move |_| {
         vs.with(|s| {
@@ -546,7 +597,7 @@ fn Pinned(a: Arc<TraceData>, vs: RwSignal<ViewState>, origin: u64) -> impl IntoV
         Some(view! {
             <section class="pinned" data-testid="pinned" data-ts=t.to_string()>
                 <h3>
-                    {format!("Live at {}: ", fmt_duration(t.saturating_sub(origin)))}
+                    {format!("Live at {}: ", time_in_unit_of(t.saturating_sub(origin), end - origin))}
                     <span data-testid="pinned-bytes" data-value=total.to_string()>{fmt_bytes(total)}</span>
                     <button on:click=move |_| vs.update(|v| v.pin_nanos = None)>"Unpin"</button>
                     <button data-testid="export-csv" on:click=export>"CSV"</button>

@@ -23,6 +23,7 @@ use crate::data::{
 };
 use crate::markers::{Marker, MarkerKind};
 use crate::state::{ScopeSortKey, SortKey, View, ViewState};
+use crate::ticks::{time_column, time_in_unit_of};
 
 /// Rows shown at most in a table (the CSV export has them all).
 const MAX_ROWS: usize = 500;
@@ -363,7 +364,7 @@ fn address_cells(layout: &[AddressStretch], widest: Option<usize>) -> AnyView {
 #[component]
 fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let origin = a.time_extent().0;
+    let (origin, end) = a.time_extent();
     let peak = a.trace.model.peak_ts_nanos;
     move || {
         let pin = vs.with(|v| v.pin_nanos);
@@ -393,7 +394,8 @@ fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 })
             })
             .collect::<Vec<_>>();
-        let when = fmt_duration(t.saturating_sub(origin));
+        // In the unit of the trace's end, as the timeline writes moments.
+        let when = time_in_unit_of(t.saturating_sub(origin), end - origin);
         (!maps.is_empty()).then(|| view! {
             <h3>{if pin.is_some() { format!("Addresses at the pinned moment ({when})") } else { format!("Addresses at the peak ({when}); pin a moment on the timeline to see another") }}</h3>
             {maps}
@@ -855,9 +857,17 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             ]
         })
         .collect();
+    // Each column of times in one unit (`ticks::time_column`).
+    let detected_at = time_column(
+        &detected
+            .iter()
+            .map(|d| d.ts_nanos.saturating_sub(origin))
+            .collect::<Vec<_>>(),
+    );
     let detected_rows = detected
         .into_iter()
-        .map(|d| {
+        .zip(detected_at)
+        .map(|(d, at)| {
             let (t, e) = (d.ts_nanos, d.ts_nanos + d.duration_nanos.unwrap_or(0));
             let rule = match (d.timeline_rule, d.scopes.is_empty()) {
                 (true, true) => "rise and fall of live bytes".to_string(),
@@ -868,7 +878,7 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 <tr data-testid="detected-spike-row" class="clickable" on:click=move |_| zoom_to(t, e)
                     data-ts=t.to_string() data-size=d.size_bytes.to_string() data-live=d.live_bytes.to_string()
                     data-timeline=d.timeline_rule.to_string()>
-                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><At nanos=t.saturating_sub(origin) label=at /></td>
                     <td class="num"><Bytes bytes=d.size_bytes /></td>
                     <td class="num"><Bytes bytes=d.live_bytes /></td>
                     <td class="num">{d.duration_nanos.map_or_else(|| "–".to_string(), fmt_duration)}</td>
@@ -889,12 +899,18 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             ]
         })
         .collect();
+    let top_at = time_column(
+        &top.iter()
+            .map(|(t, ..)| t.saturating_sub(origin))
+            .collect::<Vec<_>>(),
+    );
     let body = top
         .into_iter()
-        .map(|(t, e, b, s)| {
+        .zip(top_at)
+        .map(|((t, e, b, s), at)| {
             view! {
                 <tr data-testid="spike-row" class="clickable" on:click=move |_| zoom_to(t, e)>
-                    <td class="num"><Duration nanos=t.saturating_sub(origin) /></td>
+                    <td class="num"><At nanos=t.saturating_sub(origin) label=at /></td>
                     <td class="num"><Bytes bytes=b /></td>
                     <td class="num">{fmt_duration(e.saturating_sub(t))}</td>
                     <td>{s}</td>
@@ -1039,12 +1055,19 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         })
         .collect();
     let opt = |v: Option<u64>| v.map_or_else(|| "not recorded".to_string(), fmt_bytes);
+    let oom_at = time_column(
+        &ooms
+            .iter()
+            .map(|o| o.ts_nanos.saturating_sub(origin))
+            .collect::<Vec<_>>(),
+    );
     let oom_rows = ooms
         .iter()
-        .map(|o| {
+        .zip(oom_at.iter().cloned())
+        .map(|(o, at)| {
             view! {
                 <tr data-testid="oom-row">
-                    <td class="num"><Duration nanos=o.ts_nanos.saturating_sub(origin) /></td>
+                    <td class="num"><At nanos=o.ts_nanos.saturating_sub(origin) label=at /></td>
                     <td class="num">{o.device.0}</td>
                     <td class="num"><Bytes bytes=o.requested_bytes testid="oom-requested" /></td>
                     <td class="num">{fmt_bytes(o.live_bytes)}</td>
@@ -1060,7 +1083,8 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     // allocations and the free gaps between them, the largest gap marked.
     let maps = ooms
         .iter()
-        .filter_map(|o| {
+        .zip(oom_at)
+        .filter_map(|(o, at)| {
             let largest = o.largest_free_bytes?;
             let layout = address_layout(&a.trace.model, o.device, o.ts_nanos);
             let span: u64 = layout.iter().map(|s| s.bytes).sum();
@@ -1069,7 +1093,6 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             let n_free = layout.iter().filter(|s| !s.live).count();
             let widest = layout.iter().position(|s| !s.live && s.bytes == largest);
             let cells = address_cells(&layout, widest);
-            let at = fmt_duration(o.ts_nanos.saturating_sub(origin));
             Some(view! {
                 <figure class="addr-map-box" data-testid="addr-map" data-free=free.to_string() data-live=(span - free).to_string()>
                     <figcaption>{format!("GPU {} at {at}: {} from the lowest live address to the highest live end, {} free in {n_free} gap(s); the largest ({}, marked) against the {} request",
@@ -1105,4 +1128,11 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             <PinnedAddressMaps a=a.clone() ctx=ctx />
         </section>
     }
+}
+
+/// A time since the trace start, written as its column writes them (`ticks::time_column`),
+/// with the raw nanoseconds for scripts.
+#[component]
+fn At(nanos: u64, label: String) -> impl IntoView {
+    view! { <span class="num" data-value=nanos.to_string()>{label}</span> }
 }
