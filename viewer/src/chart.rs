@@ -58,8 +58,6 @@ pub const PALETTE: [RGBColor; 8] = [
 ];
 const RESERVED: RGBColor = RGBColor(245, 166, 35);
 const DEVICE_USED: RGBColor = RGBColor(121, 85, 72);
-/// The framework layer: tensors inside the reserve (FORMAT.md, "Two layers").
-const ALLOCATED: RGBColor = RGBColor(0, 137, 123);
 const OOM: RGBColor = RGBColor(219, 68, 55);
 const TEARDOWN: RGBColor = RGBColor(142, 36, 170);
 /// The pinned moment: a colour no series, band or marker uses.
@@ -270,7 +268,7 @@ pub fn timeline_spec<'a>(
     let (lo, hi) = a.time_extent();
     let (t0, t1) = vs.range_nanos.unwrap_or((lo, hi + 1));
     let f = filter_of(vs);
-    let m = &a.trace.model;
+    let m = a.model();
     let mut layers = Vec::new();
     let series = a.series_plots(&f);
     if series.len() > 1 && f.is_all() {
@@ -330,20 +328,6 @@ pub fn timeline_spec<'a>(
                 label: format!("reserved (pool) · GPU {}", d.0),
                 timeline: &pool.reserved,
                 color: RESERVED,
-                style: LayerStyle::Line,
-            });
-        }
-    }
-    // The framework layer: the tensors inside the reserve the series show.
-    for s in &m.allocated {
-        if f.admits_series(s.key.process, s.key.device) {
-            layers.push(Layer {
-                label: format!(
-                    "allocated (tensors) · process {} · GPU {}",
-                    s.key.process.0, s.key.device.0
-                ),
-                timeline: &s.timeline,
-                color: ALLOCATED,
                 style: LayerStyle::Line,
             });
         }
@@ -1057,17 +1041,27 @@ mod tests {
     }
 
     #[test]
-    fn a_trace_with_tensors_draws_both_layers() {
+    fn a_trace_with_tensors_draws_the_tensors_inside_the_reserve() {
         let bytes =
             include_bytes!("../../analysis-core/tests/assets/v1.3/every-record-kind.msgpack");
         let a = TraceData::new(analysis_core::load(bytes).expect("loads"), "v1.3");
         let spec = timeline_spec(&a, &ViewState::default(), Theme::LIGHT, None);
         let labels: Vec<&str> = spec.layers.iter().map(|l| l.label.as_str()).collect();
-        assert!(
-            labels.contains(&"allocated (tensors) · process 0 · GPU 0"),
-            "{labels:?}"
-        );
+        // The series are the tensors (the framework layer); the driver allocation holding them
+        // is the pool's reserve line.
         assert!(labels.contains(&"process 0 · GPU 0"), "{labels:?}");
+        assert!(labels.contains(&"reserved (pool) · GPU 0"), "{labels:?}");
+        let tensors = &a.model().series[0];
+        assert_eq!(
+            tensors.live_bytes,
+            256 << 10,
+            "the live tensor, not the 1 MiB segment"
+        );
+        assert_eq!(
+            a.trace.model.live_at_end_bytes(),
+            1 << 20,
+            "the trace itself is unchanged"
+        );
     }
 
     #[test]
@@ -1174,7 +1168,7 @@ mod tests {
             None,
             "above the stack"
         );
-        assert!(svg.contains("device capacity") || a.trace.model.devices.is_empty());
+        assert!(svg.contains("device capacity") || a.model().devices.is_empty());
         // A selected site that is not among the top joins them, drawn solid.
         let small = sites.sites.last().expect("sites").stack;
         let vs = ViewState {

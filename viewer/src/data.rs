@@ -11,15 +11,15 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use analysis_core::Report;
 use analysis_core::analysis::group_by_stack;
 use analysis_core::analysis::scopes::{ScopeGrowth, ScopeKind};
-use analysis_core::analysis::{FindingKind, Severity};
+use analysis_core::analysis::{Config, FindingKind, Severity, analyze_view};
 use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
 use analysis_core::model::{AllocRecord, LoadedTrace, Series, TraceModel};
 use analysis_core::report::SiteBytes;
 use analysis_core::timeline::Timeline;
 use analysis_core::units::fmt_bytes;
-use analysis_core::{Report, summarize};
 
 use crate::chart_index::RangeRows;
 use crate::filter::Filter;
@@ -236,7 +236,12 @@ struct Detected {
 pub struct TraceData {
     /// The file name or URL it came from.
     pub source: String,
+    /// The trace as loaded: the report's figures (what the device held) come from it.
     pub trace: LoadedTrace,
+    /// Where the trace has a framework's blocks (its tensors), the model the analysis reads
+    /// (`TraceModel::tensor_view`: the tensors are the allocations, the segments holding them
+    /// the pool's reserve); every view's series and tables read it too ([`TraceData::model`]).
+    view: Option<TraceModel>,
     detected: std::sync::OnceLock<Detected>,
     /// Every call site, unsorted ([`TraceData::sites`]: built on first use, so a load's first
     /// view does not wait for every stack's frames to be formatted).
@@ -245,9 +250,9 @@ pub struct TraceData {
     pub pools: BTreeMap<(ProcessIdx, DeviceIdx), PoolSeries>,
     /// NVML device used bytes per device.
     pub device_used: BTreeMap<DeviceIdx, Timeline>,
-    /// `trace.model.series[i].timeline` with a time index, for drawing.
+    /// `model().series[i].timeline` with a time index, for drawing.
     pub plots: Vec<Timeline>,
-    /// `trace.model.total` with a time index.
+    /// `model().total` with a time index.
     pub total: Timeline,
     /// NVTX range instances by nesting row, for the range bands.
     pub range_rows: RangeRows,
@@ -268,7 +273,8 @@ impl TraceData {
 
     /// Builds the derived tables, not yet the report ([`TraceData::detect`] adds it).
     pub fn without_report(trace: LoadedTrace, source: impl Into<String>) -> Self {
-        let m = &trace.model;
+        let view = trace.model.tensor_view();
+        let m = view.as_ref().unwrap_or(&trace.model);
         // Pool samples: each (process, device, pool) reports its current value; the series is the
         // sum over pools of the latest value of each.
         let mut pool_steps: BTreeMap<(ProcessIdx, DeviceIdx), (Timeline, Timeline)> =
@@ -320,6 +326,7 @@ impl TraceData {
         Self {
             source: source.into(),
             trace,
+            view,
             detected: std::sync::OnceLock::new(),
             sites: std::sync::OnceLock::new(),
             pools,
@@ -332,12 +339,24 @@ impl TraceData {
         }
     }
 
+    /// The model the views show: the tensor view where the trace has framework blocks, else
+    /// the trace's own.
+    pub fn model(&self) -> &TraceModel {
+        self.view.as_ref().unwrap_or(&self.trace.model)
+    }
+
+    /// Whether the trace has a framework's tensors (the views then show them, not the
+    /// segments holding them).
+    pub fn has_tensor_layer(&self) -> bool {
+        self.view.is_some()
+    }
+
     /// Runs the detectors (the report) and places their markers, once; builds the call-site
     /// table too, so the views that list call sites open at once.
     pub fn detect(&self) {
         self.detected.get_or_init(|| {
-            let report = summarize(&self.trace);
-            let markers = markers(&self.trace.model, &report);
+            let report = analyze_view(&self.trace, self.view.as_ref(), &Config::default());
+            let markers = markers(self.model(), &report);
             Detected { report, markers }
         });
         self.sites();
@@ -346,7 +365,7 @@ impl TraceData {
     /// Every call site, unsorted (built on the first call).
     pub fn sites(&self) -> &[SiteRow] {
         self.sites.get_or_init(|| {
-            let m = &self.trace.model;
+            let m = self.model();
             m.stack_stats
                 .values()
                 .map(|s| SiteRow {
@@ -382,7 +401,7 @@ impl TraceData {
             return s;
         }
         let built = std::sync::Arc::new(SiteSeries::build(
-            &self.trace.model,
+            self.model(),
             f,
             self.whole_of(f).is_none(),
         ));
@@ -442,7 +461,7 @@ impl TraceData {
 
     /// The trace's time extent `[first, last]`, at least 1 ns wide.
     pub fn time_extent(&self) -> (u64, u64) {
-        let m = &self.trace.model;
+        let m = self.model();
         let a = m.first_ts_nanos;
         (a, m.last_ts_nanos.max(a + 1))
     }
@@ -470,7 +489,7 @@ impl TraceData {
 
     /// Devices that appear in the trace (declared or allocated on), as the report lists them.
     pub fn devices(&self) -> Vec<DeviceIdx> {
-        let m = &self.trace.model;
+        let m = self.model();
         let mut v: Vec<DeviceIdx> = m.devices.iter().map(|d| d.device).collect();
         v.extend(m.undeclared_devices());
         v.sort();
@@ -487,7 +506,7 @@ impl TraceData {
             .iter()
             .map(|p| p.process)
             .collect();
-        for s in &self.trace.model.series {
+        for s in &self.model().series {
             v.push(s.key.process);
         }
         v.sort();
@@ -497,7 +516,7 @@ impl TraceData {
 
     /// Threads that appear in the trace, with their names.
     pub fn threads(&self) -> Vec<(ThreadIdx, String)> {
-        let m = &self.trace.model;
+        let m = self.model();
         let mut v: Vec<(ThreadIdx, String)> = m
             .threads
             .iter()
@@ -515,7 +534,7 @@ impl TraceData {
 
     /// Device allocations live at `t`, grouped by stack, largest first.
     pub fn live_sites_at(&self, t: u64, f: &Filter, limit: usize) -> Vec<SiteBytes> {
-        let m = &self.trace.model;
+        let m = self.model();
         // Allocations are in time order: only those made by `t` can be live at `t`.
         let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
         group_by_stack(
@@ -530,7 +549,7 @@ impl TraceData {
     /// Live bytes of one call site over time (a step series), built from its allocations.
     pub fn site_growth(&self, stack: StackId) -> Timeline {
         let mut deltas: Vec<(u64, i128)> = Vec::new();
-        for a in self.trace.model.allocs.iter().filter(|a| a.stack == stack) {
+        for a in self.model().allocs.iter().filter(|a| a.stack == stack) {
             if !a.kind.is_device_memory() {
                 continue;
             }
@@ -557,7 +576,7 @@ impl TraceData {
         if f.is_all() {
             return Cow::Borrowed(self.sites());
         }
-        let m = &self.trace.model;
+        let m = self.model();
         let peak_t = m.peak_ts_nanos;
         let mut by: BTreeMap<StackId, SiteRow> = BTreeMap::new();
         for a in m.allocs.iter().filter(|a| f.admits(a) && a.size_bytes > 0) {
@@ -642,7 +661,7 @@ impl TraceData {
         if scope.kind != ScopeKind::NvtxRange {
             return None;
         }
-        let m = &self.trace.model;
+        let m = self.model();
         let mut is_scope: BTreeMap<(u32, u32), bool> = BTreeMap::new();
         let mut ends: Vec<(u64, i64)> = m
             .ranges
@@ -781,7 +800,7 @@ impl TraceData {
     }
 
     pub fn oom_moments(&self) -> Vec<OomMoment> {
-        let m = &self.trace.model;
+        let m = self.model();
         m.failed
             .iter()
             .map(|f| {
@@ -1143,12 +1162,9 @@ mod tests {
         let ooms = a.oom_moments();
         assert_eq!(ooms.len(), 1);
         let o = &ooms[0];
-        let gaps = analysis_core::analysis::fragmentation::address_gaps(
-            &a.trace.model,
-            o.device,
-            o.ts_nanos,
-        )
-        .expect("live blocks at the failure");
+        let gaps =
+            analysis_core::analysis::fragmentation::address_gaps(a.model(), o.device, o.ts_nanos)
+                .expect("live blocks at the failure");
         assert_eq!(o.largest_free_bytes, Some(gaps.largest_free_bytes));
         // The scenario's point: enough free bytes in all, no hole big enough.
         assert!(gaps.free_bytes >= o.requested_bytes, "{gaps:?}");
@@ -1166,7 +1182,7 @@ mod tests {
     fn the_address_layout_holds_the_gaps_of_address_gaps() {
         for sc in [Scenario::Fragmented, Scenario::TrainingLeak, Scenario::Oom] {
             let (a, _) = analysis(sc);
-            let m = &a.trace.model;
+            let m = a.model();
             for t in [
                 m.first_ts_nanos,
                 (m.first_ts_nanos + m.last_ts_nanos) / 2,

@@ -48,7 +48,7 @@ pub fn Stacks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         Moment::Peak
     });
     let (lo, hi) = a.time_extent();
-    let peak = a.trace.model.peak_ts_nanos;
+    let peak = a.model().peak_ts_nanos;
     let choice = move |m: Moment, label: &'static str| {
         let disabled = move || m == Moment::Pinned && vs.with(|v| v.pin_nanos.is_none());
         view! {

@@ -465,7 +465,7 @@ fn Loaded(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let fatal = a.trace.fatal.as_ref().map(ToString::to_string);
     let warnings: Vec<String> = a.trace.warnings.iter().map(ToString::to_string).collect();
-    let records = a.trace.model.records;
+    let records = a.model().records;
     let tabs = View::ALL
         .into_iter()
         .enumerate()
@@ -566,7 +566,7 @@ fn Filters(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             }
         })
     };
-    let m = &a.trace.model;
+    let m = a.model();
     let processes = a
         .processes()
         .into_iter()

@@ -227,7 +227,7 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         let band = m.band_at(x, y).map(|b| {
             let name = b.stack.map_or_else(
                 || "other call sites".to_string(),
-                |s| a_hover.trace.model.stack_label(s),
+                |s| a_hover.model().stack_label(s),
             );
             (b.stack.map(|s| s.0), name, b.bytes)
         });

@@ -365,11 +365,11 @@ fn address_cells(layout: &[AddressStretch], widest: Option<usize>) -> AnyView {
 fn PinnedAddressMaps(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
     let (origin, end) = a.time_extent();
-    let peak = a.trace.model.peak_ts_nanos;
+    let peak = a.model().peak_ts_nanos;
     move || {
         let pin = vs.with(|v| v.pin_nanos);
         let t = pin.unwrap_or(peak);
-        let m = &a.trace.model;
+        let m = a.model();
         let maps = a
             .devices()
             .into_iter()
@@ -420,7 +420,7 @@ fn largest_free(requested: u64, largest: Option<u64>, testid: &'static str) -> A
 #[component]
 pub fn Sites(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     let vs = ctx.vs;
-    let peak = a.trace.model.peak_bytes;
+    let peak = a.model().peak_bytes;
     let header = move |key: SortKey, label: &'static str| {
         let sort = move || vs.with(|v| (v.sort == key).then_some(v.sort_ascending));
         view! {
@@ -726,7 +726,8 @@ fn LiveAtEndTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         .into_iter()
         .filter(|r| site_matches(r, &needle))
         .collect();
-    let total_live = a.trace.model.live_at_end_bytes();
+    let total_live = a.model().live_at_end_bytes();
+    let tensors = a.has_tensor_layer();
     let csv = rows.iter().map(SiteRow::live_csv).collect();
     let count = rows.len();
     let body = rows
@@ -774,7 +775,8 @@ fn LiveAtEndTable(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         <section data-testid="live-at-end-section">
             <h3>"Still live at the end, by call site"</h3>
             <p class="muted">"Call sites whose allocations are still live when the trace ends, largest first. "
-                "Click a row for its live bytes over time and its full stack."</p>
+                "Click a row for its live bytes over time and its full stack."
+                {tensors.then_some(" This trace has the framework's tensors: these are tensors (as memory_allocated() counts them); the segments holding them are the reserve.")}</p>
             <CsvButton name="leaks" headers=&SiteRow::LIVE_CSV rows=csv />
             <table data-testid="leaks-table">
                 <caption>{format!("{count} call site(s) with memory live at the end")}</caption>
@@ -803,7 +805,7 @@ pub fn Spikes(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
                 x.ts_nanos,
                 x.free_ts_nanos,
                 x.size_bytes,
-                a.trace.model.stack_label(x.stack),
+                a.model().stack_label(x.stack),
             )
         })
         .collect();
@@ -1086,7 +1088,7 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         .zip(oom_at)
         .filter_map(|(o, at)| {
             let largest = o.largest_free_bytes?;
-            let layout = address_layout(&a.trace.model, o.device, o.ts_nanos);
+            let layout = address_layout(a.model(), o.device, o.ts_nanos);
             let span: u64 = layout.iter().map(|s| s.bytes).sum();
             layout.first()?;
             let free: u64 = layout.iter().filter(|s| !s.live).map(|s| s.bytes).sum();
