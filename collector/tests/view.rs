@@ -62,11 +62,18 @@ fn view_serves_the_file_behind_a_token_and_cleans_up() {
         .expect("a location")
         .to_owned();
     assert!(to.contains(id) && to.contains(token), "{to}");
-    let page = agent()
+    let mut page = agent()
         .get(format!("{base}{}", to.split('#').next().unwrap_or(&to)))
         .call()
         .expect("page");
     assert_eq!(page.status(), 200);
+    // The page says this server takes no uploads, so the viewer offers no Share button.
+    let html = page.body_mut().read_to_string().expect("page text");
+    assert!(
+        html.contains(r#"<meta name="gpucollect-uploads" content="off">"#),
+        "{}",
+        &html[..html.len().min(400)]
+    );
     let download = format!("{base}/api/v1/traces/{id}?token={token}");
     let mut got = agent().get(&download).call().expect("download");
     assert_eq!(got.status(), 200);

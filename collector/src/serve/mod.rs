@@ -671,15 +671,38 @@ async fn demo_trace(State(state): State<Shared>, Path(name): Path<String>) -> Re
     }
 }
 
+/// The page tells the viewer when this server takes no uploads (`gpucollect view`, or
+/// `--max-upload 0`), so it offers no Share button that could only be refused.
+const NO_UPLOADS_META: &str = r#"<meta name="gpucollect-uploads" content="off">"#;
+
 async fn index(State(state): State<Shared>) -> Response {
+    let page = state.cfg.assets.index();
+    let body = if state.cfg.max_upload_bytes == 0 {
+        with_head_tag(page, NO_UPLOADS_META)
+    } else {
+        page.to_vec()
+    };
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        state.cfg.assets.index().to_vec(),
+        body,
     )
         .into_response()
+}
+
+/// `page` with `tag` right after its `<head>` (or first, if it has none).
+fn with_head_tag(page: &[u8], tag: &str) -> Vec<u8> {
+    let at = page
+        .windows(6)
+        .position(|w| w.eq_ignore_ascii_case(b"<head>"))
+        .map_or(0, |i| i + 6);
+    let mut out = Vec::with_capacity(page.len() + tag.len());
+    out.extend_from_slice(&page[..at]);
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(&page[at..]);
+    out
 }
 
 async fn asset(State(state): State<Shared>, Path(path): Path<String>) -> Response {

@@ -1,7 +1,7 @@
 // Links: "Copy link" reopens the same view (and says when the link cannot carry the file);
 // "Share" asks, then uploads to `gpucollect serve` (a PyTorch snapshot as a trace).
 import assert from 'node:assert/strict';
-import { BASE, LOAD_TIMEOUT, SERVE_URL, report, spec, traceBytes } from '../harness.mjs';
+import { BASE, LOAD_TIMEOUT, SERVE_URL, report, spec, startServe, traceBytes } from '../harness.mjs';
 import { launch } from '../lib.mjs';
 import { Viewer } from '../pages/viewer.mjs';
 
@@ -80,5 +80,21 @@ test('Share asks first; a dropped PyTorch snapshot is converted and shared; Copy
     assert.deepEqual(other.errors, []);
   } finally {
     await fresh.close();
+  }
+});
+
+test('a server that takes no uploads (gpucollect view, --max-upload 0) gets no Share button', async (ctx) => {
+  const serve = await startServe(['--max-upload', '0']);
+  try {
+    const v = await Viewer.open(ctx, `${serve.url}?demo=training-leak`);
+    await v.overview.waitLoaded();
+    assert.equal(await v.count('share'), 0, 'no Share where it could only be refused');
+    assert.equal(await v.count('copy-link'), 1, 'Copy link stays');
+    // The same page from a server that takes uploads has it.
+    const w = await Viewer.open(ctx, `${SERVE_URL}?demo=training-leak`);
+    await w.overview.waitLoaded();
+    assert.equal(await w.count('share'), 1);
+  } finally {
+    serve.stop();
   }
 });

@@ -146,6 +146,15 @@ pub async fn upload_trace(body: &web_sys::Blob, fragment: &str) -> Result<String
     ))
 }
 
+/// The content of the page's `<meta name="NAME">`, if it has one.
+pub fn meta_content(name: &str) -> Option<String> {
+    window()
+        .document()?
+        .query_selector(&format!("meta[name=\"{name}\"]"))
+        .ok()??
+        .get_attribute("content")
+}
+
 /// The trace embedded in the page by `gpucollect html` (base64 in
 /// `<script id="gpucollect-embedded-trace">`), if any.
 pub fn embedded_trace() -> Option<Vec<u8>> {

@@ -203,8 +203,9 @@ pub fn App() -> impl IntoView {
     // the view state of the fragment.
     let embedded = dom::embedded_trace();
     // The single-file report (`gpucollect html`) is opened from disk: there is no server to
-    // upload to.
-    let can_upload = embedded.is_none();
+    // upload to; a server that takes no uploads (`gpucollect view`) says so in the page.
+    let can_upload =
+        embedded.is_none() && dom::meta_content("gpucollect-uploads").as_deref() != Some("off");
     if let Some(bytes) = embedded {
         let total = bytes.len() as u64;
         start(
