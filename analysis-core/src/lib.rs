@@ -26,7 +26,9 @@ pub mod stats;
 pub mod units;
 
 pub use gpucollect_torch_import::{pickle, torch_snapshot};
-pub use gpucollect_trace::{attribution, decode, encode, format, model, msgpack, synth, timeline};
+pub use gpucollect_trace::{
+    attribution, decode, encode, format, layers, model, msgpack, synth, timeline,
+};
 
 pub use analysis::summarize;
 pub use analysis::{Config, analyze};

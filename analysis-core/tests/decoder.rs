@@ -188,7 +188,7 @@ fn golden_v1_3_trace_decodes_to_its_recorded_records_forever() {
     assert_eq!(m.allocated[0].peak_bytes, 768 << 10);
     assert_eq!(m.allocated[0].live_bytes, 256 << 10);
     // The analysis reads the tensor in place of the driver allocation holding it.
-    let v = m.tensor_view().expect("a framework layer");
+    let v = layers::tensor_view(m).expect("a framework layer");
     assert_eq!(v.allocs[0].kind, AllocKind::Other, "the segment");
     assert_eq!(v.allocs[5].kind, AllocKind::Device, "the live tensor");
     assert_eq!(v.live_at_end_bytes(), 256 << 10);

@@ -239,7 +239,7 @@ pub struct TraceData {
     /// The trace as loaded: the report's figures (what the device held) come from it.
     pub trace: LoadedTrace,
     /// Where the trace has a framework's blocks (its tensors), the model the analysis reads
-    /// (`TraceModel::tensor_view`: the tensors are the allocations, the segments holding them
+    /// (`layers::tensor_view`: the tensors are the allocations, the segments holding them
     /// the pool's reserve); every view's series and tables read it too ([`TraceData::model`]).
     view: Option<TraceModel>,
     detected: std::sync::OnceLock<Detected>,
@@ -273,7 +273,7 @@ impl TraceData {
 
     /// Builds the derived tables, not yet the report ([`TraceData::detect`] adds it).
     pub fn without_report(trace: LoadedTrace, source: impl Into<String>) -> Self {
-        let view = trace.model.tensor_view();
+        let view = analysis_core::layers::tensor_view(&trace.model);
         let m = view.as_ref().unwrap_or(&trace.model);
         // Pool samples: each (process, device, pool) reports its current value; the series is the
         // sum over pools of the latest value of each.

@@ -58,14 +58,14 @@ impl Found {
 ///
 /// The summary's figures are the driver's (what the device held). The detectors read the
 /// program's own memory: where the trace has a framework's blocks (its tensors), they read
-/// [`TraceModel::tensor_view`], in which the blocks are the allocations and the segments
+/// [`crate::layers::tensor_view`], in which the blocks are the allocations and the segments
 /// holding them the framework's reserve (FORMAT.md, "Two layers").
 pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
-    let view = trace.model.tensor_view();
+    let view = crate::layers::tensor_view(&trace.model);
     analyze_view(trace, view.as_ref(), config)
 }
 
-/// [`analyze`] with the trace's [`TraceModel::tensor_view`] made by the caller (`None` when the
+/// [`analyze`] with the trace's [`crate::layers::tensor_view`] made by the caller (`None` when the
 /// trace has no framework blocks), for a front end that keeps the view for its own tables.
 pub fn analyze_view(trace: &LoadedTrace, view: Option<&TraceModel>, config: &Config) -> Report {
     let mut report = facts::summary_facts(trace);

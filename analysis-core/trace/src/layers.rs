@@ -4,7 +4,7 @@
 //!
 //! The driver layer is what the device holds; the framework layer is what the program uses.
 //! Leaks, growth, spikes and attribution are questions about the program's use, so the analysis
-//! reads a trace that has framework blocks through [`TraceModel::tensor_view`]: blocks counted as
+//! reads a trace that has framework blocks through [`tensor_view`]: blocks counted as
 //! device memory, the segments holding them out of the allocations and turned into the reserve
 //! of the framework's pool (`pool_sample` records, reserved against allocated), exactly the shape
 //! a PyTorch snapshot has when imported.
@@ -15,10 +15,39 @@ use alloc::vec::Vec;
 use crate::format::{AllocKind, DeviceIdx, PoolSample, ProcessIdx, pool};
 use crate::model::{AllocRecord, TraceModel};
 
+/// The model the analysis reads when the trace holds framework blocks (FORMAT.md, "Two
+/// layers"); `None` when it holds none. In it, framework blocks are device memory (the
+/// program's own allocations, at their Python lines), the driver allocations holding them
+/// (the framework's segments) are out of every series (kind 255, "other"), and each
+/// framework's reserve is its default pool's `pool_sample`s (reserved: live segments; used:
+/// live blocks) unless the trace has its own. Series, totals, peaks, range and failure
+/// figures are replayed anew from those allocations; everything else is as recorded.
+pub fn tensor_view(m: &TraceModel) -> Option<TraceModel> {
+    if m.allocated.is_empty() {
+        return None;
+    }
+    let is_segment = framework_segments(m);
+    let reserve = reserve_samples(m, &is_segment);
+    let mut v = m.clone();
+    for (a, &segment) in v.allocs.iter_mut().zip(&is_segment) {
+        if segment {
+            a.kind = AllocKind::Other;
+        } else if a.kind == AllocKind::FrameworkBlock {
+            a.kind = AllocKind::Device;
+        }
+    }
+    if !reserve.is_empty() {
+        v.pool_samples.extend(reserve);
+        v.pool_samples.sort_by_key(|p| p.ts_nanos);
+    }
+    v.replay_series();
+    Some(v)
+}
+
 /// Samples of a synthesized reserve closer in time than this are coalesced, except where a
 /// segment is allocated or freed (1 ms: a day-long trace gets at most 86 M samples per device,
 /// a training step of a few ms a handful).
-const RESERVE_SAMPLE_SPACING_NANOS: u64 = 1_000_000;
+pub const RESERVE_SAMPLE_SPACING_NANOS: u64 = 1_000_000;
 
 /// Which allocations are a framework's segments: driver allocations (device memory) that held a
 /// framework block of the same process and device, by address, when the block was made. One

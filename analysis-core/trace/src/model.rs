@@ -774,38 +774,10 @@ impl TraceModel {
         w
     }
 
-    /// The model the analysis reads when the trace holds framework blocks (FORMAT.md, "Two
-    /// layers"); `None` when it holds none. In it, framework blocks are device memory (the
-    /// program's own allocations, at their Python lines), the driver allocations holding them
-    /// (the framework's segments) are out of every series (kind 255, "other"), and each
-    /// framework's reserve is its default pool's `pool_sample`s (reserved: live segments; used:
-    /// live blocks) unless the trace has its own. Series, totals, peaks, range and failure
-    /// figures are replayed anew from those allocations; everything else is as recorded.
-    pub fn tensor_view(&self) -> Option<TraceModel> {
-        if self.allocated.is_empty() {
-            return None;
-        }
-        let is_segment = crate::layers::framework_segments(self);
-        let reserve = crate::layers::reserve_samples(self, &is_segment);
-        let mut v = self.clone();
-        for (a, &segment) in v.allocs.iter_mut().zip(&is_segment) {
-            if segment {
-                a.kind = AllocKind::Other;
-            } else if a.kind == AllocKind::FrameworkBlock {
-                a.kind = AllocKind::Device;
-            }
-        }
-        if !reserve.is_empty() {
-            v.pool_samples.extend(reserve);
-            v.pool_samples.sort_by_key(|p| p.ts_nanos);
-        }
-        v.replay_series();
-        Some(v)
-    }
-
     /// Replays the live-bytes series, totals and peaks from `allocs` as they stand, then the
-    /// figures of ranges and failed allocations that depend on them.
-    fn replay_series(&mut self) {
+    /// figures of ranges and failed allocations that depend on them (for
+    /// the tensor view of `layers`).
+    pub(crate) fn replay_series(&mut self) {
         let mut events: Vec<(u64, bool, u32)> = Vec::new();
         for (i, a) in self.allocs.iter().enumerate() {
             if a.kind.is_tracked() {

@@ -129,7 +129,7 @@ fn planted_bytes_are_in_the_history() {
         let t = s.history.load().expect("loads");
         // A trace with framework blocks is read as the analysis reads it: the tensors, not the
         // segments that hold them (which carry the stack of the tensor that made them).
-        let view = t.model.tensor_view();
+        let view = analysis_core::layers::tensor_view(&t.model);
         let m = view.as_ref().unwrap_or(&t.model);
         // The cause's own lines: the accepted locations in the file of the first one (the
         // others, like the model.py lines of the graph leak, also allocate healthy transients).
@@ -244,7 +244,7 @@ fn peer_counters_agree_with_the_history() {
         let t = s.history.load().expect("loads");
         // Framework capture: the tensors are the allocator's counters (FORMAT.md, "Two
         // layers").
-        let view = t.model.tensor_view();
+        let view = analysis_core::layers::tensor_view(&t.model);
         let m = view.as_ref().unwrap_or(&t.model);
         let mut ev: Vec<(u64, i128)> = Vec::new();
         for a in m.allocs.iter().filter(|a| a.kind.is_device_memory()) {
