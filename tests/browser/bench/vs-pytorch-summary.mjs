@@ -8,7 +8,7 @@ const rows = fs.readFileSync(process.argv[2], 'utf8').split('\n').filter((l) => 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 const stat = (xs) => {
   const ok = xs.filter((x) => Number.isFinite(x));
-  return ok.length ? { median: median(ok), min: Math.min(...ok), max: Math.max(...ok) } : null;
+  return ok.length ? { median: +median(ok).toFixed(1), min: Math.min(...ok), max: Math.max(...ok) } : null;
 };
 const groups = new Map();
 for (const r of rows) {
