@@ -26,9 +26,10 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   [[ ${#DISTS[@]} -eq 1 ]] || { echo "several DIST folders need SKIP_BUILD=1 (build each first)" >&2; exit 2; }
   trunk build --offline --release --dist "${DISTS[0]}"
 fi
-cargo build -q --release -p gpucollect
 mkdir -p "$TRACES"
 [[ -n "${FILES:-}" ]] && SIZES=""
+# gpucollect makes the synthetic traces (not needed for FILES).
+[[ -z "$SIZES" ]] || cargo build -q --release -p gpucollect
 for n in $SIZES; do
   [[ -s "$TRACES/bench-$n.msgpack" ]] ||
     target/release/gpucollect synth "${SCENARIO:-training-leak}" --events "$n" --seed 1 -o "$TRACES/bench-$n.msgpack"

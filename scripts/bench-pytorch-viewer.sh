@@ -3,7 +3,8 @@
 # what pytorch.org/memory_viz runs, in headless Chromium, and prints one JSON line per file and
 # round: time from choosing the file to the drawn Active Memory Timeline, the time of each load
 # step, JS heap, or that the page timed out or crashed. For comparing our viewer's load time
-# (scripts/bench-browser.sh with FILES=...) with PyTorch's on the same files.
+# (scripts/bench-browser.sh with FILES=...) with PyTorch's on the same files;
+# scripts/bench-vs-pytorch.sh runs both in interleaved rounds.
 # Each file is read through before its load, so that it is in the OS page cache (COLD_FILE=1: not).
 # Env: MEMORYVIZ_JS=path to PyTorch's MemoryViz.js (required; kept outside this repository),
 # FILES="a.pickle b.pickle" (required), ROUNDS=1, TIMEOUT_S=180 (per file and round),

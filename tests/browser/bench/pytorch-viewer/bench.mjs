@@ -208,6 +208,9 @@ for (const file of FILES) {
   // MemoryViz has run its top level once it has added its three <select>s.
   await page.waitForFunction(() => document.querySelectorAll('body > select').length === 3, null, { timeout: 60_000 });
 
+  // The page at rest, before the file is chosen.
+  const idleHeap = (await cdp.send('Performance.getMetrics')).metrics.find((x) => x.name === 'JSHeapUsedSize')?.value ?? 0;
+
   // JS heap, sampled from outside the page: MemoryViz's load is one long task, and
   // Performance.getMetrics is answered while a task runs (a timer in the page would not be).
   // Each sample keeps its time on the page's clock (performance.now() counts from navigation
@@ -288,6 +291,7 @@ for (const file of FILES) {
     timeline_polygons: state?.polygons,
     timeline_points: state?.points,
     view: state?.view,
+    idle_js_heap_mib: +(idleHeap / MiB).toFixed(1),
     js_heap_max_mib: +(heapMax / MiB).toFixed(1),
     js_heap_samples: samples.length,
     // Samples between the file read and the end of MemoryViz's load handler (its one long task).
