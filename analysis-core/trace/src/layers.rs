@@ -13,7 +13,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use crate::format::{AllocKind, DeviceIdx, PoolSample, ProcessIdx, pool};
-use crate::model::{AllocRecord, TraceModel};
+use crate::model::{AllocRecord, TraceModel, alloc_events};
 
 /// The model the analysis reads when the trace holds framework blocks (FORMAT.md, "Two
 /// layers"); `None` when it holds none. In it, framework blocks are device memory (the
@@ -59,16 +59,9 @@ pub fn framework_segments(m: &TraceModel) -> Vec<bool> {
     }
     // Allocation and free events of device memory and blocks, in time order (an allocation
     // before a free at the same nanosecond, then in trace order).
-    let mut events: Vec<(u64, bool, u32)> = Vec::new();
-    for (i, a) in m.allocs.iter().enumerate() {
-        if a.kind.is_device_memory() || a.kind == AllocKind::FrameworkBlock {
-            events.push((a.ts_nanos, false, i as u32));
-            if !a.is_live() {
-                events.push((a.free_ts_nanos, true, i as u32));
-            }
-        }
-    }
-    events.sort_unstable();
+    let events = alloc_events(&m.allocs, |_, a| {
+        a.kind.is_device_memory() || a.kind == AllocKind::FrameworkBlock
+    });
     // Live device memory by (process, device, address).
     let mut live: BTreeMap<(ProcessIdx, DeviceIdx, u64), u32> = BTreeMap::new();
     for (_, is_free, i) in events {
@@ -113,19 +106,11 @@ pub fn reserve_samples(m: &TraceModel, is_segment: &[bool]) -> Vec<PoolSample> {
         .filter(|p| p.pool == pool::DEFAULT)
         .map(|p| (p.process, p.device))
         .collect();
-    // (time, is free, index, is segment)
-    let mut events: Vec<(u64, bool, u32)> = Vec::new();
-    for (i, a) in m.allocs.iter().enumerate() {
+    let events = alloc_events(&m.allocs, |i, a| {
         let layered =
             is_segment.get(i).copied().unwrap_or(false) || a.kind == AllocKind::FrameworkBlock;
-        if layered && !sampled.contains(&(a.process, a.device)) {
-            events.push((a.ts_nanos, false, i as u32));
-            if !a.is_live() {
-                events.push((a.free_ts_nanos, true, i as u32));
-            }
-        }
-    }
-    events.sort_unstable();
+        layered && !sampled.contains(&(a.process, a.device))
+    });
     let mut pools: Vec<Reserve> = Vec::new();
     let mut out = Vec::new();
     for (t, is_free, i) in events {

@@ -70,6 +70,55 @@ pub struct Series {
     pub timeline: Timeline,
 }
 
+impl Series {
+    fn empty(key: SeriesKey) -> Self {
+        Self {
+            key,
+            live_bytes: 0,
+            live_count: 0,
+            peak_bytes: 0,
+            peak_ts_nanos: 0,
+            timeline: Timeline::new(),
+        }
+    }
+
+    /// Applies an allocation (`add`) or a release of `bytes` at `t` to the live bytes, count and
+    /// peak (not to the timeline, which its owner pushes).
+    fn change(&mut self, t: u64, add: bool, bytes: u64) {
+        if add {
+            self.live_bytes = self.live_bytes.saturating_add(bytes);
+            self.live_count += 1;
+        } else {
+            self.live_bytes = self.live_bytes.saturating_sub(bytes);
+            self.live_count = self.live_count.saturating_sub(1);
+        }
+        if self.live_bytes > self.peak_bytes {
+            self.peak_bytes = self.live_bytes;
+            self.peak_ts_nanos = t;
+        }
+    }
+}
+
+/// The allocation and free events of the allocations `keep` selects (by index and record), in
+/// time order: `(time, is a free, index)`, an allocation before a free at the same nanosecond,
+/// then by index.
+pub(crate) fn alloc_events(
+    allocs: &[AllocRecord],
+    keep: impl Fn(usize, &AllocRecord) -> bool,
+) -> Vec<(u64, bool, u32)> {
+    let mut events = Vec::new();
+    for (i, a) in allocs.iter().enumerate() {
+        if keep(i, a) {
+            events.push((a.ts_nanos, false, i as u32));
+            if !a.is_live() {
+                events.push((a.free_ts_nanos, true, i as u32));
+            }
+        }
+    }
+    events.sort_unstable();
+    events
+}
+
 /// Per-stack aggregate.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct StackStats {
@@ -260,14 +309,7 @@ impl TraceModel {
         let i = match self.series.iter().position(|s| s.key == key) {
             Some(i) => i,
             None => {
-                self.series.push(Series {
-                    key,
-                    live_bytes: 0,
-                    live_count: 0,
-                    peak_bytes: 0,
-                    peak_ts_nanos: 0,
-                    timeline: Timeline::new(),
-                });
+                self.series.push(Series::empty(key));
                 let i = self.series.len() - 1;
                 if !key.host {
                     self.device_series_count += 1;
@@ -381,19 +423,9 @@ impl TraceModel {
     fn apply(&mut self, key: SeriesKey, t: u64, add: bool, bytes: u64) {
         let si = self.series_index(key);
         let s = &mut self.series[si];
-        if add {
-            s.live_bytes = s.live_bytes.saturating_add(bytes);
-            s.live_count += 1;
-        } else {
-            s.live_bytes = s.live_bytes.saturating_sub(bytes);
-            s.live_count = s.live_count.saturating_sub(1);
-        }
+        s.change(t, add, bytes);
         if self.solo_series != Some(si) {
             s.timeline.push(t, s.live_bytes);
-        }
-        if s.live_bytes > s.peak_bytes {
-            s.peak_bytes = s.live_bytes;
-            s.peak_ts_nanos = t;
         }
         if !key.host {
             if add {
@@ -456,30 +488,13 @@ impl TraceModel {
         let i = match self.allocated.iter().position(|s| s.key == key) {
             Some(i) => i,
             None => {
-                self.allocated.push(Series {
-                    key,
-                    live_bytes: 0,
-                    live_count: 0,
-                    peak_bytes: 0,
-                    peak_ts_nanos: 0,
-                    timeline: Timeline::new(),
-                });
+                self.allocated.push(Series::empty(key));
                 self.allocated.len() - 1
             }
         };
         let s = &mut self.allocated[i];
-        if add {
-            s.live_bytes = s.live_bytes.saturating_add(bytes);
-            s.live_count += 1;
-        } else {
-            s.live_bytes = s.live_bytes.saturating_sub(bytes);
-            s.live_count = s.live_count.saturating_sub(1);
-        }
+        s.change(t, add, bytes);
         s.timeline.push(t, s.live_bytes);
-        if s.live_bytes > s.peak_bytes {
-            s.peak_bytes = s.live_bytes;
-            s.peak_ts_nanos = t;
-        }
     }
 
     /// Replays one record. `offset` is its byte offset, for warnings.
@@ -778,16 +793,7 @@ impl TraceModel {
     /// figures of ranges and failed allocations that depend on them (for
     /// the tensor view of `layers`).
     pub(crate) fn replay_series(&mut self) {
-        let mut events: Vec<(u64, bool, u32)> = Vec::new();
-        for (i, a) in self.allocs.iter().enumerate() {
-            if a.kind.is_tracked() {
-                events.push((a.ts_nanos, false, i as u32));
-                if !a.is_live() {
-                    events.push((a.free_ts_nanos, true, i as u32));
-                }
-            }
-        }
-        events.sort_unstable();
+        let events = alloc_events(&self.allocs, |_, a| a.kind.is_tracked());
         self.series.clear();
         self.allocated.clear();
         self.total = Timeline::new();

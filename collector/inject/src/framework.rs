@@ -15,7 +15,8 @@ use std::panic::catch_unwind;
 
 use gpucollect_ring::event::{MAX_FRAMES, alloc_kind, kind, notice_code};
 
-use crate::{python, state};
+use crate::python;
+use crate::state::{self, State};
 
 /// Records a framework block: `device`, `addr`, `size`, `stream`, `pool` (the framework's pool
 /// id, 0 for its default), and `nframes` Python frames, innermost first, as three arrays of
@@ -58,18 +59,15 @@ pub unsafe extern "C" fn gpucollect_framework_alloc(
         for (slot, (f, p, l)) in frames.iter_mut().zip(&text) {
             *slot = python::text_frame(st, f, p, *l);
         }
-        let ok = st.emit(|e| {
-            e.kind = kind::ALLOC;
-            e.code = alloc_kind::FRAMEWORK_BLOCK;
-            e.device = device;
-            e.addr = addr;
-            e.size = size;
-            e.stream = stream;
-            e.pool = pool;
-            e.nframes = n as u32;
-            e.data[..n].copy_from_slice(&frames[..n]);
-        });
-        c_int::from(ok)
+        c_int::from(emit_block(
+            st,
+            device,
+            addr,
+            size,
+            stream,
+            pool,
+            &frames[..n],
+        ))
     })
     .unwrap_or(-1)
 }
@@ -99,15 +97,45 @@ pub extern "C" fn gpucollect_framework_free(
         let Some(st) = state::get() else {
             return 0;
         };
-        c_int::from(st.emit(|e| {
-            e.kind = kind::FRAMEWORK_FREE;
-            e.device = device;
-            e.addr = addr;
-            e.stream = stream;
-            e.pool = pool;
-        }))
+        c_int::from(emit_free(st, device, addr, stream, pool))
     })
     .unwrap_or(-1)
+}
+
+/// Writes a framework block (an `ALLOC` of code 7) with `frames` (at most `MAX_FRAMES`): the
+/// event both the Python handover and the allocator's trace hook record.
+pub(crate) fn emit_block(
+    st: &State,
+    device: u32,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    pool: u64,
+    frames: &[u64],
+) -> bool {
+    let n = frames.len().min(MAX_FRAMES);
+    st.emit(|e| {
+        e.kind = kind::ALLOC;
+        e.code = alloc_kind::FRAMEWORK_BLOCK;
+        e.device = device;
+        e.addr = addr;
+        e.size = size;
+        e.stream = stream;
+        e.pool = pool;
+        e.nframes = n as u32;
+        e.data[..n].copy_from_slice(&frames[..n]);
+    })
+}
+
+/// Writes a framework block's return to the framework's cache (`FRAMEWORK_FREE`).
+pub(crate) fn emit_free(st: &State, device: u32, addr: u64, stream: u64, pool: u64) -> bool {
+    st.emit(|e| {
+        e.kind = kind::FRAMEWORK_FREE;
+        e.device = device;
+        e.addr = addr;
+        e.stream = stream;
+        e.pool = pool;
+    })
 }
 
 /// Writes a notice (code [`notice_code::FRAMEWORK_EVENTS_LOST`]) with `message` (NUL-terminated

@@ -16,14 +16,14 @@
 use core::ffi::c_int;
 use std::panic::catch_unwind;
 
-use gpucollect_ring::event::{MAX_FRAMES, alloc_kind, kind};
+use gpucollect_ring::event::MAX_FRAMES;
 
-use crate::state;
+use crate::{framework, state};
 
 /// The framework handed out a block (a tensor's memory): recorded with the caller's stack.
 pub const ACTION_ALLOC: u32 = 1;
-/// A block went back to the framework's cache (the free completed: after any stream uses
-/// recorded on it).
+/// A block was freed (PyTorch's `free_requested`: where `memory_allocated()` drops, before a
+/// block other streams used is back in the cache).
 pub const ACTION_FREE: u32 = 2;
 
 /// Records one allocator action of `action` ([`ACTION_ALLOC`] or [`ACTION_FREE`]) on
@@ -50,30 +50,14 @@ pub extern "C" fn gpucollect_framework_trace(
         if !st.active() {
             return 0;
         }
-        match action {
-            ACTION_ALLOC => {
-                let mut frames = [0u64; MAX_FRAMES];
-                let n = crate::stack::capture(st, &mut frames);
-                c_int::from(st.emit(|e| {
-                    e.kind = kind::ALLOC;
-                    e.code = alloc_kind::FRAMEWORK_BLOCK;
-                    e.device = device;
-                    e.addr = addr;
-                    e.size = size;
-                    e.stream = stream;
-                    e.pool = pool;
-                    e.nframes = n as u32;
-                    e.data[..n].copy_from_slice(&frames[..n]);
-                }))
-            }
-            _ => c_int::from(st.emit(|e| {
-                e.kind = kind::FRAMEWORK_FREE;
-                e.device = device;
-                e.addr = addr;
-                e.stream = stream;
-                e.pool = pool;
-            })),
-        }
+        let ok = if action == ACTION_ALLOC {
+            let mut frames = [0u64; MAX_FRAMES];
+            let n = crate::stack::capture(st, &mut frames);
+            framework::emit_block(st, device, addr, size, stream, pool, &frames[..n])
+        } else {
+            framework::emit_free(st, device, addr, stream, pool)
+        };
+        c_int::from(ok)
     })
     .unwrap_or(-1)
 }
