@@ -21,6 +21,8 @@ BIN=${1:-target/release}
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
 GC="$BIN/gpucollect"
+# Each traced run is bounded, so one hang cannot take the whole lease (STEP_TIMEOUT seconds).
+T=(timeout "${STEP_TIMEOUT:-150}")
 fail=0
 
 echo "== machine"
@@ -36,14 +38,14 @@ for s in leak_exception async_free wrapper threads reset stream_ordered vmm oom 
     echo "== scenario $s"
     opts=()
     [ "$s" = wrapper ] && opts=(--hide-frame my_pool_alloc)
-    "$GC" ${opts[@]+"${opts[@]}"} -o "$OUT/$s.msgpack" "$OUT/scenarios" "$s" >"$OUT/$s.log" 2>&1
+    "${T[@]}" "$GC" ${opts[@]+"${opts[@]}"} -o "$OUT/$s.msgpack" "$OUT/scenarios" "$s" >"$OUT/$s.log" 2>&1
     echo "gpucollect exit code $?"
     grep -v '^$' "$OUT/$s.log" | head -5
     python3 scripts/gpu_trace_check.py "$OUT/$s.msgpack" "$s" || fail=1
 done
 echo "== pools and graph memory (tests/gpu/pools.cu)"
 if nvcc -g -O0 -o "$OUT/pools" tests/gpu/pools.cu; then
-    "$GC" -o "$OUT/pools.msgpack" "$OUT/pools" >"$OUT/pools.log" 2>&1
+    "${T[@]}" "$GC" -o "$OUT/pools.msgpack" "$OUT/pools" >"$OUT/pools.log" 2>&1
     echo "gpucollect exit code $?"
     grep -v '^$' "$OUT/pools.log" | head -5
     python3 scripts/gpu_trace_check.py "$OUT/pools.msgpack" pools || fail=1
@@ -56,26 +58,28 @@ echo "== report of the planted leak"
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     for conf in "" "expandable_segments:True"; do
         echo "== torch loop PYTORCH_CUDA_ALLOC_CONF=$conf"
-        PYTORCH_CUDA_ALLOC_CONF=$conf "$GC" -o "$OUT/torch.msgpack" python3 tests/gpu/torch_loop.py "$OUT/torch_points.json" >"$OUT/torch.log" 2>&1
+        name=torch${conf:+-expandable}
+        PYTORCH_CUDA_ALLOC_CONF=$conf "${T[@]}" "$GC" -o "$OUT/$name.msgpack" python3 tests/gpu/torch_loop.py "$OUT/${name}_points.json" >"$OUT/$name.log" 2>&1
         echo "gpucollect exit code $?"
-        grep -v '^$' "$OUT/torch.log" | tail -5
-        grep '^gpucollect:' "$OUT/torch.log" | head -5
-        python3 scripts/gpu_trace_check.py "$OUT/torch.msgpack" torch "$OUT/torch_points.json" || fail=1
+        grep -v '^$' "$OUT/$name.log" | tail -3
+        grep '^gpucollect:' "$OUT/$name.log" | head -3
+        python3 scripts/gpu_trace_check.py "$OUT/$name.msgpack" torch "$OUT/${name}_points.json" || fail=1
+        "$GC" report "$OUT/$name.msgpack" | sed -n '/^Verdict/,/^Iterations/p'
     done
     echo "== torch loop without tensor capture (--no-framework): step time for the slowdown"
-    "$GC" --no-framework -o "$OUT/torch-nofw.msgpack" python3 tests/gpu/torch_loop.py "$OUT/torch_points_nofw.json" 2>/dev/null | grep step_ms
+    "${T[@]}" "$GC" --no-framework -o "$OUT/torch-nofw.msgpack" python3 tests/gpu/torch_loop.py "$OUT/torch_points_nofw.json" 2>/dev/null | grep step_ms
     GPUCOLLECT_CHECK_TENSORS=0 python3 scripts/gpu_trace_check.py "$OUT/torch-nofw.msgpack" torch "$OUT/torch_points_nofw.json" || fail=1
     echo "== torch loop bare (no gpucollect): step time"
     python3 tests/gpu/torch_loop.py "$OUT/torch_points_bare.json" | grep step_ms
     echo "== torch leak patterns (tests/gpu/torch_leaks.py)"
-    "$GC" -o "$OUT/torch_leaks.msgpack" python3 tests/gpu/torch_leaks.py >"$OUT/torch_leaks.log" 2>&1
+    "${T[@]}" "$GC" -o "$OUT/torch_leaks.msgpack" python3 tests/gpu/torch_leaks.py >"$OUT/torch_leaks.log" 2>&1
     echo "gpucollect exit code $?"
     grep '^gpucollect:' "$OUT/torch_leaks.log" | head -5
     "$GC" report --format json "$OUT/torch_leaks.msgpack" >"$OUT/torch_leaks.json"
     python3 scripts/gpu_trace_check.py "$OUT/torch_leaks.msgpack" torch_leaks "$OUT/torch_leaks.json" || fail=1
     "$GC" report "$OUT/torch_leaks.msgpack" | sed -n '/^Verdict/,/^Iterations/p'
     echo "== report of the last torch loop (live at end by call site)"
-    "$GC" report "$OUT/torch.msgpack" | sed -n '/Live at end/,$p' | head -30
+    "$GC" report "$OUT/torch.msgpack" | sed -n '/Live at end/,$p' | head -12
     for mode in spawn fork ddp; do
         echo "== multi-process PyTorch: $mode"
         rm -rf "$OUT/mp-$mode"
@@ -84,20 +88,21 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
         else
             cmd=(python3 tests/gpu/multiproc.py "$mode" "$OUT/mp-$mode")
         fi
-        "$GC" -o "$OUT/mp-$mode.msgpack" "${cmd[@]}" >"$OUT/mp-$mode.log" 2>&1
+        "${T[@]}" "$GC" -o "$OUT/mp-$mode.msgpack" "${cmd[@]}" >"$OUT/mp-$mode.log" 2>&1
         echo "gpucollect exit code $?"
         grep -v '^$' "$OUT/mp-$mode.log" | tail -5
         python3 scripts/gpu_trace_check.py "$OUT/mp-$mode.msgpack" multiproc "$OUT/mp-$mode" || fail=1
-        "$GC" report "$OUT/mp-$mode.msgpack" | grep -E '^  (process|device) ' | head -12
+        "$GC" report "$OUT/mp-$mode.msgpack" | grep -E '^  (process|device) |^Verdict|^  (WARNING|CRITICAL)' | head -12
     done
 fi
 
 if python3 -c 'import cupy' 2>/dev/null; then
     echo "== CuPy pool (tests/gpu/cupy_pool.py)"
-    "$GC" -o "$OUT/cupy.msgpack" python3 tests/gpu/cupy_pool.py "$OUT/cupy_point.json" >"$OUT/cupy.log" 2>&1
+    "${T[@]}" "$GC" -o "$OUT/cupy.msgpack" python3 tests/gpu/cupy_pool.py "$OUT/cupy_point.json" >"$OUT/cupy.log" 2>&1
     echo "gpucollect exit code $?"
     grep '^gpucollect:' "$OUT/cupy.log" | head -5
     python3 scripts/gpu_trace_check.py "$OUT/cupy.msgpack" cupy "$OUT/cupy_point.json" || fail=1
+    "$GC" report "$OUT/cupy.msgpack" | sed -n '/^Verdict/,/^Iterations/p'
 fi
 
 echo "== overhead (cudaMalloc+cudaFree of 256 B, 20000 pairs)"

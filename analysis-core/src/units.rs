@@ -12,13 +12,15 @@ pub fn fmt_bytes(bytes: u64) -> String {
     }
     let mut v = bytes as f64 / 1024.0;
     let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
+    // A value that would round to 1024 reads as 1.00 of the next unit.
+    while v >= 1023.5 && u < UNITS.len() - 1 {
         v /= 1024.0;
         u += 1;
     }
-    if v >= 100.0 {
+    // Decimals by the rounded value: 99.96 reads "100", not "100.0".
+    if v >= 99.95 {
         format!("{v:.0} {}", UNITS[u])
-    } else if v >= 10.0 {
+    } else if v >= 9.995 {
         format!("{v:.1} {}", UNITS[u])
     } else {
         format!("{v:.2} {}", UNITS[u])
@@ -126,6 +128,10 @@ mod tests {
         assert_eq!(fmt_bytes(1536), "1.50 KiB");
         assert_eq!(fmt_bytes(100 << 20), "100 MiB");
         assert_eq!(fmt_bytes(3 << 30), "3.00 GiB");
+        assert_eq!(fmt_bytes(1_048_065), "1.00 MiB");
+        assert_eq!(fmt_bytes((1 << 20) - 1), "1.00 MiB");
+        assert_eq!(fmt_bytes(102_360), "100 KiB");
+        assert_eq!(fmt_bytes(10_234), "9.99 KiB");
         assert_eq!(fmt_duration(850), "850 ns");
         assert_eq!(fmt_duration(12_500), "12.500 µs");
         assert_eq!(fmt_duration(3_200_000), "3.20 ms");

@@ -355,7 +355,7 @@ fn torch_tensors_are_framework_blocks_matching_memory_allocated_at_every_sync_po
     // Each tensor's innermost frame is the user's line that made it, and blocks are not device
     // memory: the driver's segments (2 MiB) hold them.
     for (marker, size) in [
-        ("BATCH_LINE", 64 << 10),
+        ("BATCH_LINE", (64 << 10) + 512),
         ("GRAPH_LINE", 32 << 10),
         ("LIST_LINE", 16 << 10),
         ("CACHE_LINE", 8 << 10),
@@ -543,7 +543,7 @@ fn the_report_names_each_leaking_line_at_tensor_granularity_and_not_a_bounded_ca
     assert_eq!(blocks.len(), 24, "{}", r.stderr);
     let allocated = &r.trace.model.allocated[0];
     // The fourth entry is appended before the oldest is dropped.
-    assert_eq!(allocated.peak_bytes, (64 << 10) + 4 * (16 << 10));
+    assert_eq!(allocated.peak_bytes, (64 << 10) + 512 + 4 * (16 << 10));
     assert_eq!(allocated.live_bytes, 0);
 }
 
@@ -756,7 +756,7 @@ fn the_trace_tracker_records_each_tensor_in_its_thread_at_the_users_line() {
         .expect("a segment")
         .thread;
     for (marker, size) in [
-        ("BATCH_LINE", 64 << 10),
+        ("BATCH_LINE", (64 << 10) + 512),
         ("GRAPH_LINE", 32 << 10),
         ("LIST_LINE", 16 << 10),
         ("CACHE_LINE", 8 << 10),

@@ -18,8 +18,8 @@ usage: torch_train.py SCENARIO
   burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
     small history).
   child: a multiprocessing spawn child keeps one tensor of 48 KiB.
-All sizes are multiples of 512 bytes, so the requests the history records equal the blocks
-memory_allocated() counts.
+A batch is 64 KiB and 4 bytes: the history records that request, memory_allocated() counts its
+block (rounded up to 512 bytes), and the trace must count the block.
 """
 
 import os
@@ -51,7 +51,7 @@ cache = {}
 
 
 def load_batch(step):
-    return torch.empty(64 * KiB)  # BATCH_LINE
+    return torch.empty(64 * KiB + 4)  # BATCH_LINE
 
 
 def forward(batch, parent):

@@ -803,6 +803,7 @@ impl TraceData {
         let m = self.model();
         m.failed
             .iter()
+            .filter(|f| f.record.is_out_of_memory())
             .map(|f| {
                 let r = &f.record;
                 let device_free_bytes = m
@@ -980,7 +981,15 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
             device: x.record.device,
             marker: Marker {
                 ts_nanos: x.record.ts_nanos,
-                label: format!("OOM {}", fmt_bytes(x.record.size_bytes)),
+                label: if x.record.is_out_of_memory() {
+                    format!("OOM {}", fmt_bytes(x.record.size_bytes))
+                } else {
+                    format!(
+                        "failed {} (error {})",
+                        fmt_bytes(x.record.size_bytes),
+                        x.record.error_code
+                    )
+                },
                 kind: MarkerKind::FailedAlloc,
                 count: 1,
             },

@@ -200,10 +200,11 @@ pub fn analyze(
             };
             found.push(x);
         } else if f.free_at_end_bytes > 0
-            && !m
-                .failed
-                .iter()
-                .any(|x| x.record.process == process && x.record.device == device)
+            && !m.failed.iter().any(|x| {
+                x.record.is_out_of_memory()
+                    && x.record.process == process
+                    && x.record.device == device
+            })
         {
             let mut x = Finding::new(FindingKind::Cache, Severity::Info, name.clone());
             x.bytes = f.free_at_end_bytes;

@@ -38,7 +38,12 @@ pub fn analyze(
         hidden.push(device_gap(m, c, d, &pids, found));
     }
     let mut oom = Vec::new();
-    for f in m.failed.iter().take(MAX_OOM) {
+    for f in m
+        .failed
+        .iter()
+        .filter(|f| f.record.is_out_of_memory())
+        .take(MAX_OOM)
+    {
         let r = &f.record;
         let sample = m
             .device_samples

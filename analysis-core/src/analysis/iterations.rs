@@ -147,6 +147,43 @@ fn optimizer_step(m: &TraceModel, stack: StackId) -> bool {
     })
 }
 
+/// The last allocation of `sel` (or of the whole trace): after it a finished program only frees
+/// while it shuts down.
+fn last_allocation(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
+    m.allocs
+        .iter()
+        .filter(|a| sel.is_none_or(|p| a.process == p))
+        .map(|a| a.ts_nanos)
+        .max()
+        .unwrap_or(m.last_ts_nanos)
+}
+
+/// Whether a stack's allocation times recur regularly (most gaps within a factor of two of the
+/// median) and are mostly transient (freed within two periods).
+fn recurs(t: &[u64], lifetimes: &[u64]) -> bool {
+    let med = median_gap(t);
+    if med == 0 {
+        return false;
+    }
+    let steady = t
+        .windows(2)
+        .filter(|w| {
+            let g = w[1].saturating_sub(w[0]);
+            g >= med / 2 && g <= med.saturating_mul(2)
+        })
+        .count();
+    if steady * 10 < (t.len() - 1) * 7 {
+        return false;
+    }
+    // A heartbeat is transient work of each iteration: most of its allocations are freed
+    // within two periods. A site whose allocations are kept is what may leak, not a clock.
+    let transient = lifetimes
+        .iter()
+        .filter(|&&l| l <= med.saturating_mul(2))
+        .count();
+    transient * 2 >= t.len()
+}
+
 fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
     let span = m.last_ts_nanos.saturating_sub(m.first_ts_nanos);
     if span == 0 {
@@ -171,40 +208,28 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
     for t in times.values_mut() {
         t.sort_unstable();
     }
-    // (prefer, count, stack) of every regular candidate.
-    let mut regular: Vec<(bool, usize, StackId)> = Vec::new();
-    for (stack, t) in &times {
-        if t.len() < MIN_ITERATIONS {
-            continue;
-        }
-        let covered = t[t.len() - 1].saturating_sub(t[0]);
-        if covered < span / 2 {
-            continue;
-        }
-        let med = median_gap(t);
-        if med == 0 {
-            continue;
-        }
-        let steady = t
-            .windows(2)
-            .filter(|w| {
-                let g = w[1].saturating_sub(w[0]);
-                g >= med / 2 && g <= med.saturating_mul(2)
-            })
-            .count();
-        if steady * 10 < (t.len() - 1) * 7 {
-            continue;
-        }
-        // A heartbeat is transient work of each iteration: most of its allocations are freed
-        // within two periods. A site whose allocations are kept is what may leak, not a clock.
-        let transient = lifetimes[stack]
+    // (prefer, count, stack) of every regular candidate: a site that recurs over at least half
+    // the history.
+    let candidates = |covers: &dyn Fn(&[u64]) -> bool| -> Vec<(bool, usize, StackId)> {
+        times
             .iter()
-            .filter(|&&l| l <= med.saturating_mul(2))
-            .count();
-        if transient * 2 < t.len() {
-            continue;
-        }
-        regular.push((optimizer_step(m, *stack), t.len(), *stack));
+            .filter(|(stack, t)| {
+                t.len() >= MIN_ITERATIONS && covers(t) && recurs(t, &lifetimes[*stack])
+            })
+            .map(|(stack, t)| (optimizer_step(m, *stack), t.len(), *stack))
+            .collect()
+    };
+    let mut regular = candidates(&|t| t[t.len() - 1].saturating_sub(t[0]) >= span / 2);
+    if regular.is_empty() {
+        // A short script: seconds of import and CUDA start-up before the loop, a first step
+        // slowed by library start-up (cuBLAS handles, kernel loading) that takes most of the
+        // loop's time, then an exit. The loop is a unit recurring until the program's last
+        // allocation, each recurrence within a period or two of the next.
+        let end = last_allocation(m, sel);
+        regular = candidates(&|t| {
+            let med = median_gap(t);
+            end.saturating_sub(t[t.len() - 1]) <= med.saturating_mul(2)
+        });
     }
     if regular.is_empty() {
         return None;

@@ -187,13 +187,16 @@ fn fold_fragmentation(found: &mut Found) {
     }
 }
 
-/// Most severe first, then by harm (bytes at risk over the next hour, capped at the device).
+/// Most severe first, then by harm (bytes at risk over the next hour, capped at the device);
+/// among leaks that fill the device within the hour alike, the one that fills it first.
 fn rank(m: &TraceModel, findings: &mut [Finding]) {
     let _ = m;
+    let full = |f: &Finding| f.seconds_to_full.unwrap_or(f64::INFINITY);
     findings.sort_by(|x, y| {
         y.severity
             .cmp(&x.severity)
             .then(y.harm_bytes.max(y.bytes).cmp(&x.harm_bytes.max(x.bytes)))
+            .then(full(x).total_cmp(&full(y)))
             .then(x.site.cmp(&y.site))
     });
 }

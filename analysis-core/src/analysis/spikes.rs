@@ -242,10 +242,11 @@ fn timeline_spikes(
         let (_, device, _, label) = &causes.keys[*ci];
         let cap = super::device_capacity(m, *device);
         let failed_in_spike = m.failed.iter().any(|f| {
-            list.iter().any(|&(i, _)| {
-                let (a, b) = it.span(i, end);
-                f.record.ts_nanos >= a && f.record.ts_nanos < b
-            })
+            f.record.is_out_of_memory()
+                && list.iter().any(|&(i, _)| {
+                    let (a, b) = it.span(i, end);
+                    f.record.ts_nanos >= a && f.record.ts_nanos < b
+                })
         });
         let near_full = cap.is_some_and(|cap| max_peak as f64 >= 0.95 * cap as f64);
         let severity = if failed_in_spike || near_full {

@@ -395,6 +395,15 @@ pub struct AllocFailed {
     pub process: ProcessIdx,
 }
 
+impl AllocFailed {
+    /// Whether the device had no memory for it (CUresult and cudaError_t both use 2). Other
+    /// failures are not an out-of-memory: PyTorch's expandable segments, for one, probe
+    /// `cuMemCreate` with a shareable handle type and fall back on CUDA_ERROR_NOT_PERMITTED (800).
+    pub const fn is_out_of_memory(&self) -> bool {
+        self.error_code == 2
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RangeBegin {
     pub ts_nanos: u64,

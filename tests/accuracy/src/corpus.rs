@@ -12,6 +12,7 @@ pub fn all() -> Vec<Scenario> {
     let mut v = Vec::new();
     v.extend(torch_scenarios());
     v.push(real_torch());
+    v.extend(gpu_traces());
     v.extend(crate::corpus_cpp::scenarios());
     v.push(torchrun(201, false));
     v.push(torchrun(202, true));
@@ -178,6 +179,54 @@ fn real_torch() -> Scenario {
         calls: Vec::new(),
         device_samples: Vec::new(),
     }
+}
+
+/// Traces recorded by `scripts/gpu-check.sh` on an H200 (`tests/accuracy/assets/gpu`, whose
+/// README says what each program does).
+fn gpu_traces() -> Vec<Scenario> {
+    let trace = |name: &str, description: &str, truth: Truth, bytes: &[u8]| Scenario {
+        name: name.into(),
+        description: description.into(),
+        truth,
+        history: History::Trace(bytes.to_vec()),
+        calls: Vec::new(),
+        device_samples: Vec::new(),
+    };
+    vec![
+        trace(
+            "gpu-torch-leaks",
+            "a real 30-step PyTorch loop on an H200 with three leaks (a list of 2 MiB tensors, an unbounded cache, a graph kept alive) and a bounded cache, freed by the interpreter at exit; the list leaks fastest",
+            Truth::leak(&["torch_leaks.py:19"], 30 * 2 * MIB).also(
+                Class::Leak,
+                &[
+                    "torch_leaks.py:20",
+                    "torch_leaks.py:15",
+                    "torch_leaks.py:16",
+                    "torch_leaks.py:17",
+                    "torch_leaks.py:18",
+                ],
+            ),
+            include_bytes!("../assets/gpu/torch-leaks-h200.msgpack"),
+        ),
+        trace(
+            "gpu-torch-loop-expandable",
+            "a real healthy PyTorch loop on an H200 with expandable segments, whose cuMemCreate probe fails once with error 800",
+            Truth::Healthy,
+            include_bytes!("../assets/gpu/torch-loop-expandable-h200.msgpack"),
+        ),
+        trace(
+            "gpu-torchrun-ddp",
+            "a real torchrun job with two workers on one H200, each keeping its tensors until it exits",
+            Truth::Healthy,
+            include_bytes!("../assets/gpu/torchrun-ddp-h200.msgpack"),
+        ),
+        trace(
+            "gpu-cupy-pool",
+            "a real CuPy program on an H200 whose arrays, kept by two threads, live until it exits",
+            Truth::Healthy,
+            include_bytes!("../assets/gpu/cupy-pool-h200.msgpack"),
+        ),
+    ]
 }
 
 fn main_proc(seed: u64) -> ProcDesc {

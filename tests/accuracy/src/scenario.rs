@@ -40,6 +40,10 @@ pub struct Cause {
     /// the history (true block sizes); spike, the spiking allocation's block; oom, the requested
     /// size. `None` for fragmentation and hidden memory.
     pub bytes: Option<u64>,
+    /// Other real causes in the same history (a recorded program with several leaks): reporting
+    /// them after the planted one is right, not a false alarm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Cause>,
 }
 
 /// Labelled truth of a scenario.
@@ -62,7 +66,22 @@ impl Truth {
             class,
             locations: locations.iter().map(|s| (*s).to_string()).collect(),
             bytes,
+            also: Vec::new(),
         })
+    }
+
+    /// The same truth with other real causes of `class` at `locations` (each one line, any
+    /// bytes) that may be reported after the planted one.
+    pub fn also(mut self, class: Class, locations: &[&str]) -> Self {
+        if let Self::Faulty(c) = &mut self {
+            c.also.extend(locations.iter().map(|l| Cause {
+                class,
+                locations: vec![(*l).to_string()],
+                bytes: None,
+                also: Vec::new(),
+            }));
+        }
+        self
     }
 
     /// One line for tables: `healthy` or `leak @ metrics.py:33, 480.0 MiB`.

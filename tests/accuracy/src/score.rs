@@ -155,6 +155,10 @@ pub fn judge(truth: &Truth, report: &Value) -> Judgement {
         }
         Truth::Faulty(c) => {
             let hits = ps.iter().filter(|p| is_cause(p, c)).count() as u32;
+            let others = ps
+                .iter()
+                .filter(|p| !is_cause(p, c) && c.also.iter().any(|o| is_cause(p, o)))
+                .count() as u32;
             let first_hit = first.as_ref().is_some_and(|p| is_cause(p, c));
             let reason = if first_hit {
                 String::new()
@@ -184,7 +188,7 @@ pub fn judge(truth: &Truth, report: &Value) -> Judgement {
             Judgement {
                 pass: first_hit,
                 tp: u32::from(hits > 0),
-                fp: ps.len() as u32 - hits,
+                fp: ps.len() as u32 - hits - others,
                 fn_: u32::from(hits == 0),
                 first,
                 problems: ps.len(),

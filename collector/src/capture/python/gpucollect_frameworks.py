@@ -215,7 +215,7 @@ class _TorchPuller:
                 h.alloc(
                     device,
                     e.get("addr", 0),
-                    e.get("size", 0),
+                    torch_block_size(e.get("size", 0)),
                     e.get("stream", 0),
                     0,
                     _frames(e),
@@ -226,6 +226,17 @@ class _TorchPuller:
                 self.events += 1
                 h.free(device, e.get("addr", 0), e.get("stream", 0), 0)
         self.last[device] = [_entry_key(e) for e in entries[-_TAIL:]]
+
+
+def torch_block_size(requested):
+    """The block PyTorch's caching allocator hands out for a request (`round_size`): at least
+    512 bytes, a multiple of 512. memory_allocated() counts blocks, while the history's and the
+    trace tracker's `alloc` entries carry the request. Not modelled: roundup_power2_divisions,
+    and a large-pool block left unsplit because at most 1 MiB would remain (then the block is up
+    to 1 MiB larger than this)."""
+    if requested <= 0:
+        return 0
+    return max(512, (requested + 511) // 512 * 512)
 
 
 _SHIM = "gpucollect_torch_tracker.cpp"

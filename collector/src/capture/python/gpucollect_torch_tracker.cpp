@@ -66,6 +66,18 @@ uint64_t pool_of(const T& e) {
   }
 }
 
+// The block the caching allocator hands out for a request (its round_size): at least 512
+// bytes, a multiple of 512. memory_allocated() counts blocks; an alloc entry carries the
+// request. Not modelled: roundup_power2_divisions, and a large-pool block left unsplit because
+// at most 1 MiB would remain (gpucollect_frameworks.py's torch_block_size says the same).
+uint64_t block_size(uint64_t requested) {
+  if (requested == 0) {
+    return 0;
+  }
+  uint64_t rounded = (requested + 511) / 512 * 512;
+  return rounded < 512 ? 512 : rounded;
+}
+
 void on_trace(const TraceEntry& e) {
   uint32_t action;
   switch (e.action_) {
@@ -82,7 +94,8 @@ void on_trace(const TraceEntry& e) {
       return;
   }
   g_trace(action, device_of(e), static_cast<uint64_t>(e.addr_),
-          static_cast<uint64_t>(e.size_), reinterpret_cast<uintptr_t>(e.stream_), pool_of(e));
+          block_size(static_cast<uint64_t>(e.size_)), reinterpret_cast<uintptr_t>(e.stream_),
+          pool_of(e));
 }
 
 void set_error(char* error, size_t error_len, const char* message) {
