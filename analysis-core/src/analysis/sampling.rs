@@ -195,11 +195,77 @@ pub(crate) fn judge(
         && v[v.len() - 1] >= c.growth_min_bytes as i64;
     Some(Judged {
         growth,
-        per_iteration: fit_i.map_or(0.0, |f| f.slope),
+        per_iteration: exact_per_iteration(u, &iters[steady..])
+            .unwrap_or_else(|| fit_i.map_or(0.0, |f| f.slope)),
         per_sec,
         r,
         leaking,
         bounded,
         persistent,
     })
+}
+
+/// The exact growth per iteration where most steady iterations grow by the same bytes (a list
+/// that keeps one tensor per step): the most common change between consecutive samples a whole
+/// number of iterations apart, per iteration, when at least half the changes are it and it is
+/// growth. The last sample, part of an iteration after the last start, is not one of them. None
+/// otherwise (the slope of the fit is the rate then).
+fn exact_per_iteration(u: &[i64], iters: &[f64]) -> Option<f64> {
+    // The change per iteration of each pair of whole-iteration samples; a change that does not
+    // divide evenly matches no other (i64::MIN).
+    let mut steps: Vec<i64> = u
+        .windows(2)
+        .zip(iters.windows(2))
+        .filter_map(|(w, x)| {
+            let d = x[1] - x[0];
+            (d >= 1.0 && d.fract() == 0.0).then(|| {
+                let (change, d) = (w[1].saturating_sub(w[0]), d as i64);
+                if change % d == 0 {
+                    change / d
+                } else {
+                    i64::MIN
+                }
+            })
+        })
+        .collect();
+    if steps.len() < 3 {
+        return None;
+    }
+    steps.sort_unstable();
+    let (mut best, mut best_count, mut i) = (0i64, 0usize, 0usize);
+    while i < steps.len() {
+        let run = steps[i..].partition_point(|&s| s == steps[i]);
+        if steps[i] != i64::MIN && run > best_count {
+            (best, best_count) = (steps[i], run);
+        }
+        i += run;
+    }
+    (best > 0 && best_count * 2 >= steps.len()).then_some(best as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exact_per_iteration;
+    use alloc::vec::Vec;
+
+    #[test]
+    fn a_constant_step_is_the_exact_rate_and_noise_is_not() {
+        let iters: Vec<f64> = (0..8).map(f64::from).collect();
+        // 2 MiB a step, one step freeing a temporary early: the rate is 2 MiB exactly.
+        let mib = 1i64 << 20;
+        let u: Vec<i64> = [0, 2, 4, 6, 7, 10, 12, 14]
+            .iter()
+            .map(|x| x * mib)
+            .collect();
+        assert_eq!(exact_per_iteration(&u, &iters), Some((2 * mib) as f64));
+        // Every step different: no exact rate.
+        let v = [0, 3, 4, 9, 10, 17, 20, 30];
+        assert_eq!(exact_per_iteration(&v, &iters), None);
+        // Flat: no growth, no rate.
+        assert_eq!(exact_per_iteration(&[5; 8], &iters), None);
+        // Samples every second iteration (a long history's stride): per iteration.
+        let every2: Vec<f64> = (0..6).map(|i| f64::from(i) * 2.0).collect();
+        let w: Vec<i64> = (0..6).map(|i| i * 4 * mib).collect();
+        assert_eq!(exact_per_iteration(&w, &every2), Some((2 * mib) as f64));
+    }
 }
