@@ -71,6 +71,11 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     GPUCOLLECT_CHECK_TENSORS=0 python3 scripts/gpu_trace_check.py "$OUT/torch-nofw.msgpack" torch "$OUT/torch_points_nofw.json" || fail=1
     echo "== torch loop bare (no gpucollect): step time"
     python3 tests/gpu/torch_loop.py "$OUT/torch_points_bare.json" | grep step_ms
+    echo "== one tensor allocation+free (tests/gpu/torch_alloc_bench.py): bare, --no-framework, capture, capture --no-stacks"
+    python3 tests/gpu/torch_alloc_bench.py
+    "${T[@]}" "$GC" --no-framework -o /dev/null python3 tests/gpu/torch_alloc_bench.py 2>/dev/null
+    "${T[@]}" "$GC" -o /dev/null python3 tests/gpu/torch_alloc_bench.py 2>/dev/null
+    "${T[@]}" "$GC" --no-stacks -o /dev/null python3 tests/gpu/torch_alloc_bench.py 2>/dev/null
     echo "== torch leak patterns (tests/gpu/torch_leaks.py)"
     "${T[@]}" "$GC" -o "$OUT/torch_leaks.msgpack" python3 tests/gpu/torch_leaks.py >"$OUT/torch_leaks.log" 2>&1
     echo "gpucollect exit code $?"
