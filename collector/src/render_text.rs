@@ -173,11 +173,14 @@ pub fn render(r: &Report) -> String {
         for f in &r.failed_allocations {
             let _ = writeln!(
                 o,
-                "    {} requested at {} on device {} (error {}, {} live) at {}",
+                "    {} requested at {} on device {} (error {}{}, {} live) at {}",
                 fmt_bytes(f.size_bytes),
                 fmt_duration(f.ts_nanos.saturating_sub(r.first_ts_nanos)),
                 f.device.0,
                 f.error_code,
+                analysis_core::format::cuda_error_name(f.error_code)
+                    .map(|n| format!(" {n}"))
+                    .unwrap_or_default(),
                 fmt_bytes(f.live_bytes),
                 one_line(&f.site)
             );

@@ -404,6 +404,28 @@ impl AllocFailed {
     }
 }
 
+/// The name of an allocation's error code (CUresult; the runtime's cudaError_t shares the
+/// common ones), e.g. `CUDA_ERROR_NOT_PERMITTED` for 800; None for codes an allocation does not
+/// return.
+pub const fn cuda_error_name(code: u32) -> Option<&'static str> {
+    Some(match code {
+        1 => "CUDA_ERROR_INVALID_VALUE",
+        2 => "CUDA_ERROR_OUT_OF_MEMORY",
+        3 => "CUDA_ERROR_NOT_INITIALIZED",
+        4 => "CUDA_ERROR_DEINITIALIZED",
+        100 => "CUDA_ERROR_NO_DEVICE",
+        101 => "CUDA_ERROR_INVALID_DEVICE",
+        201 => "CUDA_ERROR_INVALID_CONTEXT",
+        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        709 => "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        719 => "CUDA_ERROR_LAUNCH_FAILED",
+        800 => "CUDA_ERROR_NOT_PERMITTED",
+        801 => "CUDA_ERROR_NOT_SUPPORTED",
+        999 => "CUDA_ERROR_UNKNOWN",
+        _ => return None,
+    })
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RangeBegin {
     pub ts_nanos: u64,
