@@ -611,6 +611,25 @@ fn a_block_a_side_stream_used_is_freed_when_memory_allocated_drops() {
     assert_eq!(assert_blocks_equal_allocated_at_syncs(&r), 2);
 }
 
+/// A large block the caching allocator does not split (at most 1 MiB would remain) counts whole
+/// in memory_allocated(): the trace has its whole size, from the segment's layout, in both
+/// capture modes; a block cut from a larger free one keeps its rounded request.
+#[test]
+fn a_large_block_left_unsplit_counts_whole() {
+    let check = |r: &TorchRun| {
+        assert_eq!(assert_blocks_equal_allocated_at_syncs(r), 2, "{}", r.stderr);
+        let sizes: Vec<u64> = blocks(&r.trace).iter().map(|a| a.size_bytes).collect();
+        assert_eq!(sizes, [4 << 20, 1536 << 10], "{}", r.stderr);
+    };
+    let r = run_torch("unsplit", &[], &[]);
+    assert!(r.stderr.contains("Python fallback"), "{}", r.stderr);
+    check(&r);
+    let dir = tracker_frameworks("unsplit", false);
+    let r = run_in(&dir, "torch_train.py", "unsplit", &[], &[]);
+    assert!(r.stderr.contains("trace tracker"), "{}", r.stderr);
+    check(&r);
+}
+
 /// The three leaks of `torch_train.py leaks` are the report's problems, in order, each at its
 /// line with the bytes it keeps.
 fn assert_the_three_leaks_are_named(r: &TorchRun) {

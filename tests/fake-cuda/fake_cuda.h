@@ -25,6 +25,12 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
+#define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
+/* CUstreamCaptureMode */
+#define CU_STREAM_CAPTURE_MODE_GLOBAL 0
+#define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
 typedef struct {
     unsigned int type; /* 1 = pinned */
@@ -189,6 +195,14 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphN
                                 size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params);
 CUresult cuDeviceGraphMemTrim(CUdevice dev);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value);
+/* Stream capture, as far as it concerns other threads: while a thread captures in global mode,
+ * a "potentially unsafe" call from any other thread that is not in relaxed mode fails with
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates the capture, whose cuStreamEndCapture then
+ * fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. Here the pool and graph-memory queries are
+ * such calls. */
+CUresult cuThreadExchangeStreamCaptureMode(int *mode);
+CUresult cuStreamBeginCapture_v2(CUstream stream, int mode);
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph);
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags);
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);

@@ -449,8 +449,63 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     RETURN(block_alloc_in(pool->device, bytesize, dptr, pool));
 }
 
+/* Stream capture (fake_cuda.h): global-mode captures in progress, whether one was invalidated,
+ * and each thread's interaction mode and capture. */
+static int g_global_captures;
+static int g_capture_invalidated;
+static __thread int t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static __thread int t_capturing;
+
+/* A potentially unsafe call: nonzero (and the capture invalidated) when another thread
+ * captures in global mode and this one is not relaxed. */
+static int prohibited_during_capture(void) {
+    pthread_mutex_lock(&g_lock);
+    int no = g_global_captures > 0 && !t_capturing &&
+             t_capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (no) g_capture_invalidated = 1;
+    pthread_mutex_unlock(&g_lock);
+    return no;
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    if (!mode || *mode < 0 || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int old = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream stream, int mode) {
+    (void)stream;
+    if (t_capturing) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+        g_global_captures++;
+        t_capturing = 1;
+    }
+    g_capture_invalidated = 0;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph) {
+    (void)stream;
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    if (t_capturing) {
+        g_global_captures--;
+        t_capturing = 0;
+    }
+    int invalidated = g_capture_invalidated;
+    pthread_mutex_unlock(&g_lock);
+    if (invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    return cuGraphCreate(graph, 0);
+}
+
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
     if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (prohibited_during_capture()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     if (dev < 0 || dev >= g_device_count) return CUDA_ERROR_INVALID_VALUE;
     g_default_pool[dev].device = dev;
     g_default_pool[dev].live = 1;
@@ -504,6 +559,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
 /* Not a traced API (no callback): the injection library polls it from its own thread. */
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
     if (!pool || !pool->live || !value) return CUDA_ERROR_INVALID_VALUE;
+    if (prohibited_during_capture()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     uint64_t v;
     pthread_mutex_lock(&g_lock);
     switch (attr) {
@@ -563,6 +619,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice dev) {
 
 CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value) {
     if (dev < 0 || dev >= g_device_count || !value) return CUDA_ERROR_INVALID_VALUE;
+    if (prohibited_during_capture()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     uint64_t v;
     pthread_mutex_lock(&g_lock);
     switch (attr) {

@@ -215,6 +215,23 @@ static int pools(void) {
     return 0;
 }
 
+/* --- a graph captured in global mode while the injection library polls the pools --------- */
+static int capture(void) {
+    setup();
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CUdeviceptr a;
+    CHECK(cuMemAllocAsync(&a, 1 << 20, s)); /* the default pool is polled from now on */
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    settle(); /* the poller queries the pool during the capture */
+    CUgraph g;
+    CHECK(cuStreamEndCapture(s, &g));
+    printf("capture ok\n");
+    fflush(stdout);
+    CHECK(cuMemFreeAsync(a, s));
+    return 0;
+}
+
 /* --- virtual memory management -------------------------------------------- */
 static int vmm(void) {
     setup();
@@ -519,6 +536,7 @@ int main(int argc, char **argv) {
     if (!strcmp(s, "ctx_destroy")) return ctx_destroy();
     if (!strcmp(s, "stream_ordered")) return stream_ordered();
     if (!strcmp(s, "pools")) return pools();
+    if (!strcmp(s, "capture")) return capture();
     if (!strcmp(s, "vmm")) return vmm();
     if (!strcmp(s, "oom")) return oom();
     if (!strcmp(s, "sigkill")) return sigkill();

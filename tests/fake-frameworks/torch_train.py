@@ -18,6 +18,9 @@ usage: torch_train.py SCENARIO
   burst: one tensor, a pull, then a burst of 400 short-lived tensors between two pulls (to wrap a
     small history).
   child: a multiprocessing spawn child keeps one tensor of 48 KiB.
+  unsplit: a tensor of 3 MiB gets a new 4 MiB segment whole (at most 1 MiB would remain, so the
+    allocator does not split it: memory_allocated() counts 4 MiB), then, freed, gives 1.5 MiB of
+    its 4 MiB to a smaller one and keeps the rest free; sync points after each.
 A batch is 64 KiB and 4 bytes: the history records that request, memory_allocated() counts its
 block (rounded up to 512 bytes), and the trace must count the block.
 """
@@ -114,6 +117,14 @@ def child():
     sync()
 
 
+def unsplit():
+    big = torch.empty(3 * 1024 * KiB)  # UNSPLIT_LINE
+    sync()
+    del big
+    part = torch.empty(1536 * KiB)  # noqa: F841
+    sync()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "leaks":
         graph = train(6)
@@ -125,6 +136,8 @@ if __name__ == "__main__":
         streams()
     elif sys.argv[1] == "oom":
         oom()
+    elif sys.argv[1] == "unsplit":
+        unsplit()
     elif sys.argv[1] == "child":
         import multiprocessing
 

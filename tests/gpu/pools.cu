@@ -62,6 +62,9 @@ int main() {
     void *c = nullptr;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CHECK(cudaMallocAsync(&c, 16 << 20, s));
+    // The capture stays open while gpucollect's pool poller, woken by the allocation, queries
+    // the driver from its own thread: that must not invalidate the capture (global mode).
+    settle();
     CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));

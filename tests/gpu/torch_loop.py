@@ -1,6 +1,6 @@
 """A small PyTorch training loop for scripts/gpu-check.sh.
 
-At sync points it records (CLOCK_MONOTONIC ns, torch.cuda.memory_reserved(),
+At sync points (the last after a large block left unsplit) it records (CLOCK_MONOTONIC ns, torch.cuda.memory_reserved(),
 torch.cuda.memory_allocated()) into the JSON file named by argv[1]; gpu_trace_check.py compares
 them with the traced live device bytes (the reserve) and live framework blocks (the tensors), and
 finds the lines marked PY_*_LINE below in the Python frames of the allocations made there. It
@@ -50,6 +50,14 @@ sync_point("big")
 del big
 torch.cuda.empty_cache()
 sync_point("after_empty_cache")
+# A large block left unsplit: on a stream of its own (no cached blocks), 3 MiB takes a new
+# 20 MiB segment, and 16.5 MiB of the 17 MiB left gets all 17 (at most 1 MiB would remain), which
+# memory_allocated() counts; with expandable segments it is split.
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    first = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+    rest = torch.empty(33 << 19, dtype=torch.uint8, device="cuda")
+sync_point("unsplit")
 json.dump(points, open(sys.argv[1], "w"))
 # Steady state: the steps after the first five (allocator warm-up, Adam's state).
 print("step_ms %.3f" % (sorted(step_ns[5:])[len(step_ns[5:]) // 2] / 1e6))

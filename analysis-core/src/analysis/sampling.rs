@@ -218,7 +218,7 @@ fn exact_per_iteration(u: &[i64], iters: &[f64]) -> Option<f64> {
         .zip(iters.windows(2))
         .filter_map(|(w, x)| {
             let d = x[1] - x[0];
-            (d >= 1.0 && d.fract() == 0.0).then(|| {
+            (d >= 1.0 && d == (d as u64) as f64).then(|| {
                 let (change, d) = (w[1].saturating_sub(w[0]), d as i64);
                 if change % d == 0 {
                     change / d

@@ -20,8 +20,11 @@ use crate::state::{self, State};
 
 /// Records a framework block: `device`, `addr`, `size`, `stream`, `pool` (the framework's pool
 /// id, 0 for its default), and `nframes` Python frames, innermost first, as three arrays of
-/// that length (function name and file name, NUL-terminated UTF-8, and line). Returns 1 when
-/// recorded, 0 when the process is not traced (or the collector is gone), -1 for bad arguments.
+/// that length (function name and file name, NUL-terminated UTF-8, and line). `torch` is
+/// nonzero for a block of PyTorch's caching allocator, whose `size` is the request rounded up to
+/// 512 bytes ([`alloc_kind::TORCH_BLOCK`]: the collector completes a large block left unsplit);
+/// 0 where `size` is the block's (CuPy's pool). Returns 1 when recorded, 0 when the process is
+/// not traced (or the collector is gone), -1 for bad arguments.
 ///
 /// # Safety
 /// When `nframes` > 0, `functions`, `files` and `lines` must each point to `nframes` readable
@@ -37,6 +40,7 @@ pub unsafe extern "C" fn gpucollect_framework_alloc(
     functions: *const *const c_char,
     files: *const *const c_char,
     lines: *const u32,
+    torch: u32,
 ) -> c_int {
     let n = (nframes as usize).min(MAX_FRAMES);
     if n > 0 && (functions.is_null() || files.is_null() || lines.is_null()) {
@@ -59,15 +63,20 @@ pub unsafe extern "C" fn gpucollect_framework_alloc(
         for (slot, (f, p, l)) in frames.iter_mut().zip(&text) {
             *slot = python::text_frame(st, f, p, *l);
         }
-        c_int::from(emit_block(
-            st,
+        let code = if torch != 0 {
+            alloc_kind::TORCH_BLOCK
+        } else {
+            alloc_kind::FRAMEWORK_BLOCK
+        };
+        let block = Block {
+            code,
             device,
             addr,
             size,
             stream,
             pool,
-            &frames[..n],
-        ))
+        };
+        c_int::from(emit_block(st, &block, &frames[..n]))
     })
     .unwrap_or(-1)
 }
@@ -102,26 +111,29 @@ pub extern "C" fn gpucollect_framework_free(
     .unwrap_or(-1)
 }
 
-/// Writes a framework block (an `ALLOC` of code 7) with `frames` (at most `MAX_FRAMES`): the
+/// A framework block as the ring carries it: `code` is [`alloc_kind::FRAMEWORK_BLOCK`], or
+/// [`alloc_kind::TORCH_BLOCK`] for PyTorch's (its size the rounded request).
+pub(crate) struct Block {
+    pub code: u32,
+    pub device: u32,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: u64,
+}
+
+/// Writes a framework block (an `ALLOC` of its code) with `frames` (at most `MAX_FRAMES`): the
 /// event both the Python handover and the allocator's trace hook record.
-pub(crate) fn emit_block(
-    st: &State,
-    device: u32,
-    addr: u64,
-    size: u64,
-    stream: u64,
-    pool: u64,
-    frames: &[u64],
-) -> bool {
+pub(crate) fn emit_block(st: &State, b: &Block, frames: &[u64]) -> bool {
     let n = frames.len().min(MAX_FRAMES);
     st.emit(|e| {
         e.kind = kind::ALLOC;
-        e.code = alloc_kind::FRAMEWORK_BLOCK;
-        e.device = device;
-        e.addr = addr;
-        e.size = size;
-        e.stream = stream;
-        e.pool = pool;
+        e.code = b.code;
+        e.device = b.device;
+        e.addr = b.addr;
+        e.size = b.size;
+        e.stream = b.stream;
+        e.pool = b.pool;
         e.nframes = n as u32;
         e.data[..n].copy_from_slice(&frames[..n]);
     })

@@ -16,7 +16,7 @@
 use core::ffi::c_int;
 use std::panic::catch_unwind;
 
-use gpucollect_ring::event::MAX_FRAMES;
+use gpucollect_ring::event::{MAX_FRAMES, alloc_kind};
 
 use crate::{framework, state};
 
@@ -53,7 +53,15 @@ pub extern "C" fn gpucollect_framework_trace(
         let ok = if action == ACTION_ALLOC {
             let mut frames = [0u64; MAX_FRAMES];
             let n = crate::stack::capture(st, &mut frames);
-            framework::emit_block(st, device, addr, size, stream, pool, &frames[..n])
+            let block = framework::Block {
+                code: alloc_kind::TORCH_BLOCK,
+                device,
+                addr,
+                size,
+                stream,
+                pool,
+            };
+            framework::emit_block(st, &block, &frames[..n])
         } else {
             framework::emit_free(st, device, addr, stream, pool)
         };

@@ -7,7 +7,8 @@
 //! nodes. A `cuMemPoolTrimTo` or a first sighting wakes the poller (a futex) so the change is
 //! sampled at once. The poller thread then asks the driver (`cuMemPoolGetAttribute`,
 //! `cuDeviceGetMemPool`, `cuDeviceGetGraphMemAttribute`: none of them has a callback enabled)
-//! every interval and writes a `POOL_SAMPLE` event per pool. A pool being destroyed is taken out
+//! every interval and writes a `POOL_SAMPLE` event per pool. The poller's thread is in relaxed
+//! stream-capture mode, so its queries never break a graph the program captures meanwhile. A pool being destroyed is taken out
 //! of the table at `cuMemPoolDestroy` ENTER, and that callback waits (bounded) while the poller
 //! is inside a query of that very pool, so the poller never queries a destroyed handle.
 
@@ -148,12 +149,18 @@ pub fn trimmed() {
 type GetAttrFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
 type GetMemPoolFn = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
 type GraphAttrFn = unsafe extern "C" fn(c_int, c_int, *mut c_void) -> c_int;
+type CaptureModeFn = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: this thread's calls neither fail nor invalidate another
+/// thread's stream capture.
+const CAPTURE_MODE_RELAXED: c_int = 2;
 
 /// The driver functions the poller calls, from the libcuda the process already loaded.
 struct Driver {
     pool_attr: GetAttrFn,
     device_pool: Option<GetMemPoolFn>,
     graph_attr: Option<GraphAttrFn>,
+    capture_mode: Option<CaptureModeFn>,
 }
 
 impl Driver {
@@ -180,7 +187,8 @@ impl Driver {
         // SAFETY: the driver's symbols have these C signatures (cuda.h):
         // cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void*),
         // cuDeviceGetMemPool(CUmemoryPool*, CUdevice),
-        // cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void*).
+        // cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, void*),
+        // cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode*).
         unsafe {
             Some(Self {
                 pool_attr: core::mem::transmute::<*mut c_void, GetAttrFn>(pool_attr),
@@ -188,7 +196,21 @@ impl Driver {
                     .map(|p| core::mem::transmute::<*mut c_void, GetMemPoolFn>(p)),
                 graph_attr: sym(c"cuDeviceGetGraphMemAttribute")
                     .map(|p| core::mem::transmute::<*mut c_void, GraphAttrFn>(p)),
+                capture_mode: sym(c"cuThreadExchangeStreamCaptureMode")
+                    .map(|p| core::mem::transmute::<*mut c_void, CaptureModeFn>(p)),
             })
+        }
+    }
+
+    /// Puts the calling thread in relaxed stream-capture mode. While the program captures a
+    /// graph in global mode (PyTorch's CUDA graphs do), a query from a thread in the default
+    /// mode is a "potentially unsafe" call: it fails and invalidates the program's capture.
+    fn relax_capture_mode(&self) {
+        if let Some(f) = self.capture_mode {
+            let mut mode = CAPTURE_MODE_RELAXED;
+            // SAFETY: a valid out-pointer to a CUstreamCaptureMode (a C enum, int-sized); the
+            // call only changes this thread's mode.
+            unsafe { f(&mut mode) };
         }
     }
 
@@ -275,6 +297,7 @@ extern "C" fn after_fork() {
 }
 
 fn poll_loop(st: &State, driver: &Driver, interval: Duration) {
+    driver.relax_capture_mode();
     let mut last = Vec::new();
     let timeout = libc::timespec {
         tv_sec: interval.as_secs() as libc::time_t,

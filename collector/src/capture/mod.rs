@@ -9,6 +9,7 @@ mod nvml_sampler;
 mod proc_maps;
 mod python_hook;
 mod symbolize;
+mod torch_blocks;
 mod trace_writer;
 
 use std::ffi::OsString;

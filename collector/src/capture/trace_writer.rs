@@ -11,12 +11,13 @@ use analysis_core::Encoder;
 use analysis_core::encode::Interner;
 use analysis_core::format::*;
 use anyhow::{Context, Result};
-use gpucollect_ring::event::{Event, kind, python_frame};
+use gpucollect_ring::event::{Event, alloc_kind, kind, python_frame};
 // FxHash, not SipHash: std's SipHash was a tenth of the drain time. Keys come from the traced
 // program, which is trusted not to attack the collector's hash tables.
 use rustc_hash::FxHashMap as HashMap;
 
 use super::symbolize::Symbolizer;
+use super::torch_blocks::BlockLayout;
 
 /// Modules whose frames are never the interesting call site (the CUDA stack and ourselves).
 const HIDDEN_MODULES: &[&str] = &[
@@ -114,6 +115,8 @@ pub struct TraceWriter<W: Write> {
     /// Live framework blocks (kind 7): addresses of their own, apart from driver allocations
     /// (a segment's first block has the segment's address).
     framework_blocks: HashMap<(ProcessIdx, DeviceIdx, u64), AllocId>,
+    /// Segments and PyTorch blocks, for the whole size of a block left unsplit.
+    torch_layout: BlockLayout,
     vmm: HashMap<(ProcessIdx, u64), VmmHandle>,
     vmm_maps: BTreeMap<(ProcessIdx, u64), (u64, u64)>,
     range_stacks: HashMap<(ProcessIdx, u64), Vec<RangeId>>,
@@ -182,6 +185,7 @@ impl<W: Write> TraceWriter<W> {
             symbolizer: Symbolizer::default(),
             allocs: HashMap::default(),
             framework_blocks: HashMap::default(),
+            torch_layout: BlockLayout::default(),
             vmm: HashMap::default(),
             vmm_maps: BTreeMap::new(),
             range_stacks: HashMap::default(),
@@ -526,6 +530,7 @@ impl<W: Write> TraceWriter<W> {
         );
         match self.allocs.remove(&(process, addr)) {
             Some((alloc, _)) => {
+                self.torch_layout.segment_freed(process, addr);
                 self.enc.record(&Record::Free(Free {
                     ts_nanos: ts,
                     alloc,
@@ -610,10 +615,18 @@ impl<W: Write> TraceWriter<W> {
         match e.kind {
             kind::ALLOC | kind::VMM_CREATE => {
                 let stack = self.stack(process, e.frames());
-                let alloc_kind = AllocKind::from_code(u64::from(e.code));
+                let (alloc_kind, size) = if e.code == alloc_kind::TORCH_BLOCK {
+                    let size = self.torch_layout.block(process, device, e.addr, e.size);
+                    (AllocKind::FrameworkBlock, size)
+                } else {
+                    (AllocKind::from_code(u64::from(e.code)), e.size)
+                };
+                if e.kind == kind::ALLOC && alloc_kind == AllocKind::Device {
+                    self.torch_layout.segment(process, device, e.addr, e.size);
+                }
                 let id = self.enc.alloc(&Alloc {
                     ts_nanos: ts,
-                    size_bytes: e.size,
+                    size_bytes: size,
                     address: e.addr,
                     stack,
                     thread,
@@ -646,6 +659,7 @@ impl<W: Write> TraceWriter<W> {
             kind::FRAMEWORK_FREE => {
                 // A free whose block is unknown was lost with its allocation, which the
                 // framework's notice reports; it is no bad free of the program's.
+                self.torch_layout.block_freed(process, device, e.addr);
                 if let Some(alloc) = self.framework_blocks.remove(&(process, device, e.addr)) {
                     self.enc.record(&Record::Free(Free {
                         ts_nanos: ts,
@@ -680,6 +694,7 @@ impl<W: Write> TraceWriter<W> {
                     .retain(|(p, _), (_, d)| !(*p == process && *d == device));
                 self.framework_blocks
                     .retain(|(p, d, _), _| !(*p == process && *d == device));
+                self.torch_layout.reset(process, device);
                 self.vmm
                     .retain(|(p, _), h| !(*p == process && h.device == device));
             }

@@ -13,6 +13,11 @@ pub mod alloc_kind {
     pub const IPC_IMPORT: u32 = 6;
     /// A block a framework's caching allocator handed out (a tensor), inside its reserve.
     pub const FRAMEWORK_BLOCK: u32 = 7;
+    /// A block of PyTorch's caching allocator (written as [`FRAMEWORK_BLOCK`]): its size is the
+    /// request rounded up to 512 bytes, which the collector completes to the whole block where
+    /// the allocator left a large block unsplit (at most 1 MiB would have remained), from the
+    /// segment and the blocks around it. Never in a trace.
+    pub const TORCH_BLOCK: u32 = 0x107;
 }
 
 /// `notice` codes (the trace format's values, `analysis_core::format::notice_code`).

@@ -63,6 +63,7 @@ class _Handover:
             ctypes.POINTER(ctypes.c_char_p),
             ctypes.POINTER(ctypes.c_char_p),
             ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_uint32,
         ]
         self._free = lib.gpucollect_framework_free
         self._free.restype = ctypes.c_int
@@ -75,15 +76,19 @@ class _Handover:
         if os.environ.get("GPUCOLLECT_PYTHON_FRAMES") == "0":
             self.max_frames = 0
 
-    def alloc(self, device, addr, size, stream, pool, frames):
-        """frames: (function, file, line) innermost first."""
+    def alloc(self, device, addr, size, stream, pool, frames, torch=False):
+        """frames: (function, file, line) innermost first. torch: a block of PyTorch's caching
+        allocator, `size` its request rounded up to 512 bytes (the collector completes a large
+        block the allocator left unsplit); otherwise `size` is the block's."""
         c = self._ctypes
         frames = frames[: self.max_frames]
         n = len(frames)
         names = (c.c_char_p * n)(*[f[0].encode("utf-8", "replace") for f in frames])
         files = (c.c_char_p * n)(*[f[1].encode("utf-8", "replace") for f in frames])
         lines = (c.c_uint32 * n)(*[max(0, int(f[2])) & 0xFFFFFFFF for f in frames])
-        return self._alloc(device, addr, size, stream & (2**64 - 1), pool, n, names, files, lines)
+        return self._alloc(
+            device, addr, size, stream & (2**64 - 1), pool, n, names, files, lines, int(torch)
+        )
 
     def free(self, device, addr, stream, pool):
         return self._free(device, addr, stream & (2**64 - 1), pool)
@@ -219,6 +224,7 @@ class _TorchPuller:
                     e.get("stream", 0),
                     0,
                     _frames(e),
+                    torch=True,
                 )
             elif action in ("free_requested", "free"):
                 # memory_allocated() drops at the request; a block a side stream used is
@@ -231,9 +237,9 @@ class _TorchPuller:
 def torch_block_size(requested):
     """The block PyTorch's caching allocator hands out for a request (`round_size`): at least
     512 bytes, a multiple of 512. memory_allocated() counts blocks, while the history's and the
-    trace tracker's `alloc` entries carry the request. Not modelled: roundup_power2_divisions,
-    and a large-pool block left unsplit because at most 1 MiB would remain (then the block is up
-    to 1 MiB larger than this)."""
+    trace tracker's `alloc` entries carry the request. The collector completes a large block the
+    allocator left unsplit (at most 1 MiB would have remained) from its segment's layout. Not
+    modelled: roundup_power2_divisions."""
     if requested <= 0:
         return 0
     return max(512, (requested + 511) // 512 * 512)

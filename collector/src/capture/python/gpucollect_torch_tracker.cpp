@@ -68,8 +68,9 @@ uint64_t pool_of(const T& e) {
 
 // The block the caching allocator hands out for a request (its round_size): at least 512
 // bytes, a multiple of 512. memory_allocated() counts blocks; an alloc entry carries the
-// request. Not modelled: roundup_power2_divisions, and a large-pool block left unsplit because
-// at most 1 MiB would remain (gpucollect_frameworks.py's torch_block_size says the same).
+// request. The collector completes a large block left unsplit (at most 1 MiB would have
+// remained) from its segment's layout. Not modelled: roundup_power2_divisions
+// (gpucollect_frameworks.py's torch_block_size says the same).
 uint64_t block_size(uint64_t requested) {
   if (requested == 0) {
     return 0;

@@ -1,9 +1,11 @@
 """torch.cuda.memory of the fake torch: a caching allocator and its allocation history, with
 PyTorch's semantics where gpucollect depends on them:
 
-- Blocks are requests rounded up to 512 bytes, carved first-fit from segments of at least
-  2 MiB taken from the driver (cuMemAlloc_v2 of the fake libcuda); freed blocks go back to the
-  cache (coalesced), never to the driver.
+- Blocks are requests rounded up to 512 bytes, carved first-fit from the start of a free range
+  of segments of at least 2 MiB taken from the driver (cuMemAlloc_v2 of the fake libcuda); a
+  block over 1 MiB takes its whole free range where at most 1 MiB would remain (PyTorch's
+  should_split for the large pool). Freed blocks go back to the cache (coalesced), never to the
+  driver.
 - memory_allocated() is the sum of live blocks' sizes. A block a side stream used
   (Tensor.record_stream) drops out of it when the tensor dies (free_requested), but returns to
   the cache only once that stream is done (free_completed, here at torch.cuda.synchronize()).
@@ -27,6 +29,7 @@ from .. import _c10_cuda  # set by torch/__init__.py before it imports torch.cud
 
 _ROUND = 512
 _SEGMENT = 2 << 20
+_SMALL = 1 << 20
 
 _segments = []  # [base, size, free ranges: list of [start, end)]
 _live = {}  # block address -> block size
@@ -101,6 +104,8 @@ def _alloc(request):
     else:
         seg = _new_segment(block)
         r = seg[2][0]
+    if block > _SMALL and r[1] - r[0] - block <= _SMALL:
+        block = r[1] - r[0]
     addr = r[0]
     r[0] += block
     if r[0] == r[1]:
