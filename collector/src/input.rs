@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Read};
 use std::path::Path;
 
 use analysis_core::torch_snapshot::{ImportSummary, SnapshotLoader};
+use analysis_core::units::fmt_duration;
 use analysis_core::{LoadedTrace, Loader};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -83,9 +84,40 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    loader
+    let trace = loader
         .finish()
-        .with_context(|| format!("cannot decode {}", path.display()))
+        .with_context(|| format!("cannot decode {}", path.display()))?;
+    if !trace.model.clean_end
+        && let Some(age) = written_within(path, STILL_WRITTEN)
+    {
+        let m = &trace.model;
+        eprintln!(
+            "gpucollect: {} has no end record and changed {} ago: a capture is probably still \
+             writing it, so this covers its first {} ({} allocations so far)",
+            path.display(),
+            fmt_duration(u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)),
+            fmt_duration(m.last_ts_nanos.saturating_sub(m.first_ts_nanos)),
+            m.allocs.len()
+        );
+    }
+    Ok(trace)
+}
+
+/// A trace without an end record that changed this recently is taken to be still written.
+const STILL_WRITTEN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long ago the file at `path` changed, if within `limit` (never for stdin).
+fn written_within(path: &Path, limit: std::time::Duration) -> Option<std::time::Duration> {
+    if path == Path::new("-") {
+        return None;
+    }
+    let age = std::fs::metadata(path)
+        .ok()?
+        .modified()
+        .ok()?
+        .elapsed()
+        .ok()?;
+    (age <= limit).then_some(age)
 }
 
 /// The context of an error in a snapshot's content.

@@ -337,6 +337,56 @@ fn stream_ordered_allocations_and_frees() {
     assert!(m.free_unknown.is_empty());
 }
 
+/// `report` reads a trace while the capture is still writing it: what is there so far, and says
+/// so; once the capture ends, the same file reports whole, without the remark.
+#[test]
+fn a_trace_still_being_written_reports_as_far_as_it_goes() {
+    let dir = fake_dir();
+    let path = dir.join("live-endurance.msgpack");
+    let _ = std::fs::remove_file(&path);
+    // 20,000 alloc/free pairs a second for three seconds.
+    let mut capture = gpucollect()
+        .arg("--no-nvml")
+        .arg("-o")
+        .arg(&path)
+        .arg(dir.join("scenarios"))
+        .args(["endurance", "3", "20000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the capture");
+    let report = || {
+        Command::new(env!("CARGO_BIN_EXE_gpucollect"))
+            .arg("report")
+            .arg(&path)
+            .output()
+            .expect("run report")
+    };
+    // Wait for some pairs to be in the file.
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) < 100_000 {
+        assert!(t0.elapsed().as_secs() < 20, "the capture wrote nothing");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let live = report();
+    let stderr = String::from_utf8_lossy(&live.stderr);
+    assert_eq!(live.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("a capture is probably still writing it"),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&live.stdout).contains("allocations"),
+        "{}",
+        String::from_utf8_lossy(&live.stdout)
+    );
+    assert!(capture.wait().expect("capture ends").success());
+    let done = report();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("still writing"), "{stderr}");
+}
+
 /// While the program captures a graph in global mode, the pool poller's driver queries must not
 /// invalidate the capture (a real H200 run of tests/gpu/pools.cu failed once so): the poller's
 /// thread is in relaxed capture mode.
