@@ -9,7 +9,9 @@
 //!    `MIN_ITERATIONS` times; a name with "step" or "iter" in it is preferred.
 //! 2. Marks with such a name.
 //! 3. A recurring call site: a stack allocated at regular intervals (most gaps within a factor
-//!    of two of the median) over most of the history. Stacks through an optimizer's `step`
+//!    of two of the median) over most of the history, or, where none does, up to the
+//!    program's last allocation (a short script: its loop a small part of a run spent mostly
+//!    importing, starting CUDA and in a slow first step). Stacks through an optimizer's `step`
 //!    are preferred; otherwise the outermost regular unit that still repeats often enough.
 //! 4. Otherwise equal time windows.
 
