@@ -207,12 +207,14 @@ pub(crate) fn judge(
 
 /// The exact growth per iteration where most steady iterations grow by the same bytes (a list
 /// that keeps one tensor per step): the most common change between consecutive samples a whole
-/// number of iterations apart, per iteration, when at least half the changes are it and it is
-/// growth. The last sample, part of an iteration after the last start, is not one of them. None
-/// otherwise (the slope of the fit is the rate then).
+/// number of iterations apart, per iteration, when at least half the changes are it, it is
+/// growth, and it is the mean change too (within 2 %: one slow step's freed temporary does not
+/// matter, a minority of larger steps does). The last sample, part of an iteration after the
+/// last start, is not one of them. None otherwise (the slope of the fit is the rate then).
 fn exact_per_iteration(u: &[i64], iters: &[f64]) -> Option<f64> {
-    // The change per iteration of each pair of whole-iteration samples; a change that does not
-    // divide evenly matches no other (i64::MIN).
+    // The change per iteration of each pair of whole-iteration samples (a change that does not
+    // divide evenly matches no other: i64::MIN), and the total change over those iterations.
+    let (mut total, mut span) = (0i64, 0i64);
     let mut steps: Vec<i64> = u
         .windows(2)
         .zip(iters.windows(2))
@@ -220,6 +222,8 @@ fn exact_per_iteration(u: &[i64], iters: &[f64]) -> Option<f64> {
             let d = x[1] - x[0];
             (d >= 1.0 && d == (d as u64) as f64).then(|| {
                 let (change, d) = (w[1].saturating_sub(w[0]), d as i64);
+                total = total.saturating_add(change);
+                span = span.saturating_add(d);
                 if change % d == 0 {
                     change / d
                 } else {
@@ -240,7 +244,9 @@ fn exact_per_iteration(u: &[i64], iters: &[f64]) -> Option<f64> {
         }
         i += run;
     }
-    (best > 0 && best_count * 2 >= steps.len()).then_some(best as f64)
+    let mean = total as f64 / span.max(1) as f64;
+    let agrees = (mean - best as f64).abs() <= 0.02 * best as f64;
+    (best > 0 && best_count * 2 >= steps.len() && agrees).then_some(best as f64)
 }
 
 #[cfg(test)]
@@ -263,6 +269,12 @@ mod tests {
         assert_eq!(exact_per_iteration(&v, &iters), None);
         // Flat: no growth, no rate.
         assert_eq!(exact_per_iteration(&[5; 8], &iters), None);
+        // Most steps 1 MiB, a few 10 MiB: the mean is far from the common step, no exact rate.
+        let mixed: Vec<i64> = [0, 1, 2, 12, 13, 14, 24, 25]
+            .iter()
+            .map(|x| x * mib)
+            .collect();
+        assert_eq!(exact_per_iteration(&mixed, &iters), None);
         // Samples every second iteration (a long history's stride): per iteration.
         let every2: Vec<f64> = (0..6).map(|i| f64::from(i) * 2.0).collect();
         let w: Vec<i64> = (0..6).map(|i| i * 4 * mib).collect();

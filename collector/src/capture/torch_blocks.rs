@@ -13,7 +13,10 @@
 //! modelled: `max_split_size_mb` (blocks at or above it are never split) and
 //! `roundup_power2_divisions`; a block freed while a side stream still used it leaves the layout
 //! at once (PyTorch keeps it until the stream is done), which can only make a free block look
-//! larger, so a block is then counted at its rounded request.
+//! larger, so a block is then counted at its rounded request. In the history fallback, blocks
+//! arrive when the history is read, in their order, so the blocks around one are those of its
+//! time; a segment released (`empty_cache`) between a block's allocation and the read is gone
+//! by then, and that block keeps its rounded request.
 
 use std::collections::BTreeMap;
 
