@@ -320,6 +320,15 @@ fn run_in(
     TorchRun { trace, stderr }
 }
 
+/// The tensors `torch_train.py leaks` makes each step, by the marker of their line, with their
+/// block sizes (a batch of 64 KiB and 4 bytes takes a block of 64.5 KiB).
+const LEAKS_TENSORS: [(&str, u64); 4] = [
+    ("BATCH_LINE", (64 << 10) + 512),
+    ("GRAPH_LINE", 32 << 10),
+    ("LIST_LINE", 16 << 10),
+    ("CACHE_LINE", 8 << 10),
+];
+
 fn blocks(t: &LoadedTrace) -> Vec<&analysis_core::model::AllocRecord> {
     t.model
         .allocs
@@ -335,31 +344,15 @@ fn torch_tensors_are_framework_blocks_matching_memory_allocated_at_every_sync_po
     let blocks = blocks(&r.trace);
     // 6 steps of 4 tensors: batch, activation, list entry, cache entry.
     assert_eq!(blocks.len(), 24, "{}", r.stderr);
-    let syncs: Vec<(u64, u64)> = m
-        .marks
-        .iter()
-        .filter_map(|mk| {
-            let bytes = m.string(mk.name).strip_prefix("sync ")?.parse().ok()?;
-            Some((mk.ts_nanos, bytes))
-        })
-        .collect();
-    assert_eq!(syncs.len(), 7, "{}", r.stderr);
-    for (ts, allocated) in syncs {
-        let live: u64 = blocks
-            .iter()
-            .filter(|a| a.live_at(ts))
-            .map(|a| a.size_bytes)
-            .sum();
-        assert_eq!(live, allocated, "at {ts} ns");
-    }
+    assert_eq!(
+        assert_blocks_equal_allocated_at_syncs(&r),
+        7,
+        "{}",
+        r.stderr
+    );
     // Each tensor's innermost frame is the user's line that made it, and blocks are not device
     // memory: the driver's segments (2 MiB) hold them.
-    for (marker, size) in [
-        ("BATCH_LINE", (64 << 10) + 512),
-        ("GRAPH_LINE", 32 << 10),
-        ("LIST_LINE", 16 << 10),
-        ("CACHE_LINE", 8 << 10),
-    ] {
+    for (marker, size) in LEAKS_TENSORS {
         let line = train_line(marker);
         let of_size: Vec<_> = blocks.iter().filter(|a| a.size_bytes == size).collect();
         assert_eq!(of_size.len(), 6, "{marker}");
@@ -749,24 +742,19 @@ fn the_trace_tracker_records_each_tensor_in_its_thread_at_the_users_line() {
     assert_eq!(blocks.len(), 24, "{}", r.stderr);
     // Live tensor bytes equal memory_allocated() at every sync point, with no delay to wait
     // for: the tracker records each tensor before the allocation returns.
-    let syncs: Vec<(u64, u64)> = m
+    assert_eq!(
+        assert_blocks_equal_allocated_at_syncs(&r),
+        7,
+        "{}",
+        r.stderr
+    );
+    let last_sync = m
         .marks
         .iter()
-        .filter_map(|mk| {
-            let bytes = m.string(mk.name).strip_prefix("sync ")?.parse().ok()?;
-            Some((mk.ts_nanos, bytes))
-        })
-        .collect();
-    assert_eq!(syncs.len(), 7, "{}", r.stderr);
-    let last_sync = syncs[6].0;
-    for (ts, allocated) in syncs {
-        let live: u64 = blocks
-            .iter()
-            .filter(|a| a.live_at(ts))
-            .map(|a| a.size_bytes)
-            .sum();
-        assert_eq!(live, allocated, "at {ts} ns");
-    }
+        .filter(|mk| m.string(mk.name).starts_with("sync "))
+        .map(|mk| mk.ts_nanos)
+        .max()
+        .expect("sync points");
     // The allocating thread (the one that took the segments from the driver), not a reader.
     let segment_thread = m
         .allocs
@@ -774,12 +762,7 @@ fn the_trace_tracker_records_each_tensor_in_its_thread_at_the_users_line() {
         .find(|a| a.kind == AllocKind::Device)
         .expect("a segment")
         .thread;
-    for (marker, size) in [
-        ("BATCH_LINE", (64 << 10) + 512),
-        ("GRAPH_LINE", 32 << 10),
-        ("LIST_LINE", 16 << 10),
-        ("CACHE_LINE", 8 << 10),
-    ] {
+    for (marker, size) in LEAKS_TENSORS {
         let line = train_line(marker);
         let of_size: Vec<_> = blocks.iter().filter(|a| a.size_bytes == size).collect();
         assert_eq!(of_size.len(), 6, "{marker}");

@@ -18,7 +18,7 @@
 //! time; a segment released (`empty_cache`) between a block's allocation and the read is gone
 //! by then, and that block keeps its rounded request.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use analysis_core::format::{DeviceIdx, ProcessIdx};
 
@@ -26,8 +26,12 @@ use analysis_core::format::{DeviceIdx, ProcessIdx};
 /// unsplit.
 const SMALL_MAX: u64 = 1 << 20;
 
+/// Only processes with PyTorch blocks are followed: the collector's drain pays for the layout
+/// there alone, not for every `cuMemAlloc` of every program.
 #[derive(Default)]
 pub(crate) struct BlockLayout {
+    /// Processes followed (from their first PyTorch block on).
+    followed: HashSet<ProcessIdx>,
     /// Driver allocations by (process, start): (device, end).
     segments: BTreeMap<(ProcessIdx, u64), (DeviceIdx, u64)>,
     /// Live PyTorch blocks by (process, device, start): end.
@@ -35,6 +39,24 @@ pub(crate) struct BlockLayout {
 }
 
 impl BlockLayout {
+    /// Whether `process` is followed (has had a PyTorch block).
+    pub fn tracks(&self, process: ProcessIdx) -> bool {
+        self.followed.contains(&process)
+    }
+
+    /// Follows `process` from now on, starting from its live driver allocations
+    /// `(device, address, size)`.
+    pub fn start(
+        &mut self,
+        process: ProcessIdx,
+        live: impl IntoIterator<Item = (DeviceIdx, u64, u64)>,
+    ) {
+        self.followed.insert(process);
+        for (device, addr, size) in live {
+            self.segment(process, device, addr, size);
+        }
+    }
+
     /// A driver allocation (`cuMemAlloc`): a segment the caching allocator may cut blocks from.
     pub fn segment(&mut self, process: ProcessIdx, device: DeviceIdx, addr: u64, size: u64) {
         self.segments

@@ -111,7 +111,8 @@ pub struct TraceWriter<W: Write> {
     py_frames: HashMap<(StringId, StringId, u32), (FrameId, Hide)>,
     next_frame: u32,
     symbolizer: Symbolizer,
-    allocs: HashMap<(ProcessIdx, u64), (AllocId, DeviceIdx)>,
+    /// Live driver allocations: (process, address) -> (id, device, size).
+    allocs: HashMap<(ProcessIdx, u64), (AllocId, DeviceIdx, u64)>,
     /// Live framework blocks (kind 7): addresses of their own, apart from driver allocations
     /// (a segment's first block has the segment's address).
     framework_blocks: HashMap<(ProcessIdx, DeviceIdx, u64), AllocId>,
@@ -529,8 +530,10 @@ impl<W: Write> TraceWriter<W> {
             DeviceIdx(e.device),
         );
         match self.allocs.remove(&(process, addr)) {
-            Some((alloc, _)) => {
-                self.torch_layout.segment_freed(process, addr);
+            Some((alloc, ..)) => {
+                if self.torch_layout.tracks(process) {
+                    self.torch_layout.segment_freed(process, addr);
+                }
                 self.enc.record(&Record::Free(Free {
                     ts_nanos: ts,
                     alloc,
@@ -616,12 +619,24 @@ impl<W: Write> TraceWriter<W> {
             kind::ALLOC | kind::VMM_CREATE => {
                 let stack = self.stack(process, e.frames());
                 let (alloc_kind, size) = if e.code == alloc_kind::TORCH_BLOCK {
+                    if !self.torch_layout.tracks(process) {
+                        // The first PyTorch block of this process: its layout starts from the
+                        // driver allocations live now (other processes pay nothing).
+                        let live = self.allocs.iter().filter(|(k, _)| k.0 == process);
+                        self.torch_layout.start(
+                            process,
+                            live.map(|(&(_, addr), &(_, d, size))| (d, addr, size)),
+                        );
+                    }
                     let size = self.torch_layout.block(process, device, e.addr, e.size);
                     (AllocKind::FrameworkBlock, size)
                 } else {
                     (AllocKind::from_code(u64::from(e.code)), e.size)
                 };
-                if e.kind == kind::ALLOC && alloc_kind == AllocKind::Device {
+                if e.kind == kind::ALLOC
+                    && alloc_kind == AllocKind::Device
+                    && self.torch_layout.tracks(process)
+                {
                     self.torch_layout.segment(process, device, e.addr, e.size);
                 }
                 let id = self.enc.alloc(&Alloc {
@@ -650,7 +665,7 @@ impl<W: Write> TraceWriter<W> {
                         },
                     );
                 } else {
-                    self.allocs.insert((process, e.addr), (id, device));
+                    self.allocs.insert((process, e.addr), (id, device, e.size));
                 }
             }
             kind::FREE => {
@@ -691,7 +706,7 @@ impl<W: Write> TraceWriter<W> {
                     thread,
                 }));
                 self.allocs
-                    .retain(|(p, _), (_, d)| !(*p == process && *d == device));
+                    .retain(|(p, _), (_, d, _)| !(*p == process && *d == device));
                 self.framework_blocks
                     .retain(|(p, d, _), _| !(*p == process && *d == device));
                 self.torch_layout.reset(process, device);
