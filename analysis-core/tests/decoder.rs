@@ -178,7 +178,7 @@ fn golden_v1_3_trace_decodes_to_its_recorded_records_forever() {
     let t = load(GOLDEN_V1_3).expect("loads");
     let m = &t.model;
     assert_eq!((m.header.format_major, m.header.format_minor), (1, 3));
-    assert_eq!(m.allocs[4].kind, AllocKind::FrameworkBlock);
+    assert_eq!(m.allocs.at(4).kind, AllocKind::FrameworkBlock);
     assert_eq!(
         m.live_at_end_bytes(),
         1 << 20,
@@ -189,8 +189,8 @@ fn golden_v1_3_trace_decodes_to_its_recorded_records_forever() {
     assert_eq!(m.allocated[0].live_bytes, 256 << 10);
     // The analysis reads the tensor in place of the driver allocation holding it.
     let v = layers::tensor_view(m).expect("a framework layer");
-    assert_eq!(v.allocs[0].kind, AllocKind::Other, "the segment");
-    assert_eq!(v.allocs[5].kind, AllocKind::Device, "the live tensor");
+    assert_eq!(v.allocs.at(0).kind, AllocKind::Other, "the segment");
+    assert_eq!(v.allocs.at(5).kind, AllocKind::Device, "the live tensor");
     assert_eq!(v.live_at_end_bytes(), 256 << 10);
     // A reader of 1.2 reads kind 7 as 255 "other", which counts nowhere either: the device
     // totals are the same for every reader.
@@ -210,8 +210,8 @@ fn golden_v1_model_facts() {
     // process 1's 2 MiB is released by the context reset.
     assert_eq!(m.live_at_end_bytes(), 1 << 20);
     assert_eq!(m.peak_bytes, 4 << 20);
-    assert_eq!(m.allocs[1].free_kind, FreeKind::StreamOrdered);
-    assert_eq!(m.allocs[3].free_kind, FreeKind::ContextTeardown);
+    assert_eq!(m.allocs.at(1).free_kind, FreeKind::StreamOrdered);
+    assert_eq!(m.allocs.at(3).free_kind, FreeKind::ContextTeardown);
     assert_eq!(m.resets[0].freed_bytes, 2 << 20);
     // Thread 0 allocated 1 MiB of device memory and 4 KiB of pinned host memory in the range.
     assert_eq!(m.ranges[0].alloc_bytes, (1 << 20) + 4096);

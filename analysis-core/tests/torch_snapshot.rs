@@ -180,8 +180,10 @@ fn model_digest(t: &analysis_core::LoadedTrace) -> serde_json::Value {
     let sorted = |v: Vec<(String, serde_json::Value)>| -> BTreeMap<String, serde_json::Value> {
         v.into_iter().collect()
     };
-    let points =
-        |tl: &analysis_core::timeline::Timeline| serde_json::json!([tl.times(), tl.values()]);
+    let points = |tl: &analysis_core::timeline::Timeline| {
+        let (times, values): (Vec<u64>, Vec<u64>) = tl.points().unzip();
+        serde_json::json!([times, values])
+    };
     serde_json::json!({
         "header": m.header,
         "processes": m.processes,
@@ -936,13 +938,13 @@ fn unsplit_large_blocks_count_whole_as_pytorch_counts_them() {
             "max_split_size {max_split}"
         );
         // memory_allocated() drops at the free request, not when the stream reaches it.
-        let whole = &m.allocs[3];
+        let whole = &m.allocs.at(3);
         assert_eq!(
             (whole.free_ts_nanos, whole.free_kind),
             (8_000, FreeKind::StreamOrdered)
         );
         assert_eq!(m.total.value_at(8_000), 14 * MIB);
-        assert_eq!(m.allocs[2].free_kind, FreeKind::Immediate);
+        assert_eq!(m.allocs.at(2).free_kind, FreeKind::Immediate);
         assert_eq!(summary.sized_from_segments, 3);
         assert_eq!(summary.unplaced_blocks, 0);
         // The OOM entry's address is the device's free memory: kept as a device sample.

@@ -42,7 +42,7 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         }
         _ => None,
     };
-    let mut loader = len.map_or_else(Loader::new, Loader::with_size_hint);
+    let mut loader = Loader::new();
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut first = true;
     loop {

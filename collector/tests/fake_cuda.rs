@@ -239,8 +239,8 @@ fn free_after_async_kernel_launch_is_not_a_leak() {
     let r = run("async_free");
     let m = &r.trace.model;
     assert_eq!(m.allocs.len(), 1);
-    assert!(!m.allocs[0].is_live());
-    assert_eq!(m.allocs[0].free_kind, FreeKind::Immediate);
+    assert!(!m.allocs.at(0).is_live());
+    assert_eq!(m.allocs.at(0).free_kind, FreeKind::Immediate);
     assert_eq!(m.live_at_end_bytes(), 0);
 }
 
@@ -253,13 +253,13 @@ fn allocator_wrapper_is_attributed_to_its_caller() {
         m.allocs.iter().all(|a| !a.is_live()),
         "wrapper frees everything"
     );
-    let frames = m.stack_frames(m.allocs[0].stack);
+    let frames = m.stack_frames(m.allocs.at(0).stack);
     assert_eq!(frames[0].function, "my_pool_alloc");
     assert_eq!(frames[1].function, "train_step");
 
     let r = run_with("wrapper", &["--hide-frame", "my_pool_alloc"], &[]);
     let m = &r.trace.model;
-    let frames = m.stack_frames(m.allocs[0].stack);
+    let frames = m.stack_frames(m.allocs.at(0).stack);
     assert_eq!(frames[0].function, "train_step");
     assert_eq!(frames[0].line, line_of("WRAPPER_CALLER_LINE"));
     assert_eq!(m.live_at_end_bytes(), 0);
@@ -314,10 +314,10 @@ fn device_reset_is_teardown_not_a_leak() {
     let r = run("reset");
     let m = &r.trace.model;
     assert_eq!(m.allocs.len(), 3);
-    assert_eq!(m.allocs[0].free_kind, FreeKind::ContextTeardown);
-    assert_eq!(m.allocs[1].free_kind, FreeKind::ContextTeardown);
-    assert_eq!(m.allocs[1].kind, AllocKind::Managed);
-    assert_eq!(m.allocs[2].free_kind, FreeKind::Immediate);
+    assert_eq!(m.allocs.at(0).free_kind, FreeKind::ContextTeardown);
+    assert_eq!(m.allocs.at(1).free_kind, FreeKind::ContextTeardown);
+    assert_eq!(m.allocs.at(1).kind, AllocKind::Managed);
+    assert_eq!(m.allocs.at(2).free_kind, FreeKind::Immediate);
     assert_eq!(m.resets.len(), 1);
     assert_eq!(m.resets[0].freed_count, 2);
     assert_eq!(m.live_at_end_bytes(), 0);
@@ -333,7 +333,7 @@ fn stream_ordered_allocations_and_frees() {
         assert_eq!(a.free_kind, FreeKind::StreamOrdered);
         assert!(!a.is_live());
     }
-    assert_eq!(m.allocs[1].size_bytes, 1 << 17);
+    assert_eq!(m.allocs.at(1).size_bytes, 1 << 17);
     assert!(m.free_unknown.is_empty());
 }
 
@@ -476,9 +476,9 @@ fn vmm_memory_lives_until_released_and_unmapped() {
             .iter()
             .all(|a| a.kind == AllocKind::VmmPhysical && a.size_bytes == 2 << 20)
     );
-    assert!(!m.allocs[0].is_live(), "released and unmapped: freed");
+    assert!(!m.allocs.at(0).is_live(), "released and unmapped: freed");
     assert!(
-        m.allocs[1].is_live(),
+        m.allocs.at(1).is_live(),
         "released but still mapped: still memory"
     );
     assert_eq!(live_bytes_on(&r, 0), 2 << 20);
@@ -503,8 +503,8 @@ fn sigkill_right_after_an_allocation_keeps_the_event() {
     assert_eq!(r.code(), Some(128 + 9), "exit code of a SIGKILLed program");
     let m = &r.trace.model;
     assert_eq!(m.allocs.len(), 1);
-    assert_eq!(m.allocs[0].size_bytes, 12345);
-    assert!(m.allocs[0].is_live());
+    assert_eq!(m.allocs.at(0).size_bytes, 12345);
+    assert!(m.allocs.at(0).is_live());
     assert_eq!(m.process_exits[0].signal, Some(9));
 }
 
@@ -541,7 +541,7 @@ fn registered_host_memory_is_pinned_until_unregistered() {
     let size: u64 = size.parse().expect("size");
     let m = &r.trace.model;
     assert_eq!(m.allocs.len(), 1);
-    let a = &m.allocs[0];
+    let a = &m.allocs.at(0);
     assert_eq!(
         (a.kind, a.address, a.size_bytes),
         (AllocKind::PinnedHost, addr, size)
@@ -992,7 +992,7 @@ fn module_loaded_after_cuinit_is_symbolized() {
     let r = run("dlopen");
     let m = &r.trace.model;
     assert_eq!(m.allocs.len(), 1);
-    let frames = m.stack_frames(m.allocs[0].stack);
+    let frames = m.stack_frames(m.allocs.at(0).stack);
     assert_eq!(frames[0].function, "plugin_alloc", "{frames:?}");
     assert!(frames[0].file.ends_with("plugin.c"));
     assert_eq!(frames[1].function, "late_dlopen");
@@ -1250,7 +1250,7 @@ fn alloc_of(
     r: &Run,
     size_bytes: u64,
 ) -> (
-    &analysis_core::model::AllocRecord,
+    analysis_core::model::AllocRecord,
     Vec<analysis_core::model::FrameView>,
 ) {
     let m = &r.trace.model;

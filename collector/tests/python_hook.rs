@@ -329,7 +329,7 @@ const LEAKS_TENSORS: [(&str, u64); 4] = [
     ("CACHE_LINE", 8 << 10),
 ];
 
-fn blocks(t: &LoadedTrace) -> Vec<&analysis_core::model::AllocRecord> {
+fn blocks(t: &LoadedTrace) -> Vec<analysis_core::model::AllocRecord> {
     t.model
         .allocs
         .iter()

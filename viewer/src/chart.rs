@@ -1001,7 +1001,7 @@ fn push_point(v: &mut Vec<(i32, i32)>, p: (i32, i32)) {
 }
 
 fn first_time(t: &Timeline) -> u64 {
-    t.times().first().copied().unwrap_or(u64::MAX)
+    t.first_time().unwrap_or(u64::MAX)
 }
 
 /// Renders a spec to an SVG document of `width` x `height` pixels.

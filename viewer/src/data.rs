@@ -539,8 +539,8 @@ impl TraceData {
         let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
         group_by_stack(
             m,
-            m.allocs[..made]
-                .iter()
+            m.allocs
+                .iter_range(0, made)
                 .filter(|a| a.kind.is_device_memory() && a.live_at(t) && f.admits(a)),
             limit,
         )
@@ -758,8 +758,8 @@ impl TraceData {
 
     /// The `n` largest device allocations that were freed during the trace (transient memory),
     /// largest first.
-    pub fn largest_transients(&self, n: usize, f: &Filter) -> Vec<&AllocRecord> {
-        let mut v: Vec<&AllocRecord> = self
+    pub fn largest_transients(&self, n: usize, f: &Filter) -> Vec<AllocRecord> {
+        let mut v: Vec<AllocRecord> = self
             .trace
             .model
             .allocs
@@ -1021,8 +1021,9 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
     for (ts, size, stack) in spikes {
         // The allocation itself says which process and device the spike is on.
         let first = m.allocs.partition_point(|a| a.ts_nanos < ts);
-        let Some(a) = m.allocs[first..]
-            .iter()
+        let Some(a) = m
+            .allocs
+            .iter_from(first)
             .take_while(|a| a.ts_nanos == ts)
             .find(|a| a.stack == stack && a.size_bytes == size)
         else {
@@ -1239,7 +1240,7 @@ mod tests {
         let (a, _) = analysis(Scenario::TrainingLeak);
         let top = a.leak_candidates(&Filter::default())[0].clone();
         let g = a.site_growth(top.stack);
-        assert_eq!(g.values().last().copied(), Some(top.live_bytes));
+        assert_eq!(g.last_value(), Some(top.live_bytes));
     }
 
     #[test]
@@ -1332,7 +1333,7 @@ mod tests {
         // The growth chart of an NVTX scope ends at the report's total growth.
         let g = a.scope_growth(validate.scope).expect("an NVTX scope");
         assert_eq!(
-            g.values().last().copied(),
+            g.last_value(),
             Some(validate.scope.total_growth_bytes as u64)
         );
         let mut sorted = a.scope_rows();

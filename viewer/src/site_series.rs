@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use analysis_core::format::StackId;
-use analysis_core::model::{AllocRecord, TraceModel};
+use analysis_core::model::{AllocRecord, LIVE, TraceModel};
 use analysis_core::timeline::Timeline;
 
 use crate::filter::Filter;
@@ -45,14 +45,9 @@ fn counts(a: &AllocRecord, f: &Filter) -> bool {
 /// A step series from allocation events (in time order) and free events (any order): at
 /// each time, frees and allocations of that time are applied together and one point is
 /// pushed with the result (the value `Timeline::value_at` gives for that time).
-fn step_series(
-    allocs: impl Iterator<Item = (u64, u64)>,
-    frees: &mut [(u64, u64)],
-    capacity: usize,
-) -> Timeline {
+fn step_series(allocs: impl Iterator<Item = (u64, u64)>, frees: &mut [(u64, u64)]) -> Timeline {
     frees.sort_unstable_by_key(|f| f.0);
     let mut t = Timeline::new();
-    t.reserve(capacity);
     let mut cur: u64 = 0;
     let mut allocs = allocs.peekable();
     let mut j = 0;
@@ -96,7 +91,7 @@ impl SiteSeries {
             .allocs
             .iter()
             .map(|a| {
-                if !counts(a, f) {
+                if !counts(&a, f) {
                     return u32::MAX;
                 }
                 let s = *slot_of.entry(a.stack).or_insert_with(|| {
@@ -131,22 +126,18 @@ impl SiteSeries {
             .map(|(s, &stack)| {
                 let idx = &order[start[s]..start[s + 1]];
                 frees.clear();
-                frees.extend(
-                    idx.iter()
-                        .map(|&i| &m.allocs[i as usize])
-                        .filter(|a| !a.is_live())
-                        .map(|a| (a.free_ts_nanos, a.size_bytes)),
-                );
-                let capacity = idx.len() + frees.len();
+                // Only the fields needed, each read from its column.
+                frees.extend(idx.iter().filter_map(|&i| {
+                    let i = i as usize;
+                    let free = m.allocs.free_ts(i);
+                    (free != LIVE).then(|| (free, m.allocs.size(i)))
+                }));
                 let timeline = step_series(
-                    idx.iter().map(|&i| {
-                        let a = &m.allocs[i as usize];
-                        (a.ts_nanos, a.size_bytes)
-                    }),
+                    idx.iter()
+                        .map(|&i| (m.allocs.ts(i as usize), m.allocs.size(i as usize))),
                     &mut frees,
-                    capacity,
                 );
-                let peak_bytes = timeline.values().iter().copied().max().unwrap_or(0);
+                let peak_bytes = timeline.points().map(|p| p.1).max().unwrap_or(0);
                 Site {
                     stack,
                     peak_bytes,
@@ -163,12 +154,7 @@ impl SiteSeries {
                     .filter(|a| !a.is_live())
                     .map(|a| (a.free_ts_nanos, a.size_bytes)),
             );
-            let capacity = acc + frees.len();
-            step_series(
-                admitted().map(|a| (a.ts_nanos, a.size_bytes)),
-                &mut frees,
-                capacity,
-            )
+            step_series(admitted().map(|a| (a.ts_nanos, a.size_bytes)), &mut frees)
         });
         Self { sites, whole }
     }
@@ -223,10 +209,9 @@ impl SiteSeries {
 
 /// The highest value `t` holds during `[t0, t1)`.
 pub fn window_peak(t: &Timeline, t0: u64, t1: u64) -> u64 {
-    let times = t.times();
     let at_start = t.value_at(t0);
-    let i = times.partition_point(|&x| x <= t0);
-    let j = times.partition_point(|&x| x < t1);
+    let i = t.partition_point(|x| x <= t0);
+    let j = t.partition_point(|x| x < t1);
     t.range_min_max(i, j)
         .map_or(at_start, |(_, hi)| hi.max(at_start))
 }
@@ -275,15 +260,24 @@ impl StackColumns {
 
 /// The number of `times` at or before `t`, knowing it is at least `from` (the answer for an
 /// earlier `t`): a search that gallops from `from`, so a forward walk costs the log of each step.
-fn points_until(times: &[u64], from: usize, t: u64) -> usize {
+fn points_until(tl: &Timeline, from: usize, t: u64) -> usize {
     let (mut lo, mut step) = (from, 1usize);
+    let n = tl.len();
     // Invariant: every time before `lo` is at or before `t`.
-    while lo + step <= times.len() && times[lo + step - 1] <= t {
+    while lo + step <= n && tl.time(lo + step - 1) <= t {
         lo += step;
         step *= 2;
     }
-    let hi = (lo + step).min(times.len());
-    lo + times[lo..hi].partition_point(|&x| x <= t)
+    let mut hi = (lo + step).min(n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if tl.time(mid) <= t {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// Samples `sites` (bottom band first) and `whole` over `[t0, t1)` in `columns` columns of
@@ -308,9 +302,7 @@ pub fn stack_columns(
     }
     let span = t1 - t0;
     let edge = |c: usize| t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
-    let times = whole.times();
-    let values = whole.values();
-    let mut ia = times.partition_point(|&x| x < t0);
+    let mut ia = whole.partition_point(|x| x < t0);
     // Samples only move forward: each site's position is searched onwards from the last one
     // (a binary search over a whole site's points per column and site cost most of a draw).
     let mut at: Vec<usize> = vec![0; sites.len()];
@@ -318,12 +310,14 @@ pub fn stack_columns(
         let (a, b) = (edge(c), edge(c + 1));
         // The first point at or after `b` (the points before `b` are those at or before b - 1).
         let ib = match b.checked_sub(1) {
-            Some(last) => points_until(times, ia, last),
+            Some(last) => points_until(whole, ia, last),
             None => ia,
         };
-        let carried = if ia == 0 { 0 } else { values[ia - 1] };
+        let carried = if ia == 0 { 0 } else { whole.value(ia - 1) };
         let sample = match whole.range_min_max(ia, ib) {
-            Some((_, hi)) if hi > carried => times[whole.first_at_least(ia, ib, hi).unwrap_or(ia)],
+            Some((_, hi)) if hi > carried => {
+                whole.time(whole.first_at_least(ia, ib, hi).unwrap_or(ia))
+            }
             // The value carried into the column is its highest: sample just before it starts.
             _ if ia > 0 => a - 1,
             _ => a,
@@ -331,8 +325,8 @@ pub fn stack_columns(
         let w = whole.value_at(sample);
         let mut sum = 0u64;
         for (s, i) in sites.iter().zip(at.iter_mut()) {
-            *i = points_until(s.times(), *i, sample);
-            let v = if *i == 0 { 0 } else { s.values()[*i - 1] };
+            *i = points_until(s, *i, sample);
+            let v = if *i == 0 { 0 } else { s.value(*i - 1) };
             sum = sum.saturating_add(v);
             out.bytes.push(v);
         }
@@ -505,7 +499,7 @@ mod tests {
         whole.build_index();
         for (t0, t1, columns) in [(0, 5, 20), (0, 1_000, 7), (3, 900, 1_150), (0, 2, 1_150)] {
             let cols = stack_columns(&whole, &[&a], t0, t1, columns);
-            let (times, values) = (whole.times(), whole.values());
+            let (times, values): (Vec<u64>, Vec<u64>) = whole.points().unzip();
             for c in 0..columns {
                 let edge = |c: usize| t0 + (t1 - t0) * c as u64 / columns as u64;
                 let (lo, hi) = (edge(c), edge(c + 1));
@@ -533,13 +527,21 @@ mod tests {
     fn a_forward_search_finds_what_a_binary_search_finds() {
         // Times with repeats, searched for increasing moments from each earlier answer.
         let times: Vec<u64> = (0..5_000u64).map(|k| k / 3 * 7).collect();
+        let timeline = |times: &[u64]| {
+            let mut tl = Timeline::new();
+            for &t in times {
+                tl.push(t, 1);
+            }
+            tl
+        };
+        let tl = timeline(&times);
         let mut from = 0;
         for t in (0..12_000u64).step_by(13).chain([11_662, 11_663, 20_000]) {
             let want = times.partition_point(|&x| x <= t);
-            from = points_until(&times, from, t);
+            from = points_until(&tl, from, t);
             assert_eq!(from, want, "t = {t}");
         }
-        assert_eq!(points_until(&[], 0, 5), 0);
-        assert_eq!(points_until(&[1, 2, 3], 3, 9), 3);
+        assert_eq!(points_until(&timeline(&[]), 0, 5), 0);
+        assert_eq!(points_until(&timeline(&[1, 2, 3]), 3, 9), 3);
     }
 }

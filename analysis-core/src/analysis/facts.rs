@@ -19,9 +19,9 @@ use super::Config;
 pub const TOP_SITES: usize = 10;
 
 /// Groups allocations by stack: (bytes, count, threads), largest first, at most `limit`.
-pub fn group_by_stack<'a>(
+pub fn group_by_stack(
     model: &TraceModel,
-    allocs: impl Iterator<Item = &'a AllocRecord>,
+    allocs: impl Iterator<Item = AllocRecord>,
     limit: usize,
 ) -> Vec<SiteBytes> {
     /// (bytes, count, allocating threads) per stack.
@@ -113,9 +113,9 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
             .filter(|s| !s.key.host && s.key.device == d.device)
         {
             let mut prev = 0u64;
-            for (t, v) in s.timeline.times().iter().zip(s.timeline.values()) {
-                points.push((*t, i128::from(*v) - i128::from(prev)));
-                prev = *v;
+            for (t, v) in s.timeline.points() {
+                points.push((t, i128::from(v) - i128::from(prev)));
+                prev = v;
             }
             d.live_at_end_bytes = d.live_at_end_bytes.saturating_add(s.live_bytes);
         }

@@ -97,8 +97,9 @@ pub fn analyze(
             }
             let free_before = p.reserved_bytes.saturating_sub(p.used_bytes);
             let lo = m.allocs.partition_point(|a| a.ts_nanos <= p.ts_nanos);
-            let request = m.allocs[lo..]
-                .iter()
+            let request = m
+                .allocs
+                .iter_from(lo)
                 .take_while(|a| a.ts_nanos <= q.ts_nanos)
                 .filter(|a| a.process == process && a.device == device && a.kind.is_device_memory())
                 .map(|a| a.size_bytes)

@@ -359,7 +359,7 @@ impl LeakBytes {
         };
         let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
         for (i, a) in m.allocs.iter().enumerate() {
-            if is_leak(i, a)
+            if is_leak(i, &a)
                 && !a.is_live()
                 && a.free_ts_nanos <= at(a.process)
                 && lifetimes[causes.of(i)].len() < 4096
@@ -377,7 +377,7 @@ impl LeakBytes {
         let mut end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
         let mut allocated: Vec<u64> = alloc::vec![0; k];
         for (i, a) in m.allocs.iter().enumerate() {
-            if !is_leak(i, a) {
+            if !is_leak(i, &a) {
                 continue;
             }
             let ci = causes.of(i);

@@ -28,7 +28,7 @@ pub(crate) fn sample_times(
     // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
     // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
     // otherwise the end of the history (a snapshot or a kill freezes what was live).
-    let mine = |a: &&crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
+    let mine = |a: &crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
     let last = if end.program_finished() {
         // Its last allocation or attempt: a failed allocation is activity too.
         m.allocs

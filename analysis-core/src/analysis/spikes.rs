@@ -70,7 +70,7 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }
-        if let Some(k) = scope_of(a) {
+        if let Some(k) = scope_of(&a) {
             values[k].push(a.size_bytes as f64);
         }
     }
@@ -93,7 +93,7 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }
-        let Some(k) = scope_of(a) else { continue };
+        let Some(k) = scope_of(&a) else { continue };
         let Some((q1, q3, thr)) = thresholds[k] else {
             continue;
         };
@@ -152,11 +152,9 @@ fn timeline_spikes(
     causes: &Causes,
     found: &mut Found,
 ) -> Vec<TimelineSpikeEvent> {
-    let times = m.total.times();
-    let values = m.total.values();
     let n_it = it.starts_nanos.len();
     let first = it.warmup as usize;
-    if times.is_empty() || n_it <= first + 2 {
+    if m.total.is_empty() || n_it <= first + 2 {
         return Vec::new();
     }
     // Peak of every iteration and when it was reached.
@@ -165,13 +163,13 @@ fn timeline_spikes(
     for i in 0..n_it {
         let (a, b) = it.span(i, end);
         let mut best = (m.total.value_at(a), a);
-        let i0 = times.partition_point(|&t| t < a);
-        let i1 = times.partition_point(|&t| t < b);
+        let i0 = m.total.partition_point(|t| t < a);
+        let i1 = m.total.partition_point(|t| t < b);
         if let Some((_, hi)) = m.total.range_min_max(i0, i1)
             && hi > best.0
         {
-            let k = (i0..i1).find(|&k| values[k] == hi).unwrap_or(i0);
-            best = (hi, times[k]);
+            let k = m.total.first_at_least(i0, i1, hi).unwrap_or(i0);
+            best = (hi, m.total.time(k));
         }
         peaks.push(best);
     }
@@ -203,8 +201,9 @@ fn timeline_spikes(
         // The largest allocation of this iteration live at its peak, freed again (a spike is
         // transient: what stays is growth).
         let start = m.allocs.partition_point(|x| x.ts_nanos < a);
-        let culprit = m.allocs[start..]
-            .iter()
+        let culprit = m
+            .allocs
+            .iter_from(start)
             .enumerate()
             .take_while(|(_, x)| x.ts_nanos < b)
             .filter(|(_, x)| x.kind.is_device_memory() && x.live_at(at) && !x.is_live())
@@ -227,7 +226,7 @@ fn timeline_spikes(
     for (ci, list) in &by {
         let max_size = list
             .iter()
-            .map(|&(_, k)| m.allocs[k].size_bytes)
+            .map(|&(_, k)| m.allocs.size(k))
             .max()
             .unwrap_or(0);
         let max_peak = list.iter().map(|&(i, _)| peaks[i].0).max().unwrap_or(0);
@@ -269,10 +268,10 @@ fn timeline_spikes(
         let mut f = Finding::new(FindingKind::TimelineSpike, severity, label.clone());
         f.device = Some(*device);
         f.location = causes.locations[*ci].clone();
-        f.stack = Some(m.allocs[list[0].1].stack);
+        f.stack = Some(m.allocs.at(list[0].1).stack);
         f.bytes = max_size;
         f.count = list.len() as u64;
-        f.ts_nanos = Some(m.allocs[list[0].1].ts_nanos);
+        f.ts_nanos = Some(m.allocs.ts(list[0].1));
         f.harm_bytes = excess;
         f.headline = format!(
             "spikes {} above the working set at {loc}, {every}",
@@ -307,7 +306,7 @@ fn timeline_spikes(
         .iter()
         .take(MAX_EVENTS)
         .map(|&(i, k, _)| {
-            let x = &m.allocs[k];
+            let x = m.allocs.at(k);
             TimelineSpikeEvent {
                 ts_nanos: x.ts_nanos,
                 size_bytes: x.size_bytes,

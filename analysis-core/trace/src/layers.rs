@@ -29,13 +29,19 @@ pub fn tensor_view(m: &TraceModel) -> Option<TraceModel> {
     let is_segment = framework_segments(m);
     let reserve = reserve_samples(m, &is_segment);
     let mut v = m.clone();
-    for (a, &segment) in v.allocs.iter_mut().zip(&is_segment) {
-        if segment {
-            a.kind = AllocKind::Other;
-        } else if a.kind == AllocKind::FrameworkBlock {
-            a.kind = AllocKind::Device;
-        }
-    }
+    v.allocs = m
+        .allocs
+        .iter()
+        .zip(&is_segment)
+        .map(|(mut a, &segment)| {
+            if segment {
+                a.kind = AllocKind::Other;
+            } else if a.kind == AllocKind::FrameworkBlock {
+                a.kind = AllocKind::Device;
+            }
+            a
+        })
+        .collect();
     if !reserve.is_empty() {
         v.pool_samples.extend(reserve);
         v.pool_samples.sort_by_key(|p| p.ts_nanos);
@@ -65,7 +71,7 @@ pub fn framework_segments(m: &TraceModel) -> Vec<bool> {
     // Live device memory by (process, device, address).
     let mut live: BTreeMap<(ProcessIdx, DeviceIdx, u64), u32> = BTreeMap::new();
     for (_, is_free, i) in events {
-        let a = &m.allocs[i as usize];
+        let a = &m.allocs.at(i as usize);
         if a.kind.is_device_memory() {
             let key = (a.process, a.device, a.address);
             if is_free {
@@ -80,7 +86,7 @@ pub fn framework_segments(m: &TraceModel) -> Vec<bool> {
                 .range((a.process, a.device, 0)..=(a.process, a.device, a.address))
                 .next_back()
                 .map(|(_, &s)| s)
-                .filter(|&s| contains(&m.allocs[s as usize], a));
+                .filter(|&s| contains(&m.allocs.at(s as usize), a));
             if let Some(s) = holder {
                 is_segment[s as usize] = true;
             }
@@ -114,7 +120,7 @@ pub fn reserve_samples(m: &TraceModel, is_segment: &[bool]) -> Vec<PoolSample> {
     let mut pools: Vec<Reserve> = Vec::new();
     let mut out = Vec::new();
     for (t, is_free, i) in events {
-        let a = &m.allocs[i as usize];
+        let a = &m.allocs.at(i as usize);
         let key = (a.process, a.device);
         let pi = match pools.iter().position(|p| p.key == key) {
             Some(pi) => pi,

@@ -16,6 +16,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+pub mod alloc_store;
 pub mod attribution;
 pub mod decode;
 pub mod encode;
@@ -23,6 +24,7 @@ pub mod format;
 pub mod layers;
 pub mod model;
 pub mod msgpack;
+pub mod packed;
 pub mod synth;
 pub mod timeline;
 

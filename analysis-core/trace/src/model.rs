@@ -12,6 +12,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
+pub use crate::alloc_store::AllocStore;
 pub use crate::attribution::FrameView;
 use crate::decode::{DecodeError, Decoder, Warning, WarningLog};
 use crate::encode::RecordSink;
@@ -42,6 +43,21 @@ pub struct AllocRecord {
 }
 
 impl AllocRecord {
+    /// A placeholder (buffers of records to be filled).
+    pub const EMPTY: Self = Self {
+        ts_nanos: 0,
+        free_ts_nanos: LIVE,
+        size_bytes: 0,
+        address: 0,
+        stack: StackId(0),
+        thread: ThreadIdx(0),
+        device: DeviceIdx(0),
+        process: ProcessIdx(0),
+        range_slot: 0,
+        kind: AllocKind::Device,
+        free_kind: FreeKind::Immediate,
+    };
+
     pub const fn is_live(&self) -> bool {
         self.free_ts_nanos == LIVE
     }
@@ -103,12 +119,12 @@ impl Series {
 /// time order: `(time, is a free, index)`, an allocation before a free at the same nanosecond,
 /// then by index.
 pub(crate) fn alloc_events(
-    allocs: &[AllocRecord],
+    allocs: &AllocStore,
     keep: impl Fn(usize, &AllocRecord) -> bool,
 ) -> Vec<(u64, bool, u32)> {
     let mut events = Vec::new();
     for (i, a) in allocs.iter().enumerate() {
-        if keep(i, a) {
+        if keep(i, &a) {
             events.push((a.ts_nanos, false, i as u32));
             if !a.is_live() {
                 events.push((a.free_ts_nanos, true, i as u32));
@@ -198,7 +214,8 @@ pub struct TraceModel {
     pub symbols: HashMap<FrameId, FrameSymbol>,
     pub stacks: HashMap<StackId, StackDef>,
     pub threads: Vec<ThreadInfo>,
-    pub allocs: Vec<AllocRecord>,
+    /// Every allocation in id order, stored by column (`alloc_store`).
+    pub allocs: AllocStore,
     pub failed: Vec<FailedAllocation>,
     pub free_unknown: Vec<FreeUnknown>,
     pub resets: Vec<ResetEvent>,
@@ -449,11 +466,9 @@ impl TraceModel {
         }
     }
 
-    fn release(&mut self, idx: usize, t: u64, kind: FreeKind) {
-        let a = &mut self.allocs[idx];
-        a.free_ts_nanos = t;
-        a.free_kind = kind;
-        let a = *a;
+    /// Releases allocation `idx`, which is `a`, at `t`.
+    fn release(&mut self, idx: usize, a: AllocRecord, t: u64, kind: FreeKind) {
+        self.allocs.set_free(idx, t, kind);
         let st = self.stack_entry(a.stack);
         st.free_count += 1;
         st.freed_bytes = st.freed_bytes.saturating_add(a.size_bytes);
@@ -571,10 +586,10 @@ impl TraceModel {
             }
             Record::Free(f) => {
                 let idx = f.alloc.0;
-                match self.allocs.get(idx as usize) {
-                    Some(a) if a.is_live() && idx < self.allocs.len() as u64 => {
+                match usize::try_from(idx).ok().and_then(|i| self.allocs.get(i)) {
+                    Some(a) if a.is_live() => {
                         self.touch_thread((a.process, f.thread), f.ts_nanos);
-                        self.release(idx as usize, f.ts_nanos, f.kind);
+                        self.release(idx as usize, a, f.ts_nanos, f.kind);
                     }
                     _ => {
                         if self.bad_free_count == 0 {
@@ -591,13 +606,18 @@ impl TraceModel {
                     s.key.process == c.process && s.key.device == c.device && s.live_count > 0
                 });
                 if any {
-                    for i in 0..self.allocs.len() {
-                        let a = self.allocs[i];
-                        if a.is_live() && a.process == c.process && a.device == c.device {
-                            freed_count += 1;
-                            freed_bytes = freed_bytes.saturating_add(a.size_bytes);
-                            self.release(i, c.ts_nanos, FreeKind::ContextTeardown);
-                        }
+                    let held: Vec<(usize, AllocRecord)> = self
+                        .allocs
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, a)| {
+                            a.is_live() && a.process == c.process && a.device == c.device
+                        })
+                        .collect();
+                    for (i, a) in held {
+                        freed_count += 1;
+                        freed_bytes = freed_bytes.saturating_add(a.size_bytes);
+                        self.release(i, a, c.ts_nanos, FreeKind::ContextTeardown);
                     }
                 }
                 self.resets.push(ResetEvent {
@@ -809,7 +829,7 @@ impl TraceModel {
         // Device live bytes per process over time, for the ranges.
         let mut per_process: Vec<(ProcessIdx, Timeline)> = Vec::new();
         for (t, is_free, i) in events {
-            let a = self.allocs[i as usize];
+            let a = self.allocs.at(i as usize);
             let key = SeriesKey {
                 process: a.process,
                 device: a.device,
@@ -844,12 +864,12 @@ impl TraceModel {
             let end = r.end_ts_nanos.unwrap_or(u64::MAX);
             r.live_before_bytes = tl.value_at(r.begin_ts_nanos);
             r.live_after_bytes = tl.value_at(end);
-            let times = tl.times();
-            let from = times.partition_point(|&x| x <= r.begin_ts_nanos);
-            let to = times.partition_point(|&x| x <= end);
-            r.peak_bytes = tl.values()[from..to]
-                .iter()
-                .copied()
+            let from = tl.partition_point(|x| x <= r.begin_ts_nanos);
+            let to = tl.partition_point(|x| x <= end);
+            r.peak_bytes = tl
+                .points_from(from)
+                .take(to.saturating_sub(from))
+                .map(|p| p.1)
                 .fold(r.live_before_bytes, u64::max);
         }
         for f in &mut self.failed {
@@ -869,7 +889,7 @@ impl TraceModel {
     }
 
     /// Live allocations at time `t` (device and host), by index into `allocs`.
-    pub fn live_at(&self, t: u64) -> impl Iterator<Item = &AllocRecord> + '_ {
+    pub fn live_at(&self, t: u64) -> impl Iterator<Item = AllocRecord> + '_ {
         self.allocs.iter().filter(move |a| a.live_at(t))
     }
 
@@ -980,7 +1000,6 @@ pub struct LoadedTrace {
 pub struct Loader {
     decoder: Decoder,
     model: Option<TraceModel>,
-    size_hint_bytes: u64,
 }
 
 impl Loader {
@@ -988,22 +1007,8 @@ impl Loader {
         Self::default()
     }
 
-    /// A loader that expects about `total_bytes` of input (a file size, a Content-Length) and
-    /// reserves its tables up front instead of growing them. The hint only sizes buffers.
-    pub fn with_size_hint(total_bytes: u64) -> Self {
-        Self {
-            size_hint_bytes: total_bytes,
-            ..Self::default()
-        }
-    }
-
     fn new_model(&self, header: Header) -> TraceModel {
-        let mut m = TraceModel::new(header);
-        // About 12 bytes per alloc/free record and two records per allocation (FORMAT.md).
-        let events = usize::try_from(self.size_hint_bytes / 12).unwrap_or(0);
-        m.allocs.reserve(events / 2);
-        m.total.reserve(events);
-        m
+        TraceModel::new(header)
     }
 
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
@@ -1078,7 +1083,7 @@ const LOAD_CHUNK_BYTES: usize = 256 * 1024;
 
 /// Loads a whole in-memory trace.
 pub fn load(bytes: &[u8]) -> Result<LoadedTrace, DecodeError> {
-    let mut l = Loader::with_size_hint(bytes.len() as u64);
+    let mut l = Loader::new();
     // Push in chunks so the decoder's buffer stays small. A stopping error is kept in the
     // decoder and reported through `LoadedTrace::fatal`.
     for chunk in bytes.chunks(LOAD_CHUNK_BYTES) {
@@ -1137,10 +1142,7 @@ mod tests {
             for series in &m.series {
                 assert!(!series.timeline.is_empty() || series.live_count == 0);
                 check(&series.timeline, Some(series.key));
-                assert_eq!(
-                    series.timeline.values().last().copied().unwrap_or(0),
-                    series.live_bytes
-                );
+                assert_eq!(series.timeline.last_value().unwrap_or(0), series.live_bytes);
             }
             for r in &m.ranges {
                 assert!(

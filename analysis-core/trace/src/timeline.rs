@@ -5,6 +5,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
+use crate::packed::{BLOCK, PackedColumn};
+
 /// Pyramid fan-out: each level summarises blocks of `FANOUT` entries of the level below.
 const FANOUT: usize = 8;
 
@@ -14,15 +16,90 @@ const FANOUT: usize = 8;
 /// so a model whose only series equals its total keeps the points once.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
-    data: Arc<Points>,
+    data: Arc<PointsData>,
 }
 
+/// The points, packed by column (`packed`): times and values of whole blocks of
+/// [`BLOCK`] points packed, the last ones as they are.
 #[derive(Clone, Debug, Default)]
-struct Points {
-    times: Vec<u64>,
-    values: Vec<u64>,
+struct PointsData {
+    times: PackedColumn,
+    values: PackedColumn,
+    tail_times: Vec<u64>,
+    tail_values: Vec<u64>,
     /// `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points.
     levels: Vec<Vec<(u64, u64)>>,
+}
+
+impl PointsData {
+    #[inline]
+    fn len(&self) -> usize {
+        self.times.len() + self.tail_times.len()
+    }
+
+    fn last_time(&self) -> Option<u64> {
+        match self.tail_times.last() {
+            Some(&t) => Some(t),
+            None => self.len().checked_sub(1).map(|i| self.time(i)),
+        }
+    }
+
+    #[inline]
+    fn time(&self, i: usize) -> u64 {
+        match i.checked_sub(self.times.len()) {
+            Some(k) => self.tail_times[k],
+            None => self.times.get(i),
+        }
+    }
+
+    #[inline]
+    fn value(&self, i: usize) -> u64 {
+        match i.checked_sub(self.values.len()) {
+            Some(k) => self.tail_values[k],
+            None => self.values.get(i),
+        }
+    }
+
+    /// The first index whose time does not satisfy `pred` (true for a prefix of the times,
+    /// which never decrease).
+    fn partition_time(&self, mut pred: impl FnMut(u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(self.time(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Decodes the values of block `b` into `out`; returns how many it holds.
+    fn decode_values(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
+        if b < self.values.blocks() {
+            self.values.decode(b, out);
+            BLOCK
+        } else if b == self.values.blocks() {
+            out[..self.tail_values.len()].copy_from_slice(&self.tail_values);
+            self.tail_values.len()
+        } else {
+            0
+        }
+    }
+
+    /// Decodes the times of block `b` into `out`; returns how many it holds.
+    fn decode_times(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
+        if b < self.times.blocks() {
+            self.times.decode(b, out);
+            BLOCK
+        } else if b == self.times.blocks() {
+            out[..self.tail_times.len()].copy_from_slice(&self.tail_times);
+            self.tail_times.len()
+        } else {
+            0
+        }
+    }
 }
 
 /// One chart column: the value range reached during `[t_start, t_end)`.
@@ -46,51 +123,99 @@ impl Timeline {
     #[inline]
     pub fn push(&mut self, t: u64, v: u64) {
         let d = Arc::make_mut(&mut self.data);
-        let t = match d.times.last() {
-            Some(&last) if t < last => last,
+        let t = match d.last_time() {
+            Some(last) if t < last => last,
             _ => t,
         };
-        d.times.push(t);
-        d.values.push(v);
+        d.tail_times.push(t);
+        d.tail_values.push(v);
+        if d.tail_times.len() == BLOCK {
+            let (ts, vs) = (&d.tail_times, &d.tail_values);
+            d.times.append(|k| ts[k]);
+            d.values.append(|k| vs[k]);
+            d.tail_times.clear();
+            d.tail_values.clear();
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.data.times.len()
+        self.data.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.data.times.is_empty()
+        self.data.len() == 0
     }
 
-    pub fn times(&self) -> &[u64] {
-        &self.data.times
+    /// The time of point `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub fn time(&self, i: usize) -> u64 {
+        self.data.time(i)
     }
 
-    pub fn values(&self) -> &[u64] {
-        &self.data.values
+    /// The value of point `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub fn value(&self, i: usize) -> u64 {
+        self.data.value(i)
+    }
+
+    /// The first point's time.
+    pub fn first_time(&self) -> Option<u64> {
+        (!self.is_empty()).then(|| self.time(0))
+    }
+
+    /// The last point's value.
+    pub fn last_value(&self) -> Option<u64> {
+        self.len().checked_sub(1).map(|i| self.value(i))
+    }
+
+    /// The first point index whose time does not satisfy `pred`, which must hold for a prefix
+    /// of the points (as `slice::partition_point` over the times), e.g. `|t| t < t0`.
+    pub fn partition_point(&self, pred: impl FnMut(u64) -> bool) -> usize {
+        self.data.partition_time(pred)
+    }
+
+    /// The points `(time, value)` in order.
+    pub fn points(&self) -> Points<'_> {
+        self.points_from(0)
+    }
+
+    /// The points from index `from` on.
+    pub fn points_from(&self, from: usize) -> Points<'_> {
+        Points {
+            data: &self.data,
+            next: from,
+            end: self.len(),
+            block: usize::MAX,
+            times: [0; BLOCK],
+            values: [0; BLOCK],
+        }
     }
 
     /// The value at time `t` (0 before the first point).
     pub fn value_at(&self, t: u64) -> u64 {
-        let i = self.data.times.partition_point(|&x| x <= t);
-        if i == 0 { 0 } else { self.data.values[i - 1] }
+        let i = self.data.partition_time(|x| x <= t);
+        if i == 0 { 0 } else { self.data.value(i - 1) }
     }
 
     /// Builds the min/max pyramid. Call once all points are pushed.
     pub fn build_index(&mut self) {
         let d = Arc::make_mut(&mut self.data);
         d.levels.clear();
-        if d.values.len() <= FANOUT {
+        if d.len() <= FANOUT {
             return;
         }
-        let first: Vec<(u64, u64)> = d
-            .values
-            .chunks(FANOUT)
-            .map(|c| {
+        let mut first: Vec<(u64, u64)> = Vec::with_capacity(d.len().div_ceil(FANOUT));
+        let mut buf = [0u64; BLOCK];
+        for b in 0.. {
+            let n = d.decode_values(b, &mut buf);
+            if n == 0 {
+                break;
+            }
+            first.extend(buf[..n].chunks(FANOUT).map(|c| {
                 c.iter()
                     .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
-            })
-            .collect();
+            }));
+        }
         d.levels.push(first);
         while let Some(prev) = d.levels.last()
             && prev.len() > FANOUT
@@ -106,16 +231,9 @@ impl Timeline {
         }
     }
 
-    /// Reserves room for `additional` more points.
-    pub fn reserve(&mut self, additional: usize) {
-        let d = Arc::make_mut(&mut self.data);
-        d.times.reserve(additional);
-        d.values.reserve(additional);
-    }
-
     /// Min and max over point indices `[i, j)`.
     pub fn range_min_max(&self, mut i: usize, j: usize) -> Option<(u64, u64)> {
-        let j = j.min(self.data.values.len());
+        let j = j.min(self.data.len());
         if i >= j {
             return None;
         }
@@ -160,7 +278,7 @@ impl Timeline {
     /// below `target` are skipped a level up, and the block that holds it is searched down one
     /// level at a time, so a call reads O(FANOUT · levels) entries, not the range's points.
     pub fn first_at_least(&self, i: usize, j: usize, target: u64) -> Option<usize> {
-        let j = j.min(self.data.values.len());
+        let j = j.min(self.data.len());
         let levels = self.data.levels.len();
         let (mut k, mut level, mut block) = (i, 0usize, 1usize);
         while k < j {
@@ -192,7 +310,7 @@ impl Timeline {
     #[inline]
     fn entry(&self, level: usize, idx: usize) -> (u64, u64) {
         if level == 0 {
-            let v = self.data.values[idx];
+            let v = self.data.value(idx);
             (v, v)
         } else {
             self.data.levels[level - 1][idx]
@@ -208,7 +326,6 @@ impl Timeline {
         if columns == 0 || t1 <= t0 {
             return out;
         }
-        let values = &self.data.values;
         let span = t1 - t0;
         // Column c starts at t0 + span * c / columns; in u64 when that cannot overflow (spans
         // under 185 days), as u128 arithmetic is a library call in wasm.
@@ -220,11 +337,15 @@ impl Timeline {
                 t0 + span * c as u64 / columns as u64
             }
         };
-        let mut idx = self.data.times.partition_point(|&x| x < t0);
+        let mut idx = self.data.partition_time(|x| x < t0);
         let mut prev = idx;
         for c in 0..columns {
             let (a, b) = (edge(c), edge(c + 1));
-            let carried = if idx == 0 { 0 } else { values[idx - 1] };
+            let carried = if idx == 0 {
+                0
+            } else {
+                self.data.value(idx - 1)
+            };
             // Columns are equally wide: the next one probably holds as many points as this one.
             let end = self.lower_bound_near(idx, b, idx + (idx - prev));
             prev = idx;
@@ -233,7 +354,11 @@ impl Timeline {
                 lo = lo.min(l);
                 hi = hi.max(h);
             }
-            let last = if end == 0 { 0 } else { values[end - 1] };
+            let last = if end == 0 {
+                0
+            } else {
+                self.data.value(end - 1)
+            };
             out.push(Bucket {
                 t_start: a,
                 t_end: b,
@@ -248,10 +373,23 @@ impl Timeline {
 
     /// `from + times[from..].partition_point(|&x| x < t)`, searched outwards from `guess`.
     fn lower_bound_near(&self, from: usize, t: u64, guess: usize) -> usize {
-        let times = &self.data.times;
-        let n = times.len();
+        let d = &self.data;
+        let n = d.len();
+        // `lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t)`.
+        let search = |lo: usize, hi: usize| -> usize {
+            let (mut a, mut b) = (lo + 1, hi);
+            while a < b {
+                let mid = a + (b - a) / 2;
+                if d.time(mid) < t {
+                    a = mid + 1;
+                } else {
+                    b = mid;
+                }
+            }
+            a
+        };
         let g = guess.clamp(from, n);
-        if g == n || times[g] >= t {
+        if g == n || d.time(g) >= t {
             // The answer is at or before g: gallop back to a time below t.
             let (mut hi, mut step) = (g, 1);
             loop {
@@ -259,8 +397,8 @@ impl Timeline {
                     return from;
                 }
                 let lo = hi.saturating_sub(step).max(from);
-                if times[lo] < t {
-                    return lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t);
+                if d.time(lo) < t {
+                    return search(lo, hi);
                 }
                 hi = lo;
                 step *= 2;
@@ -270,14 +408,51 @@ impl Timeline {
         let (mut lo, mut step) = (g, 1);
         loop {
             let hi = (lo + step).min(n);
-            if hi == n || times[hi] >= t {
-                return lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t);
+            if hi == n || d.time(hi) >= t {
+                return search(lo, hi);
             }
             lo = hi;
             step *= 2;
         }
     }
 }
+
+/// A timeline's points `(time, value)` in order, decoded a block at a time.
+pub struct Points<'a> {
+    data: &'a PointsData,
+    next: usize,
+    end: usize,
+    block: usize,
+    times: [u64; BLOCK],
+    values: [u64; BLOCK],
+}
+
+impl Iterator for Points<'_> {
+    type Item = (u64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.next >= self.end {
+            return None;
+        }
+        let b = self.next / BLOCK;
+        if b != self.block {
+            self.data.decode_times(b, &mut self.times);
+            self.data.decode_values(b, &mut self.values);
+            self.block = b;
+        }
+        let k = self.next % BLOCK;
+        self.next += 1;
+        Some((self.times[k], self.values[k]))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Points<'_> {}
 
 #[cfg(test)]
 mod tests {
@@ -292,7 +467,7 @@ mod tests {
             t.push(k, (k * 7919 + k / 97) % 1000);
         }
         t.build_index();
-        let values = t.values().to_vec();
+        let values: Vec<u64> = t.points().map(|p| p.1).collect();
         let mut seed = 12_345u64;
         let mut next = |m: u64| {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
@@ -343,7 +518,7 @@ mod tests {
             let mut ts = 100u64;
             for (dt, v) in &steps { ts += dt; t.push(ts, *v); }
             t.build_index();
-            let (times, values) = (t.times().to_vec(), t.values().to_vec());
+            let (times, values): (Vec<u64>, Vec<u64>) = t.points().unzip();
             let got = t.downsample(a, a + w, cols);
             prop_assert_eq!(got.len(), cols);
             for b in &got {

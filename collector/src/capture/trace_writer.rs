@@ -964,7 +964,7 @@ mod tests {
         }
         let t = finish(w);
         let m = &t.model;
-        let view = |i: usize| m.stack_frames(m.allocs[i].stack);
+        let view = |i: usize| m.stack_frames(m.allocs.at(i).stack);
         let first = view(0);
         assert_eq!(first.len(), 1, "{first:?}");
         assert!(first[0].python);
@@ -1002,7 +1002,7 @@ mod tests {
         w.event(p, &ev(kind::ALLOC, 0x100, 32));
         w.event(p, &ev(kind::FREE, 0x100, 0));
         let t = finish(w);
-        let a = &t.model.allocs;
+        let a: Vec<_> = t.model.allocs.iter().collect();
         assert_eq!(a.len(), 2);
         assert_eq!(a[0].free_kind, FreeKind::ContextTeardown);
         assert_eq!(a[1].free_kind, FreeKind::Immediate);
@@ -1022,7 +1022,7 @@ mod tests {
         // A block lost with the history's wrap: no bad free.
         w.event(p, &ev(kind::FRAMEWORK_FREE, 0x900, 0));
         let t = finish(w);
-        let a = &t.model.allocs;
+        let a: Vec<_> = t.model.allocs.iter().collect();
         assert_eq!(a.len(), 2);
         assert!(a[0].is_live(), "the segment outlives its tensor");
         assert_eq!(a[1].kind, AllocKind::FrameworkBlock);
@@ -1045,9 +1045,10 @@ mod tests {
             m.processes[1].exe, "app",
             "a forked child inherits its parent's name"
         );
-        assert!(m.allocs[0].is_live() && !m.allocs[1].is_live());
+        assert!(m.allocs.at(0).is_live() && !m.allocs.at(1).is_live());
         assert_ne!(
-            m.allocs[0].thread, m.allocs[1].thread,
+            m.allocs.at(0).thread,
+            m.allocs.at(1).thread,
             "same tid, different processes"
         );
     }

@@ -202,8 +202,8 @@ impl Summary {
         // Allocations are in time order: only those made by `t` can be live at `t`.
         let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
         let live = || {
-            m.allocs[..made]
-                .iter()
+            m.allocs
+                .iter_range(0, made)
                 .filter(move |a| a.kind.is_device_memory() && a.live_at(t))
         };
         let (bytes, count) = live().fold((0u64, 0u64), |(b, n), a| {

@@ -154,8 +154,8 @@ fn result(a: &Arc<TraceData>, b: &Arc<TraceData>, d: &ReportDiff) -> impl IntoVi
         let m = &t.trace.model;
         let start = m.first_ts_nanos;
         let mut s = Timeline::new();
-        for (ts, v) in m.total.times().iter().zip(m.total.values()) {
-            s.push(ts.saturating_sub(start), *v);
+        for (ts, v) in m.total.points() {
+            s.push(ts.saturating_sub(start), v);
         }
         s.build_index();
         Arc::new(s)

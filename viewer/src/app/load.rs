@@ -472,7 +472,7 @@ pub async fn decode(
     current: &dyn Fn() -> bool,
 ) -> Result<Option<Arc<TraceData>>, String> {
     let started = dom::now_ms();
-    let mut loader = total_bytes.map_or_else(Loader::new, Loader::with_size_hint);
+    let mut loader = Loader::new();
     // A PyTorch memory snapshot (pickle or JSON) is parsed as it is read, then converted into
     // the model.
     let mut snapshot: Option<SnapshotLoader> = None;

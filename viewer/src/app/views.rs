@@ -960,14 +960,14 @@ pub fn Fragmentation(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         .iter()
         .map(|((p, d), s)| {
             let mut t = Timeline::new();
-            for (ts, r) in s.reserved.times().iter().zip(s.reserved.values()) {
-                let used = s.used.value_at(*ts);
-                let ratio = if *r == 0 {
+            for (ts, r) in s.reserved.points() {
+                let used = s.used.value_at(ts);
+                let ratio = if r == 0 {
                     0
                 } else {
-                    (r.saturating_sub(used) as u128 * 10_000 / u128::from(*r)) as u64
+                    (r.saturating_sub(used) as u128 * 10_000 / u128::from(r)) as u64
                 };
-                t.push(*ts, ratio);
+                t.push(ts, ratio);
             }
             t.build_index();
             (

@@ -375,7 +375,7 @@ mod real_snapshot {
         let mut peak = 0;
         for (_, what, i) in ev {
             if what == 1 {
-                let got = model.malloc(m.allocs[i].size_bytes).expect("fits");
+                let got = model.malloc(m.allocs.at(i).size_bytes).expect("fits");
                 addr.insert(i, got.addr);
                 peak = peak.max(model.allocated());
             } else if let Some(a) = addr.remove(&i) {

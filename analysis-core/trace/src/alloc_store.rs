@@ -1,0 +1,463 @@
+//! The allocation history of a replayed trace, stored by column: each field of [`AllocRecord`]
+//! in its own [`PackedColumn`] (bit-packed blocks of 64), except the free time and kind, which
+//! change after the allocation is recorded and stay plain. An allocation costs about a quarter
+//! of its 56 bytes as a struct (a constant thread or device costs no bits), is read back by
+//! index in O(1), and a pass over the history decodes a block of 64 at a time.
+
+use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
+use crate::model::AllocRecord;
+use alloc::vec::Vec;
+
+use crate::packed::{BLOCK, Chunked, PackedColumn};
+
+/// Every allocation of a trace in id order (see the module documentation): blocks of
+/// [`BLOCK`] packed by column, and the last, partly filled block as records.
+#[derive(Clone, Debug, Default)]
+pub struct AllocStore {
+    ts: PackedColumn,
+    size: PackedColumn,
+    address: PackedColumn,
+    stack: PackedColumn,
+    thread: PackedColumn,
+    device: PackedColumn,
+    process: PackedColumn,
+    range_slot: PackedColumn,
+    kind: PackedColumn,
+    free_ts: Chunked<u64>,
+    free_kind: Chunked<u8>,
+    /// The allocations after the packed blocks (fewer than [`BLOCK`]).
+    tail: Vec<AllocRecord>,
+}
+
+impl AllocStore {
+    pub const fn new() -> Self {
+        Self {
+            ts: PackedColumn::new(),
+            size: PackedColumn::new(),
+            address: PackedColumn::new(),
+            stack: PackedColumn::new(),
+            thread: PackedColumn::new(),
+            device: PackedColumn::new(),
+            process: PackedColumn::new(),
+            range_slot: PackedColumn::new(),
+            kind: PackedColumn::new(),
+            free_ts: Chunked::new(),
+            free_kind: Chunked::new(),
+            tail: Vec::new(),
+        }
+    }
+
+    /// Allocations in packed blocks.
+    #[inline]
+    fn packed(&self) -> usize {
+        self.free_ts.len()
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.packed() + self.tail.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn push(&mut self, a: AllocRecord) {
+        self.tail.push(a);
+        if self.tail.len() == BLOCK {
+            self.pack_tail();
+        }
+    }
+
+    fn pack_tail(&mut self) {
+        let t = &self.tail;
+        self.ts.append(|k| t[k].ts_nanos);
+        self.size.append(|k| t[k].size_bytes);
+        self.address.append(|k| t[k].address);
+        self.stack.append(|k| u64::from(t[k].stack.0));
+        self.thread.append(|k| u64::from(t[k].thread.0));
+        self.device.append(|k| u64::from(t[k].device.0));
+        self.process.append(|k| u64::from(t[k].process.0));
+        self.range_slot.append(|k| u64::from(t[k].range_slot));
+        self.kind.append(|k| t[k].kind.code());
+        let mut free_ts = [0u64; BLOCK];
+        let mut free_kind = [0u8; BLOCK];
+        for (k, a) in t.iter().enumerate() {
+            free_ts[k] = a.free_ts_nanos;
+            free_kind[k] = a.free_kind.code() as u8;
+        }
+        self.free_ts.extend_from_slice(&free_ts);
+        self.free_kind.extend_from_slice(&free_kind);
+        self.tail.clear();
+    }
+
+    /// The allocation with id `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub fn at(&self, i: usize) -> AllocRecord {
+        if let Some(k) = i.checked_sub(self.packed()) {
+            return self.tail[k];
+        }
+        AllocRecord {
+            ts_nanos: self.ts.get(i),
+            free_ts_nanos: self.free_ts.get(i),
+            size_bytes: self.size.get(i),
+            address: self.address.get(i),
+            stack: StackId(self.stack.get(i) as u32),
+            thread: ThreadIdx(self.thread.get(i) as u32),
+            device: DeviceIdx(self.device.get(i) as u32),
+            process: ProcessIdx(self.process.get(i) as u32),
+            range_slot: self.range_slot.get(i) as u32,
+            kind: AllocKind::from_code(self.kind.get(i)),
+            free_kind: FreeKind::from_code(u64::from(self.free_kind.get(i))),
+        }
+    }
+
+    /// The allocation with id `i`, if there is one.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<AllocRecord> {
+        (i < self.len()).then(|| self.at(i))
+    }
+
+    pub fn last(&self) -> Option<AllocRecord> {
+        self.len().checked_sub(1).map(|i| self.at(i))
+    }
+
+    /// The allocation time of `i`.
+    #[inline]
+    pub fn ts(&self, i: usize) -> u64 {
+        match i.checked_sub(self.packed()) {
+            Some(k) => self.tail[k].ts_nanos,
+            None => self.ts.get(i),
+        }
+    }
+
+    #[inline]
+    pub fn size(&self, i: usize) -> u64 {
+        match i.checked_sub(self.packed()) {
+            Some(k) => self.tail[k].size_bytes,
+            None => self.size.get(i),
+        }
+    }
+
+    /// The free time of `i` ([`crate::model::LIVE`] while live).
+    #[inline]
+    pub fn free_ts(&self, i: usize) -> u64 {
+        match i.checked_sub(self.packed()) {
+            Some(k) => self.tail[k].free_ts_nanos,
+            None => self.free_ts.get(i),
+        }
+    }
+
+    #[inline]
+    pub fn is_live(&self, i: usize) -> bool {
+        match i.checked_sub(self.packed()) {
+            Some(k) => self.tail[k].is_live(),
+            None => self.free_ts.get(i) == crate::model::LIVE,
+        }
+    }
+
+    /// Records the release of `i`.
+    #[inline]
+    pub fn set_free(&mut self, i: usize, ts_nanos: u64, kind: FreeKind) {
+        match i.checked_sub(self.packed()) {
+            Some(k) => {
+                let a = &mut self.tail[k];
+                a.free_ts_nanos = ts_nanos;
+                a.free_kind = kind;
+            }
+            None => {
+                self.free_ts.set(i, ts_nanos);
+                self.free_kind.set(i, kind.code() as u8);
+            }
+        }
+    }
+
+    /// Every allocation in id order.
+    pub fn iter(&self) -> Iter<'_> {
+        self.iter_range(0, self.len())
+    }
+
+    /// The allocations with ids `from..`.
+    pub fn iter_from(&self, from: usize) -> Iter<'_> {
+        self.iter_range(from, self.len())
+    }
+
+    /// The allocations with ids `from..to`.
+    pub fn iter_range(&self, from: usize, to: usize) -> Iter<'_> {
+        let to = to.min(self.len());
+        Iter {
+            store: self,
+            next: from.min(to),
+            end: to,
+            block: usize::MAX,
+            buf: alloc::boxed::Box::new(Block::EMPTY),
+        }
+    }
+
+    /// The first id whose allocation does not satisfy `pred`, where `pred` holds for a prefix of
+    /// the history and not after it (as `slice::partition_point`), e.g. `|a| a.ts_nanos < t`.
+    pub fn partition_point(&self, mut pred: impl FnMut(&AllocRecord) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(&self.at(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        [
+            &self.ts,
+            &self.size,
+            &self.address,
+            &self.stack,
+            &self.thread,
+            &self.device,
+            &self.process,
+            &self.range_slot,
+            &self.kind,
+        ]
+        .iter()
+        .map(|c| c.heap_bytes())
+        .sum::<usize>()
+            + self.free_ts.heap_bytes()
+            + self.free_kind.heap_bytes()
+            + self.tail.capacity() * core::mem::size_of::<AllocRecord>()
+    }
+
+    /// Fills `buf` with block `b` (ids `b * BLOCK ..`); returns how many it holds.
+    fn decode_block(&self, b: usize, buf: &mut Block) -> usize {
+        if b >= self.ts.blocks() {
+            let n = if b == self.ts.blocks() {
+                self.tail.len()
+            } else {
+                0
+            };
+            for (k, a) in self.tail[..n].iter().enumerate() {
+                buf.set(k, a);
+            }
+            return n;
+        }
+        self.ts.decode(b, &mut buf.ts);
+        self.size.decode(b, &mut buf.size);
+        self.address.decode(b, &mut buf.address);
+        self.stack.decode_with(b, |k, v| buf.stack[k] = v as u32);
+        self.thread.decode_with(b, |k, v| buf.thread[k] = v as u32);
+        self.device.decode_with(b, |k, v| buf.device[k] = v as u32);
+        self.process
+            .decode_with(b, |k, v| buf.process[k] = v as u32);
+        self.range_slot
+            .decode_with(b, |k, v| buf.range_slot[k] = v as u32);
+        self.kind.decode_with(b, |k, v| buf.kind[k] = v as u8);
+        // Whole blocks of 64 never straddle a chunk of the free columns (64 divides a chunk).
+        buf.free_ts
+            .copy_from_slice(self.free_ts.run(b * BLOCK, BLOCK));
+        buf.free_kind
+            .copy_from_slice(self.free_kind.run(b * BLOCK, BLOCK));
+        BLOCK
+    }
+}
+
+/// Serialized as the sequence of its records.
+impl serde::Serialize for AllocStore {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl FromIterator<AllocRecord> for AllocStore {
+    fn from_iter<I: IntoIterator<Item = AllocRecord>>(iter: I) -> Self {
+        let mut s = Self::new();
+        for a in iter {
+            s.push(a);
+        }
+        s
+    }
+}
+
+impl<'a> IntoIterator for &'a AllocStore {
+    type Item = AllocRecord;
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+/// One block of allocations, decoded by column.
+#[derive(Clone)]
+struct Block {
+    ts: [u64; BLOCK],
+    size: [u64; BLOCK],
+    address: [u64; BLOCK],
+    free_ts: [u64; BLOCK],
+    stack: [u32; BLOCK],
+    thread: [u32; BLOCK],
+    device: [u32; BLOCK],
+    process: [u32; BLOCK],
+    range_slot: [u32; BLOCK],
+    kind: [u8; BLOCK],
+    free_kind: [u8; BLOCK],
+}
+
+impl Block {
+    const EMPTY: Self = Self {
+        ts: [0; BLOCK],
+        size: [0; BLOCK],
+        address: [0; BLOCK],
+        free_ts: [0; BLOCK],
+        stack: [0; BLOCK],
+        thread: [0; BLOCK],
+        device: [0; BLOCK],
+        process: [0; BLOCK],
+        range_slot: [0; BLOCK],
+        kind: [0; BLOCK],
+        free_kind: [0; BLOCK],
+    };
+
+    fn set(&mut self, k: usize, a: &AllocRecord) {
+        self.ts[k] = a.ts_nanos;
+        self.size[k] = a.size_bytes;
+        self.address[k] = a.address;
+        self.free_ts[k] = a.free_ts_nanos;
+        self.stack[k] = a.stack.0;
+        self.thread[k] = a.thread.0;
+        self.device[k] = a.device.0;
+        self.process[k] = a.process.0;
+        self.range_slot[k] = a.range_slot;
+        self.kind[k] = a.kind.code() as u8;
+        self.free_kind[k] = a.free_kind.code() as u8;
+    }
+
+    #[inline]
+    fn get(&self, k: usize) -> AllocRecord {
+        AllocRecord {
+            ts_nanos: self.ts[k],
+            free_ts_nanos: self.free_ts[k],
+            size_bytes: self.size[k],
+            address: self.address[k],
+            stack: StackId(self.stack[k]),
+            thread: ThreadIdx(self.thread[k]),
+            device: DeviceIdx(self.device[k]),
+            process: ProcessIdx(self.process[k]),
+            range_slot: self.range_slot[k],
+            kind: AllocKind::from_code(u64::from(self.kind[k])),
+            free_kind: FreeKind::from_code(u64::from(self.free_kind[k])),
+        }
+    }
+}
+
+/// Allocations in id order, decoded a block at a time.
+#[derive(Clone)]
+pub struct Iter<'a> {
+    store: &'a AllocStore,
+    next: usize,
+    end: usize,
+    /// The block `buf` holds (`usize::MAX`: none yet).
+    block: usize,
+    buf: alloc::boxed::Box<Block>,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = AllocRecord;
+
+    #[inline]
+    fn next(&mut self) -> Option<AllocRecord> {
+        if self.next >= self.end {
+            return None;
+        }
+        let b = self.next / BLOCK;
+        if b != self.block {
+            self.store.decode_block(b, &mut self.buf);
+            self.block = b;
+        }
+        let a = self.buf.get(self.next % BLOCK);
+        self.next += 1;
+        Some(a)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+
+    fn nth(&mut self, n: usize) -> Option<AllocRecord> {
+        self.next = self.next.saturating_add(n).min(self.end);
+        self.next()
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<AllocRecord> {
+        if self.next >= self.end {
+            return None;
+        }
+        self.end -= 1;
+        Some(self.store.at(self.end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::LIVE;
+    use alloc::format;
+    use proptest::prelude::*;
+
+    fn record(i: u64, seed: u64) -> AllocRecord {
+        let h = (i ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        AllocRecord {
+            ts_nanos: i * 1000 + (h & 0xff),
+            free_ts_nanos: if h.is_multiple_of(3) {
+                LIVE
+            } else {
+                i * 1000 + h % 1_000_000
+            },
+            size_bytes: (h >> 8) % (1 << (h % 40)),
+            address: 0x7f00_0000_0000 + (h >> 20),
+            stack: StackId((h % 7) as u32),
+            thread: ThreadIdx((i / 100) as u32),
+            device: DeviceIdx(0),
+            process: ProcessIdx((h % 2) as u32),
+            range_slot: (i / 10) as u32,
+            kind: AllocKind::from_code(h % 9),
+            free_kind: FreeKind::from_code(h % 4),
+        }
+    }
+
+    fn same(a: &AllocRecord, b: &AllocRecord) -> bool {
+        format!("{a:?}") == format!("{b:?}")
+    }
+
+    proptest! {
+        #[test]
+        fn records_round_trip(n in 0usize..400, seed in any::<u64>(), from in 0usize..450) {
+            let want: Vec<AllocRecord> = (0..n as u64).map(|i| record(i, seed)).collect();
+            let mut s: AllocStore = want.iter().copied().collect();
+            prop_assert_eq!(s.len(), n);
+            for (i, a) in want.iter().enumerate() {
+                prop_assert!(same(&s.at(i), a));
+            }
+            prop_assert!(s.iter().zip(&want).all(|(a, b)| same(&a, b)));
+            prop_assert_eq!(s.iter().count(), n);
+            prop_assert_eq!(s.iter_from(from).count(), n.saturating_sub(from));
+            prop_assert!(s.iter_from(from).zip(want.iter().skip(from)).all(|(a, b)| same(&a, b)));
+            prop_assert!(s.iter().rev().zip(want.iter().rev()).all(|(a, b)| same(&a, b)));
+            if n > 0 {
+                s.set_free(n / 2, 5, FreeKind::ContextTeardown);
+                prop_assert_eq!(s.at(n / 2).free_ts_nanos, 5);
+                prop_assert_eq!(s.iter().nth(n / 2).map(|a| a.free_kind), Some(FreeKind::ContextTeardown));
+            }
+            let t = 1000 * (n as u64 / 2);
+            prop_assert_eq!(s.partition_point(|a| a.ts_nanos < t), want.partition_point(|a| a.ts_nanos < t));
+        }
+    }
+}

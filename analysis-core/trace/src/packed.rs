@@ -1,0 +1,434 @@
+//! Compact columns for the replay model's history: values in blocks of [`BLOCK`], each block
+//! stored as its minimum and the offsets from it in the fewest whole bytes that hold them
+//! (frame-of-reference packing). A value is read back in O(1) from its index, a block of
+//! identical values (a constant thread, a zero stack) costs no bytes at all, and a column never
+//! holds more than one partly filled chunk of slack, so memory follows the values' spread
+//! rather than their 8 bytes each.
+//!
+//! Why not a crate: the integer-packing crates (`bitpacking` and the like) pack `u32` blocks of
+//! 128 or 256 with SIMD for search indexes; this needs `u64` values (addresses, nanoseconds),
+//! O(1) reads of a single value, `no_std` and WebAssembly, in about two hundred lines.
+
+use alloc::vec::Vec;
+
+/// Values per packed block.
+pub const BLOCK: usize = 64;
+/// Elements per storage chunk once a column is large: chunks are allocated at this size, so
+/// growth never copies a column or leaves more than one chunk unused.
+const CHUNK_LEN: usize = 1 << 15;
+
+/// Elements in chunks that never move once full.
+#[derive(Clone, Debug, Default)]
+pub struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T: Copy> Chunked<T> {
+    const CHUNK: usize = CHUNK_LEN;
+
+    pub const fn new() -> Self {
+        Self {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    pub fn push(&mut self, v: T) {
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < Self::CHUNK => c.push(v),
+            _ => {
+                // The first chunk grows as a vector does (small columns stay small); later ones
+                // are made whole.
+                let mut c = if self.chunks.is_empty() {
+                    Vec::new()
+                } else {
+                    Vec::with_capacity(Self::CHUNK)
+                };
+                c.push(v);
+                self.chunks.push(c);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Appends every element of `vs`.
+    #[inline]
+    pub fn extend_from_slice(&mut self, vs: &[T]) {
+        match self.chunks.last_mut() {
+            Some(c) if c.len() + vs.len() <= Self::CHUNK => {
+                c.extend_from_slice(vs);
+                self.len += vs.len();
+            }
+            _ => {
+                for &v in vs {
+                    self.push(v);
+                }
+            }
+        }
+    }
+
+    /// The index the next `n` elements pushed will start at, with all `n` in one chunk: when
+    /// fewer than `n` remain in the current chunk, it is padded to its end (slots never read).
+    fn start_run(&mut self, n: usize) -> usize
+    where
+        T: Default,
+    {
+        if let Some(c) = self.chunks.last_mut()
+            && c.len() + n > Self::CHUNK
+        {
+            self.len += Self::CHUNK - c.len();
+            c.resize(Self::CHUNK, T::default());
+        }
+        self.len
+    }
+
+    /// The `n` elements from `from`, which [`Self::start_run`] placed in one chunk.
+    #[inline]
+    pub(crate) fn run(&self, from: usize, n: usize) -> &[T] {
+        let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
+        &self.chunks[c][o..o + n]
+    }
+
+    /// Copies `out.len()` elements from index `from` into `out`.
+    #[inline]
+    pub fn copy_to(&self, from: usize, out: &mut [T]) {
+        let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
+        match self.chunks[c].get(o..o + out.len()) {
+            Some(src) => out.copy_from_slice(src),
+            None => {
+                for (k, x) in out.iter_mut().enumerate() {
+                    *x = self.get(from + k);
+                }
+            }
+        }
+    }
+
+    /// The element at `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub fn get(&self, i: usize) -> T {
+        self.chunks[i / Self::CHUNK][i % Self::CHUNK]
+    }
+
+    #[inline]
+    pub fn set(&mut self, i: usize, v: T) {
+        self.chunks[i / Self::CHUNK][i % Self::CHUNK] = v;
+    }
+
+    /// Heap bytes held (capacity, not length).
+    pub fn heap_bytes(&self) -> usize {
+        self.chunks.capacity() * core::mem::size_of::<Vec<T>>()
+            + self
+                .chunks
+                .iter()
+                .map(|c| c.capacity() * core::mem::size_of::<T>())
+                .sum::<usize>()
+    }
+}
+
+/// Where a block's bytes start (low 56 bits), how many bytes each value takes (high 8 bits,
+/// 0 to 8), and the block's minimum.
+#[derive(Clone, Copy, Debug, Default)]
+struct Head {
+    base: u64,
+    start_width: u64,
+}
+
+impl Head {
+    #[inline]
+    fn start(self) -> usize {
+        (self.start_width & ((1 << 56) - 1)) as usize
+    }
+    #[inline]
+    fn width(self) -> usize {
+        (self.start_width >> 56) as usize
+    }
+}
+
+/// A column of `u64` values packed in blocks of [`BLOCK`]: each block its minimum and the
+/// offsets from it in the fewest whole bytes that hold them (0 when all are equal). Whole
+/// bytes rather than bits: a block decodes with one fixed-size load per value, which a pass
+/// over the history does for every allocation in every detector, for about half a byte more
+/// per value. Its owner keeps the values of a block being filled as they are and appends the
+/// block once full.
+#[derive(Clone, Debug, Default)]
+pub struct PackedColumn {
+    heads: Vec<Head>,
+    bytes: Chunked<u8>,
+}
+
+/// Bytes after each block's values (zeros), so every value can be read with one 8-byte load.
+const PAD: usize = 7;
+
+/// Calls `f(k, base + value k)` for each `W`-byte little-endian value of `src` (`W` in
+/// 1..=8; `src` holds [`PAD`] bytes more).
+#[inline(always)]
+fn unpack<const W: usize>(src: &[u8], base: u64, mut f: impl FnMut(usize, u64)) {
+    let src = &src[..BLOCK * W + PAD];
+    let mask = if W == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * W)) - 1
+    };
+    for k in 0..BLOCK {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&src[k * W..k * W + 8]);
+        f(k, base.wrapping_add(u64::from_le_bytes(w) & mask));
+    }
+}
+
+impl PackedColumn {
+    pub const fn new() -> Self {
+        Self {
+            heads: Vec::new(),
+            bytes: Chunked::new(),
+        }
+    }
+
+    /// Number of blocks.
+    #[inline]
+    pub fn blocks(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// Values held (a multiple of [`BLOCK`]).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.heads.len() * BLOCK
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.heads.is_empty()
+    }
+
+    /// Packs a full block of values, `value(k)` for `k` in `0..BLOCK`.
+    #[inline]
+    pub fn append(&mut self, value: impl Fn(usize) -> u64) {
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for k in 0..BLOCK {
+            let v = value(k);
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        let width = (64 - (hi - lo).leading_zeros()).div_ceil(8) as usize;
+        let start = self.bytes.start_run(BLOCK * width + PAD);
+        if width > 0 {
+            let mut out = [0u8; BLOCK * 8 + PAD];
+            for k in 0..BLOCK {
+                let x = (value(k) - lo).to_le_bytes();
+                out[k * width..(k + 1) * width].copy_from_slice(&x[..width]);
+            }
+            self.bytes.extend_from_slice(&out[..BLOCK * width + PAD]);
+        }
+        self.heads.push(Head {
+            base: lo,
+            start_width: start as u64 | ((width as u64) << 56),
+        });
+    }
+
+    /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub fn get(&self, i: usize) -> u64 {
+        let h = self.heads[i / BLOCK];
+        let width = h.width();
+        if width == 0 {
+            return h.base;
+        }
+        let at = h.start() + (i % BLOCK) * width;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.bytes.run(at, 8));
+        h.base
+            .wrapping_add(u64::from_le_bytes(w) & (u64::MAX >> (64 - 8 * width)))
+    }
+
+    /// Decodes block `b` into `out`. Panics when `b >= blocks()`.
+    pub fn decode(&self, b: usize, out: &mut [u64; BLOCK]) {
+        self.decode_with(b, |k, v| out[k] = v);
+    }
+
+    /// Calls `f(k, value)` for each value `k` of block `b`, in order. Panics when
+    /// `b >= blocks()`.
+    #[inline(always)]
+    pub fn decode_with(&self, b: usize, mut f: impl FnMut(usize, u64)) {
+        let h = self.heads[b];
+        let width = h.width();
+        if width == 0 {
+            for k in 0..BLOCK {
+                f(k, h.base);
+            }
+            return;
+        }
+        let src = self.bytes.run(h.start(), BLOCK * width + PAD);
+        match width {
+            1 => unpack::<1>(src, h.base, f),
+            2 => unpack::<2>(src, h.base, f),
+            3 => unpack::<3>(src, h.base, f),
+            4 => unpack::<4>(src, h.base, f),
+            5 => unpack::<5>(src, h.base, f),
+            6 => unpack::<6>(src, h.base, f),
+            7 => unpack::<7>(src, h.base, f),
+            _ => unpack::<8>(src, h.base, f),
+        }
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.heads.capacity() * core::mem::size_of::<Head>() + self.bytes.heap_bytes()
+    }
+}
+
+/// A column of `u64` values with a block being filled: [`PackedColumn`] plus its tail, for
+/// owners that keep one column.
+#[derive(Clone, Debug, Default)]
+pub struct Column {
+    packed: PackedColumn,
+    tail: Vec<u64>,
+}
+
+impl Column {
+    pub const fn new() -> Self {
+        Self {
+            packed: PackedColumn::new(),
+            tail: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.packed.len() + self.tail.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.packed.is_empty() && self.tail.is_empty()
+    }
+
+    #[inline]
+    pub fn push(&mut self, v: u64) {
+        self.tail.push(v);
+        if self.tail.len() == BLOCK {
+            let t = &self.tail;
+            self.packed.append(|k| t[k]);
+            self.tail.clear();
+        }
+    }
+
+    /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub fn get(&self, i: usize) -> u64 {
+        match i.checked_sub(self.packed.len()) {
+            Some(k) => self.tail[k],
+            None => self.packed.get(i),
+        }
+    }
+
+    /// The last value pushed.
+    #[inline]
+    pub fn last(&self) -> Option<u64> {
+        match self.tail.last() {
+            Some(&v) => Some(v),
+            None => self.len().checked_sub(1).map(|i| self.packed.get(i)),
+        }
+    }
+
+    /// Number of blocks, the last one possibly partial.
+    pub fn blocks(&self) -> usize {
+        self.packed.blocks() + usize::from(!self.tail.is_empty())
+    }
+
+    /// Decodes block `b` into `out`; returns how many values it holds (fewer than [`BLOCK`]
+    /// only for the last block; 0 past the end).
+    pub fn decode_block(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
+        if b < self.packed.blocks() {
+            self.packed.decode(b, out);
+            BLOCK
+        } else if b == self.packed.blocks() {
+            out[..self.tail.len()].copy_from_slice(&self.tail);
+            self.tail.len()
+        } else {
+            0
+        }
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.packed.heap_bytes() + self.tail.capacity() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn check(values: &[u64]) {
+        let mut c = Column::new();
+        for &v in values {
+            c.push(v);
+        }
+        assert_eq!(c.len(), values.len());
+        for (i, &v) in values.iter().enumerate() {
+            assert_eq!(c.get(i), v, "at {i}");
+        }
+        let mut buf = [0u64; BLOCK];
+        let mut all = Vec::new();
+        for b in 0..c.blocks() {
+            let n = c.decode_block(b, &mut buf);
+            all.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(all, values);
+        assert_eq!(c.last(), values.last().copied());
+    }
+
+    #[test]
+    fn extremes_round_trip() {
+        let mut v: Vec<u64> = (0..1000u64).map(|i| i * 3).collect();
+        v.extend([0, u64::MAX, 1, u64::MAX - 1].iter().cycle().take(200));
+        v.extend(core::iter::repeat_n(42, 300));
+        v.extend((0..130).map(|i| 1u64 << (i % 64)));
+        check(&v);
+    }
+
+    #[test]
+    fn constant_blocks_take_no_words() {
+        let mut c = Column::new();
+        for _ in 0..BLOCK * 100 {
+            c.push(7);
+        }
+        assert_eq!(c.packed.bytes.len(), 0);
+        assert_eq!(c.get(BLOCK * 50 + 3), 7);
+    }
+
+    #[test]
+    fn blocks_never_straddle_chunks() {
+        // Blocks of 3-byte values take 192 bytes, which do not divide a chunk.
+        let values: Vec<u64> = (0..(CHUNK_LEN / 192 + 3) * BLOCK)
+            .map(|i| if i % 2 == 0 { 0 } else { (1 << 23) + i as u64 })
+            .collect();
+        check(&values);
+        let values: Vec<u64> = (0..(CHUNK_LEN / 63 + 3) * BLOCK)
+            .map(|i| if i % 2 == 0 { 0 } else { (1 << 62) + i as u64 })
+            .collect();
+        check(&values);
+    }
+
+    proptest! {
+        #[test]
+        fn any_values_round_trip(values in proptest::collection::vec(any::<u64>(), 0..700), spread in 0u32..64) {
+            let values: Vec<u64> = values.iter().map(|v| v >> spread).collect();
+            check(&values);
+        }
+    }
+}
