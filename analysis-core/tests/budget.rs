@@ -30,6 +30,16 @@ fn bounded<T>(input_len: usize, f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Runs `f` with the model's heap budget ([`model::model_budget`]) and the readers' 32 MiB
+/// more (decoder buffers, warnings).
+fn bounded_model<T>(input_len: usize, f: impl FnOnce() -> T) -> T {
+    let limit = HEAP.allocated() + model::model_budget(input_len as u64) as usize + (32 << 20);
+    HEAP.set_limit(limit).expect("limit above current use");
+    let r = f();
+    HEAP.set_limit(usize::MAX).expect("unlimited");
+    r
+}
+
 fn header() -> Vec<u8> {
     let mut out = Vec::new();
     write_array_len(&mut out, 4);
@@ -599,6 +609,135 @@ fn minimal_allocation_records_stay_within_the_budget() {
             rec.len()
         );
     }
+}
+
+/// `n` records of tag `tag` with one field, 0 (`[tag, 0]`: 3 bytes each).
+fn tiny_records(tag: u8, n: usize) -> Vec<u8> {
+    let mut bytes = header();
+    for _ in 0..n {
+        bytes.extend_from_slice(&[0x92, tag, 0x00]);
+    }
+    bytes
+}
+
+/// Records far smaller than what the model keeps for them (a 3-byte device sample is a 56-byte
+/// sample, a 3-byte range begin a 100-byte range; 300,000 device samples took 37 times their
+/// bytes) stop the load once the model passes its budget, 16 times the bytes read plus 32 MiB
+/// (`model::model_budget`), with an error that says so, keeping what came before.
+#[test]
+fn records_that_cost_more_than_their_bytes_stop_the_load() {
+    let _g = SERIAL.lock();
+    for (tag, what) in [
+        (22u8, "device samples"),
+        (23, "pool samples"),
+        (18, "failed allocations"),
+        (19, "range begins"),
+    ] {
+        let n = 5_000_000;
+        let bytes = tiny_records(tag, n);
+        let t = bounded_model(bytes.len(), || load(&bytes)).expect("loads");
+        let Some(DecodeError::TooDense {
+            offset,
+            model_bytes,
+            limit_bytes,
+        }) = t.fatal.clone()
+        else {
+            panic!("{what}: {:?}", t.fatal);
+        };
+        assert!(model_bytes > limit_bytes, "{what}");
+        assert!(offset < bytes.len() as u64, "{what}");
+        assert_eq!(limit_bytes, model::model_budget(offset), "{what}");
+        let kept = t.model.device_samples.len()
+            + t.model.pool_samples.len()
+            + t.model.failed.len()
+            + t.model.ranges.len();
+        assert!(kept > 100_000, "{what}: {kept} kept");
+        let e = t.fatal.expect("fatal").to_string();
+        assert!(
+            e.contains("16 times its bytes") && e.contains("kept"),
+            "{e}"
+        );
+    }
+}
+
+/// A context reset releases the live allocations of its process and device from a list kept
+/// per (process, device), not by reading the whole history again: a reset after every
+/// allocation read every allocation before it (quadratic: 200,000 pairs took minutes). What
+/// it releases is unchanged: every live allocation of that process and device, and nothing of
+/// others.
+#[test]
+fn context_resets_release_exactly_their_process_and_device() {
+    let _g = SERIAL.lock();
+    let mut bytes = header();
+    // One allocation on device 1 of process 0, live throughout.
+    bytes.extend_from_slice(&[0x97, 0x10, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01]);
+    let pairs = 200_000;
+    for _ in 0..pairs {
+        // An allocation on device 0, then a reset of (process 0, device 0).
+        bytes.extend_from_slice(&[0x94, 0x10, 0x01, 0x07, 0x01]);
+        bytes.extend_from_slice(&[0x94, 0x1b, 0x01, 0x00, 0x00]);
+    }
+    let t = bounded(bytes.len(), || load(&bytes)).expect("loads");
+    assert_eq!(t.fatal, None);
+    let m = &t.model;
+    assert_eq!(m.allocs.len(), pairs + 1);
+    assert_eq!(m.resets.len(), pairs);
+    assert!(
+        m.resets
+            .iter()
+            .all(|r| r.freed_count == 1 && r.freed_bytes == 7)
+    );
+    assert!(
+        m.allocs.at(0).is_live(),
+        "the other device's allocation stays"
+    );
+    assert!(
+        m.allocs
+            .iter()
+            .skip(1)
+            .all(|a| a.free_kind == FreeKind::ContextTeardown && a.free_ts_nanos == a.ts_nanos + 1)
+    );
+}
+
+/// NVTX ranges that never end: every range event folded the peaks of all the ranges open in
+/// its process (quadratic: 50,000 took 2 s, 1 million did not finish in a minute). Past
+/// `MAX_OPEN_RANGES` open at once, a range keeps its begin and end only, and one warning says
+/// how many.
+#[test]
+fn ranges_past_the_open_limit_keep_begin_and_end_only() {
+    let _g = SERIAL.lock();
+    let n = 300_000usize;
+    let mut bytes = header();
+    for i in 0..n as u32 {
+        // range_begin: dt 1, range id i, name 0, domain 0, thread 0, process 0
+        bytes.extend_from_slice(&[0x93, 0x13, 0x01, 0xce]);
+        bytes.extend_from_slice(&i.to_be_bytes());
+    }
+    // An allocation inside all of them, then the first and the last range end.
+    bytes.extend_from_slice(&[0x94, 0x10, 0x01, 0x09, 0x01]);
+    bytes.extend_from_slice(&[0x93, 0x14, 0x01, 0x00]);
+    bytes.extend_from_slice(&[0x93, 0x14, 0x01, 0xce]);
+    bytes.extend_from_slice(&(n as u32 - 1).to_be_bytes());
+    let t = bounded_model(bytes.len(), || load(&bytes)).expect("loads");
+    assert_eq!(t.fatal, None);
+    let m = &t.model;
+    assert_eq!(m.ranges.len(), n);
+    let untracked = (n - model::MAX_OPEN_RANGES) as u64;
+    assert!(
+        t.warnings
+            .contains(&Warning::UntrackedRanges { count: untracked }),
+        "{:?}",
+        t.warnings
+    );
+    let (first, last) = (&m.ranges[0], &m.ranges[n - 1]);
+    assert_eq!((first.alloc_count, first.peak_bytes), (1, 9), "followed");
+    assert_eq!(
+        (last.alloc_count, last.peak_bytes),
+        (0, 9),
+        "begin and end only"
+    );
+    assert!(first.end_ts_nanos.is_some() && last.end_ts_nanos.is_some());
+    assert!(m.ranges[1].end_ts_nanos.is_none());
 }
 
 /// Valid traces of a million allocations and more are read within the budget too (18 to 26

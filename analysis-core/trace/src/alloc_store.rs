@@ -1,14 +1,60 @@
 //! The allocation history of a replayed trace, stored by column: each field of [`AllocRecord`]
-//! in its own [`PackedColumn`] (bit-packed blocks of 64), except the free time and kind, which
-//! change after the allocation is recorded and stay plain. An allocation costs about a quarter
-//! of its 56 bytes as a struct (a constant thread or device costs no bits), is read back by
-//! index in O(1), and a pass over the history decodes a block of 64 at a time.
+//! in its own [`PackedColumn`] (blocks of 64 packed in whole bytes), except the free time and
+//! kind, which change after the allocation is recorded and stay plain. An allocation costs
+//! about a quarter of its 56 bytes as a struct (a constant thread or device costs nothing), is
+//! read back by index in O(1), and a pass over the history decodes a block of 64 at a time.
+
+use alloc::vec::Vec;
+use serde::Serialize;
 
 use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::model::AllocRecord;
-use alloc::vec::Vec;
-
 use crate::packed::{BLOCK, Chunked, PackedColumn};
+
+/// Sentinel for "not freed".
+pub const LIVE: u64 = u64::MAX;
+
+/// One allocation as replayed.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct AllocRecord {
+    pub ts_nanos: u64,
+    /// `LIVE` while not freed.
+    pub free_ts_nanos: u64,
+    pub size_bytes: u64,
+    pub address: u64,
+    pub stack: StackId,
+    pub thread: ThreadIdx,
+    pub device: DeviceIdx,
+    pub process: ProcessIdx,
+    /// Innermost NVTX range instance open on the allocating thread (index + 1), 0 if none.
+    pub range_slot: u32,
+    pub kind: AllocKind,
+    pub free_kind: FreeKind,
+}
+
+impl AllocRecord {
+    /// A placeholder (buffers of records to be filled).
+    pub const EMPTY: Self = Self {
+        ts_nanos: 0,
+        free_ts_nanos: LIVE,
+        size_bytes: 0,
+        address: 0,
+        stack: StackId(0),
+        thread: ThreadIdx(0),
+        device: DeviceIdx(0),
+        process: ProcessIdx(0),
+        range_slot: 0,
+        kind: AllocKind::Device,
+        free_kind: FreeKind::Immediate,
+    };
+
+    pub const fn is_live(&self) -> bool {
+        self.free_ts_nanos == LIVE
+    }
+    /// Live at time `t` (allocated at or before `t`, not freed by `t`).
+    pub const fn live_at(&self, t: u64) -> bool {
+        self.ts_nanos <= t && (self.free_ts_nanos == LIVE || self.free_ts_nanos > t)
+    }
+}
 
 /// Every allocation of a trace in id order (see the module documentation): blocks of
 /// [`BLOCK`] packed by column, and the last, partly filled block as records.
@@ -141,7 +187,7 @@ impl AllocStore {
         }
     }
 
-    /// The free time of `i` ([`crate::model::LIVE`] while live).
+    /// The free time of `i` ([`LIVE`] while live).
     #[inline]
     pub fn free_ts(&self, i: usize) -> u64 {
         match i.checked_sub(self.packed()) {
@@ -154,7 +200,7 @@ impl AllocStore {
     pub fn is_live(&self, i: usize) -> bool {
         match i.checked_sub(self.packed()) {
             Some(k) => self.tail[k].is_live(),
-            None => self.free_ts.get(i) == crate::model::LIVE,
+            None => self.free_ts.get(i) == LIVE,
         }
     }
 
@@ -408,7 +454,7 @@ impl DoubleEndedIterator for Iter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::LIVE;
+    use LIVE;
     use alloc::format;
     use proptest::prelude::*;
 

@@ -42,6 +42,17 @@ pub enum DecodeError {
          bytes, the most this gpucollect reads; everything before it was kept"
     )]
     RecordTooLarge { offset: u64, limit_bytes: u64 },
+    #[error(
+        "the trace stopped at byte {offset}: its records would take {model_bytes} bytes of \
+         memory, more than {limit_bytes}, the most this gpucollect gives a trace of that size \
+         (16 times its bytes plus 32 MiB); collectors write records that take a few times their \
+         size, so this one is damaged or made to exhaust memory; everything before it was kept"
+    )]
+    TooDense {
+        offset: u64,
+        model_bytes: u64,
+        limit_bytes: u64,
+    },
 }
 
 /// The largest record (or header) the decoder reads, in bytes: a bigger one stops decoding with
@@ -71,6 +82,10 @@ pub enum Warning {
     DroppedEvents { count: u64 },
     /// Timestamps went backwards past time zero.
     NegativeTime { offset: u64 },
+    /// NVTX ranges opened while a process already had [`MAX_OPEN_RANGES`]
+    /// open: their begin and end are kept, their peak and the allocations made inside them are
+    /// not followed.
+    UntrackedRanges { count: u64 },
     /// A process was not traced, or not completely (a `notice` record from the collector).
     CaptureIncomplete {
         pid: u32,
@@ -87,6 +102,12 @@ pub enum Warning {
 /// KiB of warnings, not hundreds of bytes per input byte.
 pub const MAX_WARNINGS_PER_KIND: usize = 100;
 
+/// NVTX ranges a process may have open at once and still have their peaks and allocations
+/// followed (real programs nest a few dozen); ranges opened past it keep their begin and end
+/// only ([`Warning::UntrackedRanges`]). Every range event folds the process's open ranges, so
+/// this bounds its cost.
+pub const MAX_OPEN_RANGES: usize = 256;
+
 impl Warning {
     /// The kind's name, as serialized in the `warning` field.
     pub fn kind(&self) -> &'static str {
@@ -98,6 +119,7 @@ impl Warning {
             Self::BadFree { .. } => "bad_free",
             Self::DroppedEvents { .. } => "dropped_events",
             Self::NegativeTime { .. } => "negative_time",
+            Self::UntrackedRanges { .. } => "untracked_ranges",
             Self::CaptureIncomplete { .. } => "capture_incomplete",
             Self::MoreWarnings { .. } => "more_warnings",
         }
@@ -219,6 +241,12 @@ impl fmt::Display for Warning {
             Self::NegativeTime { offset } => write!(
                 f,
                 "a timestamp before the trace start at byte {offset} was clamped to 0"
+            ),
+            Self::UntrackedRanges { count } => write!(
+                f,
+                "{count} NVTX range(s) began while their process already had {} open; their \
+                 begin and end are shown, but not their peak or the allocations made inside them",
+                MAX_OPEN_RANGES
             ),
             Self::MoreWarnings { kind, count } => write!(
                 f,

@@ -12,61 +12,16 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-pub use crate::alloc_store::AllocStore;
+pub use crate::alloc_store::{AllocRecord, AllocStore, LIVE};
 pub use crate::attribution::FrameView;
+pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
 use crate::timeline::Timeline;
 
-/// Sentinel for "not freed".
-pub const LIVE: u64 = u64::MAX;
 /// Maximum stack depth followed when resolving a stack (guards against cycles in bad traces).
 pub const MAX_STACK_DEPTH: usize = 512;
-
-/// One allocation as replayed.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct AllocRecord {
-    pub ts_nanos: u64,
-    /// `LIVE` while not freed.
-    pub free_ts_nanos: u64,
-    pub size_bytes: u64,
-    pub address: u64,
-    pub stack: StackId,
-    pub thread: ThreadIdx,
-    pub device: DeviceIdx,
-    pub process: ProcessIdx,
-    /// Innermost NVTX range instance open on the allocating thread (index + 1), 0 if none.
-    pub range_slot: u32,
-    pub kind: AllocKind,
-    pub free_kind: FreeKind,
-}
-
-impl AllocRecord {
-    /// A placeholder (buffers of records to be filled).
-    pub const EMPTY: Self = Self {
-        ts_nanos: 0,
-        free_ts_nanos: LIVE,
-        size_bytes: 0,
-        address: 0,
-        stack: StackId(0),
-        thread: ThreadIdx(0),
-        device: DeviceIdx(0),
-        process: ProcessIdx(0),
-        range_slot: 0,
-        kind: AllocKind::Device,
-        free_kind: FreeKind::Immediate,
-    };
-
-    pub const fn is_live(&self) -> bool {
-        self.free_ts_nanos == LIVE
-    }
-    /// Live at time `t` (allocated at or before `t`, not freed by `t`).
-    pub const fn live_at(&self, t: u64) -> bool {
-        self.ts_nanos <= t && (self.free_ts_nanos == LIVE || self.free_ts_nanos > t)
-    }
-}
-
 /// Key of a live-bytes series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct SeriesKey {
@@ -268,6 +223,51 @@ pub struct TraceModel {
     bad_free_count: u64,
     bad_free_first_offset: u64,
     finished: bool,
+    /// Index of `series` by key.
+    series_slots: HashMap<SeriesKey, usize>,
+    /// Index of `allocated` by key.
+    allocated_slots: HashMap<SeriesKey, usize>,
+    /// Index of `thread_ranges` by thread.
+    thread_range_slots: HashMap<(ProcessIdx, ThreadIdx), usize>,
+    /// Indexes of `processes`, `devices` and `threads`.
+    process_info_slots: HashMap<ProcessIdx, usize>,
+    device_info_slots: HashMap<DeviceIdx, usize>,
+    thread_info_slots: HashMap<(ThreadIdx, ProcessIdx), usize>,
+    /// Per (process, device): the allocations that may still be live, for context resets.
+    reset_lists: Vec<ResetList>,
+    reset_slots: HashMap<(ProcessIdx, DeviceIdx), usize>,
+    last_reset_list: usize,
+    /// Ranges begun while their process had [`MAX_OPEN_RANGES`] open.
+    untracked_ranges: u64,
+    /// Allocations live now (every kind), for [`Self::heap_estimate`].
+    live_allocs: u64,
+    /// Heap bytes the tables other than `allocs` and `total` may hold (each growth counted
+    /// twice, as a vector may double), for [`Self::heap_estimate`].
+    table_bytes: u64,
+}
+
+/// The allocations of one (process, device) that may still be live: every allocation is
+/// pushed, and the list is compacted to the live ones once it holds four times as many (plus
+/// 256),
+/// so it stays proportional to what is live and a context reset reads only this list.
+#[derive(Clone, Debug, Default)]
+struct ResetList {
+    key: (ProcessIdx, DeviceIdx),
+    ids: Vec<u32>,
+    live: usize,
+    /// Allocations past id 2^32 are not listed.
+    overflow: bool,
+}
+
+/// The heap a vector holds.
+fn vec_bytes<T>(v: &Vec<T>) -> u64 {
+    (v.capacity() * core::mem::size_of::<T>()) as u64
+}
+
+/// What a hash map entry of `K` to `V` may hold (its slot at the map's lowest load, and its
+/// control byte).
+const fn map_cost<K, V>() -> u64 {
+    (3 * (core::mem::size_of::<K>() + core::mem::size_of::<V>()) + 8) as u64
 }
 
 /// Replay state of one process: its device live bytes and the highest value reached since the
@@ -286,9 +286,12 @@ impl TraceModel {
     /// first series.
     pub fn undeclared_devices(&self) -> Vec<DeviceIdx> {
         let mut out: Vec<DeviceIdx> = Vec::new();
+        // Declared devices count as seen.
+        let mut seen: hashbrown::HashSet<DeviceIdx> =
+            self.devices.iter().map(|x| x.device).collect();
         for s in self.series.iter().filter(|s| !s.key.host) {
             let d = s.key.device;
-            if !self.devices.iter().any(|x| x.device == d) && !out.contains(&d) {
+            if seen.insert(d) {
                 out.push(d);
             }
         }
@@ -316,6 +319,39 @@ impl TraceModel {
         }
     }
 
+    /// An estimate of the heap the model holds: the allocation history, the total's timeline
+    /// and the vectors of records as they are, and the hash maps, strings, other timelines and
+    /// lists by what was added to them. The loader stops a trace whose model passes its budget
+    /// ([`DecodeError::TooDense`]).
+    pub fn heap_estimate(&self) -> u64 {
+        let vectors = vec_bytes(&self.failed)
+            + vec_bytes(&self.free_unknown)
+            + vec_bytes(&self.resets)
+            + vec_bytes(&self.ranges)
+            + vec_bytes(&self.marks)
+            + vec_bytes(&self.device_samples)
+            + vec_bytes(&self.pool_samples)
+            + vec_bytes(&self.process_exits)
+            + vec_bytes(&self.notices)
+            + vec_bytes(&self.processes)
+            + vec_bytes(&self.devices)
+            + vec_bytes(&self.threads)
+            + vec_bytes(&self.series)
+            + vec_bytes(&self.allocated)
+            + vec_bytes(&self.procs)
+            + vec_bytes(&self.thread_ranges)
+            + vec_bytes(&self.thread_activity)
+            + vec_bytes(&self.stack_dense)
+            + vec_bytes(&self.reset_lists);
+        // Reset lists: at most four entries per live allocation plus 256 each, and their
+        // vectors' doubling.
+        let lists = self.reset_lists.len() as u64 * 256 * 4 * 2 + self.live_allocs * 32;
+        self.table_bytes
+            + vectors
+            + lists
+            + (self.allocs.heap_bytes() + self.total.heap_bytes()) as u64
+    }
+
     #[inline]
     fn series_index(&mut self, key: SeriesKey) -> usize {
         if let Some(s) = self.series.get(self.last_series)
@@ -323,11 +359,14 @@ impl TraceModel {
         {
             return self.last_series;
         }
-        let i = match self.series.iter().position(|s| s.key == key) {
-            Some(i) => i,
+        let i = match self.series_slots.get(&key) {
+            Some(&i) => i,
             None => {
                 self.series.push(Series::empty(key));
                 let i = self.series.len() - 1;
+                self.series_slots.insert(key, i);
+                self.table_bytes +=
+                    map_cost::<SeriesKey, usize>() + Timeline::EMPTY_HEAP_BYTES as u64;
                 if !key.host {
                     self.device_series_count += 1;
                     if self.device_series_count == 1 {
@@ -358,6 +397,7 @@ impl TraceModel {
                 process,
                 ..ProcLive::default()
             });
+            self.table_bytes += map_cost::<ProcessIdx, usize>();
         }
         self.last_proc = i;
         i
@@ -375,14 +415,46 @@ impl TraceModel {
     }
 
     fn thread_range_stack(&mut self, key: (ProcessIdx, ThreadIdx)) -> &mut Vec<u32> {
-        let i = match self.thread_ranges.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
+        let i = match self.thread_range_slots.get(&key) {
+            Some(&i) => i,
             None => {
                 self.thread_ranges.push((key, Vec::new()));
-                self.thread_ranges.len() - 1
+                let i = self.thread_ranges.len() - 1;
+                self.thread_range_slots.insert(key, i);
+                self.table_bytes += map_cost::<(ProcessIdx, ThreadIdx), usize>();
+                i
             }
         };
         &mut self.thread_ranges[i].1
+    }
+
+    /// The reset list of (process, device).
+    #[inline]
+    fn reset_list(&mut self, key: (ProcessIdx, DeviceIdx)) -> &mut ResetList {
+        let i = self.reset_list_index(key);
+        &mut self.reset_lists[i]
+    }
+
+    /// The index in `reset_lists` of (process, device).
+    #[inline]
+    fn reset_list_index(&mut self, key: (ProcessIdx, DeviceIdx)) -> usize {
+        if self
+            .reset_lists
+            .get(self.last_reset_list)
+            .is_none_or(|l| l.key != key)
+        {
+            let next = self.reset_lists.len();
+            let i = *self.reset_slots.entry(key).or_insert(next);
+            if i == next {
+                self.reset_lists.push(ResetList {
+                    key,
+                    ..ResetList::default()
+                });
+                self.table_bytes += map_cost::<(ProcessIdx, DeviceIdx), usize>();
+            }
+            self.last_reset_list = i;
+        }
+        self.last_reset_list
     }
 
     #[inline]
@@ -408,6 +480,7 @@ impl TraceModel {
         let i = *self.thread_slots.entry(key).or_insert(next);
         if i == next {
             self.thread_activity.push((key, t));
+            self.table_bytes += 2 * map_cost::<(ProcessIdx, ThreadIdx), u64>();
         } else {
             self.thread_activity[i].1 = t;
         }
@@ -425,13 +498,20 @@ impl TraceModel {
                 stack: StackId(k as u32),
                 ..StackStats::default()
             }));
+            // Merged into `stack_stats` by `finish`: counted in both.
+            self.table_bytes += (i + 1 - from) as u64 * map_cost::<StackId, StackStats>();
         }
         match self.stack_dense.get_mut(i) {
             Some(e) => e,
-            None => self.stack_stats.entry(stack).or_insert(StackStats {
-                stack,
-                ..StackStats::default()
-            }),
+            None => {
+                if !self.stack_stats.contains_key(&stack) {
+                    self.table_bytes += map_cost::<StackId, StackStats>();
+                }
+                self.stack_stats.entry(stack).or_insert(StackStats {
+                    stack,
+                    ..StackStats::default()
+                })
+            }
         }
     }
 
@@ -443,6 +523,7 @@ impl TraceModel {
         s.change(t, add, bytes);
         if self.solo_series != Some(si) {
             s.timeline.push(t, s.live_bytes);
+            self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
         }
         if !key.host {
             if add {
@@ -469,6 +550,9 @@ impl TraceModel {
     /// Releases allocation `idx`, which is `a`, at `t`.
     fn release(&mut self, idx: usize, a: AllocRecord, t: u64, kind: FreeKind) {
         self.allocs.set_free(idx, t, kind);
+        let l = self.reset_list((a.process, a.device));
+        l.live = l.live.saturating_sub(1);
+        self.live_allocs = self.live_allocs.saturating_sub(1);
         let st = self.stack_entry(a.stack);
         st.free_count += 1;
         st.freed_bytes = st.freed_bytes.saturating_add(a.size_bytes);
@@ -500,16 +584,21 @@ impl TraceModel {
             device,
             host: false,
         };
-        let i = match self.allocated.iter().position(|s| s.key == key) {
-            Some(i) => i,
+        let i = match self.allocated_slots.get(&key) {
+            Some(&i) => i,
             None => {
                 self.allocated.push(Series::empty(key));
-                self.allocated.len() - 1
+                let i = self.allocated.len() - 1;
+                self.allocated_slots.insert(key, i);
+                self.table_bytes +=
+                    map_cost::<SeriesKey, usize>() + Timeline::EMPTY_HEAP_BYTES as u64;
+                i
             }
         };
         let s = &mut self.allocated[i];
         s.change(t, add, bytes);
         s.timeline.push(t, s.live_bytes);
+        self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
     }
 
     /// Replays one record. `offset` is its byte offset, for warnings.
@@ -529,7 +618,12 @@ impl TraceModel {
                 let range_slot = if self.any_open_range {
                     // Attribute to every open range of the thread (nested calls include inner ones).
                     let mut top = 0;
-                    if let Some((_, stack)) = self.thread_ranges.iter().find(|(k, _)| *k == tkey) {
+                    if let Some(stack) = self
+                        .thread_range_slots
+                        .get(&tkey)
+                        .and_then(|&i| self.thread_ranges.get(i))
+                        .map(|(_, stack)| stack)
+                    {
                         for &s in stack {
                             if let Some(r) = self.ranges.get_mut(s as usize - 1) {
                                 r.alloc_count += 1;
@@ -559,6 +653,19 @@ impl TraceModel {
                         free_kind: FreeKind::Other,
                     });
                 }
+                let li = self.reset_list_index((a.process, a.device));
+                let list = &mut self.reset_lists[li];
+                if list.ids.len() >= 4 * list.live + 256 {
+                    let allocs = &self.allocs;
+                    list.ids.retain(|&i| allocs.is_live(i as usize));
+                }
+                match u32::try_from(self.allocs.len()) {
+                    Ok(id) => list.ids.push(id),
+                    // Past 2^32 allocations a reset reads the whole history instead.
+                    Err(_) => list.overflow = true,
+                }
+                list.live += 1;
+                self.live_allocs += 1;
                 self.allocs.push(AllocRecord {
                     ts_nanos: a.ts_nanos,
                     free_ts_nanos: LIVE,
@@ -602,18 +709,37 @@ impl TraceModel {
             Record::ContextReset(c) => {
                 let mut freed_count = 0;
                 let mut freed_bytes: u64 = 0;
-                let any = self.series.iter().any(|s| {
-                    s.key.process == c.process && s.key.device == c.device && s.live_count > 0
+                let any = [false, true].iter().any(|&host| {
+                    let key = SeriesKey {
+                        process: c.process,
+                        device: c.device,
+                        host,
+                    };
+                    self.series_slots
+                        .get(&key)
+                        .is_some_and(|&i| self.series[i].live_count > 0)
                 });
+                let li = self.reset_list_index((c.process, c.device));
+                let list = &mut self.reset_lists[li];
+                let ids = core::mem::take(&mut list.ids);
+                let overflow = core::mem::take(&mut list.overflow);
                 if any {
-                    let held: Vec<(usize, AllocRecord)> = self
-                        .allocs
+                    let mine = |a: &AllocRecord| {
+                        a.is_live() && a.process == c.process && a.device == c.device
+                    };
+                    let mut held: Vec<(usize, AllocRecord)> = ids
                         .iter()
-                        .enumerate()
-                        .filter(|(_, a)| {
-                            a.is_live() && a.process == c.process && a.device == c.device
-                        })
+                        .filter_map(|&i| self.allocs.get(i as usize).map(|a| (i as usize, a)))
+                        .filter(|(_, a)| mine(a))
                         .collect();
+                    if overflow {
+                        held = self
+                            .allocs
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, a)| mine(a))
+                            .collect();
+                    }
                     for (i, a) in held {
                         freed_count += 1;
                         freed_bytes = freed_bytes.saturating_add(a.size_bytes);
@@ -626,16 +752,19 @@ impl TraceModel {
                     freed_bytes,
                 });
             }
-            Record::FreeUnknown(f) => self.free_unknown.push(f),
+            Record::FreeUnknown(f) => {
+                self.free_unknown.push(f);
+            }
             Record::AllocFailed(f) => {
+                let key = SeriesKey {
+                    process: f.process,
+                    device: f.device,
+                    host: false,
+                };
                 let live_bytes = self
-                    .series
-                    .iter()
-                    .filter(|s| {
-                        s.key.process == f.process && s.key.device == f.device && !s.key.host
-                    })
-                    .map(|s| s.live_bytes)
-                    .sum();
+                    .series_slots
+                    .get(&key)
+                    .map_or(0, |&i| self.series[i].live_bytes);
                 self.touch_thread((f.process, f.thread), f.ts_nanos);
                 self.failed.push(FailedAllocation {
                     record: f,
@@ -644,10 +773,16 @@ impl TraceModel {
             }
             Record::RangeBegin(b) => {
                 let pi = self.proc_index(b.process);
-                self.fold_range_peaks(pi);
+                let tracked = self.procs[pi].open_slots.len() < MAX_OPEN_RANGES;
+                if tracked {
+                    self.fold_range_peaks(pi);
+                } else {
+                    self.untracked_ranges += 1;
+                }
                 let live = self.procs[pi].live_bytes;
                 let tkey = (b.process, b.thread);
                 let parent_slot = self.thread_range_stack(tkey).last().copied().unwrap_or(0);
+                self.table_bytes += map_cost::<RangeId, u32>();
                 self.ranges.push(RangeInstance {
                     range: b.range,
                     name: b.name,
@@ -665,8 +800,10 @@ impl TraceModel {
                 });
                 let slot = self.ranges.len() as u32;
                 self.open_ranges.insert(b.range, slot);
-                self.procs[pi].open_slots.push(slot);
-                self.thread_range_stack(tkey).push(slot);
+                if tracked {
+                    self.procs[pi].open_slots.push(slot);
+                    self.thread_range_stack(tkey).push(slot);
+                }
                 self.any_open_range = true;
                 self.touch_thread(tkey, b.ts_nanos);
             }
@@ -683,6 +820,8 @@ impl TraceModel {
                     let ri = &mut self.ranges[slot as usize - 1];
                     ri.end_ts_nanos = Some(e.ts_nanos);
                     ri.live_after_bytes = live;
+                    // A range past the open limit was not folded: its peak is at least its end.
+                    ri.peak_bytes = ri.peak_bytes.max(live);
                     let tkey = (r.process, r.thread);
                     let stack = self.thread_range_stack(tkey);
                     if let Some(pos) = stack.iter().rposition(|&s| s == slot) {
@@ -692,46 +831,77 @@ impl TraceModel {
                     self.any_open_range = !self.open_ranges.is_empty();
                 }
             }
-            Record::Mark(m) => self.marks.push(m),
-            Record::DeviceSample(s) => self.device_samples.push(s),
-            Record::PoolSample(s) => self.pool_samples.push(s),
-            Record::ProcessExit(e) => self.process_exits.push(e),
+            Record::Mark(m) => {
+                self.marks.push(m);
+            }
+            Record::DeviceSample(s) => {
+                self.device_samples.push(s);
+            }
+            Record::PoolSample(s) => {
+                self.pool_samples.push(s);
+            }
+            Record::ProcessExit(e) => {
+                self.process_exits.push(e);
+            }
             Record::Dropped(d) => self.dropped_events += d.count,
-            Record::Notice(n) => self.notices.push(n),
+            Record::Notice(n) => {
+                self.notices.push(n);
+            }
             Record::End { .. } => self.clean_end = true,
             Record::Process(p) => {
-                match self.processes.iter_mut().find(|x| x.process == p.process) {
-                    Some(x) => *x = p,
-                    None => self.processes.push(p),
+                self.table_bytes += map_cost::<ProcessIdx, usize>()
+                    + 2 * p.exe.len() as u64
+                    + p.argv.iter().map(|a| 2 * a.len() as u64 + 48).sum::<u64>();
+                match self.process_info_slots.get(&p.process) {
+                    Some(&i) => self.processes[i] = p,
+                    None => {
+                        self.process_info_slots
+                            .insert(p.process, self.processes.len());
+                        self.processes.push(p);
+                    }
                 }
             }
-            Record::Device(d) => match self.devices.iter_mut().find(|x| x.device == d.device) {
-                Some(x) => *x = d,
-                None => self.devices.push(d),
-            },
+            Record::Device(d) => {
+                self.table_bytes +=
+                    map_cost::<DeviceIdx, usize>() + 2 * (d.uuid.len() + d.name.len()) as u64;
+                match self.device_info_slots.get(&d.device) {
+                    Some(&i) => self.devices[i] = d,
+                    None => {
+                        self.device_info_slots.insert(d.device, self.devices.len());
+                        self.devices.push(d);
+                    }
+                }
+            }
             Record::Module(m) => {
+                self.table_bytes += map_cost::<ModuleId, ModuleInfo>()
+                    + 2 * (m.path.len() + m.build_id.len()) as u64;
                 self.modules.insert(m.module, m);
             }
             Record::String { id, value } => {
+                self.table_bytes += map_cost::<StringId, String>() + 2 * value.len() as u64;
                 self.strings.insert(id, value);
             }
             Record::Frame(f) => {
+                self.table_bytes += map_cost::<FrameId, FrameDef>();
                 self.frames.insert(f.id(), f);
             }
             Record::FrameSymbol(s) => {
+                self.table_bytes += map_cost::<FrameId, FrameSymbol>();
                 self.symbols.insert(s.frame, s);
             }
             Record::Stack(s) => {
+                self.table_bytes += map_cost::<StackId, StackDef>();
                 self.stacks.insert(s.stack, s);
             }
             Record::Thread(t) => {
-                match self
-                    .threads
-                    .iter_mut()
-                    .find(|x| x.thread == t.thread && x.process == t.process)
-                {
-                    Some(x) => *x = t,
-                    None => self.threads.push(t),
+                self.table_bytes += map_cost::<(ThreadIdx, ProcessIdx), usize>();
+                match self.thread_info_slots.get(&(t.thread, t.process)) {
+                    Some(&i) => self.threads[i] = t,
+                    None => {
+                        self.thread_info_slots
+                            .insert((t.thread, t.process), self.threads.len());
+                        self.threads.push(t);
+                    }
                 }
             }
         }
@@ -791,6 +961,11 @@ impl TraceModel {
                 count: self.dropped_events,
             });
         }
+        if self.untracked_ranges > 0 {
+            w.push(Warning::UntrackedRanges {
+                count: self.untracked_ranges,
+            });
+        }
         for n in &self.notices {
             let pid = self
                 .processes
@@ -816,6 +991,8 @@ impl TraceModel {
         let events = alloc_events(&self.allocs, |_, a| a.kind.is_tracked());
         self.series.clear();
         self.allocated.clear();
+        self.series_slots.clear();
+        self.allocated_slots.clear();
         self.total = Timeline::new();
         self.total_live_bytes = 0;
         self.peak_bytes = 0;
@@ -1000,7 +1177,20 @@ pub struct LoadedTrace {
 pub struct Loader {
     decoder: Decoder,
     model: Option<TraceModel>,
+    /// Set when the model went over its budget ([`DecodeError::TooDense`]).
+    fatal: Option<DecodeError>,
 }
+
+/// Heap the model may take for a trace of `bytes` (FORMAT.md, "Robustness"): 16 times its
+/// bytes plus 32 MiB. Collectors' traces take about 2.5 times (a few bytes per allocation, a
+/// range or a sample tens of bytes for records of 10 to 20); only records built to be smaller
+/// than anything a collector writes reach it.
+pub const fn model_budget(bytes: u64) -> u64 {
+    bytes.saturating_mul(16).saturating_add(32 << 20)
+}
+
+/// Records between two checks of the model's heap against its budget.
+const BUDGET_CHECK_RECORDS: u64 = 1024;
 
 impl Loader {
     pub fn new() -> Self {
@@ -1014,6 +1204,9 @@ impl Loader {
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
     /// if it stopped (the same error is reported by `finish`).
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
+        if let Some(e) = &self.fatal {
+            return Err(e.clone());
+        }
         self.decoder.push(bytes);
         loop {
             let offset = self.decoder.bytes_consumed();
@@ -1025,6 +1218,19 @@ impl Loader {
                     }
                     if let Some(model) = self.model.as_mut() {
                         model.observe(rec, offset);
+                        if model.records.is_multiple_of(BUDGET_CHECK_RECORDS) {
+                            let used = model.heap_estimate();
+                            let consumed = self.decoder.bytes_consumed();
+                            if used > model_budget(consumed) {
+                                let e = DecodeError::TooDense {
+                                    offset: consumed,
+                                    model_bytes: used,
+                                    limit_bytes: model_budget(consumed),
+                                };
+                                self.fatal = Some(e.clone());
+                                return Err(e);
+                            }
+                        }
                     }
                 }
                 Ok(None) => {
@@ -1072,7 +1278,7 @@ impl Loader {
         Ok(LoadedTrace {
             model,
             warnings,
-            fatal: self.decoder.fatal().cloned(),
+            fatal: self.fatal.or_else(|| self.decoder.fatal().cloned()),
             bytes,
         })
     }

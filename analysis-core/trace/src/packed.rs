@@ -227,8 +227,10 @@ impl PackedColumn {
         if width > 0 {
             let mut out = [0u8; BLOCK * 8 + PAD];
             for k in 0..BLOCK {
+                // All 8 bytes: those past `width` are zeros, which the next value overwrites
+                // (and the last one writes into the padding).
                 let x = (value(k) - lo).to_le_bytes();
-                out[k * width..(k + 1) * width].copy_from_slice(&x[..width]);
+                out[k * width..k * width + 8].copy_from_slice(&x);
             }
             self.bytes.extend_from_slice(&out[..BLOCK * width + PAD]);
         }

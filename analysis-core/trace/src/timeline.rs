@@ -114,8 +114,23 @@ pub struct Bucket {
 }
 
 impl Timeline {
+    /// An upper bound of the heap one point takes (times and values packed at most 8 bytes
+    /// each, and its share of the pyramid), for memory budgets.
+    pub const POINT_HEAP_BYTES: usize = 24;
+    /// An upper bound of the heap an empty timeline takes once it has a point or two.
+    pub const EMPTY_HEAP_BYTES: usize = core::mem::size_of::<PointsData>() + 16 + 64;
+
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Heap bytes held by the points and the pyramid.
+    pub fn heap_bytes(&self) -> usize {
+        let d = &self.data;
+        d.times.heap_bytes()
+            + d.values.heap_bytes()
+            + (d.tail_times.capacity() + d.tail_values.capacity()) * 8
+            + d.levels.iter().map(|l| l.capacity() * 16).sum::<usize>()
     }
 
     /// Appends a point. Times must not decrease; a point at the same time as the previous one
