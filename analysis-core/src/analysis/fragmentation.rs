@@ -38,22 +38,19 @@ pub fn analyze(
     let third = m.last_ts_nanos.saturating_sub(m.first_ts_nanos) / 3;
     let middle_third = m.first_ts_nanos + third;
     let last_third = m.last_ts_nanos.saturating_sub(third);
-    let mut keys: Vec<(ProcessIdx, DeviceIdx, u64)> = Vec::new();
+    // Each pool's samples with reserve, in one pass (pools in key order).
+    let mut pools: alloc::collections::BTreeMap<
+        (ProcessIdx, DeviceIdx, u64),
+        Vec<&crate::format::PoolSample>,
+    > = alloc::collections::BTreeMap::new();
     for s in &m.pool_samples {
-        let k = (s.process, s.device, s.pool);
-        if !keys.contains(&k) {
-            keys.push(k);
+        let e = pools.entry((s.process, s.device, s.pool)).or_default();
+        if s.reserved_bytes > 0 {
+            e.push(s);
         }
     }
-    keys.sort();
     let mut out = Vec::new();
-    for (process, device, pool) in keys {
-        let samples: Vec<_> = m
-            .pool_samples
-            .iter()
-            .filter(|s| s.process == process && s.device == device && s.pool == pool)
-            .filter(|s| s.reserved_bytes > 0)
-            .collect();
+    for ((process, device, pool), samples) in pools {
         if samples.is_empty() {
             continue;
         }

@@ -41,6 +41,27 @@ pub fn end_of(m: &TraceModel, process: ProcessIdx) -> HistoryEnd {
     }
 }
 
+/// [`end_of`] for every process at once: the last exit record of each found in one pass.
+pub fn ends_by_process(m: &TraceModel) -> impl Fn(ProcessIdx) -> HistoryEnd + '_ {
+    let mut last: hashbrown::HashMap<ProcessIdx, &crate::format::ProcessExit> =
+        hashbrown::HashMap::new();
+    for e in &m.process_exits {
+        last.insert(e.process, e);
+    }
+    move |process| {
+        if m.header.ends_at == crate::format::TraceEnd::Snapshot {
+            return HistoryEnd::Snapshot;
+        }
+        match last.get(&process) {
+            Some(e) if e.signal.is_some() => HistoryEnd::Killed,
+            Some(e) if e.code.is_some() => HistoryEnd::Exited,
+            Some(_) => HistoryEnd::Cut,
+            None if m.clean_end => HistoryEnd::Exited,
+            None => HistoryEnd::Cut,
+        }
+    }
+}
+
 /// Where the traced program's history ends: that of its first (root) process.
 pub fn classify(m: &TraceModel) -> HistoryEnd {
     end_of(m, m.processes.first().map_or(ProcessIdx(0), |p| p.process))

@@ -9,6 +9,7 @@ use super::iterations::Iterations;
 use crate::format::ProcessIdx;
 use crate::model::TraceModel;
 use crate::stats::linear_fit;
+use hashbrown::HashMap;
 
 /// Samples at most per cause series.
 const MAX_SAMPLES: usize = 256;
@@ -18,31 +19,20 @@ pub(crate) const MIN_GROWTH_BYTES: i64 = 4096;
 
 /// Sample times: the starts of iterations from 0, and the end; and the index of the first
 /// steady-state sample.
+/// `last_activity` is the process's last allocation or attempt (a failed allocation is
+/// activity too), `None` when it made none.
 pub(crate) fn sample_times(
     m: &TraceModel,
     it: &Iterations,
     end: HistoryEnd,
-    sel: Option<ProcessIdx>,
+    last_activity: Option<u64>,
 ) -> Sampling {
     // The last sample: after an exit, the last allocation (from then on the program only frees
     // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
     // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
     // otherwise the end of the history (a snapshot or a kill freezes what was live).
-    let mine = |a: &crate::model::AllocRecord| sel.is_none_or(|p| a.process == p);
     let last = if end.program_finished() {
-        // Its last allocation or attempt: a failed allocation is activity too.
-        m.allocs
-            .iter()
-            .filter(mine)
-            .map(|a| a.ts_nanos)
-            .chain(
-                m.failed
-                    .iter()
-                    .filter(|f| sel.is_none_or(|p| f.record.process == p))
-                    .map(|f| f.record.ts_nanos),
-            )
-            .max()
-            .unwrap_or(m.last_ts_nanos)
+        last_activity.unwrap_or(m.last_ts_nanos)
     } else {
         m.last_ts_nanos
     };
@@ -108,33 +98,46 @@ impl ProcessSampling {
     }
 }
 
+/// Processes that get iterations of their own (those with the most allocations); the others
+/// share the trace's. Each costs a few passes over the history, so this bounds the work a
+/// trace naming thousands of processes makes.
+pub(crate) const MAX_PROCESSES_SAMPLED: usize = 64;
+
 pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSampling {
-    let mut procs: Vec<ProcessIdx> = m.processes.iter().map(|p| p.process).collect();
+    // Allocations and last activity per process, for every process named, in one pass.
+    let mut counts: HashMap<ProcessIdx, u64> = m.processes.iter().map(|p| (p.process, 0)).collect();
+    let mut last: HashMap<ProcessIdx, u64> = HashMap::new();
     for a in &m.allocs {
-        if !procs.contains(&a.process) && procs.len() < 4096 {
-            procs.push(a.process);
-        }
+        *counts.entry(a.process).or_default() += 1;
+        let l = last.entry(a.process).or_insert(a.ts_nanos);
+        *l = (*l).max(a.ts_nanos);
     }
+    for f in &m.failed {
+        let l = last.entry(f.record.process).or_insert(f.record.ts_nanos);
+        *l = (*l).max(f.record.ts_nanos);
+    }
+    let ends = super::history::ends_by_process(m);
+    let mut procs: Vec<ProcessIdx> = counts.keys().copied().collect();
     procs.sort_unstable();
-    procs.dedup();
     if procs.is_empty() {
         procs.push(ProcessIdx(0));
     }
     let single = procs.len() <= 1;
+    // The processes sampled on their own: the most allocations first, then by index.
+    let mut own_sampled: Vec<(u64, ProcessIdx)> = counts.iter().map(|(&p, &n)| (n, p)).collect();
+    own_sampled.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    own_sampled.truncate(MAX_PROCESSES_SAMPLED);
     let list = procs
         .iter()
         .map(|&p| {
             let own;
-            let its = if single {
+            let its = if single || !own_sampled.iter().any(|&(_, q)| q == p) {
                 it
             } else {
                 own = super::iterations::detect_in(m, Some(p));
                 &own
             };
-            (
-                p,
-                sample_times(m, its, super::history::end_of(m, p), Some(p)),
-            )
+            (p, sample_times(m, its, ends(p), last.get(&p).copied()))
         })
         .collect();
     ProcessSampling { list }
