@@ -128,12 +128,11 @@ impl<T: Copy> Chunked<T> {
 
     /// Heap bytes held (capacity, not length).
     pub fn heap_bytes(&self) -> usize {
+        // Every chunk but the last was made at, or grew by doubling to, exactly `CHUNK`.
+        let last = self.chunks.last().map_or(0, Vec::capacity);
+        let full = self.chunks.len().saturating_sub(1) * Self::CHUNK;
         self.chunks.capacity() * core::mem::size_of::<Vec<T>>()
-            + self
-                .chunks
-                .iter()
-                .map(|c| c.capacity() * core::mem::size_of::<T>())
-                .sum::<usize>()
+            + (full + last) * core::mem::size_of::<T>()
     }
 }
 

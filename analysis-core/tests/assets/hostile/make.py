@@ -22,6 +22,14 @@ tiny-entries.pickle     2 million distinct allocations of 19 bytes each: refused
                         entries for its size
 nones.pickle            32 million Nones (one byte each, 8 in memory): refused, too dense
 empty-containers.json   10 million `[]` in one array: refused, too dense
+tiny-samples.msgpack    5 million device samples of 3 bytes (56 in the model): stopped at the
+                        model's budget of 16 times the bytes read plus 32 MiB
+min-allocs.msgpack      4 million allocation records of 5 bytes, never freed: read, within 8x
+open-ranges.msgpack     300,000 NVTX ranges that never end (8 bytes each): read, the first 256
+                        followed, the rest counted in one warning
+resets.msgpack          200,000 allocations each followed by a context reset: read, in linear
+                        time
+pools.msgpack           200,000 pool samples, each of a new pool: read, in linear time
 """
 import os
 import pickle
@@ -70,3 +78,18 @@ dump("tiny-entries.pickle", {"segments": [], "device_traces": [
     [{"action": "alloc", "size": 1, "addr": i * 512} for i in range(2 << 20)]]})
 dump("nones.pickle", {"segments": [], "x": [None] * (32 << 20)})
 write("empty-containers.json", b'{"segments": [], "x": [' + b",".join([b"[]"] * (10 << 20)) + b"]}")
+
+# Trace records: [tag, fields...] as MessagePack arrays of small ints.
+write("tiny-samples.msgpack", HEADER + b"\x92\x16\x00" * 5_000_000)
+write("min-allocs.msgpack", HEADER + b"\x94\x10\x00\x01\x00" * 4_000_000)
+write(
+    "open-ranges.msgpack",
+    HEADER + b"".join(b"\x93\x13\x01\xce" + struct.pack(">I", i) for i in range(300_000)),
+)
+# An allocation of 7 bytes on device 0 (dt 1), then a reset of (process 0, device 0) (dt 1).
+write("resets.msgpack", HEADER + b"\x94\x10\x01\x07\x01\x94\x1b\x01\x00\x00" * 200_000)
+# pool_sample: dt 1, device 0, pool i.
+write(
+    "pools.msgpack",
+    HEADER + b"".join(b"\x94\x17\x01\x00\xce" + struct.pack(">I", i) for i in range(200_000)),
+)
