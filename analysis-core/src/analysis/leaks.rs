@@ -407,6 +407,12 @@ fn series_growth(
     sampling: &ProcessSampling,
     rows: &[Growth],
 ) -> Vec<(ProcessIdx, DeviceIdx, i64, i64)> {
+    // What the leaking rows explain, per (process, device), in one pass over the rows.
+    let mut explained_by: HashMap<(ProcessIdx, DeviceIdx), i64> = HashMap::new();
+    for r in rows.iter().filter(|r| r.leaking && !r.pinned_host) {
+        let e = explained_by.entry((r.process, r.device)).or_default();
+        *e = e.saturating_add(super::signed_diff(r.end_bytes, r.steady_start_bytes));
+    }
     let mut out = Vec::new();
     for s in m.series.iter().filter(|s| !s.key.host) {
         let sm = sampling.of(s.key.process);
@@ -414,12 +420,10 @@ fn series_growth(
         if n > steady + 3 {
             let g = i128::from(s.timeline.value_at(times[n - 1]))
                 - i128::from(s.timeline.value_at(times[steady]));
-            let explained: i64 = rows
-                .iter()
-                .filter(|r| r.leaking && !r.pinned_host)
-                .filter(|r| r.process == s.key.process && r.device == s.key.device)
-                .map(|r| super::signed_diff(r.end_bytes, r.steady_start_bytes))
-                .fold(0i64, i64::saturating_add);
+            let explained = explained_by
+                .get(&(s.key.process, s.key.device))
+                .copied()
+                .unwrap_or(0);
             out.push((
                 s.key.process,
                 s.key.device,
@@ -830,10 +834,17 @@ fn end_groups(
     }
     let idle = ((duration as f64 * c.thread_idle_fraction) as u64).max(1);
     let mut out = Vec::with_capacity(by.len());
+    // The last activity of each process (any of its threads), and how each history ends.
+    let mut process_last_ts: HashMap<ProcessIdx, u64> = HashMap::new();
+    for (&(p, _), &t) in &m.thread_last_ts {
+        let e = process_last_ts.entry(p).or_default();
+        *e = (*e).max(t);
+    }
+    let end_of = super::history::ends_by_process(m);
     for (ci, mut g) in by {
         g.threads.sort();
         let (process, _, host, label) = &causes.keys[ci];
-        let end = super::history::end_of(m, *process);
+        let end = end_of(*process);
         let (alloc_count, free_count, mut lifetimes) = counts.remove(&ci).unwrap_or_default();
         let thread_last = g
             .threads
@@ -843,13 +854,7 @@ fn end_groups(
             .unwrap_or(0);
         // The thread went quiet while its process went on: a whole process that stops
         // allocating (a program in its last phase, or killed) has not lost a thread.
-        let process_last = m
-            .thread_last_ts
-            .iter()
-            .filter(|((p, _), _)| p == process)
-            .map(|(_, &t)| t)
-            .max()
-            .unwrap_or(0);
+        let process_last = process_last_ts.get(process).copied().unwrap_or(0);
         let thread_gone = duration > 0
             && last.saturating_sub(thread_last) >= idle
             && last.saturating_sub(g.last_ts) >= idle

@@ -30,6 +30,9 @@ open-ranges.msgpack     300,000 NVTX ranges that never end (8 bytes each): read,
 resets.msgpack          200,000 allocations each followed by a context reset: read, in linear
                         time
 pools.msgpack           200,000 pool samples, each of a new pool: read, in linear time
+processes.msgpack       100,000 processes with one allocation each, each followed by a
+                        150-byte record of an unknown kind (so the model's budget allows them):
+                        read, in linear time
 """
 import os
 import pickle
@@ -92,4 +95,15 @@ write("resets.msgpack", HEADER + b"\x94\x10\x01\x07\x01\x94\x1b\x01\x00\x00" * 2
 write(
     "pools.msgpack",
     HEADER + b"".join(b"\x94\x17\x01\x00\xce" + struct.pack(">I", i) for i in range(200_000)),
+)
+# An allocation (dt 1, size 1, the rest 0) of process i, then an unknown record (tag 99) of 150
+# bytes.
+write(
+    "processes.msgpack",
+    HEADER
+    + b"".join(
+        bytes([0x9B, 0x10, 1, 1, 0, 0, 0, 0, 0, 0, 0]) + b"\xce" + struct.pack(">I", i)
+        + bytes([0x92, 0x63, 0xC4, 150]) + bytes(150)
+        for i in range(100_000)
+    ),
 )
