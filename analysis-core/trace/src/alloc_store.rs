@@ -32,21 +32,6 @@ pub struct AllocRecord {
 }
 
 impl AllocRecord {
-    /// A placeholder (buffers of records to be filled).
-    pub const EMPTY: Self = Self {
-        ts_nanos: 0,
-        free_ts_nanos: LIVE,
-        size_bytes: 0,
-        address: 0,
-        stack: StackId(0),
-        thread: ThreadIdx(0),
-        device: DeviceIdx(0),
-        process: ProcessIdx(0),
-        range_slot: 0,
-        kind: AllocKind::Device,
-        free_kind: FreeKind::Immediate,
-    };
-
     pub const fn is_live(&self) -> bool {
         self.free_ts_nanos == LIVE
     }
@@ -170,38 +155,40 @@ impl AllocStore {
         self.len().checked_sub(1).map(|i| self.at(i))
     }
 
+    /// Field `i` of the history: from the tail's record, or read from `column`.
+    #[inline]
+    fn field(
+        &self,
+        i: usize,
+        column: impl FnOnce(usize) -> u64,
+        in_tail: impl FnOnce(&AllocRecord) -> u64,
+    ) -> u64 {
+        match i.checked_sub(self.packed()) {
+            Some(k) => in_tail(&self.tail[k]),
+            None => column(i),
+        }
+    }
+
     /// The allocation time of `i`.
     #[inline]
     pub fn ts(&self, i: usize) -> u64 {
-        match i.checked_sub(self.packed()) {
-            Some(k) => self.tail[k].ts_nanos,
-            None => self.ts.get(i),
-        }
+        self.field(i, |i| self.ts.get(i), |a| a.ts_nanos)
     }
 
     #[inline]
     pub fn size(&self, i: usize) -> u64 {
-        match i.checked_sub(self.packed()) {
-            Some(k) => self.tail[k].size_bytes,
-            None => self.size.get(i),
-        }
+        self.field(i, |i| self.size.get(i), |a| a.size_bytes)
     }
 
     /// The free time of `i` ([`LIVE`] while live).
     #[inline]
     pub fn free_ts(&self, i: usize) -> u64 {
-        match i.checked_sub(self.packed()) {
-            Some(k) => self.tail[k].free_ts_nanos,
-            None => self.free_ts.get(i),
-        }
+        self.field(i, |i| self.free_ts.get(i), |a| a.free_ts_nanos)
     }
 
     #[inline]
     pub fn is_live(&self, i: usize) -> bool {
-        match i.checked_sub(self.packed()) {
-            Some(k) => self.tail[k].is_live(),
-            None => self.free_ts.get(i) == LIVE,
-        }
+        self.free_ts(i) == LIVE
     }
 
     /// Records the release of `i`.

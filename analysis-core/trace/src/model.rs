@@ -1197,10 +1197,6 @@ impl Loader {
         Self::default()
     }
 
-    fn new_model(&self, header: Header) -> TraceModel {
-        TraceModel::new(header)
-    }
-
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
     /// if it stopped (the same error is reported by `finish`).
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
@@ -1214,7 +1210,7 @@ impl Loader {
                 Ok(Some(rec)) => {
                     if self.model.is_none() {
                         let h = self.decoder.header().cloned().unwrap_or_default();
-                        self.model = Some(self.new_model(h));
+                        self.model = Some(TraceModel::new(h));
                     }
                     if let Some(model) = self.model.as_mut() {
                         model.observe(rec, offset);
@@ -1237,7 +1233,7 @@ impl Loader {
                     if self.model.is_none()
                         && let Some(h) = self.decoder.header()
                     {
-                        self.model = Some(self.new_model(h.clone()));
+                        self.model = Some(TraceModel::new(h.clone()));
                     }
                     return Ok(());
                 }

@@ -101,20 +101,6 @@ impl<T: Copy> Chunked<T> {
         &self.chunks[c][o..o + n]
     }
 
-    /// Copies `out.len()` elements from index `from` into `out`.
-    #[inline]
-    pub fn copy_to(&self, from: usize, out: &mut [T]) {
-        let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
-        match self.chunks[c].get(o..o + out.len()) {
-            Some(src) => out.copy_from_slice(src),
-            None => {
-                for (k, x) in out.iter_mut().enumerate() {
-                    *x = self.get(from + k);
-                }
-            }
-        }
-    }
-
     /// The element at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub fn get(&self, i: usize) -> T {
@@ -291,7 +277,7 @@ impl PackedColumn {
 }
 
 /// A column of `u64` values with a block being filled: [`PackedColumn`] plus its tail, for
-/// owners that keep one column.
+/// owners that keep columns apart (a timeline's times and values).
 #[derive(Clone, Debug, Default)]
 pub struct Column {
     packed: PackedColumn,

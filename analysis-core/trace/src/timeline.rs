@@ -5,7 +5,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
-use crate::packed::{BLOCK, PackedColumn};
+use crate::packed::{BLOCK, Column};
 
 /// Pyramid fan-out: each level summarises blocks of `FANOUT` entries of the level below.
 const FANOUT: usize = 8;
@@ -19,14 +19,11 @@ pub struct Timeline {
     data: Arc<PointsData>,
 }
 
-/// The points, packed by column (`packed`): times and values of whole blocks of
-/// [`BLOCK`] points packed, the last ones as they are.
+/// The points, packed by column (`packed`): times and values each a [`Column`].
 #[derive(Clone, Debug, Default)]
 struct PointsData {
-    times: PackedColumn,
-    values: PackedColumn,
-    tail_times: Vec<u64>,
-    tail_values: Vec<u64>,
+    times: Column,
+    values: Column,
     /// `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points.
     levels: Vec<Vec<(u64, u64)>>,
 }
@@ -34,30 +31,17 @@ struct PointsData {
 impl PointsData {
     #[inline]
     fn len(&self) -> usize {
-        self.times.len() + self.tail_times.len()
-    }
-
-    fn last_time(&self) -> Option<u64> {
-        match self.tail_times.last() {
-            Some(&t) => Some(t),
-            None => self.len().checked_sub(1).map(|i| self.time(i)),
-        }
+        self.times.len()
     }
 
     #[inline]
     fn time(&self, i: usize) -> u64 {
-        match i.checked_sub(self.times.len()) {
-            Some(k) => self.tail_times[k],
-            None => self.times.get(i),
-        }
+        self.times.get(i)
     }
 
     #[inline]
     fn value(&self, i: usize) -> u64 {
-        match i.checked_sub(self.values.len()) {
-            Some(k) => self.tail_values[k],
-            None => self.values.get(i),
-        }
+        self.values.get(i)
     }
 
     /// The first index whose time does not satisfy `pred` (true for a prefix of the times,
@@ -73,32 +57,6 @@ impl PointsData {
             }
         }
         lo
-    }
-
-    /// Decodes the values of block `b` into `out`; returns how many it holds.
-    fn decode_values(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
-        if b < self.values.blocks() {
-            self.values.decode(b, out);
-            BLOCK
-        } else if b == self.values.blocks() {
-            out[..self.tail_values.len()].copy_from_slice(&self.tail_values);
-            self.tail_values.len()
-        } else {
-            0
-        }
-    }
-
-    /// Decodes the times of block `b` into `out`; returns how many it holds.
-    fn decode_times(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
-        if b < self.times.blocks() {
-            self.times.decode(b, out);
-            BLOCK
-        } else if b == self.times.blocks() {
-            out[..self.tail_times.len()].copy_from_slice(&self.tail_times);
-            self.tail_times.len()
-        } else {
-            0
-        }
     }
 }
 
@@ -129,7 +87,6 @@ impl Timeline {
         let d = &self.data;
         d.times.heap_bytes()
             + d.values.heap_bytes()
-            + (d.tail_times.capacity() + d.tail_values.capacity()) * 8
             + d.levels.iter().map(|l| l.capacity() * 16).sum::<usize>()
     }
 
@@ -138,19 +95,12 @@ impl Timeline {
     #[inline]
     pub fn push(&mut self, t: u64, v: u64) {
         let d = Arc::make_mut(&mut self.data);
-        let t = match d.last_time() {
+        let t = match d.times.last() {
             Some(last) if t < last => last,
             _ => t,
         };
-        d.tail_times.push(t);
-        d.tail_values.push(v);
-        if d.tail_times.len() == BLOCK {
-            let (ts, vs) = (&d.tail_times, &d.tail_values);
-            d.times.append(|k| ts[k]);
-            d.values.append(|k| vs[k]);
-            d.tail_times.clear();
-            d.tail_values.clear();
-        }
+        d.times.push(t);
+        d.values.push(v);
     }
 
     pub fn len(&self) -> usize {
@@ -222,7 +172,7 @@ impl Timeline {
         let mut first: Vec<(u64, u64)> = Vec::with_capacity(d.len().div_ceil(FANOUT));
         let mut buf = [0u64; BLOCK];
         for b in 0.. {
-            let n = d.decode_values(b, &mut buf);
+            let n = d.values.decode_block(b, &mut buf);
             if n == 0 {
                 break;
             }
@@ -452,8 +402,8 @@ impl Iterator for Points<'_> {
         }
         let b = self.next / BLOCK;
         if b != self.block {
-            self.data.decode_times(b, &mut self.times);
-            self.data.decode_values(b, &mut self.values);
+            self.data.times.decode_block(b, &mut self.times);
+            self.data.values.decode_block(b, &mut self.values);
             self.block = b;
         }
         let k = self.next % BLOCK;
