@@ -199,3 +199,23 @@ fn huge_sizes_saturate_instead_of_overflowing() {
     let report = summarize(&t);
     assert_eq!(report.peak_bytes, u64::MAX);
 }
+
+/// Inputs the decode fuzz target found panicking, kept as they are
+/// (`analysis-core/tests/assets/fuzz/`): each loads and is analysed without a panic.
+/// `sample-before-iteration.msgpack`: a process whose last activity precedes the start of its
+/// last sampled iteration (debug builds panicked subtracting the two in `sample_times`).
+#[test]
+fn fuzz_findings_load_and_analyse() {
+    let _g = SERIAL.lock();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/assets/fuzz");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz assets") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("readable");
+        if let Ok(t) = load_bounded(&bytes) {
+            let _ = summarize(&t);
+        }
+        seen += 1;
+    }
+    assert!(seen >= 1);
+}

@@ -57,7 +57,7 @@ pub(crate) fn sample_times(
             .checked_sub(1)
             .map_or(m.first_ts_nanos, |i| it.starts_nanos[i]);
         let period = it.median_period_nanos.max(1) as f64;
-        iters.push(n.saturating_sub(1) as f64 + (last - last_start) as f64 / period);
+        iters.push(n.saturating_sub(1) as f64 + last.saturating_sub(last_start) as f64 / period);
     }
     let steady = steady.min(times.len());
     let secs = times
