@@ -268,16 +268,7 @@ fn points_until(tl: &Timeline, from: usize, t: u64) -> usize {
         lo += step;
         step *= 2;
     }
-    let mut hi = (lo + step).min(n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if tl.time(mid) <= t {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
+    tl.partition_point_in(lo, (lo + step).min(n), |x| x <= t)
 }
 
 /// Samples `sites` (bottom band first) and `whole` over `[t0, t1)` in `columns` columns of

@@ -270,6 +270,45 @@ impl PackedColumn {
         }
     }
 
+    /// The smallest value of block `b` (its first, in a column whose values never decrease).
+    #[inline]
+    fn block_min(&self, b: usize) -> u64 {
+        self.heads[b].base
+    }
+
+    /// In block `b`, whose values never decrease: the first index in `[from, to)` (indices in
+    /// the column, within the block) whose value does not satisfy `pred`, or `to`.
+    fn partition_in_block(
+        &self,
+        b: usize,
+        mut from: usize,
+        mut to: usize,
+        mut pred: impl FnMut(u64) -> bool,
+    ) -> usize {
+        let h = self.heads[b];
+        let width = h.width();
+        if width == 0 {
+            return if from < to && pred(h.base) { to } else { from };
+        }
+        let src = self.bytes.run(h.start(), BLOCK * width + PAD);
+        let mask = u64::MAX >> (64 - 8 * width);
+        let at = |i: usize| {
+            let k = (i % BLOCK) * width;
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&src[k..k + 8]);
+            h.base.wrapping_add(u64::from_le_bytes(w) & mask)
+        };
+        while from < to {
+            let mid = from + (to - from) / 2;
+            if pred(at(mid)) {
+                from = mid + 1;
+            } else {
+                to = mid;
+            }
+        }
+        from
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.heads.capacity() * core::mem::size_of::<Head>() + self.bytes.heap_bytes()
@@ -333,6 +372,49 @@ impl Column {
     /// Number of blocks, the last one possibly partial.
     pub fn blocks(&self) -> usize {
         self.packed.blocks() + usize::from(!self.tail.is_empty())
+    }
+
+    /// For a column whose values never decrease: `lo + self[lo..hi].partition_point(pred)`,
+    /// the first index in `[lo, hi)` whose value does not satisfy `pred` (which must hold for
+    /// a prefix of them), or `hi`. Searches the blocks' first values (kept unpacked) and then
+    /// one block, so a search reads one block's bytes rather than a value from each of
+    /// log2(n) blocks.
+    pub fn partition_sorted(
+        &self,
+        lo: usize,
+        hi: usize,
+        mut pred: impl FnMut(u64) -> bool,
+    ) -> usize {
+        let hi = hi.min(self.len());
+        if lo >= hi {
+            return lo.min(hi);
+        }
+        let first = |b: usize| {
+            if b < self.packed.blocks() {
+                self.packed.block_min(b)
+            } else {
+                self.tail[0]
+            }
+        };
+        // Blocks that start inside (lo, hi): the first whose first value fails `pred`.
+        let (mut a, mut z) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
+        while a < z {
+            let mid = a + (z - a) / 2;
+            if pred(first(mid)) {
+                a = mid + 1;
+            } else {
+                z = mid;
+            }
+        }
+        // The answer lies in block a - 1, or is block a's first index.
+        let b = a - 1;
+        let (from, to) = (lo.max(b * BLOCK), hi.min(a * BLOCK));
+        if b < self.packed.blocks() {
+            self.packed.partition_in_block(b, from, to, pred)
+        } else {
+            let base = self.packed.len();
+            from + self.tail[from - base..to - base].partition_point(|&v| pred(v))
+        }
     }
 
     /// Decodes block `b` into `out`; returns how many values it holds (fewer than [`BLOCK`]
@@ -416,6 +498,42 @@ mod tests {
         fn any_values_round_trip(values in proptest::collection::vec(any::<u64>(), 0..700), spread in 0u32..64) {
             let values: Vec<u64> = values.iter().map(|v| v >> spread).collect();
             check(&values);
+        }
+
+        #[test]
+        fn sorted_search_matches_the_slice(
+            steps in proptest::collection::vec(0u64..1000, 0..700),
+            shift in 0u32..40,
+            probes in proptest::collection::vec((any::<usize>(), any::<usize>(), any::<u64>()), 1..40),
+        ) {
+            // Non-decreasing values, runs of equal ones included (a step of 0).
+            let mut values = Vec::with_capacity(steps.len());
+            let mut t = 0u64;
+            for s in steps {
+                t += s.saturating_sub(300) << shift;
+                values.push(t);
+            }
+            let mut c = Column::new();
+            for &v in &values {
+                c.push(v);
+            }
+            let n = values.len();
+            for (a, b, x) in probes {
+                let (lo, hi) = (a % (n + 2), b % (n + 2));
+                let x = if n > 0 && x % 3 != 0 { values[(x as usize) % n] } else { x >> 20 };
+                let want = if lo >= hi.min(n) {
+                    lo.min(hi.min(n))
+                } else {
+                    lo + values[lo..hi.min(n)].partition_point(|&v| v < x)
+                };
+                prop_assert_eq!(c.partition_sorted(lo, hi, |v| v < x), want, "lo {} hi {} x {}", lo, hi, x);
+                let want = if lo >= hi.min(n) {
+                    lo.min(hi.min(n))
+                } else {
+                    lo + values[lo..hi.min(n)].partition_point(|&v| v <= x)
+                };
+                prop_assert_eq!(c.partition_sorted(lo, hi, |v| v <= x), want);
+            }
         }
     }
 }

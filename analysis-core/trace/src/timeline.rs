@@ -46,17 +46,8 @@ impl PointsData {
 
     /// The first index whose time does not satisfy `pred` (true for a prefix of the times,
     /// which never decrease).
-    fn partition_time(&self, mut pred: impl FnMut(u64) -> bool) -> usize {
-        let (mut lo, mut hi) = (0usize, self.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if pred(self.time(mid)) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+    fn partition_time(&self, pred: impl FnMut(u64) -> bool) -> usize {
+        self.times.partition_sorted(0, self.len(), pred)
     }
 }
 
@@ -137,6 +128,12 @@ impl Timeline {
     /// of the points (as `slice::partition_point` over the times), e.g. `|t| t < t0`.
     pub fn partition_point(&self, pred: impl FnMut(u64) -> bool) -> usize {
         self.data.partition_time(pred)
+    }
+
+    /// [`Self::partition_point`] within point indices `[lo, hi)`: the first index there whose
+    /// time does not satisfy `pred`, or `hi` (capped at `len()`).
+    pub fn partition_point_in(&self, lo: usize, hi: usize, pred: impl FnMut(u64) -> bool) -> usize {
+        self.data.times.partition_sorted(lo, hi, pred)
     }
 
     /// The points `(time, value)` in order.
@@ -341,18 +338,7 @@ impl Timeline {
         let d = &self.data;
         let n = d.len();
         // `lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t)`.
-        let search = |lo: usize, hi: usize| -> usize {
-            let (mut a, mut b) = (lo + 1, hi);
-            while a < b {
-                let mid = a + (b - a) / 2;
-                if d.time(mid) < t {
-                    a = mid + 1;
-                } else {
-                    b = mid;
-                }
-            }
-            a
-        };
+        let search = |lo: usize, hi: usize| d.times.partition_sorted(lo + 1, hi, |x| x < t);
         let g = guess.clamp(from, n);
         if g == n || d.time(g) >= t {
             // The answer is at or before g: gallop back to a time below t.
