@@ -481,6 +481,15 @@ impl Plot {
     }
 }
 
+/// Width of the y axis's labels, pixels.
+const Y_LABEL_PX: i32 = 72;
+
+/// Columns of the plot on a chart `width` pixels wide: one per pixel between the y axis's
+/// labels and the right margin.
+pub fn plot_columns(width: u32) -> usize {
+    (i32::try_from(width).unwrap_or(i32::MAX) - Y_LABEL_PX - 16).max(1) as usize
+}
+
 /// Draws `spec` on `root` (which it clears) and returns the pixel/time mapping: the axes, then
 /// the hidden gap, the stacked call sites, the layers, the limits, the NVTX ranges, the
 /// markers, the pin and the legend, each drawn by its own function below.
@@ -493,8 +502,8 @@ pub fn draw<DB: DrawingBackend>(
     let (t0, t1) = (spec.t0, spec.t1.max(spec.t0 + 1));
     let (w, _) = root.dim_in_pixel();
     // First pass: the plot width decides the number of columns; the y range needs the data.
-    let y_label_px = 72;
-    let columns = (w as i32 - y_label_px - 16).max(1) as usize;
+    let y_label_px = Y_LABEL_PX;
+    let columns = plot_columns(w);
     let buckets: Vec<Vec<analysis_core::timeline::Bucket>> = spec
         .layers
         .iter()

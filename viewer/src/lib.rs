@@ -24,6 +24,7 @@ pub mod data;
 pub mod filter;
 pub mod flame;
 pub mod markers;
+pub mod served;
 pub mod site_series;
 pub mod state;
 pub mod ticks;

@@ -1,11 +1,12 @@
 // Page object of the viewer's shell: opening traces (drop, file dialog, URL), the tabs, the
 // header's links, and the errors the page reported. The views' own page objects hang off it:
 // `viewer.overview`, `viewer.timeline`, `viewer.sites`, `viewer.leaks`, `viewer.spikes`,
-// `viewer.errorPanel`.
+// `viewer.errorPanel`, `viewer.served` (server mode).
 import fs from 'node:fs';
 import { LOAD_TIMEOUT, artifact } from '../harness.mjs';
 import { dropFile } from '../lib.mjs';
 import { OverviewPage } from './overview.mjs';
+import { ServedPage } from './served.mjs';
 import { TimelinePage } from './timeline.mjs';
 import { SitesPage, LeaksPage, SpikesPage, ErrorPanel } from './tables.mjs';
 
@@ -35,6 +36,7 @@ export class Viewer {
     this.leaks = new LeaksPage(this);
     this.spikes = new SpikesPage(this);
     this.errorPanel = new ErrorPanel(this);
+    this.served = new ServedPage(this);
   }
 
   goto(url) { return this.page.goto(url); }

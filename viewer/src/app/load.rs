@@ -336,6 +336,26 @@ pub async fn open_url(url: &str) -> Result<(Source, Option<u64>), String> {
     Ok((Source::Stream(reader), total))
 }
 
+/// The size of the file at `url` as the server gives it to a `HEAD` request (`gpucollect serve`
+/// does), without downloading it; `None` where it does not say or does not answer (the
+/// download that follows then says what went wrong).
+pub async fn size_of_url(url: &str) -> Option<u64> {
+    let init = web_sys::RequestInit::new();
+    init.set_method("HEAD");
+    let resp = JsFuture::from(window().fetch_with_str_and_init(url, &init))
+        .await
+        .ok()?;
+    let resp: web_sys::Response = resp.unchecked_into();
+    if !resp.ok() {
+        return None;
+    }
+    resp.headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse().ok())
+}
+
 /// Why a download of `url` got no answer at all, in words. The browser gives one reason for
 /// every such failure ("Failed to fetch"): for another site's URL the likely ones are this
 /// page's Content-Security-Policy (`gpucollect serve` lets it download from its own origin and

@@ -10,6 +10,7 @@ mod dom;
 mod flame;
 mod load;
 mod read_worker;
+mod served;
 mod timeline;
 mod views;
 
@@ -42,15 +43,26 @@ pub struct Ctx {
     /// Counts finished runs of the detectors: the views that show their results (the report,
     /// the markers) follow it.
     pub detections: RwSignal<u64>,
+    /// The trace open in server mode, if one is.
+    pub served: RwSignal<Option<Arc<served::Served>>>,
 }
 
 impl Ctx {
+    /// The open trace's whole window, in the page or on the server.
+    fn extent(&self) -> Option<(u64, u64)> {
+        match self.analysis.get_untracked() {
+            Some(a) => Some(a.time_extent()),
+            None => self
+                .served
+                .with_untracked(|s| s.as_ref().map(|s| s.extent())),
+        }
+    }
+
     /// Zooms by `factor` (< 1 zooms in) around `center` (default: the window's middle).
     pub fn zoom(&self, factor: f64, center: Option<u64>) {
-        let Some(a) = self.analysis.get_untracked() else {
+        let Some(full) = self.extent() else {
             return;
         };
-        let full = a.time_extent();
         self.vs.update(|v| {
             let cur = v.range_nanos.unwrap_or(full);
             let c = center.unwrap_or(cur.0 + (cur.1 - cur.0) / 2);
@@ -61,10 +73,9 @@ impl Ctx {
 
     /// Moves the window by `fraction` of its width.
     pub fn pan(&self, fraction: f64) {
-        let Some(a) = self.analysis.get_untracked() else {
+        let Some(full) = self.extent() else {
             return;
         };
-        let full = a.time_extent();
         self.vs.update(|v| {
             let cur = v.range_nanos.unwrap_or(full);
             let r = pan_range(cur, fraction, full);
@@ -96,11 +107,13 @@ pub fn App() -> impl IntoView {
     let generation = StoredValue::new(0u64);
     let local_trace = StoredValue::new_local(None);
     let detections = RwSignal::new(0u64);
+    let served = RwSignal::new(None);
     let ctx = Ctx {
         vs,
         analysis,
         local_trace,
         detections,
+        served,
     };
 
     // The URL fragment follows the view state, written once the state has been still for a
@@ -138,6 +151,7 @@ pub fn App() -> impl IntoView {
                 LoadState::Idle | LoadState::Done { .. }
             );
         analysis.set(None);
+        served.set(None);
         if replaces {
             load_state.set(LoadState::Loading(load::Progress::starting(
                 name.clone(),
@@ -215,7 +229,48 @@ pub fn App() -> impl IntoView {
             true,
         );
     } else if let Some(url) = dom::query_param("trace") {
+        // A trace of a gpucollect server too big for the page (or with `mode=server`) stays
+        // there: the page asks for its summaries instead (`crate::served`).
+        let open_served = move |url: String, total: Option<u64>, max: u64, asked: bool| {
+            let mut p = load::Progress::starting(url.clone(), total);
+            p.phase = "the server is analysing it";
+            load_state.set(LoadState::Loading(p));
+            leptos::task::spawn_local(async move {
+                let started = dom::now_ms();
+                match served::open(url, total, max, asked).await {
+                    Ok(s) => {
+                        served.set(Some(Arc::new(s)));
+                        load_state.set(LoadState::Done {
+                            elapsed_ms: dom::now_ms() - started,
+                        });
+                        dom::mark("gpucollect:served-summary");
+                    }
+                    Err(msg) => load_state.set(LoadState::Failed(msg)),
+                }
+            });
+        };
         leptos::task::spawn_local(async move {
+            let (asked, max) = match mode_of_address() {
+                Ok(m) => m,
+                Err(msg) => {
+                    load_state.set(LoadState::Failed(msg));
+                    return;
+                }
+            };
+            use crate::served::Mode;
+            let summarised = crate::served::endpoint(&url, "summary", "").is_some();
+            if asked == Some(Mode::Server) {
+                open_served(url, None, max, true);
+                return;
+            }
+            // The size decides before anything is downloaded (a HEAD request).
+            if summarised && asked.is_none() {
+                let size = load::size_of_url(&url).await;
+                if crate::served::choose(asked, summarised, size, max) == Mode::Server {
+                    open_served(url, size, max, false);
+                    return;
+                }
+            }
             match load::open_url(&url).await {
                 Ok((src, total)) => start(src, url, total, true),
                 Err(msg) => load_state.set(LoadState::Failed(msg)),
@@ -308,11 +363,29 @@ pub fn App() -> impl IntoView {
     }
 }
 
-/// The page's main part: the open trace's views, or what `otherwise` shows while none is open.
+/// What the address asks of a `?trace=` load: the mode (`?mode=`) and the largest trace the
+/// page downloads itself (`?max_download=`).
+fn mode_of_address() -> Result<(Option<crate::served::Mode>, u64), String> {
+    let mode = crate::served::mode_param(dom::query_param("mode").as_deref())?;
+    let max = match dom::query_param("max_download") {
+        None => crate::served::DEFAULT_MAX_DOWNLOAD,
+        Some(v) => crate::served::parse_bytes(&v).ok_or_else(|| {
+            format!(
+                "the address gives max_download={v}, which is not a size: give bytes, e.g. \
+                 max_download=500MiB"
+            )
+        })?,
+    };
+    Ok((mode, max))
+}
+
+/// The page's main part: the open trace's views (in the page, or the server's answers in
+/// server mode), or what `otherwise` shows while none is open.
 fn main_part(ctx: Ctx, otherwise: Arc<dyn Fn() -> AnyView + Send + Sync>) -> AnyView {
-    (move || match ctx.analysis.get() {
-        Some(a) => view! { <Loaded a=a ctx=ctx /> }.into_any(),
-        None => otherwise(),
+    (move || match (ctx.analysis.get(), ctx.served.get()) {
+        (Some(a), _) => view! { <Loaded a=a ctx=ctx /> }.into_any(),
+        (None, Some(s)) => view! { <served::ServedView s=s ctx=ctx /> }.into_any(),
+        (None, None) => otherwise(),
     })
     .into_any()
 }
@@ -513,6 +586,9 @@ fn Loaded(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         <nav class="tabs" role="tablist" data-testid="tabs">
             {tabs}
             <span class="source muted" data-testid="source">{a.source.clone()}</span>
+            <span class="mode muted" data-testid="mode" data-mode="local"
+                title="The trace was read into this page and analysed here (a trace too big for the page opens in server mode)">
+                "· analysed in this page"</span>
         </nav>
         <Filters a=a.clone() ctx=ctx />
         <main data-testid="view" data-view=move || current.get().slug()>

@@ -1,0 +1,61 @@
+// Page object of server mode: a trace the page does not download, shown from the answers of
+// the `gpucollect serve` that stores it (the mode banner, the verdict, the timeline asked for
+// at each window, the live set at a pinned moment).
+import { LOAD_TIMEOUT } from '../harness.mjs';
+
+/** `[data-testid="id"]` */
+const testid = (id) => `[data-testid="${id}"]`;
+
+export class ServedPage {
+  constructor(viewer) {
+    this.v = viewer;
+    this.page = viewer.page;
+  }
+
+  /** Waits for the server-mode page with its first timeline drawn. */
+  async waitShown() {
+    await this.page.locator(`${testid('mode')}[data-mode="server"]`).waitFor({ timeout: LOAD_TIMEOUT });
+    await this.page.locator(`${testid('timeline-canvas')}[data-columns]`).waitFor({ timeout: LOAD_TIMEOUT });
+  }
+
+  /** The window the chart last drew from the server's answer: `{ t0, t1, columns, stepMs }`. */
+  async window() {
+    const c = this.v.el('timeline-canvas');
+    const n = async (a) => Number(await c.getAttribute(a));
+    return { t0: await n('data-t0'), t1: await n('data-t1'), columns: await n('data-columns'), stepMs: await n('data-step-ms') };
+  }
+
+  /** Waits until the chart shows a window other than `before`, and returns it. */
+  async waitWindowChange(before) {
+    await this.page.waitForFunction((t0) => {
+      const c = document.querySelector('[data-testid="timeline-canvas"]');
+      return c && c.dataset.t0 && Number(c.dataset.t0) !== t0;
+    }, before.t0, { timeout: LOAD_TIMEOUT });
+    return this.window();
+  }
+
+  /** The verdict's findings as `{ kind, severity, headline }`. */
+  async verdict() {
+    return this.page.$$eval(testid('verdict-item'), (items) => items.map((li) => ({
+      kind: li.dataset.kind,
+      severity: li.dataset.severity,
+      headline: li.querySelector('[data-testid="verdict-headline"]').textContent.trim(),
+    })));
+  }
+
+  /** Clicks the chart at `fraction` of its plot's width and waits for the live set listed. */
+  async pinAt(fraction) {
+    const box = await this.v.el('timeline-canvas').boundingBox();
+    // The plot spans from the y axis's labels (72 px and a margin) to 16 px from the right.
+    const left = 80;
+    const x = left + (box.width - left - 16) * fraction;
+    await this.page.mouse.click(box.x + x, box.y + box.height / 2);
+    await this.v.el('served-live').waitFor({ timeout: LOAD_TIMEOUT });
+    const live = this.v.el('served-live');
+    return {
+      t: Number(await live.getAttribute('data-t')),
+      bytes: Number(await live.getAttribute('data-bytes')),
+      rows: await this.page.$$eval(testid('served-live-row'), (rows) => rows.map((r) => Number(r.dataset.bytes))),
+    };
+  }
+}

@@ -1,0 +1,414 @@
+//! Server mode's page: a trace the page does not download, shown from what `gpucollect serve`
+//! answers about it (`crate::served`): the verdict, the timeline at the zoomed window's
+//! resolution (asked again at each zoom step) and the live memory by call site at a pinned
+//! moment. Wheel, the toolbar and the keys zoom and pan as on the local timeline; a click pins.
+
+use std::sync::Arc;
+
+use analysis_core::timeline::Timeline;
+use analysis_core::units::{fmt_bytes, fmt_duration};
+use leptos::ev;
+use leptos::html;
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+use super::{Ctx, dom};
+use crate::chart::{self, ChartSpec, Layer, LayerStyle, Mapper, PALETTE, YUnit};
+use crate::served::{self, LiveAt, Summary, Window};
+
+/// Canvas height, CSS pixels.
+const HEIGHT_PX: u32 = 380;
+/// Call sites asked for at a pinned moment.
+const LIVE_SITES: usize = 50;
+/// Series drawn besides the total.
+const MAX_SERIES: usize = 8;
+
+/// A trace opened in server mode.
+pub struct Served {
+    /// The trace's URL, as the address gave it.
+    pub url: String,
+    /// Its size, when the server said.
+    pub bytes: Option<u64>,
+    /// The largest trace this page downloads itself.
+    pub max_download: u64,
+    /// Whether the address asked for server mode (else the size chose it).
+    pub asked: bool,
+    pub summary: Summary,
+}
+
+impl Served {
+    /// The whole trace's window.
+    pub fn extent(&self) -> (u64, u64) {
+        (self.summary.t0, self.summary.t1.saturating_add(1))
+    }
+
+    fn endpoint(&self, name: &str, params: &str) -> String {
+        served::endpoint(&self.url, name, params).unwrap_or_default()
+    }
+}
+
+/// GETs `url` as text; a refusal in the server's words (its `{"error": …}`), a failure to
+/// connect in ours.
+pub async fn get_text(url: &str) -> Result<String, String> {
+    let resp = JsFuture::from(window().fetch_with_str(url))
+        .await
+        .map_err(|e| {
+            format!(
+                "the server did not answer ({}); check that it still runs and reload: {url}",
+                dom::js_error(&e)
+            )
+        })?;
+    let resp: web_sys::Response = resp.unchecked_into();
+    let text = match resp.text() {
+        Ok(p) => JsFuture::from(p)
+            .await
+            .ok()
+            .and_then(|v| v.as_string())
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    if resp.ok() {
+        return Ok(text);
+    }
+    let said = served::parse::<ServerError>("error", &text)
+        .map(|e| e.error)
+        .unwrap_or_else(|_| resp.status_text());
+    Err(format!("the server answered {}: {said}", resp.status()))
+}
+
+#[derive(serde::Deserialize)]
+struct ServerError {
+    error: String,
+}
+
+/// Asks the server for the summary of the trace at `url`.
+pub async fn open(
+    url: String,
+    bytes: Option<u64>,
+    max_download: u64,
+    asked: bool,
+) -> Result<Served, String> {
+    let Some(at) = served::endpoint(&url, "summary", "") else {
+        return Err(format!(
+            "the address asks for server mode, but {url} is not a trace of a gpucollect server \
+             (…/api/v1/traces/<id>); open it without mode=server"
+        ));
+    };
+    let summary: Summary = served::parse("summary", &get_text(&at).await?)?;
+    Ok(Served {
+        url,
+        bytes,
+        max_download,
+        asked,
+        summary,
+    })
+}
+
+/// Why the page is in server mode, in one sentence.
+fn mode_sentence(s: &Served) -> String {
+    let size = s
+        .bytes
+        .map(|b| format!(" ({})", fmt_bytes(b)))
+        .unwrap_or_default();
+    if s.asked {
+        format!(
+            "Server mode: as the address asks (mode=server), this trace{size} stays on the \
+             server, which analysed it; the page shows its answers."
+        )
+    } else {
+        format!(
+            "Server mode: this trace{size} is larger than a page opens itself ({}), so it stays \
+             on the server, which analysed it; the page shows its answers.",
+            fmt_bytes(s.max_download)
+        )
+    }
+}
+
+/// The verdict: the report's findings, most harmful first, or that the trace is healthy.
+fn verdict(s: &Served) -> AnyView {
+    let f = &s.summary.report.findings;
+    if f.is_empty() {
+        return view! {
+            <section class="verdict healthy" data-testid="verdict" data-healthy="true" aria-label="Verdict">
+                <p><strong>"Healthy"</strong>": no leak, spike, fragmentation or out-of-memory found."</p>
+            </section>
+        }
+        .into_any();
+    }
+    let critical = f.iter().any(|x| x.severity == "critical");
+    let items = f
+        .iter()
+        .map(|x| {
+            view! {
+                <li data-testid="verdict-item" data-kind=x.kind.clone() data-severity=x.severity.clone()
+                    data-location=x.location.clone()>
+                    <span class=format!("sev sev-{}", x.severity)>{x.severity.clone()}</span>" "
+                    <span data-testid="verdict-headline">{x.headline.clone()}</span>
+                    {(!x.fix.is_empty()).then(|| view! { <span class="muted">" "{x.fix.clone()}</span> })}
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="verdict" class:critical=critical data-testid="verdict" data-healthy="false" aria-label="Verdict">
+            <h2>"Verdict"</h2>
+            <ol>{items}</ol>
+        </section>
+    }
+    .into_any()
+}
+
+/// The timelines of one answer: the total, and each series when there are several.
+struct Drawn {
+    total: Timeline,
+    series: Vec<(String, Timeline)>,
+}
+
+fn timelines_of(s: &Summary, w: &Window) -> Drawn {
+    let series = if s.series.len() > 1 {
+        s.series
+            .iter()
+            .zip(&w.series)
+            .take(MAX_SERIES)
+            .map(|(info, b)| (info.label(), served::timeline_of(b)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Drawn {
+        total: served::timeline_of(&w.total),
+        series,
+    }
+}
+
+fn spec<'a>(d: &'a Drawn, t0: u64, t1: u64, origin: u64, pin: Option<u64>) -> ChartSpec<'a> {
+    let theme = dom::theme();
+    let mut layers = vec![Layer {
+        label: if d.series.is_empty() {
+            "live device memory".into()
+        } else {
+            "all series".into()
+        },
+        timeline: &d.total,
+        color: PALETTE[0],
+        style: if d.series.is_empty() {
+            LayerStyle::Band
+        } else {
+            LayerStyle::Line
+        },
+    }];
+    layers.extend(d.series.iter().enumerate().map(|(i, (label, t))| Layer {
+        label: label.clone(),
+        timeline: t,
+        color: PALETTE[(i + 1) % PALETTE.len()],
+        style: LayerStyle::Band,
+    }));
+    ChartSpec {
+        t0,
+        t1,
+        origin_nanos: origin,
+        layers,
+        gap: None,
+        ranges: Vec::new(),
+        markers: Vec::new(),
+        pin_nanos: pin,
+        y_unit: YUnit::Bytes,
+        theme,
+        stack: None,
+        limits: Vec::new(),
+    }
+}
+
+/// Everything shown for a trace in server mode.
+#[component]
+pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
+    let vs = ctx.vs;
+    let full = s.extent();
+    let origin = s.summary.t0;
+    let canvas = NodeRef::<html::Canvas>::new();
+    let mapper = StoredValue::new(Mapper::default());
+    let resize = RwSignal::new(0u32);
+    let handle = window_event_listener(ev::resize, move |_| resize.update(|n| *n += 1));
+    on_cleanup(move || handle.remove());
+    // The last window asked for: an answer to an older one is dropped.
+    let asked = StoredValue::new(0u64);
+    let failed = RwSignal::new(None::<String>);
+    let drawn: StoredValue<Option<(Arc<Drawn>, u64, u64)>, LocalStorage> =
+        StoredValue::new_local(None);
+
+    let redraw = move |pin: Option<u64>| {
+        let Some(el) = canvas.get_untracked() else {
+            return;
+        };
+        drawn.with_value(|d| {
+            if let Some((d, t0, t1)) = d {
+                let w = dom::available_width(&el);
+                if let Some(m) =
+                    dom::draw_canvas(&el, &spec(d, *t0, *t1, origin, pin), w, HEIGHT_PX)
+                {
+                    mapper.set_value(m);
+                }
+            }
+        });
+    };
+
+    // Each window (zoom, pan, resize) is asked of the server at the chart's resolution.
+    let range = Memo::new(move |_| vs.with(|v| v.range_nanos));
+    let pinned = Memo::new(move |_| vs.with(|v| v.pin_nanos));
+    let s_tl = s.clone();
+    Effect::new(move |_| {
+        resize.track();
+        let (t0, t1) = range.get().unwrap_or(full);
+        let Some(el) = canvas.get() else {
+            return;
+        };
+        let columns = chart::plot_columns(dom::available_width(&el));
+        asked.update_value(|n| *n += 1);
+        let mine = asked.get_value();
+        let s = s_tl.clone();
+        leptos::task::spawn_local(async move {
+            let started = dom::now_ms();
+            let url = s.endpoint("timeline", &format!("t0={t0}&t1={t1}&columns={columns}"));
+            let answer = match get_text(&url).await {
+                Ok(body) => served::parse::<Window>("timeline", &body),
+                Err(e) => Err(e),
+            };
+            if asked.try_get_value() != Some(mine) {
+                return;
+            }
+            match answer {
+                Ok(w) => {
+                    failed.set(None);
+                    drawn.set_value(Some((Arc::new(timelines_of(&s.summary, &w)), t0, t1)));
+                    redraw(vs.with_untracked(|v| v.pin_nanos));
+                    if let Some(el) = canvas.get_untracked() {
+                        let _ = el.set_attribute("data-t0", &t0.to_string());
+                        let _ = el.set_attribute("data-t1", &t1.to_string());
+                        let _ = el.set_attribute("data-columns", &w.columns.to_string());
+                        let _ = el.set_attribute(
+                            "data-step-ms",
+                            &format!("{:.1}", dom::now_ms() - started),
+                        );
+                    }
+                    dom::mark("gpucollect:served-window");
+                }
+                Err(e) => failed.set(Some(e)),
+            }
+        });
+    });
+
+    // The pinned moment: redrawn at once, its live set asked of the server.
+    let live = RwSignal::new(None::<Result<LiveAt, String>>);
+    let s_live = s.clone();
+    Effect::new(move |_| {
+        let pin = pinned.get();
+        redraw(pin);
+        let Some(t) = pin else {
+            live.set(None);
+            return;
+        };
+        let s = s_live.clone();
+        leptos::task::spawn_local(async move {
+            let url = s.endpoint("live", &format!("t={t}&limit={LIVE_SITES}"));
+            let answer = match get_text(&url).await {
+                Ok(body) => served::parse::<LiveAt>("live set", &body),
+                Err(e) => Err(e),
+            };
+            if vs.with_untracked(|v| v.pin_nanos) == Some(t) {
+                live.set(Some(answer));
+            }
+        });
+    });
+
+    let on_wheel = move |e: ev::WheelEvent| {
+        e.prevent_default();
+        let m = mapper.get_value();
+        if e.shift_key() || e.delta_x().abs() > e.delta_y().abs() {
+            let d = if e.shift_key() {
+                e.delta_y()
+            } else {
+                e.delta_x()
+            };
+            ctx.pan(d.signum() * 0.1);
+        } else if e.delta_y() != 0.0 {
+            let factor = if e.delta_y() < 0.0 { 0.8 } else { 1.25 };
+            ctx.zoom(factor, Some(m.time_at(f64::from(e.offset_x()))));
+        }
+    };
+    let on_click = move |e: ev::MouseEvent| {
+        let m = mapper.get_value();
+        let x = f64::from(e.offset_x());
+        if m.contains_x(x) {
+            let t = m.time_at(x);
+            vs.update(|v| v.pin_nanos = Some(t));
+        }
+    };
+
+    let r = &s.summary.report;
+    let facts = format!(
+        "{} over {} · peak {} at {} · {} live at the end",
+        s.bytes.map(fmt_bytes).unwrap_or_else(|| "trace".into()),
+        fmt_duration(s.summary.t1.saturating_sub(s.summary.t0)),
+        fmt_bytes(r.peak_bytes),
+        fmt_duration(r.peak_ts_nanos.saturating_sub(origin)),
+        fmt_bytes(r.live_at_end_bytes),
+    );
+    let range_text = move || {
+        let (t0, t1) = range.get().unwrap_or(full);
+        format!(
+            "{} – {}",
+            fmt_duration(t0.saturating_sub(origin)),
+            fmt_duration(t1.saturating_sub(origin))
+        )
+    };
+    let download = s.url.clone();
+    view! {
+        <section class="mode-banner" data-testid="mode" data-mode="server">
+            <p>{mode_sentence(&s)}" "<a href=download data-testid="download-trace" download="">"Download the trace"</a>
+               " to open it with gpucollect report."</p>
+        </section>
+        {verdict(&s)}
+        <p class="muted" data-testid="served-facts" data-peak=r.peak_bytes.to_string()>{facts}</p>
+        <section class="timeline" aria-label="Timeline">
+            <div class="toolbar">
+                <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"+"</button>
+                <button data-testid="zoom-out" title="Zoom out (−)" on:click=move |_| ctx.zoom(2.0, None)>"−"</button>
+                <button data-testid="pan-left" title="Pan left (←)" on:click=move |_| ctx.pan(-0.25)>"←"</button>
+                <button data-testid="pan-right" title="Pan right (→)" on:click=move |_| ctx.pan(0.25)>"→"</button>
+                <button data-testid="zoom-reset" title="Whole trace (0)" on:click=move |_| ctx.reset_zoom()>"Reset"</button>
+                <span class="range muted" data-testid="visible-range">{range_text}</span>
+            </div>
+            <p class="hint muted">"Wheel: zoom · shift-wheel: pan · click: pin a moment and list what was live · keys + − ← → 0"</p>
+            <div class="chart-wrap">
+                <canvas node_ref=canvas data-testid="timeline-canvas" tabindex="0"
+                    aria-label="Live device memory over time, as the server summarised it"
+                    on:wheel=on_wheel on:click=on_click></canvas>
+            </div>
+            {move || failed.get().map(|e| view! {
+                <p class="error" role="alert" data-testid="served-error">{format!("The timeline could not be updated: {e}")}</p>
+            })}
+        </section>
+        {move || live.get().map(|answer| match answer {
+            Ok(at) => {
+                let rows = at.sites.iter().map(|x| view! {
+                    <tr data-testid="served-live-row" data-bytes=x.bytes.to_string()>
+                        <td>{x.site.clone()}</td>
+                        <td class="num">{fmt_bytes(x.bytes)}</td>
+                        <td class="num">{x.count}</td>
+                    </tr>
+                }).collect_view();
+                view! {
+                    <section data-testid="served-live" data-t=at.t.to_string() data-bytes=at.bytes.to_string()>
+                        <h3>{format!("Live at {}: {} in {} allocations", fmt_duration(at.t.saturating_sub(origin)), fmt_bytes(at.bytes), at.count)}</h3>
+                        <table><thead><tr><th>"Call site"</th><th>"Bytes"</th><th>"Allocations"</th></tr></thead>
+                        <tbody>{rows}</tbody></table>
+                    </section>
+                }.into_any()
+            }
+            Err(e) => view! {
+                <p class="error" role="alert" data-testid="served-error">{format!("The live set could not be read: {e}")}</p>
+            }.into_any(),
+        })}
+    }
+}

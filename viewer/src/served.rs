@@ -1,0 +1,344 @@
+//! Server mode: a trace too big for the page is not downloaded; `gpucollect serve` analyses it
+//! and the page shows what it answers (API.md, "Summaries"): the verdict, the timeline at the
+//! zoomed window's resolution and the live memory by call site at a moment. This module holds
+//! the page's side of that API, apart from the DOM: the decision by size, the answers' shapes
+//! and the timelines rebuilt from the server's buckets for the chart.
+
+use analysis_core::timeline::Timeline;
+use serde::Deserialize;
+
+/// The largest trace a page downloads and opens itself, unless the page's address says
+/// otherwise (`?max_download=`): the viewer holds about 11 bytes per trace byte once a trace is
+/// open, and its analysis more (docs/benchmarks.md); a page's WebAssembly memory ends at 4 GiB,
+/// and browsers may refuse to grow it well before. 192 MiB (about 17 M events) leaves room.
+pub const DEFAULT_MAX_DOWNLOAD: u64 = 192 << 20;
+
+/// How a trace at a URL is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Downloaded and analysed in the page.
+    Local,
+    /// Summaries asked of the server that stores it.
+    Server,
+}
+
+/// What `?mode=` asks for: `server`, `local`, or (absent or `auto`) a choice by size.
+pub fn mode_param(value: Option<&str>) -> Result<Option<Mode>, String> {
+    match value.map(str::trim) {
+        None | Some("" | "auto") => Ok(None),
+        Some("server") => Ok(Some(Mode::Server)),
+        Some("local") => Ok(Some(Mode::Local)),
+        Some(other) => Err(format!(
+            "the address asks for mode “{other}”: use mode=server (the server analyses the \
+             trace), mode=local (the page downloads it) or leave it out (chosen by size)"
+        )),
+    }
+}
+
+/// The URL of a summaries endpoint (`summary`, `timeline`, `live`) of a trace URL that a
+/// `gpucollect serve` hands out (`…/api/v1/traces/<id>`, its query kept: it may hold the read
+/// token), with `params` added; `None` for any other URL (another server's file cannot be
+/// summarised).
+pub fn endpoint(trace_url: &str, name: &str, params: &str) -> Option<String> {
+    let url = trace_url.split('#').next()?;
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let (before, id) = path.rsplit_once('/')?;
+    let ok_id = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !ok_id || !before.ends_with("api/v1/traces") {
+        return None;
+    }
+    let query: Vec<&str> = [query, params]
+        .into_iter()
+        .filter(|q| !q.is_empty())
+        .collect();
+    Some(if query.is_empty() {
+        format!("{path}/{name}")
+    } else {
+        format!("{path}/{name}?{}", query.join("&"))
+    })
+}
+
+/// The mode for a trace of `bytes` (when the server said) at a URL that can (`summarised`) or
+/// cannot be summarised, given what the address asks for.
+pub fn choose(
+    asked: Option<Mode>,
+    summarised: bool,
+    bytes: Option<u64>,
+    max_download: u64,
+) -> Mode {
+    match asked {
+        Some(Mode::Server) if summarised => Mode::Server,
+        Some(_) => Mode::Local,
+        None if summarised && bytes.is_some_and(|b| b > max_download) => Mode::Server,
+        None => Mode::Local,
+    }
+}
+
+/// A byte count from the address (`?max_download=`): plain bytes or with a unit (`50MiB`,
+/// `2GB`, `512k`).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..digits].parse().ok()?;
+    let unit = s[digits..].trim().to_ascii_lowercase();
+    let mult: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// `GET …/summary`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Summary {
+    pub api_version: u32,
+    pub t0: u64,
+    pub t1: u64,
+    pub series: Vec<SeriesInfo>,
+    pub report: ReportDigest,
+}
+
+/// One live-bytes series.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct SeriesInfo {
+    pub index: usize,
+    pub process: u32,
+    pub device: u32,
+    pub host: bool,
+    pub peak_bytes: u64,
+    pub live_bytes: u64,
+}
+
+impl SeriesInfo {
+    pub fn label(&self) -> String {
+        if self.host {
+            format!("process {} pinned host", self.process)
+        } else {
+            format!("process {} device {}", self.process, self.device)
+        }
+    }
+}
+
+/// The parts of the JSON report the page shows.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct ReportDigest {
+    #[serde(default)]
+    pub findings: Vec<FindingDigest>,
+    #[serde(default)]
+    pub peak_bytes: u64,
+    #[serde(default)]
+    pub peak_ts_nanos: u64,
+    #[serde(default)]
+    pub live_at_end_bytes: u64,
+    #[serde(default)]
+    pub allocations: u64,
+}
+
+/// One finding of the report.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct FindingDigest {
+    pub kind: String,
+    pub severity: String,
+    pub headline: String,
+    #[serde(default)]
+    pub location: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub fix: String,
+    #[serde(default)]
+    pub ts_nanos: Option<u64>,
+}
+
+/// One column of a timeline answer.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+pub struct BucketJson {
+    pub t_start: u64,
+    pub t_end: u64,
+    pub min: u64,
+    pub max: u64,
+    pub last: u64,
+}
+
+/// `GET …/timeline`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Window {
+    pub t0: u64,
+    pub t1: u64,
+    pub columns: usize,
+    pub total: Vec<BucketJson>,
+    pub series: Vec<Vec<BucketJson>>,
+}
+
+/// `GET …/live`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct LiveAt {
+    pub t: u64,
+    pub bytes: u64,
+    pub count: u64,
+    pub sites: Vec<LiveSite>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct LiveSite {
+    pub site: String,
+    pub frames: Vec<String>,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// Parses an answer of the summaries API, in words when it is not one.
+pub fn parse<T: serde::de::DeserializeOwned>(what: &str, body: &str) -> Result<T, String> {
+    serde_json::from_str(body).map_err(|e| {
+        format!(
+            "the server's {what} is not what this page understands ({e}); the server and the \
+             page may be of different versions: reload the page"
+        )
+    })
+}
+
+/// A step function whose columns over the answer's window are the answer's buckets: each
+/// column's range (`min`, `max`) and end value (`last`) as points at its start, so the chart,
+/// drawing the same window in the same number of columns, draws exactly what the server
+/// computed (and, at another width, the nearest columns). Empty columns before the series'
+/// first point stay empty; a window that starts with memory live starts from its first
+/// column's minimum (the value carried into it is within its range).
+pub fn timeline_of(buckets: &[BucketJson]) -> Timeline {
+    let mut t = Timeline::new();
+    for (i, b) in buckets.iter().enumerate() {
+        if t.is_empty() {
+            if b.max == 0 {
+                continue;
+            }
+            if i == 0 && b.min > 0 {
+                t.push(b.t_start.saturating_sub(1), b.min);
+            }
+        }
+        t.push(b.t_start, b.max);
+        t.push(b.t_start, b.min);
+        t.push(b.t_start, b.last);
+    }
+    t.build_index();
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use analysis_core::synth::{Scenario, generate};
+
+    #[test]
+    fn only_a_servers_trace_urls_are_summarised() {
+        assert_eq!(
+            endpoint("/api/v1/traces/abc-DEF_1#view=timeline", "summary", "").as_deref(),
+            Some("/api/v1/traces/abc-DEF_1/summary")
+        );
+        assert_eq!(
+            endpoint(
+                "https://h.example/api/v1/traces/abc?token=s%20t",
+                "live",
+                "t=5"
+            )
+            .as_deref(),
+            Some("https://h.example/api/v1/traces/abc/live?token=s%20t&t=5")
+        );
+        assert_eq!(endpoint("/api/v1/demos/training-leak", "summary", ""), None);
+        assert_eq!(endpoint("/api/v1/traces/", "summary", ""), None);
+        assert_eq!(endpoint("/api/v1/traces/a.b", "summary", ""), None);
+        assert_eq!(
+            endpoint("https://files.example/run.msgpack", "summary", ""),
+            None
+        );
+    }
+
+    #[test]
+    fn the_mode_follows_the_size_unless_asked() {
+        let max = 100;
+        assert_eq!(choose(None, true, Some(101), max), Mode::Server);
+        assert_eq!(choose(None, true, Some(100), max), Mode::Local);
+        assert_eq!(choose(None, true, None, max), Mode::Local);
+        assert_eq!(choose(None, false, Some(1 << 40), max), Mode::Local);
+        assert_eq!(choose(Some(Mode::Server), true, Some(1), max), Mode::Server);
+        assert_eq!(choose(Some(Mode::Server), false, Some(1), max), Mode::Local);
+        assert_eq!(
+            choose(Some(Mode::Local), true, Some(1 << 40), max),
+            Mode::Local
+        );
+        assert_eq!(mode_param(Some("server")), Ok(Some(Mode::Server)));
+        assert_eq!(mode_param(Some("auto")), Ok(None));
+        assert!(mode_param(Some("remote")).is_err());
+    }
+
+    #[test]
+    fn byte_counts_take_units() {
+        assert_eq!(parse_bytes("1000"), Some(1000));
+        assert_eq!(parse_bytes("50MiB"), Some(50 << 20));
+        assert_eq!(parse_bytes("2 GB"), Some(2 << 30));
+        assert_eq!(parse_bytes("512k"), Some(512 << 10));
+        assert_eq!(parse_bytes("12 parsecs"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("99999999999999999999G"), None);
+    }
+
+    /// The chart draws a window from the rebuilt timeline in the same columns the server
+    /// computed over the model's own timeline.
+    #[test]
+    fn rebuilt_timelines_downsample_to_the_servers_buckets() {
+        let (bytes, _) = generate(Scenario::TrainingLeak, 20_000, 5);
+        let m = analysis_core::load(&bytes).expect("loads").model;
+        let (lo, hi) = (m.first_ts_nanos, m.last_ts_nanos + 1);
+        for (t0, t1, columns) in [
+            (lo, hi, 700),
+            (lo, hi, 37),
+            (lo + (hi - lo) / 3, lo + (hi - lo) / 2, 500),
+        ] {
+            let served: Vec<BucketJson> = m
+                .total
+                .downsample(t0, t1, columns)
+                .into_iter()
+                .map(|b| BucketJson {
+                    t_start: b.t_start,
+                    t_end: b.t_end,
+                    min: b.min,
+                    max: b.max,
+                    last: b.last,
+                })
+                .collect();
+            let rebuilt = timeline_of(&served);
+            let again: Vec<BucketJson> = rebuilt
+                .downsample(t0, t1, columns)
+                .into_iter()
+                .map(|b| BucketJson {
+                    t_start: b.t_start,
+                    t_end: b.t_end,
+                    min: b.min,
+                    max: b.max,
+                    last: b.last,
+                })
+                .collect();
+            assert_eq!(again, served, "{t0}..{t1} in {columns}");
+        }
+    }
+
+    #[test]
+    fn a_summary_answer_parses() {
+        let body = r#"{"api_version":1,"t0":5,"t1":9,"series":[{"index":0,"process":7,
+            "device":0,"host":false,"peak_bytes":10,"live_bytes":4}],"report":{"findings":[
+            {"kind":"leak_growth","severity":"critical","headline":"leaks 1 KiB per step",
+             "site":"f (a.py:3)","location":"a.py:3","bytes":1,"count":1,"ts_nanos":null,
+             "message":"m","fix":"x","harm_bytes":1}],"peak_bytes":10,"extra":[1,2]}}"#;
+        let s: Summary = parse("summary", body).expect("parses");
+        assert_eq!(s.series[0].label(), "process 7 device 0");
+        assert_eq!(s.report.findings[0].location, "a.py:3");
+        assert_eq!(s.report.peak_bytes, 10);
+        let err = parse::<Summary>("summary", "<html>").expect_err("not JSON");
+        assert!(err.contains("reload the page"), "{err}");
+    }
+}
