@@ -95,7 +95,7 @@ fn summaries_refuse_in_words() {
     std::fs::create_dir_all(store.join("traces")).expect("traces dir");
     std::fs::write(
         store.join("traces").join(format!("{ID}.msgpack")),
-        trace(5_000),
+        trace(20_000),
     )
     .expect("write");
     let not_a_trace = "fedcba9876543210fedcba9876543210";
@@ -127,7 +127,7 @@ fn summaries_refuse_in_words() {
             .is_some_and(|m| m.contains("cannot be decoded")),
         "{e}"
     );
-    // 5,000 events are about 60 KB: their summary needs more than 1 MiB.
+    // 20,000 events are about 240 KB: making their summary needs more than 1 MiB.
     let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
     assert_eq!(status, 413, "{e}");
     assert!(
@@ -140,4 +140,30 @@ fn summaries_refuse_in_words() {
     assert_eq!(status, 400, "{e}");
     let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/live"));
     assert_eq!(status, 400, "{e}");
+}
+
+/// A PyTorch snapshot stored as it is (`gpucollect view` serves the file it is given) is
+/// summarised as its conversion: the report `gpucollect report` gives the snapshot.
+#[test]
+fn a_stored_snapshot_is_summarised_as_its_conversion() {
+    let store = store_dir("summaries", "snapshot");
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    let pickle = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../analysis-core/tests/assets/torch/two-devices.pickle"),
+    )
+    .expect("fixture");
+    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &pickle).expect("write");
+    let (trace, _) = analysis_core::torch_snapshot::load(&pickle).expect("converts");
+    let report = analysis_core::analyze(&trace, &Default::default());
+    let (child, base) = spawn_serve(&["--store", store.to_str().expect("utf-8")], &[]);
+    let _child = Killed(child);
+    let (status, s) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["report"]["peak_bytes"], report.peak_bytes);
+    assert_eq!(
+        s["series"].as_array().map(Vec::len),
+        Some(trace.model.series.len())
+    );
+    assert!(report.peak_bytes > 0);
 }

@@ -86,7 +86,12 @@ pub fn run(a: ViewArgs) -> Result<u8> {
             max_store_bytes: None,
             demo_events: 20_000,
             limits: Limits::default(),
-            summary_memory_bytes: 2 << 30,
+            // The page opens a file too big for it through this server's summaries: this
+            // machine analyses it whatever its size, as `gpucollect report` would.
+            summary_memory_bytes: meta
+                .len()
+                .saturating_mul(serve::summaries::PEAK_BYTES_PER_TRACE_BYTE)
+                .max(2 << 30),
         };
         let listener = serve::listen(a.addr)?;
         let url = format!(

@@ -53,8 +53,9 @@ pub struct ServerConfig {
     /// Approximate events per bundled demo trace.
     pub demo_events: u64,
     pub limits: Limits,
-    /// Memory the cache of trace summaries may take (an estimate per trace: its size times
-    /// [`summaries::MODEL_BYTES_PER_TRACE_BYTE`]).
+    /// Memory the cache of trace summaries may take (each kept summary its model's heap and
+    /// report; one being made its trace's size times
+    /// [`summaries::PEAK_BYTES_PER_TRACE_BYTE`]).
     pub summary_memory_bytes: u64,
 }
 

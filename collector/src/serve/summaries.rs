@@ -18,9 +18,12 @@ use serde::Serialize;
 use super::ids::TraceId;
 use super::store::Store;
 
-/// Memory of a decoded and analysed trace per byte of the trace file: measured at 14.5–16.6 in
-/// the viewer (docs/benchmarks.md, "Browser viewer"), rounded up.
-pub const MODEL_BYTES_PER_TRACE_BYTE: u64 = 20;
+/// Memory a summary takes while it is made, per byte of the trace file: the model and the
+/// analysis' tables at their high-water mark (the trace is decoded as it streams from the
+/// store, never held whole). Measured at 6.0 on a 10 M-event training trace
+/// (docs/benchmarks.md, "Server summaries"), rounded up. A kept summary takes less: what its
+/// model holds, counted once made.
+pub const PEAK_BYTES_PER_TRACE_BYTE: u64 = 8;
 
 /// Most columns one timeline request may ask for.
 pub const MAX_COLUMNS: usize = 8192;
@@ -29,7 +32,7 @@ pub const MAX_COLUMNS: usize = 8192;
 pub struct Summary {
     pub trace: LoadedTrace,
     pub report: Report,
-    /// The estimate of its memory this cache counts.
+    /// The memory this cache counts for it: its model's heap and its report.
     pub bytes: u64,
 }
 
@@ -79,10 +82,30 @@ impl Summaries {
         let mut c = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         c.retain(|(k, _)| *k != id);
         c.push_back((id, s));
+        Self::evict(&mut c, self.budget_bytes);
+    }
+
+    /// Drops the least recently used summaries until those left take at most `keep` bytes;
+    /// the newest stays even over it.
+    fn evict(c: &mut VecDeque<(TraceId, Arc<Summary>)>, keep: u64) {
         let mut total: u64 = c.iter().map(|(_, s)| s.bytes).sum();
-        while total > self.budget_bytes && c.len() > 1 {
+        while total > keep && c.len() > 1 {
             if let Some((_, old)) = c.pop_front() {
                 total -= old.bytes;
+            }
+        }
+    }
+
+    /// Makes room for a summary being made that will need `need` bytes at its peak: the
+    /// least recently used go first, all of them if need be.
+    fn make_room(&self, need: u64) {
+        let mut c = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let keep = self.budget_bytes.saturating_sub(need);
+        let mut total: u64 = c.iter().map(|(_, s)| s.bytes).sum();
+        while total > keep {
+            match c.pop_front() {
+                Some((_, old)) => total -= old.bytes,
+                None => break,
             }
         }
     }
@@ -102,7 +125,7 @@ impl Summaries {
             Ok(None) => return Err(SummaryError::NotFound(id.to_string())),
             Err(e) => return Err(SummaryError::Storage(e.to_string())),
         };
-        let need = size.saturating_mul(MODEL_BYTES_PER_TRACE_BYTE);
+        let need = size.saturating_mul(PEAK_BYTES_PER_TRACE_BYTE);
         if need > self.budget_bytes {
             return Err(SummaryError::TooBig {
                 size,
@@ -110,28 +133,87 @@ impl Summaries {
                 budget: self.budget_bytes,
             });
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| SummaryError::Storage(e.to_string()))?;
-            bytes.extend_from_slice(&chunk);
-        }
-        let made = tokio::task::spawn_blocking(move || {
-            let trace = analysis_core::load(&bytes)
-                .map_err(|e| SummaryError::Undecodable(e.to_string()))?;
+        self.make_room(need);
+        // The trace is decoded as it streams from the store, on a blocking thread: the server
+        // never holds its bytes whole.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
+        let making = tokio::task::spawn_blocking(move || {
+            let trace = decode_stream(&mut rx, size)?;
+            drop(rx);
             let report = analysis_core::analyze(&trace, &Default::default());
+            let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
+            let bytes = trace.model.heap_estimate().saturating_add(report_bytes);
             Ok::<_, SummaryError>(Summary {
                 trace,
                 report,
-                bytes: need,
+                bytes,
             })
-        })
-        .await
-        .map_err(|e| SummaryError::Storage(format!("the analysis stopped: {e}")))??;
-        let s = Arc::new(made);
+        });
+        let mut read_error = None;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(c) => {
+                    if tx.send(c).await.is_err() {
+                        // The decoder stopped (the trace is damaged there): the rest is moot.
+                        break;
+                    }
+                }
+                Err(e) => {
+                    read_error = Some(SummaryError::Storage(e.to_string()));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let made = making
+            .await
+            .map_err(|e| SummaryError::Storage(format!("the analysis stopped: {e}")))?;
+        if let Some(e) = read_error {
+            return Err(e);
+        }
+        let s = Arc::new(made?);
+        tracing::info!(%id, trace_bytes = size, summary_bytes = s.bytes, "summarised a trace");
         self.insert(id.clone(), s.clone());
         Ok(s)
     }
 }
+
+/// Decodes a stored trace, or a PyTorch snapshot (`gpucollect view` serves those too), as its
+/// chunks arrive; stops taking chunks where the decoder stops.
+fn decode_stream(
+    rx: &mut tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    size: u64,
+) -> Result<LoadedTrace, SummaryError> {
+    use analysis_core::torch_snapshot::{SnapshotLoader, looks_like_snapshot};
+    let undecodable = |e: &dyn std::fmt::Display| SummaryError::Undecodable(e.to_string());
+    let Some(first) = rx.blocking_recv() else {
+        return analysis_core::load(&[]).map_err(|e| undecodable(&e));
+    };
+    if looks_like_snapshot(&first) {
+        let mut snapshot = SnapshotLoader::new(usize::try_from(size).ok());
+        snapshot.push(&first).map_err(|e| undecodable(&e))?;
+        while let Some(chunk) = rx.blocking_recv() {
+            snapshot.push(&chunk).map_err(|e| undecodable(&e))?;
+        }
+        return snapshot
+            .finish()
+            .map(|(trace, _)| trace)
+            .map_err(|e| undecodable(&e));
+    }
+    let mut loader = analysis_core::model::Loader::new();
+    // A stopping error is kept and reported by `finish` (as `load` does).
+    if loader.push(&first).is_ok() {
+        while let Some(chunk) = rx.blocking_recv() {
+            if loader.push(&chunk).is_err() {
+                break;
+            }
+        }
+    }
+    loader.finish().map_err(|e| undecodable(&e))
+}
+
+/// Chunks of the stored trace read ahead of the decoder.
+const STREAM_CHUNKS_AHEAD: usize = 8;
 
 /// One live-bytes series of the trace.
 #[derive(Debug, Serialize)]
