@@ -20,7 +20,7 @@ use super::store::Store;
 
 /// Memory a summary takes while it is made, per byte of the trace file: the model and the
 /// analysis' tables at their high-water mark (the trace is decoded as it streams from the
-/// store, never held whole). Measured at 6.0 on a 10 M-event training trace
+/// store, never held whole). Measured at 4.9 on a 10 M-event training trace
 /// (docs/benchmarks.md, "Server summaries"), rounded up. A kept summary takes less: what its
 /// model holds, counted once made.
 pub const PEAK_BYTES_PER_TRACE_BYTE: u64 = 8;
