@@ -52,7 +52,7 @@ for n in "$@"; do
   awk -v n="$n" -v b="$bytes" -v w="$wall" -v r="$rss_kib" 'BEGIN {
     # wall is [h:]m:ss.ss
     k = split(w, p, ":"); s = 0; for (i = 1; i <= k; i++) s = s * 60 + p[i];
-    printf "| %d | %d | %.2f | %.2f s | %.0f MiB | %.2f |\n",
+    printf "| %.0f | %.0f | %.2f | %.2f s | %.0f MiB | %.2f |\n",
       n, b, b / n, s, r / 1024, r * 1024 / b
   }'
   rm -f "$trace"
