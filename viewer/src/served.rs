@@ -8,9 +8,11 @@ use analysis_core::timeline::Timeline;
 use serde::Deserialize;
 
 /// The largest trace a page downloads and opens itself, unless the page's address says
-/// otherwise (`?max_download=`): the viewer holds about 11 bytes per trace byte once a trace is
-/// open, and its analysis more (docs/benchmarks.md); a page's WebAssembly memory ends at 4 GiB,
-/// and browsers may refuse to grow it well before. 192 MiB (about 17 M events) leaves room.
+/// otherwise (`?max_download=`): the viewer's WebAssembly memory reaches about 4.2 bytes per
+/// trace byte (docs/benchmarks.md, "Browser viewer"), so 192 MiB (about 17 M events) takes
+/// some 800 MiB of a page's 4 GiB, and its first chart about 5 s of reading, where server
+/// mode's comes in a fraction of a second. `gpucollect serve` summarises up to 512 MiB by
+/// default (`--summary-memory 4GiB`).
 pub const DEFAULT_MAX_DOWNLOAD: u64 = 192 << 20;
 
 /// How a trace at a URL is opened.

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     /// Memory the server may keep for trace summaries (the report, timeline, live set and
     /// call sites it serves from a decoded trace), least recently used first out. A trace whose
     /// summary would need more is refused (413): download it instead.
-    #[arg(long, default_value = "2GiB")]
+    #[arg(long, default_value = "4GiB")]
     pub summary_memory: String,
     /// Events per bundled demo trace.
     #[arg(long, default_value_t = 200_000)]
