@@ -17,7 +17,7 @@ pub const MAGIC: u64 = 0x3176_6e69_7270_6367; // "gcprinv1"
 /// Process slots per ring; a process beyond this count runs untraced (and is counted).
 pub const SLOTS: usize = 64;
 /// Cells per slot.
-pub const CELLS: u64 = 8192;
+pub const CELLS: u64 = 65536;
 
 const HEADER_BYTES: usize = 4096;
 const SLOT_HEADER_BYTES: usize = 256;
