@@ -775,3 +775,46 @@ fn with_tensors_the_analysis_reads_the_tensors_and_the_reserve_is_cache() {
     );
     assert_eq!(t.model.allocated[0].live_bytes, 48 * MIB);
 }
+
+/// Ranks of one job leaking the same bytes at the same line are groups the report ranks
+/// equal: they come out in one order every time (they followed a hash map's order, which
+/// changes from one run to the next).
+#[test]
+fn equal_leaks_of_several_processes_keep_one_order() {
+    let report = || {
+        let mut b = Builder::new();
+        let leak = b.stack(1, &[("keep", "train.py", 42)]);
+        for p in 1..40u32 {
+            b.enc.record(&Record::Process(ProcessInfo {
+                process: ProcessIdx(p),
+                pid: 7 + p,
+                ..ProcessInfo::default()
+            }));
+        }
+        for p in 0..40u32 {
+            b.t += 1_000_000;
+            b.addr += 1 << 20;
+            b.enc.alloc(&Alloc {
+                ts_nanos: b.t,
+                size_bytes: 1 << 20,
+                address: b.addr,
+                stack: leak,
+                process: ProcessIdx(p),
+                ..Alloc::default()
+            });
+        }
+        let r = b.exit();
+        let groups: Vec<(u64, u64)> = r
+            .analysis
+            .leaks_at_exit
+            .iter()
+            .map(|g| (g.first_ts_nanos, g.site.bytes))
+            .collect();
+        assert_eq!(groups.len(), 40, "one group per process");
+        groups
+    };
+    let first = report();
+    for _ in 0..10 {
+        assert_eq!(report(), first);
+    }
+}

@@ -118,13 +118,13 @@ impl StackSeries {
         let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
         for (i, a) in m.allocs.iter().enumerate() {
             let sm = sampling.of(a.process);
-            let (times, n) = (&sm.times, sm.times.len());
+            let n = sm.len();
             if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
                 continue;
             }
             let ci = causes.of(i);
-            let i0 = times.partition_point(|&t| t < a.ts_nanos);
-            let i1 = times.partition_point(|&t| t < a.free_ts_nanos);
+            let i0 = sm.partition_point(|t| t < a.ts_nanos);
+            let i1 = sm.partition_point(|t| t < a.free_ts_nanos);
             if i0 >= i1 {
                 continue;
             }
@@ -134,7 +134,7 @@ impl StackSeries {
                 kept.push(0);
                 owner.len() - 1
             });
-            if i0 > sm.steady && i1 == n {
+            if i0 > sm.steady() && i1 == n {
                 kept[si] += 1;
             }
             let s = i64::try_from(a.size_bytes).unwrap_or(i64::MAX);
@@ -223,7 +223,7 @@ fn judge_causes(
         .map(|((v, &kept), &(ci, _))| {
             let sm = sampling.of(causes.keys[ci].0);
             kept >= MIN_KEPT
-                && judge(c, v, &sm.iters, &sm.secs, sm.steady).is_some_and(|j| j.leaking)
+                && judge(c, v, &sm.iters(), &sm.secs(), sm.steady()).is_some_and(|j| j.leaking)
         })
         .collect();
     let mut out = Verdicts {
@@ -238,7 +238,7 @@ fn judge_causes(
             continue;
         }
         let sm = sampling.of(causes.keys[ci].0);
-        let (iters, secs, steady, n) = (&sm.iters, &sm.secs, sm.steady, sm.times.len());
+        let (iters, secs, steady, n) = (&sm.iters(), &sm.secs(), sm.steady(), sm.len());
         let whole = st.sum(list);
         let Some(mut jw) = judge(c, &whole, iters, secs, steady) else {
             continue;
@@ -339,14 +339,7 @@ impl LeakBytes {
         leak_stacks: &[(usize, StackId)],
     ) -> Self {
         let k = causes.keys.len();
-        let at = |p: ProcessIdx| {
-            sampling
-                .of(p)
-                .times
-                .last()
-                .copied()
-                .unwrap_or(m.last_ts_nanos)
-        };
+        let at = |p: ProcessIdx| sampling.of(p).last_time().unwrap_or(m.last_ts_nanos);
         // Blocks that predate a snapshot's history, of a leaking line, are what it kept before.
         let mut lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
         lines.dedup();
@@ -416,10 +409,10 @@ fn series_growth(
     let mut out = Vec::new();
     for s in m.series.iter().filter(|s| !s.key.host) {
         let sm = sampling.of(s.key.process);
-        let (times, steady, n) = (&sm.times, sm.steady, sm.times.len());
+        let (steady, n) = (sm.steady(), sm.len());
         if n > steady + 3 {
-            let g = i128::from(s.timeline.value_at(times[n - 1]))
-                - i128::from(s.timeline.value_at(times[steady]));
+            let g = i128::from(s.timeline.value_at(sm.time(n - 1)))
+                - i128::from(s.timeline.value_at(sm.time(steady)));
             let explained = explained_by
                 .get(&(s.key.process, s.key.device))
                 .copied()
@@ -841,6 +834,10 @@ fn end_groups(
         *e = (*e).max(t);
     }
     let end_of = super::history::ends_by_process(m);
+    // In cause order, so that groups the sort below ranks equal (the same bytes at the same
+    // line, in several processes) keep one order from run to run, not the hash map's.
+    let mut by: Vec<(usize, Acc)> = by.into_iter().collect();
+    by.sort_unstable_by_key(|e| e.0);
     for (ci, mut g) in by {
         g.threads.sort();
         let (process, _, host, label) = &causes.keys[ci];

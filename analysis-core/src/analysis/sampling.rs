@@ -17,16 +17,32 @@ const MAX_SAMPLES: usize = 256;
 /// Growth below this is never a leak, whatever its rate.
 pub(crate) const MIN_GROWTH_BYTES: i64 = 4096;
 
-/// Sample times: the starts of iterations from 0, and the end; and the index of the first
-/// steady-state sample.
-/// `last_activity` is the process's last allocation or attempt (a failed allocation is
-/// activity too), `None` when it made none.
-pub(crate) fn sample_times(
+/// How a process's history is sampled: every `stride`-th start of its iterations (the trace's
+/// or its own), the first `k` of them, then its end (`tail`: the time and its iteration number,
+/// fractional) unless the last start is the end. A few words per process: the sample times are
+/// read from the iterations, which are shared, so a trace naming many processes does not hold
+/// a copy of the trace's iteration starts for each.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    /// Which iterations: 0 the trace's, `k + 1` the `k`-th of the processes sampled on their
+    /// own.
+    source: usize,
+    stride: usize,
+    k: usize,
+    tail: Option<(u64, f64)>,
+    steady: usize,
+}
+
+/// Plans the samples of a process: the starts of iterations from 0, and the end; and the index
+/// of the first steady-state sample. `last_activity` is the process's last allocation or
+/// attempt (a failed allocation is activity too), `None` when it made none.
+fn plan(
     m: &TraceModel,
     it: &Iterations,
+    source: usize,
     end: HistoryEnd,
     last_activity: Option<u64>,
-) -> Sampling {
+) -> Plan {
     // The last sample: after an exit, the last allocation (from then on the program only frees
     // while it shuts down: a cache emptied, tensors collected at exit, which says nothing about
     // whether it leaked while it ran; memory live at the very end is judged by `end_groups`);
@@ -38,63 +54,125 @@ pub(crate) fn sample_times(
     };
     let n = it.starts_nanos.partition_point(|&t| t <= last);
     let stride = n.div_ceil(MAX_SAMPLES).max(1);
-    let mut times = Vec::new();
-    let mut iters = Vec::new();
-    let mut steady = usize::MAX;
-    for i in (0..n).step_by(stride) {
-        if steady == usize::MAX && i as u64 >= it.warmup {
-            steady = times.len();
-        }
-        times.push(it.starts_nanos[i]);
-        iters.push(i as f64);
-    }
-    if times.last().is_none_or(|&t| t < last) {
-        if steady == usize::MAX {
-            steady = times.len();
-        }
-        times.push(last);
+    // Starts 0, stride, 2 stride… below n.
+    let k = n.div_ceil(stride);
+    let tail = (k == 0 || it.starts_nanos[(k - 1) * stride] < last).then(|| {
         let last_start = n
             .checked_sub(1)
             .map_or(m.first_ts_nanos, |i| it.starts_nanos[i]);
         let period = it.median_period_nanos.max(1) as f64;
-        iters.push(n.saturating_sub(1) as f64 + last.saturating_sub(last_start) as f64 / period);
-    }
-    let steady = steady.min(times.len());
-    let secs = times
-        .iter()
-        .map(|&t| t.saturating_sub(m.first_ts_nanos) as f64 / 1e9)
-        .collect();
-    Sampling {
-        times,
-        iters,
-        secs,
-        steady,
+        let iter = n.saturating_sub(1) as f64 + last.saturating_sub(last_start) as f64 / period;
+        (last, iter)
+    });
+    // The first sample at or after the warm-up: the first start at or past it, else the end.
+    let warm = usize::try_from(it.warmup.div_ceil(stride as u64)).unwrap_or(usize::MAX);
+    Plan {
+        source,
+        stride,
+        k,
+        tail,
+        steady: warm.min(k),
     }
 }
 
-/// When a history is sampled: at the start of each iteration and at its end.
-pub(crate) struct Sampling {
-    pub times: Vec<u64>,
-    /// The iteration number of each sample.
-    pub iters: Vec<f64>,
-    /// Seconds since the first record.
-    pub secs: Vec<f64>,
+/// The samples of one process: their times, iteration numbers and seconds since the first
+/// record, and the first steady-state sample.
+#[derive(Clone, Copy)]
+pub(crate) struct Samples<'a> {
+    starts: &'a [u64],
+    plan: &'a Plan,
+    first_ts_nanos: u64,
+}
+
+impl<'a> Samples<'a> {
+    pub fn len(&self) -> usize {
+        self.plan.k + usize::from(self.plan.tail.is_some())
+    }
+
     /// The first steady-state sample.
-    pub steady: usize,
+    pub fn steady(&self) -> usize {
+        self.plan.steady
+    }
+
+    /// The time of sample `i` (`i < len()`).
+    pub fn time(&self, i: usize) -> u64 {
+        match self.plan.tail {
+            Some((t, _)) if i == self.plan.k => t,
+            _ => self.starts[i * self.plan.stride],
+        }
+    }
+
+    /// The last sample's time.
+    pub fn last_time(&self) -> Option<u64> {
+        self.len().checked_sub(1).map(|i| self.time(i))
+    }
+
+    /// The number of samples whose time satisfies `pred` (true for a prefix of them, as
+    /// `slice::partition_point`).
+    pub fn partition_point(&self, mut pred: impl FnMut(u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.plan.k);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(self.starts[mid * self.plan.stride]) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        match self.plan.tail {
+            Some((t, _)) if lo == self.plan.k && pred(t) => lo + 1,
+            _ => lo,
+        }
+    }
+
+    /// The sample times in order.
+    pub fn times(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|i| self.time(i))
+    }
+
+    /// The iteration number of each sample.
+    pub fn iters(&self) -> Vec<f64> {
+        (0..self.len())
+            .map(|i| match self.plan.tail {
+                Some((_, x)) if i == self.plan.k => x,
+                _ => (i * self.plan.stride) as f64,
+            })
+            .collect()
+    }
+
+    /// Seconds since the first record of each sample.
+    pub fn secs(&self) -> Vec<f64> {
+        self.times()
+            .map(|t| t.saturating_sub(self.first_ts_nanos) as f64 / 1e9)
+            .collect()
+    }
 }
 
 /// The sampling of each process: each worker of a multi-process run has its own steps and its
 /// own end.
-pub(crate) struct ProcessSampling {
+pub(crate) struct ProcessSampling<'a> {
+    trace: &'a Iterations,
+    /// The iterations of the processes sampled on their own.
+    own: Vec<Iterations>,
     /// By process, sorted.
-    list: Vec<(ProcessIdx, Sampling)>,
+    list: Vec<(ProcessIdx, Plan)>,
+    first_ts_nanos: u64,
 }
 
-impl ProcessSampling {
-    /// The sampling of process `p` (the first process's for one the trace never named).
-    pub fn of(&self, p: ProcessIdx) -> &Sampling {
+impl ProcessSampling<'_> {
+    /// The samples of process `p` (the first process's for one the trace never named).
+    pub fn of(&self, p: ProcessIdx) -> Samples<'_> {
         let i = self.list.binary_search_by_key(&p, |e| e.0).unwrap_or(0);
-        &self.list[i].1
+        let plan = &self.list[i].1;
+        let it = match plan.source {
+            0 => self.trace,
+            k => &self.own[k - 1],
+        };
+        Samples {
+            starts: &it.starts_nanos,
+            plan,
+            first_ts_nanos: self.first_ts_nanos,
+        }
     }
 }
 
@@ -103,7 +181,7 @@ impl ProcessSampling {
 /// trace naming thousands of processes makes.
 pub(crate) const MAX_PROCESSES_SAMPLED: usize = 64;
 
-pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSampling {
+pub(crate) fn sampling_by_process<'a>(m: &TraceModel, it: &'a Iterations) -> ProcessSampling<'a> {
     // Allocations and last activity per process, for every process named, in one pass.
     let mut counts: HashMap<ProcessIdx, u64> = m.processes.iter().map(|p| (p.process, 0)).collect();
     let mut last: HashMap<ProcessIdx, u64> = HashMap::new();
@@ -127,20 +205,27 @@ pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSam
     let mut own_sampled: Vec<(u64, ProcessIdx)> = counts.iter().map(|(&p, &n)| (n, p)).collect();
     own_sampled.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     own_sampled.truncate(MAX_PROCESSES_SAMPLED);
+    let mut own = Vec::new();
     let list = procs
         .iter()
         .map(|&p| {
-            let own;
-            let its = if single || !own_sampled.iter().any(|&(_, q)| q == p) {
-                it
+            let plan = if single || !own_sampled.iter().any(|&(_, q)| q == p) {
+                plan(m, it, 0, ends(p), last.get(&p).copied())
             } else {
-                own = super::iterations::detect_in(m, Some(p));
-                &own
+                let its = super::iterations::detect_in(m, Some(p));
+                let pl = plan(m, &its, own.len() + 1, ends(p), last.get(&p).copied());
+                own.push(its);
+                pl
             };
-            (p, sample_times(m, its, ends(p), last.get(&p).copied()))
+            (p, plan)
         })
         .collect();
-    ProcessSampling { list }
+    ProcessSampling {
+        trace: it,
+        own,
+        list,
+        first_ts_nanos: m.first_ts_nanos,
+    }
 }
 
 /// Whether a steady-state series grows persistently, and its fits.

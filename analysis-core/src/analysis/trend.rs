@@ -74,12 +74,11 @@ pub fn analyze(
             .find(|g| g.0 == s.key.process && g.1 == s.key.device)
             .map_or(0, |g| g.3);
         let sm = sampling.of(s.key.process);
-        let (times, iters, secs, steady) = (&sm.times, &sm.iters, &sm.secs, sm.steady);
-        let v: Vec<i64> = times
-            .iter()
-            .map(|&t| i64::try_from(s.timeline.value_at(t)).unwrap_or(i64::MAX))
+        let v: Vec<i64> = sm
+            .times()
+            .map(|t| i64::try_from(s.timeline.value_at(t)).unwrap_or(i64::MAX))
             .collect();
-        let Some(j) = judge(c, &v, iters, secs, steady) else {
+        let Some(j) = judge(c, &v, &sm.iters(), &sm.secs(), sm.steady()) else {
             continue;
         };
         // Where a call site leaks, the leak is the finding; what remains is in-flight work.
@@ -106,7 +105,7 @@ pub fn analyze(
             Impact::Medium
         });
         f.bytes = j.growth.max(0) as u64;
-        f.count = (times.len() - steady) as u64;
+        f.count = (sm.len() - sm.steady()) as u64;
         f.bytes_per_iteration = Some(j.per_iteration);
         f.bytes_per_hour = Some(j.per_sec * 3600.0);
         f.seconds_to_full = to_full;
