@@ -141,6 +141,22 @@ pub struct ReportDigest {
     pub live_at_end_bytes: u64,
     #[serde(default)]
     pub allocations: u64,
+    /// What was live at the peak, by call site, largest first.
+    #[serde(default)]
+    pub peak_sites: Vec<SiteDigest>,
+    /// What was live at the end, by call site, largest first.
+    #[serde(default)]
+    pub live_at_end_sites: Vec<SiteDigest>,
+}
+
+/// A call site's bytes in the report.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct SiteDigest {
+    pub site: String,
+    #[serde(default)]
+    pub frames: Vec<String>,
+    pub bytes: u64,
+    pub count: u64,
 }
 
 /// One finding of the report.

@@ -43,6 +43,15 @@ export class ServedPage {
     })));
   }
 
+  /** The rows of a call-site table of the report (`served-peak-sites`, `served-end-sites`):
+   * `{ site, bytes }` each. */
+  async sites(id) {
+    return this.page.$$eval(`${testid(id)} [data-testid="served-site-row"]`, (rows) => rows.map((r) => ({
+      site: r.querySelector('td').textContent.trim(),
+      bytes: Number(r.dataset.bytes),
+    })));
+  }
+
   /** Clicks the chart at `fraction` of its plot's width and waits for the live set listed. */
   async pinAt(fraction) {
     const box = await this.v.el('timeline-canvas').boundingBox();

@@ -39,6 +39,11 @@ test('a trace larger than the page takes opens through the server: verdict, time
   assert.deepEqual(verdict.map((f) => f.headline), want.findings.map((f) => f.headline));
   assert.ok(verdict.length > 0 && verdict[0].kind === want.findings[0].kind, JSON.stringify(verdict[0]));
   assert.equal(Number(await v.el('served-facts').getAttribute('data-peak')), want.peak_bytes);
+  // What was live at the peak and at the end, by call site: the report's tables.
+  const pick = (rows) => rows.map((r) => ({ site: r.site, bytes: r.bytes }));
+  assert.deepEqual(await v.served.sites('served-peak-sites'), pick(want.peak_sites));
+  assert.deepEqual(await v.served.sites('served-end-sites'), pick(want.live_at_end_sites));
+  assert.ok(want.peak_sites.length > 0);
   // The first window is the whole trace at the chart's resolution.
   const first = await v.served.window();
   assert.equal(first.t0, want.first_ts_nanos);

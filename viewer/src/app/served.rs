@@ -159,6 +159,34 @@ fn verdict(s: &Served) -> AnyView {
     .into_any()
 }
 
+/// A table of call sites from the report (the peak's, or the end's).
+fn sites_table(title: String, testid: &'static str, sites: &[served::SiteDigest]) -> AnyView {
+    if sites.is_empty() {
+        return ().into_any();
+    }
+    let rows = sites
+        .iter()
+        .map(|x| {
+            let stack = x.frames.join("\n");
+            view! {
+                <tr data-testid="served-site-row" data-bytes=x.bytes.to_string()>
+                    <td title=stack>{x.site.clone()}</td>
+                    <td class="num">{fmt_bytes(x.bytes)}</td>
+                    <td class="num">{x.count}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section data-testid=testid>
+            <h3>{title}</h3>
+            <table><thead><tr><th>"Call site"</th><th>"Bytes"</th><th>"Allocations"</th></tr></thead>
+            <tbody>{rows}</tbody></table>
+        </section>
+    }
+    .into_any()
+}
+
 /// The timelines of one answer: the total, and each series when there are several.
 struct Drawn {
     total: Timeline,
@@ -393,7 +421,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
             Ok(at) => {
                 let rows = at.sites.iter().map(|x| view! {
                     <tr data-testid="served-live-row" data-bytes=x.bytes.to_string()>
-                        <td>{x.site.clone()}</td>
+                        <td title=x.frames.join("\n")>{x.site.clone()}</td>
                         <td class="num">{fmt_bytes(x.bytes)}</td>
                         <td class="num">{x.count}</td>
                     </tr>
@@ -410,5 +438,15 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
                 <p class="error" role="alert" data-testid="served-error">{format!("The live set could not be read: {e}")}</p>
             }.into_any(),
         })}
+        {sites_table(
+            format!("Live at the peak ({}), by call site", fmt_bytes(r.peak_bytes)),
+            "served-peak-sites",
+            &r.peak_sites,
+        )}
+        {sites_table(
+            format!("Live at the end ({}), by call site", fmt_bytes(r.live_at_end_bytes)),
+            "served-end-sites",
+            &r.live_at_end_sites,
+        )}
     }
 }
