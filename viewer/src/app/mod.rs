@@ -21,6 +21,7 @@ use analysis_core::units::{fmt_bytes, fmt_duration};
 use leptos::ev;
 use leptos::prelude::*;
 
+use crate::chart;
 use crate::data::TraceData;
 use crate::state::{View, ViewState, pan_range, zoom_range};
 use load::{LoadState, Source};
@@ -85,6 +86,24 @@ impl Ctx {
 
     pub fn reset_zoom(&self) {
         self.vs.update(|v| v.range_nanos = None);
+    }
+
+    /// A wheel over a chart drawn as `m`: zooms around the time under the mouse (the window's
+    /// middle outside the plot), or pans with shift or a sideways wheel.
+    pub fn wheel(&self, e: &ev::WheelEvent, m: &chart::Mapper) {
+        e.prevent_default();
+        let x = f64::from(e.offset_x());
+        if e.shift_key() || e.delta_x().abs() > e.delta_y().abs() {
+            let d = if e.shift_key() {
+                e.delta_y()
+            } else {
+                e.delta_x()
+            };
+            self.pan(d.signum() * 0.1);
+        } else if e.delta_y() != 0.0 {
+            let factor = if e.delta_y() < 0.0 { 0.8 } else { 1.25 };
+            self.zoom(factor, m.contains_x(x).then(|| m.time_at(x)));
+        }
     }
 }
 

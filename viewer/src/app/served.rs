@@ -349,21 +349,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
         });
     });
 
-    let on_wheel = move |e: ev::WheelEvent| {
-        e.prevent_default();
-        let m = mapper.get_value();
-        if e.shift_key() || e.delta_x().abs() > e.delta_y().abs() {
-            let d = if e.shift_key() {
-                e.delta_y()
-            } else {
-                e.delta_x()
-            };
-            ctx.pan(d.signum() * 0.1);
-        } else if e.delta_y() != 0.0 {
-            let factor = if e.delta_y() < 0.0 { 0.8 } else { 1.25 };
-            ctx.zoom(factor, Some(m.time_at(f64::from(e.offset_x()))));
-        }
-    };
+    let on_wheel = move |e: ev::WheelEvent| mapper.with_value(|m| ctx.wheel(&e, m));
     let on_click = move |e: ev::MouseEvent| {
         let m = mapper.get_value();
         let x = f64::from(e.offset_x());

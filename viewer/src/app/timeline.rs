@@ -309,22 +309,7 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         brush.set(None);
         hover.set(None);
     };
-    let on_wheel = move |e: ev::WheelEvent| {
-        e.prevent_default();
-        let m = mapper.get_value();
-        let x = f64::from(e.offset_x());
-        if e.shift_key() || e.delta_x().abs() > e.delta_y().abs() {
-            let d = if e.shift_key() {
-                e.delta_y()
-            } else {
-                e.delta_x()
-            };
-            ctx.pan(d.signum() * 0.1);
-        } else if e.delta_y() != 0.0 {
-            let factor = if e.delta_y() < 0.0 { 0.8 } else { 1.25 };
-            ctx.zoom(factor, m.contains_x(x).then(|| m.time_at(x)));
-        }
-    };
+    let on_wheel = move |e: ev::WheelEvent| mapper.with_value(|m| ctx.wheel(&e, m));
 
     // The keyboard, on the focused chart: Enter or Space pins the moment under the mouse (the
     // window's middle when the mouse is elsewhere); shift+arrows move the pin by 1 % of the window.
