@@ -382,6 +382,18 @@ pub fn App() -> impl IntoView {
     }
 }
 
+/// A chart toolbar's zoom and pan buttons (the keys + − ← → 0 do the same).
+#[component]
+fn ZoomButtons(ctx: Ctx) -> impl IntoView {
+    view! {
+        <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"+"</button>
+        <button data-testid="zoom-out" title="Zoom out (−)" on:click=move |_| ctx.zoom(2.0, None)>"−"</button>
+        <button data-testid="pan-left" title="Pan left (←)" on:click=move |_| ctx.pan(-0.25)>"←"</button>
+        <button data-testid="pan-right" title="Pan right (→)" on:click=move |_| ctx.pan(0.25)>"→"</button>
+        <button data-testid="zoom-reset" title="Whole trace (0)" on:click=move |_| ctx.reset_zoom()>"Reset"</button>
+    }
+}
+
 /// What the address asks of a `?trace=` load: the mode (`?mode=`) and the largest trace the
 /// page downloads itself (`?max_download=`).
 fn mode_of_address() -> Result<(Option<crate::served::Mode>, u64), String> {

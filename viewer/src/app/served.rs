@@ -13,7 +13,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use super::{Ctx, dom};
+use super::{Ctx, ZoomButtons, dom};
 use crate::chart::{self, ChartSpec, Layer, LayerStyle, Mapper, PALETTE, YUnit};
 use crate::served::{self, LiveAt, Summary, Window};
 
@@ -386,11 +386,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
         <p class="muted" data-testid="served-facts" data-peak=r.peak_bytes.to_string()>{facts}</p>
         <section class="timeline" aria-label="Timeline">
             <div class="toolbar">
-                <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"+"</button>
-                <button data-testid="zoom-out" title="Zoom out (−)" on:click=move |_| ctx.zoom(2.0, None)>"−"</button>
-                <button data-testid="pan-left" title="Pan left (←)" on:click=move |_| ctx.pan(-0.25)>"←"</button>
-                <button data-testid="pan-right" title="Pan right (→)" on:click=move |_| ctx.pan(0.25)>"→"</button>
-                <button data-testid="zoom-reset" title="Whole trace (0)" on:click=move |_| ctx.reset_zoom()>"Reset"</button>
+                <ZoomButtons ctx=ctx />
                 <span class="range muted" data-testid="visible-range">{range_text}</span>
             </div>
             <p class="hint muted">"Wheel: zoom · shift-wheel: pan · click: pin a moment and list what was live · keys + − ← → 0"</p>

@@ -17,7 +17,7 @@ use leptos::ev;
 use leptos::html;
 use leptos::prelude::*;
 
-use super::{Ctx, dom};
+use super::{Ctx, ZoomButtons, dom};
 use crate::chart::{self, Mapper, filter_of, timeline_spec};
 use crate::data::{TraceData, to_csv};
 use crate::site_series::SiteSeries;
@@ -373,11 +373,7 @@ pub fn TimelineView(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
     view! {
         <section class="timeline" data-testid="timeline-view">
             <div class="toolbar">
-                <button data-testid="zoom-in" title="Zoom in (+)" on:click=move |_| ctx.zoom(0.5, None)>"+"</button>
-                <button data-testid="zoom-out" title="Zoom out (−)" on:click=move |_| ctx.zoom(2.0, None)>"−"</button>
-                <button data-testid="pan-left" title="Pan left (←)" on:click=move |_| ctx.pan(-0.25)>"←"</button>
-                <button data-testid="pan-right" title="Pan right (→)" on:click=move |_| ctx.pan(0.25)>"→"</button>
-                <button data-testid="zoom-reset" title="Whole trace (0)" on:click=move |_| ctx.reset_zoom()>"Reset"</button>
+                <ZoomButtons ctx=ctx />
                 <span class="range muted" data-testid="visible-range"
                     data-t0=move || vs.with(|v| v.range_nanos).unwrap_or(full).0.to_string()
                     data-t1=move || vs.with(|v| v.range_nanos).unwrap_or(full).1.to_string()>
