@@ -23,6 +23,7 @@ pub mod analysis;
 pub mod config;
 pub mod report;
 pub mod stats;
+pub mod summary_api;
 pub mod units;
 
 pub use gpucollect_torch_import::{pickle, torch_snapshot};

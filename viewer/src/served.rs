@@ -4,7 +4,9 @@
 //! the page's side of that API, apart from the DOM: the decision by size, the answers' shapes
 //! and the timelines rebuilt from the server's buckets for the chart.
 
-use analysis_core::timeline::Timeline;
+use analysis_core::summary_api::SeriesInfo;
+pub use analysis_core::summary_api::{LiveAt, LiveSite, Window};
+use analysis_core::timeline::{Bucket, Timeline};
 use serde::Deserialize;
 
 /// The largest trace a page downloads and opens itself, unless the page's address says
@@ -107,27 +109,6 @@ pub struct Summary {
     pub report: ReportDigest,
 }
 
-/// One live-bytes series.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct SeriesInfo {
-    pub index: usize,
-    pub process: u32,
-    pub device: u32,
-    pub host: bool,
-    pub peak_bytes: u64,
-    pub live_bytes: u64,
-}
-
-impl SeriesInfo {
-    pub fn label(&self) -> String {
-        if self.host {
-            format!("process {} pinned host", self.process)
-        } else {
-            format!("process {} device {}", self.process, self.device)
-        }
-    }
-}
-
 /// The parts of the JSON report the page shows.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct ReportDigest {
@@ -175,43 +156,6 @@ pub struct FindingDigest {
     pub ts_nanos: Option<u64>,
 }
 
-/// One column of a timeline answer.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-pub struct BucketJson {
-    pub t_start: u64,
-    pub t_end: u64,
-    pub min: u64,
-    pub max: u64,
-    pub last: u64,
-}
-
-/// `GET …/timeline`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct Window {
-    pub t0: u64,
-    pub t1: u64,
-    pub columns: usize,
-    pub total: Vec<BucketJson>,
-    pub series: Vec<Vec<BucketJson>>,
-}
-
-/// `GET …/live`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct LiveAt {
-    pub t: u64,
-    pub bytes: u64,
-    pub count: u64,
-    pub sites: Vec<LiveSite>,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct LiveSite {
-    pub site: String,
-    pub frames: Vec<String>,
-    pub bytes: u64,
-    pub count: u64,
-}
-
 /// Parses an answer of the summaries API, in words when it is not one.
 pub fn parse<T: serde::de::DeserializeOwned>(what: &str, body: &str) -> Result<T, String> {
     serde_json::from_str(body).map_err(|e| {
@@ -228,7 +172,7 @@ pub fn parse<T: serde::de::DeserializeOwned>(what: &str, body: &str) -> Result<T
 /// computed (and, at another width, the nearest columns). Empty columns before the series'
 /// first point stay empty; a window that starts with memory live starts from its first
 /// column's minimum (the value carried into it is within its range).
-pub fn timeline_of(buckets: &[BucketJson]) -> Timeline {
+pub fn timeline_of(buckets: &[Bucket]) -> Timeline {
     let mut t = Timeline::new();
     for (i, b) in buckets.iter().enumerate() {
         if t.is_empty() {
@@ -317,19 +261,7 @@ mod tests {
             (lo, hi, 37),
             (lo + (hi - lo) / 3, lo + (hi - lo) / 2, 500),
         ] {
-            // What the server sends: the same fields.
-            let as_sent = |t: &Timeline| -> Vec<BucketJson> {
-                t.downsample(t0, t1, columns)
-                    .into_iter()
-                    .map(|b| BucketJson {
-                        t_start: b.t_start,
-                        t_end: b.t_end,
-                        min: b.min,
-                        max: b.max,
-                        last: b.last,
-                    })
-                    .collect()
-            };
+            let as_sent = |t: &Timeline| t.downsample(t0, t1, columns);
             let served = as_sent(&m.total);
             let again = as_sent(&timeline_of(&served));
             assert_eq!(again, served, "{t0}..{t1} in {columns}");

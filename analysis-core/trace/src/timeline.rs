@@ -52,7 +52,7 @@ impl PointsData {
 }
 
 /// One chart column: the value range reached during `[t_start, t_end)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Bucket {
     pub t_start: u64,
     pub t_end: u64,

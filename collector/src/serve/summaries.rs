@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use analysis_core::analysis::group_by_stack;
 use analysis_core::model::LoadedTrace;
 use analysis_core::report::Report;
-use analysis_core::timeline::Bucket;
+use analysis_core::summary_api::{API_VERSION, LiveAt, LiveSite, SeriesInfo, Window};
 use futures_util::StreamExt;
 use serde::Serialize;
 
@@ -215,18 +215,6 @@ fn decode_stream(
 /// Chunks of the stored trace read ahead of the decoder.
 const STREAM_CHUNKS_AHEAD: usize = 8;
 
-/// One live-bytes series of the trace.
-#[derive(Debug, Serialize)]
-pub struct SeriesInfo {
-    pub index: usize,
-    pub process: u32,
-    pub device: u32,
-    /// Pinned host memory rather than device memory.
-    pub host: bool,
-    pub peak_bytes: u64,
-    pub live_bytes: u64,
-}
-
 /// `GET …/summary`: the report and what the timeline can show.
 #[derive(Debug, Serialize)]
 pub struct Overview<'a> {
@@ -242,7 +230,7 @@ impl Summary {
     pub fn overview(&self) -> Overview<'_> {
         let m = &self.trace.model;
         Overview {
-            api_version: 1,
+            api_version: API_VERSION,
             t0: m.first_ts_nanos,
             t1: m.last_ts_nanos,
             series: m
@@ -263,9 +251,9 @@ impl Summary {
     }
 
     /// `GET …/timeline`: the total and every series over `[t0, t1)` in `columns` buckets.
-    pub fn timeline(&self, t0: u64, t1: u64, columns: usize) -> Timeline {
+    pub fn timeline(&self, t0: u64, t1: u64, columns: usize) -> Window {
         let m = &self.trace.model;
-        Timeline {
+        Window {
             t0,
             t1,
             columns,
@@ -306,34 +294,6 @@ impl Summary {
                 .collect(),
         }
     }
-}
-
-/// The buckets of one timeline request.
-#[derive(Debug, Serialize)]
-pub struct Timeline {
-    pub t0: u64,
-    pub t1: u64,
-    pub columns: usize,
-    pub total: Vec<Bucket>,
-    /// One list of buckets per series, in the summary's series order.
-    pub series: Vec<Vec<Bucket>>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct LiveSite {
-    pub site: String,
-    pub frames: Vec<String>,
-    pub bytes: u64,
-    pub count: u64,
-}
-
-/// The live set at one moment.
-#[derive(Debug, Serialize)]
-pub struct LiveAt {
-    pub t: u64,
-    pub bytes: u64,
-    pub count: u64,
-    pub sites: Vec<LiveSite>,
 }
 
 #[cfg(test)]
