@@ -26,7 +26,7 @@ use super::facts::group_by_stack;
 use super::grouping::{group_causes, separating_frame};
 use super::history::HistoryEnd;
 use super::iterations::Iterations;
-use super::sampling::{ProcessSampling, judge, sampling_by_process};
+use super::sampling::{ProcessSampling, judge};
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
 use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
 use crate::model::TraceModel;
@@ -51,17 +51,17 @@ const MAX_GROWTH_ROWS: usize = 50;
 const MIN_KEPT: u32 = 3;
 
 /// Runs growth and end-of-history classification; pushes findings and notes.
-pub fn analyze(
+pub(crate) fn analyze(
     m: &TraceModel,
     c: &Config,
     it: &Iterations,
     end: HistoryEnd,
     causes: &Causes,
+    sampling: &ProcessSampling,
     found: &mut Found,
 ) -> LeakSections {
-    let sampling = sampling_by_process(m, it);
-    let stacks = StackSeries::new(m, causes, &sampling);
-    let mut v = judge_causes(m, c, causes, &sampling, &stacks);
+    let stacks = StackSeries::new(m, causes, sampling);
+    let mut v = judge_causes(m, c, causes, sampling, &stacks);
     let groups = group_causes(m, c, causes, &v.leaking, &v.weak, &v.leak_stacks);
     for (members, _) in &groups {
         for (ci, weak_stacks) in &v.weak {
@@ -71,14 +71,14 @@ pub fn analyze(
         }
     }
     v.leak_stacks.sort_unstable();
-    let kept = LeakBytes::new(m, causes, &sampling, &v.leak_stacks);
+    let kept = LeakBytes::new(m, causes, sampling, &v.leak_stacks);
     v.rows.sort_by(|a, b| {
         b.leaking
             .cmp(&a.leaking)
             .then(b.bytes_per_sec.total_cmp(&a.bytes_per_sec))
             .then(a.site.cmp(&b.site))
     });
-    let series_growth = series_growth(m, &sampling, &v.rows);
+    let series_growth = series_growth(m, sampling, &v.rows);
     push_growth_findings(m, c, it, end, causes, &v, &kept, groups, found);
     push_bounded_notes(causes, &v, &stacks.live_end, found);
     v.rows.truncate(MAX_GROWTH_ROWS.max(v.leaking.len()));

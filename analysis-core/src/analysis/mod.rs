@@ -80,12 +80,22 @@ pub fn analyze_view(trace: &LoadedTrace, view: Option<&TraceModel>, config: &Con
         history: end,
         ..Analysis::default()
     };
-    let sections = leaks::analyze(m, config, &its, end, &causes, &mut found);
+    // Each process's samples (its own iterations for the busiest), for growth and trends.
+    let sampling = sampling::sampling_by_process(m, &its);
+    let sections = leaks::analyze(m, config, &its, end, &causes, &sampling, &mut found);
     a.leaks_at_exit = sections.groups;
     a.growth = sections.growth;
     a.teardown_released = sections.teardown;
     a.scopes = scopes::analyze(m, config, &sites);
-    a.trends = trend::analyze(m, config, &sections.series_growth, &its, &mut found);
+    a.trends = trend::analyze(
+        m,
+        config,
+        &sections.series_growth,
+        &its,
+        &sampling,
+        &mut found,
+    );
+    drop(sampling);
     let (scope_spikes, timeline_spikes) =
         spikes::analyze(m, config, &sites, &its, &causes, &mut found);
     a.scope_spikes = scope_spikes;

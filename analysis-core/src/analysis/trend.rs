@@ -13,7 +13,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::iterations::Iterations;
-use super::sampling::{judge, sampling_by_process};
+use super::sampling::{ProcessSampling, judge};
 use super::{
     Config, Finding, FindingKind, Found, Impact, Severity, device_capacity, device_used_at_end,
 };
@@ -26,17 +26,17 @@ use crate::units::fmt_bytes;
 /// Moments sampled per series for the time-weighted fit.
 pub const SAMPLES: usize = 256;
 
-pub fn analyze(
+pub(crate) fn analyze(
     m: &TraceModel,
     c: &Config,
     series_growth: &[(ProcessIdx, DeviceIdx, i64, i64)],
     it: &Iterations,
+    sampling: &ProcessSampling,
     found: &mut Found,
 ) -> Vec<Trend> {
     let mut out = Vec::new();
     let t0 = m.first_ts_nanos;
     let span = m.last_ts_nanos.saturating_sub(t0);
-    let sampling = sampling_by_process(m, it);
     for s in m.series.iter().filter(|s| !s.key.host) {
         if (s.timeline.len() as u64) < c.trend_min_points.max(2) || span == 0 {
             continue;
