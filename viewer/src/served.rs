@@ -120,24 +120,13 @@ pub struct ReportDigest {
     pub peak_ts_nanos: u64,
     #[serde(default)]
     pub live_at_end_bytes: u64,
+    /// What was live at the peak, by call site, largest first (the report's sites have the
+    /// fields of the live set's, and more).
     #[serde(default)]
-    pub allocations: u64,
-    /// What was live at the peak, by call site, largest first.
-    #[serde(default)]
-    pub peak_sites: Vec<SiteDigest>,
+    pub peak_sites: Vec<LiveSite>,
     /// What was live at the end, by call site, largest first.
     #[serde(default)]
-    pub live_at_end_sites: Vec<SiteDigest>,
-}
-
-/// A call site's bytes in the report.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct SiteDigest {
-    pub site: String,
-    #[serde(default)]
-    pub frames: Vec<String>,
-    pub bytes: u64,
-    pub count: u64,
+    pub live_at_end_sites: Vec<LiveSite>,
 }
 
 /// One finding of the report.

@@ -153,6 +153,21 @@ pub struct PackedColumn {
     bytes: Chunked<u8>,
 }
 
+/// The first index in `[lo, hi)` where `holds` is false, or `hi` (`holds` true for a prefix
+/// of the range): `partition_point` over indices whose values are computed.
+#[inline]
+fn first_failing(mut lo: usize, mut hi: usize, mut holds: impl FnMut(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if holds(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// Bytes after each block's values (zeros), so every value can be read with one 8-byte load.
 const PAD: usize = 7;
 
@@ -281,8 +296,8 @@ impl PackedColumn {
     fn partition_in_block(
         &self,
         b: usize,
-        mut from: usize,
-        mut to: usize,
+        from: usize,
+        to: usize,
         mut pred: impl FnMut(u64) -> bool,
     ) -> usize {
         let h = self.heads[b];
@@ -298,15 +313,7 @@ impl PackedColumn {
             w.copy_from_slice(&src[k..k + 8]);
             h.base.wrapping_add(u64::from_le_bytes(w) & mask)
         };
-        while from < to {
-            let mid = from + (to - from) / 2;
-            if pred(at(mid)) {
-                from = mid + 1;
-            } else {
-                to = mid;
-            }
-        }
-        from
+        first_failing(from, to, |i| pred(at(i)))
     }
 
     /// Heap bytes held.
@@ -397,15 +404,7 @@ impl Column {
             }
         };
         // Blocks that start inside (lo, hi): the first whose first value fails `pred`.
-        let (mut a, mut z) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
-        while a < z {
-            let mid = a + (z - a) / 2;
-            if pred(first(mid)) {
-                a = mid + 1;
-            } else {
-                z = mid;
-            }
-        }
+        let a = first_failing(lo / BLOCK + 1, (hi - 1) / BLOCK + 1, |b| pred(first(b)));
         // The answer lies in block a - 1, or is block a's first index.
         let b = a - 1;
         let (from, to) = (lo.max(b * BLOCK), hi.min(a * BLOCK));

@@ -82,14 +82,15 @@ impl Summaries {
         let mut c = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         c.retain(|(k, _)| *k != id);
         c.push_back((id, s));
-        Self::evict(&mut c, self.budget_bytes);
+        // The newest stays even over the budget.
+        Self::evict(&mut c, self.budget_bytes, 1);
     }
 
-    /// Drops the least recently used summaries until those left take at most `keep` bytes;
-    /// the newest stays even over it.
-    fn evict(c: &mut VecDeque<(TraceId, Arc<Summary>)>, keep: u64) {
+    /// Drops the least recently used summaries until those left take at most `keep` bytes or
+    /// only `min_left` are left.
+    fn evict(c: &mut VecDeque<(TraceId, Arc<Summary>)>, keep: u64, min_left: usize) {
         let mut total: u64 = c.iter().map(|(_, s)| s.bytes).sum();
-        while total > keep && c.len() > 1 {
+        while total > keep && c.len() > min_left {
             if let Some((_, old)) = c.pop_front() {
                 total -= old.bytes;
             }
@@ -100,14 +101,7 @@ impl Summaries {
     /// least recently used go first, all of them if need be.
     fn make_room(&self, need: u64) {
         let mut c = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        let keep = self.budget_bytes.saturating_sub(need);
-        let mut total: u64 = c.iter().map(|(_, s)| s.bytes).sum();
-        while total > keep {
-            match c.pop_front() {
-                Some((_, old)) => total -= old.bytes,
-                None => break,
-            }
-        }
+        Self::evict(&mut c, self.budget_bytes.saturating_sub(need), 0);
     }
 
     /// The summary of trace `id`, from the cache or made now.

@@ -15,7 +15,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::{Ctx, ZoomButtons, dom};
 use crate::chart::{self, ChartSpec, Layer, LayerStyle, Mapper, PALETTE, YUnit};
-use crate::served::{self, LiveAt, Summary, Window};
+use crate::served::{self, LiveAt, LiveSite, Summary, Window};
 
 /// Canvas height, CSS pixels.
 const HEIGHT_PX: u32 = 380;
@@ -150,27 +150,18 @@ fn verdict(s: &Served) -> AnyView {
             }
         })
         .collect_view();
-    view! {
-        <section class="verdict" class:critical=critical data-testid="verdict" data-healthy="false" aria-label="Verdict">
-            <h2>"Verdict"</h2>
-            <ol>{items}</ol>
-        </section>
-    }
-    .into_any()
+    super::views::verdict_list(critical, items.into_any())
 }
 
-/// A table of call sites from the report (the peak's, or the end's).
-fn sites_table(title: String, testid: &'static str, sites: &[served::SiteDigest]) -> AnyView {
-    if sites.is_empty() {
-        return ().into_any();
-    }
+/// A table of call sites, largest first, each row marked `row_testid` and titled with its
+/// stack.
+fn sites_table(sites: &[LiveSite], row_testid: &'static str) -> AnyView {
     let rows = sites
         .iter()
         .map(|x| {
-            let stack = x.frames.join("\n");
             view! {
-                <tr data-testid="served-site-row" data-bytes=x.bytes.to_string()>
-                    <td title=stack>{x.site.clone()}</td>
+                <tr data-testid=row_testid data-bytes=x.bytes.to_string()>
+                    <td title=x.frames.join("\n")>{x.site.clone()}</td>
                     <td class="num">{fmt_bytes(x.bytes)}</td>
                     <td class="num">{x.count}</td>
                 </tr>
@@ -178,10 +169,21 @@ fn sites_table(title: String, testid: &'static str, sites: &[served::SiteDigest]
         })
         .collect_view();
     view! {
+        <table><thead><tr><th>"Call site"</th><th>"Bytes"</th><th>"Allocations"</th></tr></thead>
+        <tbody>{rows}</tbody></table>
+    }
+    .into_any()
+}
+
+/// The report's call sites at one moment (the peak, the end), under `title`.
+fn report_sites(title: String, testid: &'static str, sites: &[LiveSite]) -> AnyView {
+    if sites.is_empty() {
+        return ().into_any();
+    }
+    view! {
         <section data-testid=testid>
             <h3>{title}</h3>
-            <table><thead><tr><th>"Call site"</th><th>"Bytes"</th><th>"Allocations"</th></tr></thead>
-            <tbody>{rows}</tbody></table>
+            {sites_table(sites, "served-site-row")}
         </section>
     }
     .into_any()
@@ -400,32 +402,22 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
             })}
         </section>
         {move || live.get().map(|answer| match answer {
-            Ok(at) => {
-                let rows = at.sites.iter().map(|x| view! {
-                    <tr data-testid="served-live-row" data-bytes=x.bytes.to_string()>
-                        <td title=x.frames.join("\n")>{x.site.clone()}</td>
-                        <td class="num">{fmt_bytes(x.bytes)}</td>
-                        <td class="num">{x.count}</td>
-                    </tr>
-                }).collect_view();
-                view! {
-                    <section data-testid="served-live" data-t=at.t.to_string() data-bytes=at.bytes.to_string()>
-                        <h3>{format!("Live at {}: {} in {} allocations", fmt_duration(at.t.saturating_sub(origin)), fmt_bytes(at.bytes), at.count)}</h3>
-                        <table><thead><tr><th>"Call site"</th><th>"Bytes"</th><th>"Allocations"</th></tr></thead>
-                        <tbody>{rows}</tbody></table>
-                    </section>
-                }.into_any()
-            }
+            Ok(at) => view! {
+                <section data-testid="served-live" data-t=at.t.to_string() data-bytes=at.bytes.to_string()>
+                    <h3>{format!("Live at {}: {} in {} allocations", fmt_duration(at.t.saturating_sub(origin)), fmt_bytes(at.bytes), at.count)}</h3>
+                    {sites_table(&at.sites, "served-live-row")}
+                </section>
+            }.into_any(),
             Err(e) => view! {
                 <p class="error" role="alert" data-testid="served-error">{format!("The live set could not be read: {e}")}</p>
             }.into_any(),
         })}
-        {sites_table(
+        {report_sites(
             format!("Live at the peak ({}), by call site", fmt_bytes(r.peak_bytes)),
             "served-peak-sites",
             &r.peak_sites,
         )}
-        {sites_table(
+        {report_sites(
             format!("Live at the end ({}), by call site", fmt_bytes(r.live_at_end_bytes)),
             "served-end-sites",
             &r.live_at_end_sites,

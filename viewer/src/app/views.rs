@@ -184,6 +184,12 @@ fn verdict(r: &Report, vs: RwSignal<ViewState>) -> AnyView {
         })
         .collect_view();
     let critical = r.findings.iter().any(|f| f.severity == Severity::Critical);
+    verdict_list(critical, items.into_any())
+}
+
+/// The verdict's section around its items (one `li` per problem), critical when one is: the
+/// overview's and server mode's.
+pub fn verdict_list(critical: bool, items: AnyView) -> AnyView {
     view! {
         <section class="verdict" class:critical=critical data-testid="verdict" data-healthy="false" aria-label="Verdict">
             <h2>"Verdict"</h2>
