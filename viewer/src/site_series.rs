@@ -261,14 +261,7 @@ impl StackColumns {
 /// The number of `times` at or before `t`, knowing it is at least `from` (the answer for an
 /// earlier `t`): a search that gallops from `from`, so a forward walk costs the log of each step.
 fn points_until(tl: &Timeline, from: usize, t: u64) -> usize {
-    let (mut lo, mut step) = (from, 1usize);
-    let n = tl.len();
-    // Invariant: every time before `lo` is at or before `t`.
-    while lo + step <= n && tl.time(lo + step - 1) <= t {
-        lo += step;
-        step *= 2;
-    }
-    tl.partition_point_in(lo, (lo + step).min(n), |x| x <= t)
+    tl.partition_point_from(from, |x| x <= t)
 }
 
 /// Samples `sites` (bottom band first) and `whole` over `[t0, t1)` in `columns` columns of
@@ -313,7 +306,9 @@ pub fn stack_columns(
             _ if ia > 0 => a - 1,
             _ => a,
         };
-        let w = whole.value_at(sample);
+        // Every point before `ia` is at or before `a - 1`, so at or before `sample`.
+        let until = points_until(whole, ia, sample);
+        let w = until.checked_sub(1).map_or(0, |i| whole.value(i));
         let mut sum = 0u64;
         for (s, i) in sites.iter().zip(at.iter_mut()) {
             *i = points_until(s, *i, sample);

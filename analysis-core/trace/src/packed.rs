@@ -168,6 +168,26 @@ fn first_failing(mut lo: usize, mut hi: usize, mut holds: impl FnMut(usize) -> b
     lo
 }
 
+/// [`first_failing`] searched onwards from `lo`: steps of 1, 2, 4, … until `holds` fails,
+/// then by halves within the last step, so an answer `d` past `lo` costs about 2·log2(d).
+#[inline]
+fn gallop_first_failing(lo: usize, hi: usize, mut holds: impl FnMut(usize) -> bool) -> usize {
+    let (mut from, mut step) = (lo, 1usize);
+    // Every index before `from` holds; the answer is in `[from, to]`.
+    let to = loop {
+        let probe = from.saturating_add(step - 1);
+        if probe >= hi {
+            break hi;
+        }
+        if !holds(probe) {
+            break probe;
+        }
+        from = probe + 1;
+        step = step.saturating_mul(2);
+    };
+    first_failing(from, to, holds)
+}
+
 /// Bytes after each block's values (zeros), so every value can be read with one 8-byte load.
 const PAD: usize = 7;
 
@@ -386,11 +406,26 @@ impl Column {
     /// a prefix of them), or `hi`. Searches the blocks' first values (kept unpacked) and then
     /// one block, so a search reads one block's bytes rather than a value from each of
     /// log2(n) blocks.
-    pub fn partition_sorted(
+    pub fn partition_sorted(&self, lo: usize, hi: usize, pred: impl FnMut(u64) -> bool) -> usize {
+        self.search_sorted(lo, hi, pred, false)
+    }
+
+    /// [`Self::partition_sorted`] searched onwards from `lo` (exponentially, then by halves):
+    /// it reads about log2 of the distance to the answer rather than log2 of `hi - lo`, so a
+    /// walk forward through the column costs the log of each step.
+    pub fn gallop_sorted(&self, lo: usize, hi: usize, pred: impl FnMut(u64) -> bool) -> usize {
+        self.search_sorted(lo, hi, pred, true)
+    }
+
+    /// The search of [`Self::partition_sorted`] over the blocks' first values, by halves or
+    /// galloping from `lo`, then within one block.
+    #[inline]
+    fn search_sorted(
         &self,
         lo: usize,
         hi: usize,
         mut pred: impl FnMut(u64) -> bool,
+        gallop: bool,
     ) -> usize {
         let hi = hi.min(self.len());
         if lo >= hi {
@@ -404,7 +439,12 @@ impl Column {
             }
         };
         // Blocks that start inside (lo, hi): the first whose first value fails `pred`.
-        let a = first_failing(lo / BLOCK + 1, (hi - 1) / BLOCK + 1, |b| pred(first(b)));
+        let (from, to) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
+        let a = if gallop {
+            gallop_first_failing(from, to, |b| pred(first(b)))
+        } else {
+            first_failing(from, to, |b| pred(first(b)))
+        };
         // The answer lies in block a - 1, or is block a's first index.
         let b = a - 1;
         let (from, to) = (lo.max(b * BLOCK), hi.min(a * BLOCK));
@@ -526,12 +566,14 @@ mod tests {
                     lo + values[lo..hi.min(n)].partition_point(|&v| v < x)
                 };
                 prop_assert_eq!(c.partition_sorted(lo, hi, |v| v < x), want, "lo {} hi {} x {}", lo, hi, x);
+                prop_assert_eq!(c.gallop_sorted(lo, hi, |v| v < x), want, "gallop: lo {} hi {} x {}", lo, hi, x);
                 let want = if lo >= hi.min(n) {
                     lo.min(hi.min(n))
                 } else {
                     lo + values[lo..hi.min(n)].partition_point(|&v| v <= x)
                 };
                 prop_assert_eq!(c.partition_sorted(lo, hi, |v| v <= x), want);
+                prop_assert_eq!(c.gallop_sorted(lo, hi, |v| v <= x), want);
             }
         }
     }

@@ -136,6 +136,13 @@ impl Timeline {
         self.data.times.partition_sorted(lo, hi, pred)
     }
 
+    /// [`Self::partition_point_in`] over `[lo, len())`, searched onwards from `lo`: it costs
+    /// about the log of the distance to the answer, so a forward walk through the points in
+    /// steps costs the log of each step.
+    pub fn partition_point_from(&self, lo: usize, pred: impl FnMut(u64) -> bool) -> usize {
+        self.data.times.gallop_sorted(lo, self.len(), pred)
+    }
+
     /// The points `(time, value)` in order.
     pub fn points(&self) -> Points<'_> {
         self.points_from(0)
@@ -356,15 +363,7 @@ impl Timeline {
             }
         }
         // times[g] < t: gallop forward to a time at or above t.
-        let (mut lo, mut step) = (g, 1);
-        loop {
-            let hi = (lo + step).min(n);
-            if hi == n || d.time(hi) >= t {
-                return search(lo, hi);
-            }
-            lo = hi;
-            step *= 2;
-        }
+        d.times.gallop_sorted(g + 1, n, |x| x < t)
     }
 }
 
