@@ -287,9 +287,10 @@ impl Timeline {
     }
 
     /// Downsamples `[t0, t1)` into `columns` buckets of equal time width. Each column's end is
-    /// searched outwards from where the previous column's width predicts it (a few reads near
-    /// the guess, O(log distance) otherwise), and its value range comes from the pyramid, so a
-    /// call costs about O(columns · log) however many points the window holds.
+    /// searched onwards from its start ([`Column::gallop_sorted`]: the log of the column's
+    /// points, over the blocks' first times and then one block), and its value range comes
+    /// from the pyramid, so a call costs about O(columns · log) however many points the window
+    /// holds.
     pub fn downsample(&self, t0: u64, t1: u64, columns: usize) -> Vec<Bucket> {
         let mut out = Vec::with_capacity(columns);
         if columns == 0 || t1 <= t0 {
@@ -307,27 +308,19 @@ impl Timeline {
             }
         };
         let mut idx = self.data.partition_time(|x| x < t0);
-        let mut prev = idx;
+        // The value carried into the column: the last one before it.
+        let mut carried = idx.checked_sub(1).map_or(0, |i| self.data.value(i));
         for c in 0..columns {
             let (a, b) = (edge(c), edge(c + 1));
-            let carried = if idx == 0 {
-                0
-            } else {
-                self.data.value(idx - 1)
-            };
-            // Columns are equally wide: the next one probably holds as many points as this one.
-            let end = self.lower_bound_near(idx, b, idx + (idx - prev));
-            prev = idx;
+            // The column's points, searched onwards from its first one.
+            let end = self.data.times.gallop_sorted(idx, self.len(), |x| x < b);
             let (mut lo, mut hi) = (carried, carried);
+            let mut last = carried;
             if let Some((l, h)) = self.range_min_max(idx, end) {
                 lo = lo.min(l);
                 hi = hi.max(h);
+                last = self.data.value(end - 1);
             }
-            let last = if end == 0 {
-                0
-            } else {
-                self.data.value(end - 1)
-            };
             out.push(Bucket {
                 t_start: a,
                 t_end: b,
@@ -335,35 +328,10 @@ impl Timeline {
                 max: hi,
                 last,
             });
+            carried = last;
             idx = end;
         }
         out
-    }
-
-    /// `from + times[from..].partition_point(|&x| x < t)`, searched outwards from `guess`.
-    fn lower_bound_near(&self, from: usize, t: u64, guess: usize) -> usize {
-        let d = &self.data;
-        let n = d.len();
-        // `lo + 1 + times[lo + 1..hi].partition_point(|&x| x < t)`.
-        let search = |lo: usize, hi: usize| d.times.partition_sorted(lo + 1, hi, |x| x < t);
-        let g = guess.clamp(from, n);
-        if g == n || d.time(g) >= t {
-            // The answer is at or before g: gallop back to a time below t.
-            let (mut hi, mut step) = (g, 1);
-            loop {
-                if hi == from {
-                    return from;
-                }
-                let lo = hi.saturating_sub(step).max(from);
-                if d.time(lo) < t {
-                    return search(lo, hi);
-                }
-                hi = lo;
-                step *= 2;
-            }
-        }
-        // times[g] < t: gallop forward to a time at or above t.
-        d.times.gallop_sorted(g + 1, n, |x| x < t)
     }
 }
 
