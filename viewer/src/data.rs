@@ -138,8 +138,8 @@ pub struct AddressStretch {
 pub fn address_layout(m: &TraceModel, device: DeviceIdx, t: u64) -> Vec<AddressStretch> {
     let mut live: Vec<(u64, u64)> = m
         .allocs
-        .iter()
-        .filter(|a| a.device == device && a.kind.is_device_memory() && a.live_at(t))
+        .live_at(t, m.allocs.len())
+        .filter(|a| a.device == device && a.kind.is_device_memory())
         .map(|a| (a.address, a.address.saturating_add(a.size_bytes)))
         .collect();
     live.sort_unstable();
@@ -540,8 +540,8 @@ impl TraceData {
         group_by_stack(
             m,
             m.allocs
-                .iter_range(0, made)
-                .filter(|a| a.kind.is_device_memory() && a.live_at(t) && f.admits(a)),
+                .live_at(t, made)
+                .filter(|a| a.kind.is_device_memory() && f.admits(a)),
             limit,
         )
     }

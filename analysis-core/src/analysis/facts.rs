@@ -99,8 +99,8 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         group_by_stack(
             m,
             m.allocs
-                .iter()
-                .filter(|a| a.kind.is_device_memory() && a.live_at(peak_t)),
+                .live_at(peak_t, m.allocs.len())
+                .filter(|a| a.kind.is_device_memory()),
             TOP_SITES,
         )
     } else {

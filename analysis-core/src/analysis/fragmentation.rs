@@ -230,8 +230,8 @@ pub fn analyze(
 pub fn address_gaps(m: &TraceModel, device: DeviceIdx, t: u64) -> Option<AddressGaps> {
     let mut live: Vec<(u64, u64)> = m
         .allocs
-        .iter()
-        .filter(|a| a.device == device && a.kind.is_device_memory() && a.live_at(t))
+        .live_at(t, m.allocs.len())
+        .filter(|a| a.device == device && a.kind.is_device_memory())
         .map(|a| (a.address, a.address.saturating_add(a.size_bytes)))
         .collect();
     if live.is_empty() {

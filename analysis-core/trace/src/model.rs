@@ -943,8 +943,8 @@ impl TraceModel {
         // Bytes per stack live at the global peak.
         let t = self.peak_ts_nanos;
         if self.peak_bytes > 0 {
-            for a in &self.allocs {
-                if a.kind.is_device_memory() && a.live_at(t) {
+            for a in self.allocs.live_at(t, self.allocs.len()) {
+                if a.kind.is_device_memory() {
                     let e = self.stack_stats.entry(a.stack).or_default();
                     e.peak_bytes = e.peak_bytes.saturating_add(a.size_bytes);
                 }
@@ -1067,7 +1067,7 @@ impl TraceModel {
 
     /// Live allocations at time `t` (device and host), by index into `allocs`.
     pub fn live_at(&self, t: u64) -> impl Iterator<Item = AllocRecord> + '_ {
-        self.allocs.iter().filter(move |a| a.live_at(t))
+        self.allocs.live_at(t, self.allocs.len())
     }
 
     /// Frames of a stack, innermost first.

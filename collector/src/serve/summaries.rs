@@ -267,8 +267,8 @@ impl Summary {
         let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
         let live = || {
             m.allocs
-                .iter_range(0, made)
-                .filter(move |a| a.kind.is_device_memory() && a.live_at(t))
+                .live_at(t, made)
+                .filter(|a| a.kind.is_device_memory())
         };
         let (bytes, count) = live().fold((0u64, 0u64), |(b, n), a| {
             (b.saturating_add(a.size_bytes), n + 1)
