@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use analysis_core::format::StackId;
-use analysis_core::timeline::Timeline;
+use analysis_core::timeline::{Spans, Timeline};
 use analysis_core::units::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -20,7 +20,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::data::TraceData;
 use crate::filter::Filter;
 use crate::markers::{Marker, MarkerKind};
-use crate::site_series::{SiteSeries, StackColumns, stack_columns};
+use crate::site_series::{SiteSeries, StackColumns, stack_columns_with};
 use crate::state::ViewState;
 use crate::ticks::{byte_ticks, time_ticks};
 
@@ -504,14 +504,21 @@ pub fn draw<DB: DrawingBackend>(
     // First pass: the plot width decides the number of columns; the y range needs the data.
     let y_label_px = Y_LABEL_PX;
     let columns = plot_columns(w);
-    let buckets: Vec<Vec<analysis_core::timeline::Bucket>> = spec
+    let (buckets, spans): (Vec<Vec<analysis_core::timeline::Bucket>>, Vec<Spans>) = spec
         .layers
         .iter()
-        .map(|l| l.timeline.downsample(t0, t1, columns))
-        .collect();
+        .map(|l| l.timeline.downsample_spans(t0, t1, columns))
+        .unzip();
     let stacked = spec.stack.as_ref().map(|st| {
         let sites: Vec<&Timeline> = st.bands.iter().map(|b| b.timeline).collect();
-        stack_columns(st.whole, &sites, t0, t1, columns)
+        // The stack's whole is usually a layer too (the total, or the only series): its
+        // columns are not searched twice.
+        let known = spec
+            .layers
+            .iter()
+            .position(|l| l.timeline.shares_points(st.whole))
+            .map(|i| (buckets[i].as_slice(), &spans[i]));
+        stack_columns_with(st.whole, known, &sites, t0, t1, columns)
     });
     // The y axis fits the window's data (limits above it are named in the legend instead).
     let data_max = buckets

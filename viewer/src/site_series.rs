@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use analysis_core::format::StackId;
 use analysis_core::model::{AllocRecord, LIVE, TraceModel};
-use analysis_core::timeline::Timeline;
+use analysis_core::timeline::{Bucket, Spans, Timeline};
 
 use crate::filter::Filter;
 
@@ -274,6 +274,20 @@ pub fn stack_columns(
     t1: u64,
     columns: usize,
 ) -> StackColumns {
+    stack_columns_with(whole, None, sites, t0, t1, columns)
+}
+
+/// [`stack_columns`], given `whole` already downsampled over the same columns
+/// ([`Timeline::downsample_spans`], as a chart layer draws it): each column's points and
+/// highest value are then taken from there rather than searched again.
+pub fn stack_columns_with(
+    whole: &Timeline,
+    downsampled: Option<(&[Bucket], &Spans)>,
+    sites: &[&Timeline],
+    t0: u64,
+    t1: u64,
+    columns: usize,
+) -> StackColumns {
     let bands = sites.len() + 1;
     let mut out = StackColumns {
         bands,
@@ -284,6 +298,7 @@ pub fn stack_columns(
     if t1 <= t0 || columns == 0 {
         return out;
     }
+    let downsampled = downsampled.filter(|(b, s)| b.len() == columns && s.ends.len() == columns);
     let span = t1 - t0;
     let edge = |c: usize| t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
     let mut ia = whole.partition_point(|x| x < t0);
@@ -292,19 +307,32 @@ pub fn stack_columns(
     let mut at: Vec<usize> = vec![0; sites.len()];
     for c in 0..columns {
         let (a, b) = (edge(c), edge(c + 1));
-        // The first point at or after `b` (the points before `b` are those at or before b - 1).
-        let ib = match b.checked_sub(1) {
-            Some(last) => points_until(whole, ia, last),
-            None => ia,
-        };
         let carried = if ia == 0 { 0 } else { whole.value(ia - 1) };
-        let sample = match whole.range_min_max(ia, ib) {
-            Some((_, hi)) if hi > carried => {
-                whole.time(whole.first_at_least(ia, ib, hi).unwrap_or(ia))
+        // The column's points `[ia, ib)` and their highest value where it beats the value
+        // carried in.
+        let (ib, top) = match downsampled {
+            Some((buckets, spans)) => {
+                let (_, ib) = spans.of(c);
+                // The bucket's max counts the value carried in: above it, a point reached it.
+                (ib, (buckets[c].max > carried).then_some(buckets[c].max))
             }
+            None => {
+                // The first point at or after `b` (those before are at or before b - 1).
+                let ib = b
+                    .checked_sub(1)
+                    .map_or(ia, |last| points_until(whole, ia, last));
+                let top = whole
+                    .range_min_max(ia, ib)
+                    .map(|(_, hi)| hi)
+                    .filter(|&hi| hi > carried);
+                (ib, top)
+            }
+        };
+        let sample = match top {
+            Some(hi) => whole.time(whole.first_at_least(ia, ib, hi).unwrap_or(ia)),
             // The value carried into the column is its highest: sample just before it starts.
-            _ if ia > 0 => a - 1,
-            _ => a,
+            None if ia > 0 => a - 1,
+            None => a,
         };
         // Every point before `ia` is at or before `a - 1`, so at or before `sample`.
         let until = points_until(whole, ia, sample);
@@ -485,6 +513,14 @@ mod tests {
         whole.build_index();
         for (t0, t1, columns) in [(0, 5, 20), (0, 1_000, 7), (3, 900, 1_150), (0, 2, 1_150)] {
             let cols = stack_columns(&whole, &[&a], t0, t1, columns);
+            // Given the whole downsampled over the same columns, the same samples.
+            let (buckets, spans) = whole.downsample_spans(t0, t1, columns);
+            let with = stack_columns_with(&whole, Some((&buckets, &spans)), &[&a], t0, t1, columns);
+            assert_eq!(
+                with.sample_nanos, cols.sample_nanos,
+                "[{t0}, {t1}) / {columns}"
+            );
+            assert_eq!(with.bytes, cols.bytes, "[{t0}, {t1}) / {columns}");
             let (times, values): (Vec<u64>, Vec<u64>) = whole.points().unzip();
             for c in 0..columns {
                 let edge = |c: usize| t0 + (t1 - t0) * c as u64 / columns as u64;

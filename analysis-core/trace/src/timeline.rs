@@ -292,9 +292,20 @@ impl Timeline {
     /// from the pyramid, so a call costs about O(columns · log) however many points the window
     /// holds.
     pub fn downsample(&self, t0: u64, t1: u64, columns: usize) -> Vec<Bucket> {
+        self.downsample_spans(t0, t1, columns).0
+    }
+
+    /// [`Self::downsample`], with where each column's points are: for a caller that samples
+    /// the same timeline over the same columns again (the stacked call sites' whole).
+    pub fn downsample_spans(&self, t0: u64, t1: u64, columns: usize) -> (Vec<Bucket>, Spans) {
         let mut out = Vec::with_capacity(columns);
+        let mut idx = self.data.partition_time(|x| x < t0);
+        let mut spans = Spans {
+            start: idx,
+            ends: Vec::with_capacity(columns),
+        };
         if columns == 0 || t1 <= t0 {
-            return out;
+            return (out, spans);
         }
         let span = t1 - t0;
         // Column c starts at t0 + span * c / columns; in u64 when that cannot overflow (spans
@@ -307,7 +318,6 @@ impl Timeline {
                 t0 + span * c as u64 / columns as u64
             }
         };
-        let mut idx = self.data.partition_time(|x| x < t0);
         // The value carried into the column: the last one before it.
         let mut carried = idx.checked_sub(1).map_or(0, |i| self.data.value(i));
         for c in 0..columns {
@@ -328,10 +338,32 @@ impl Timeline {
                 max: hi,
                 last,
             });
+            spans.ends.push(end);
             carried = last;
             idx = end;
         }
-        out
+        (out, spans)
+    }
+
+    /// Whether `self` and `other` are one timeline (clones that share their points).
+    pub fn shares_points(&self, other: &Timeline) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
+    }
+}
+
+/// Where the columns of a [`Timeline::downsample_spans`] call have their points: column `c`
+/// holds point indices `[start, ends[0])` for `c = 0`, else `[ends[c - 1], ends[c])`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spans {
+    pub start: usize,
+    pub ends: Vec<usize>,
+}
+
+impl Spans {
+    /// The point indices of column `c`.
+    pub fn of(&self, c: usize) -> (usize, usize) {
+        let from = c.checked_sub(1).map_or(self.start, |p| self.ends[p]);
+        (from, self.ends[c])
     }
 }
 
@@ -437,11 +469,13 @@ mod tests {
             for (dt, v) in &steps { ts += dt; t.push(ts, *v); }
             t.build_index();
             let (times, values): (Vec<u64>, Vec<u64>) = t.points().unzip();
-            let got = t.downsample(a, a + w, cols);
+            let (got, spans) = t.downsample_spans(a, a + w, cols);
+            prop_assert_eq!(&got, &t.downsample(a, a + w, cols));
             prop_assert_eq!(got.len(), cols);
-            for b in &got {
+            for (c, b) in got.iter().enumerate() {
                 let i = times.partition_point(|&x| x < b.t_start);
                 let j = times.partition_point(|&x| x < b.t_end);
+                prop_assert_eq!(spans.of(c), (i, j));
                 let carried = if i == 0 { 0 } else { values[i - 1] };
                 let lo = values[i..j].iter().copied().fold(carried, u64::min);
                 let hi = values[i..j].iter().copied().fold(carried, u64::max);
