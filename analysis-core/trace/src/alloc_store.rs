@@ -422,7 +422,7 @@ impl Iterator for LiveAt<'_> {
                     .iter()
                     .any(|&f| not_freed(f))
                 {
-                    it.next = (b + 1) * BLOCK;
+                    it.next = ((b + 1) * BLOCK).min(it.end);
                     continue;
                 }
             }
