@@ -110,15 +110,12 @@ impl<'a> Samples<'a> {
     /// The number of samples whose time satisfies `pred` (true for a prefix of them, as
     /// `slice::partition_point`).
     pub fn partition_point(&self, mut pred: impl FnMut(u64) -> bool) -> usize {
-        let (mut lo, mut hi) = (0usize, self.plan.k);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if pred(self.starts[mid * self.plan.stride]) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
+        let (k, stride) = (self.plan.k, self.plan.stride);
+        // The starts up to the last sampled one hold `pred` for a prefix of `p`: the samples
+        // among them (every `stride`-th from 0) are those below `p`.
+        let sampled = k.checked_sub(1).map_or(0, |last| last * stride + 1);
+        let p = self.starts[..sampled].partition_point(|&t| pred(t));
+        let lo = p.div_ceil(stride);
         match self.plan.tail {
             Some((t, _)) if lo == self.plan.k && pred(t) => lo + 1,
             _ => lo,
@@ -339,8 +336,41 @@ fn exact_per_iteration(u: &[i64], iters: &[f64]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::exact_per_iteration;
+    use super::{Plan, Samples, exact_per_iteration};
     use alloc::vec::Vec;
+
+    /// A search over the samples finds what a search over their listed times finds, with and
+    /// without a tail, whatever the stride.
+    #[test]
+    fn sample_search_matches_the_listed_times() {
+        // Starts with repeats, as iterations at one timestamp give.
+        let starts: Vec<u64> = (0..50u64).map(|i| i / 2 * 10).collect();
+        for stride in 1..6 {
+            for k in 0..=starts.len().div_ceil(stride) {
+                for tail in [None, Some((1_000, 99.5))] {
+                    let plan = Plan {
+                        source: 0,
+                        stride,
+                        k,
+                        tail,
+                        steady: 0,
+                    };
+                    let s = Samples {
+                        starts: &starts,
+                        plan: &plan,
+                        first_ts_nanos: 0,
+                    };
+                    let times: Vec<u64> = s.times().collect();
+                    for x in [0, 5, 10, 11, 100, 245, 250, 999, 1_000, 1_001] {
+                        let want = times.partition_point(|&t| t < x);
+                        assert_eq!(s.partition_point(|t| t < x), want, "{stride} {k} {x}");
+                        let want = times.partition_point(|&t| t <= x);
+                        assert_eq!(s.partition_point(|t| t <= x), want, "{stride} {k} {x}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_constant_step_is_the_exact_rate_and_noise_is_not() {

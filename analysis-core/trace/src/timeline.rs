@@ -323,7 +323,7 @@ impl Timeline {
         for c in 0..columns {
             let (a, b) = (edge(c), edge(c + 1));
             // The column's points, searched onwards from its first one.
-            let end = self.data.times.gallop_sorted(idx, self.len(), |x| x < b);
+            let end = self.partition_point_from(idx, |x| x < b);
             let (mut lo, mut hi) = (carried, carried);
             let mut last = carried;
             if let Some((l, h)) = self.range_min_max(idx, end) {
