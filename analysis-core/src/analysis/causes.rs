@@ -29,6 +29,14 @@ struct StackFacts {
     prehistory: bool,
 }
 
+/// What every allocation of one (process, device, pinned host, stack) reads.
+#[derive(Clone, Copy)]
+struct Seen {
+    cause: u32,
+    allocator: bool,
+    prehistory: bool,
+}
+
 /// Causes of every stack, built once.
 pub struct Causes {
     pub keys: Vec<CauseKey>,
@@ -99,6 +107,9 @@ impl Causes {
     pub fn new(m: &TraceModel, c: &Config) -> Self {
         let mut facts: HashMap<StackId, StackFacts> = HashMap::new();
         let mut index: HashMap<CauseKey, u32> = HashMap::new();
+        // Each (process, device, pinned host, stack) seen: its cause and the stack's facts that
+        // every allocation reads. Only a new one builds the cause's key (a label string).
+        let mut seen: HashMap<(ProcessIdx, DeviceIdx, bool, StackId), Seen> = HashMap::new();
         let mut out = Causes {
             keys: Vec::new(),
             locations: Vec::new(),
@@ -111,33 +122,41 @@ impl Causes {
             by_alloc: Vec::with_capacity(m.allocs.len()),
         };
         for a in &m.allocs {
-            let f = facts
-                .entry(a.stack)
-                .or_insert_with(|| stack_facts(m, c, a.stack));
             let host = a.kind == AllocKind::PinnedHost;
-            let key = (a.process, a.device, host, f.label.clone());
-            let next = out.keys.len() as u32;
-            let i = *index.entry(key.clone()).or_insert(next);
-            if i == next {
-                out.keys.push(key);
-                out.locations.push(f.location.clone());
-                out.functions.push(f.function.clone());
-                out.python.push(f.python);
-                out.allocator
-                    .push(f.allocator || a.kind == AllocKind::StreamOrderedPool);
-                out.library.push(f.library);
-                out.top_stack.push((a.stack, 0));
-            }
-            let ci = i as usize;
-            out.python[ci] |= f.python;
-            out.allocator[ci] |= f.allocator || a.kind == AllocKind::StreamOrderedPool;
+            let s = *seen
+                .entry((a.process, a.device, host, a.stack))
+                .or_insert_with(|| {
+                    let f = facts
+                        .entry(a.stack)
+                        .or_insert_with(|| stack_facts(m, c, a.stack));
+                    let key = (a.process, a.device, host, f.label.clone());
+                    let next = out.keys.len() as u32;
+                    let i = *index.entry(key.clone()).or_insert(next);
+                    if i == next {
+                        out.keys.push(key);
+                        out.locations.push(f.location.clone());
+                        out.functions.push(f.function.clone());
+                        out.python.push(false);
+                        out.allocator.push(false);
+                        out.library.push(f.library);
+                        out.top_stack.push((a.stack, 0));
+                    }
+                    out.python[i as usize] |= f.python;
+                    Seen {
+                        cause: i,
+                        allocator: f.allocator,
+                        prehistory: f.prehistory,
+                    }
+                });
+            let ci = s.cause as usize;
+            out.allocator[ci] |= s.allocator || a.kind == AllocKind::StreamOrderedPool;
             let t = &mut out.top_stack[ci];
             if t.0 == a.stack {
                 t.1 = t.1.saturating_add(a.size_bytes);
-            } else if a.size_bytes > t.1 && !f.prehistory {
+            } else if a.size_bytes > t.1 && !s.prehistory {
                 *t = (a.stack, a.size_bytes);
             }
-            out.by_alloc.push(i);
+            out.by_alloc.push(s.cause);
         }
         out.prehistory = facts
             .iter()

@@ -20,6 +20,14 @@ use super::Config;
 fn merged_peak(series: &[&Series]) -> (u64, u64) {
     use alloc::collections::BinaryHeap;
     use core::cmp::Reverse;
+    if let [s] = series {
+        // One series: its highest point, first reached (the pyramid finds both).
+        let t = &s.timeline;
+        return match t.range_min_max(0, t.len()) {
+            Some((_, hi)) if hi > 0 => (hi, t.time(t.first_at_least(0, t.len(), hi).unwrap_or(0))),
+            _ => (0, 0),
+        };
+    }
     let mut points: Vec<_> = series.iter().map(|s| s.timeline.points()).collect();
     let mut last = alloc::vec![0u64; series.len()];
     let mut next: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
@@ -106,13 +114,20 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
     } else {
         Vec::new()
     };
-    let live_end = || {
-        m.allocs
-            .iter()
-            .filter(|a| a.is_live() && a.kind.is_device_memory())
-    };
-    let live_at_end_sites = group_by_stack(m, live_end(), TOP_SITES);
-    let live_at_end_count = live_end().count() as u64;
+    // One pass: the freed allocations counted, the device memory live at the end grouped.
+    let (mut free_count, mut live_at_end_count) = (0u64, 0u64);
+    let live_end = m.allocs.iter().filter(|a| {
+        if !a.is_live() {
+            free_count += 1;
+            false
+        } else if a.kind.is_device_memory() {
+            live_at_end_count += 1;
+            true
+        } else {
+            false
+        }
+    });
+    let live_at_end_sites = group_by_stack(m, live_end, TOP_SITES);
 
     let mut devices: Vec<DeviceSummary> = m
         .devices
@@ -194,7 +209,6 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         })
         .collect();
 
-    let free_count = m.allocs.iter().filter(|a| !a.is_live()).count() as u64;
     let mut pinned_host: Vec<PinnedHostSummary> = Vec::new();
     for s in m.series.iter().filter(|s| s.key.host) {
         match pinned_host.iter_mut().find(|p| p.process == s.key.process) {
@@ -225,16 +239,19 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
             block_count: 0,
         })
         .collect();
-    for a in m
-        .allocs
-        .iter()
-        .filter(|a| a.kind == AllocKind::FrameworkBlock)
-    {
-        if let Some(s) = allocated
-            .iter_mut()
-            .find(|s| s.process == a.process && s.device == a.device)
+    // Framework blocks count only where the model has the framework's series.
+    if !allocated.is_empty() {
+        for a in m
+            .allocs
+            .iter()
+            .filter(|a| a.kind == AllocKind::FrameworkBlock)
         {
-            s.block_count += 1;
+            if let Some(s) = allocated
+                .iter_mut()
+                .find(|s| s.process == a.process && s.device == a.device)
+            {
+                s.block_count += 1;
+            }
         }
     }
     allocated.sort_by_key(|s| (s.process, s.device));

@@ -116,15 +116,32 @@ impl StackSeries {
         let mut diff: Vec<Vec<i64>> = Vec::new();
         let mut kept: Vec<u32> = Vec::new();
         let mut live_end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
+        // The last allocation's process, time and first sample after it: allocations come in
+        // time order, so the next one's samples are searched from there.
+        let mut last: Option<(ProcessIdx, u64, usize)> = None;
+        let mut samples = None;
         for (i, a) in m.allocs.iter().enumerate() {
-            let sm = sampling.of(a.process);
+            let sm = match samples {
+                Some((p, sm)) if p == a.process => sm,
+                _ => samples.insert((a.process, sampling.of(a.process))).1,
+            };
             let n = sm.len();
             if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
                 continue;
             }
             let ci = causes.of(i);
-            let i0 = sm.partition_point(|t| t < a.ts_nanos);
-            let i1 = sm.partition_point(|t| t < a.free_ts_nanos);
+            let i0 = match last {
+                Some((p, t, k)) if p == a.process && t <= a.ts_nanos => {
+                    sm.count_before_from(k, a.ts_nanos)
+                }
+                _ => sm.partition_point(|t| t < a.ts_nanos),
+            };
+            last = Some((a.process, a.ts_nanos, i0));
+            let i1 = if a.free_ts_nanos >= a.ts_nanos {
+                sm.count_before_from(i0, a.free_ts_nanos)
+            } else {
+                sm.partition_point(|t| t < a.free_ts_nanos)
+            };
             if i0 >= i1 {
                 continue;
             }
@@ -343,6 +360,15 @@ impl LeakBytes {
         // Blocks that predate a snapshot's history, of a leaking line, are what it kept before.
         let mut lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
         lines.dedup();
+        let (mut end, mut allocated) = (alloc::vec![(0, 0); k], alloc::vec![0; k]);
+        if lines.is_empty() {
+            // No leaking line: no allocation is a leak's, so the passes below would find none.
+            return Self {
+                end,
+                allocated,
+                lines,
+            };
+        }
         let is_leak = |i: usize, a: &crate::model::AllocRecord| {
             a.size_bytes > 0
                 && a.kind.is_tracked()
@@ -367,8 +393,6 @@ impl LeakBytes {
                 l.get(l.len() / 2).copied()
             })
             .collect();
-        let mut end: Vec<(u64, u64)> = alloc::vec![(0, 0); k];
-        let mut allocated: Vec<u64> = alloc::vec![0; k];
         for (i, a) in m.allocs.iter().enumerate() {
             if !is_leak(i, &a) {
                 continue;
@@ -444,9 +468,13 @@ fn push_growth_findings(
 ) {
     // Every stack each leaking line allocated from (to tell its leaking paths from the others).
     let mut stacks_by_line: HashMap<usize, Vec<StackId>> = HashMap::new();
+    let mut is_line = alloc::vec![false; causes.keys.len()];
+    for &ci in &kept.lines {
+        is_line[ci] = true;
+    }
     for (i, a) in m.allocs.iter().enumerate() {
         let ci = causes.of(i);
-        if kept.lines.contains(&ci) {
+        if is_line[ci] {
             let s = stacks_by_line.entry(ci).or_default();
             if !s.contains(&a.stack) && s.len() < 64 {
                 s.push(a.stack);
@@ -753,6 +781,9 @@ fn growth_finding(
 
 /// The NVTX range most of a cause's live allocations were made in.
 fn range_of(m: &TraceModel, causes: &Causes, members: &[usize]) -> Option<String> {
+    if m.ranges.is_empty() {
+        return None;
+    }
     let mut by: HashMap<crate::format::StringId, u64> = HashMap::new();
     for (i, a) in m.allocs.iter().enumerate() {
         if a.is_live()

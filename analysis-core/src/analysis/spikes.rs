@@ -160,11 +160,18 @@ fn timeline_spikes(
     // Peak of every iteration and when it was reached.
     let end = m.last_ts_nanos;
     let mut peaks: Vec<(u64, u64)> = Vec::with_capacity(n_it); // (peak bytes, at)
+    let t = &m.total;
+    // The previous iteration's start and first point at it: starts come in order, so each
+    // search goes on from there.
+    let mut prev = (0u64, 0usize);
     for i in 0..n_it {
         let (a, b) = it.span(i, end);
-        let mut best = (m.total.value_at(a), a);
-        let i0 = m.total.partition_point(|t| t < a);
-        let i1 = m.total.partition_point(|t| t < b);
+        let from = if a >= prev.0 { prev.1 } else { 0 };
+        let i0 = t.partition_point_from(from, |x| x < a);
+        prev = (a, i0);
+        let after_a = t.partition_point_from(i0, |x| x <= a);
+        let mut best = (after_a.checked_sub(1).map_or(0, |k| t.value(k)), a);
+        let i1 = t.partition_point_from(i0, |x| x < b);
         if let Some((_, hi)) = m.total.range_min_max(i0, i1)
             && hi > best.0
         {
