@@ -37,6 +37,21 @@ pub fn z_scores(xs: &[f64]) -> Vec<f64> {
 /// The `q`-quantile (0..=1) with numpy's default linear interpolation, by selection: the slice
 /// is reordered, not sorted. `None` for an empty slice.
 pub fn quantile_select(xs: &mut [f64], q: f64) -> Option<f64> {
+    select_quantile(xs, q, f64::total_cmp, |x| x)
+}
+
+/// [`quantile_select`] of integers as `f64`s (byte counts): compared as integers, which is
+/// cheaper and orders them as their `f64` values do, so the result is the same.
+pub fn quantile_select_u64(xs: &mut [u64], q: f64) -> Option<f64> {
+    select_quantile(xs, q, u64::cmp, |x| x as f64)
+}
+
+fn select_quantile<T: Copy>(
+    xs: &mut [T],
+    q: f64,
+    mut cmp: impl FnMut(&T, &T) -> core::cmp::Ordering,
+    value: impl Fn(T) -> f64,
+) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }
@@ -44,11 +59,15 @@ pub fn quantile_select(xs: &mut [f64], q: f64) -> Option<f64> {
     let pos = q * (xs.len() - 1) as f64;
     let lo = libm::floor(pos) as usize;
     let frac = pos - lo as f64;
-    let (_, &mut a, right) = xs.select_nth_unstable_by(lo, f64::total_cmp);
+    let (_, &mut a, right) = xs.select_nth_unstable_by(lo, &mut cmp);
+    let a = value(a);
     if frac == 0.0 || right.is_empty() {
         return Some(a);
     }
-    let b = right.iter().copied().fold(f64::INFINITY, f64::min);
+    let b = right
+        .iter()
+        .map(|&x| value(x))
+        .fold(f64::INFINITY, f64::min);
     Some(lerp(a, b, frac))
 }
 
@@ -242,6 +261,18 @@ mod tests {
             let a = quantile_select(&mut xs, q);
             let b = quantile_sorted(&sorted, q);
             prop_assert_eq!(a, b);
+        }
+
+        #[test]
+        fn integer_quantile_equals_the_float_one(
+            mut xs in proptest::collection::vec(
+                prop_oneof![0u64..4096, any::<u64>(), (1u64 << 53)..(1u64 << 54)],
+                1..200,
+            ),
+            q in 0.0f64..=1.0,
+        ) {
+            let mut fs: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+            prop_assert_eq!(quantile_select_u64(&mut xs, q), quantile_select(&mut fs, q));
         }
 
         #[test]

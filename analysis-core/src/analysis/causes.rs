@@ -32,6 +32,7 @@ struct StackFacts {
 /// What every allocation of one (process, device, pinned host, stack) reads.
 #[derive(Clone, Copy)]
 struct Seen {
+    pair: u32,
     cause: u32,
     allocator: bool,
     prehistory: bool,
@@ -54,7 +55,12 @@ pub struct Causes {
     pub top_stack: Vec<(StackId, u64)>,
     /// Stacks of blocks that predate a snapshot's history, sorted.
     pub prehistory: Vec<StackId>,
+    /// The (cause, stack) pair of each allocation, as a dense index: a cause is one line in
+    /// one process, on one device or in pinned host memory, so each pair is one (process,
+    /// device, pinned host, stack), numbered in order of first allocation.
     by_alloc: Vec<u32>,
+    /// The cause and the stack of each pair.
+    pairs: Vec<(u32, StackId)>,
 }
 
 fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
@@ -107,7 +113,7 @@ impl Causes {
     pub fn new(m: &TraceModel, c: &Config) -> Self {
         let mut facts: HashMap<StackId, StackFacts> = HashMap::new();
         let mut index: HashMap<CauseKey, u32> = HashMap::new();
-        // Each (process, device, pinned host, stack) seen: its cause and the stack's facts that
+        // Each (process, device, pinned host, stack) seen: its pair and the stack's facts that
         // every allocation reads. Only a new one builds the cause's key (a label string).
         let mut seen: HashMap<(ProcessIdx, DeviceIdx, bool, StackId), Seen> = HashMap::new();
         let mut out = Causes {
@@ -120,6 +126,7 @@ impl Causes {
             top_stack: Vec::new(),
             prehistory: Vec::new(),
             by_alloc: Vec::with_capacity(m.allocs.len()),
+            pairs: Vec::new(),
         };
         for a in &m.allocs {
             let host = a.kind == AllocKind::PinnedHost;
@@ -142,7 +149,9 @@ impl Causes {
                         out.top_stack.push((a.stack, 0));
                     }
                     out.python[i as usize] |= f.python;
+                    out.pairs.push((i, a.stack));
                     Seen {
+                        pair: out.pairs.len() as u32 - 1,
                         cause: i,
                         allocator: f.allocator,
                         prehistory: f.prehistory,
@@ -156,7 +165,7 @@ impl Causes {
             } else if a.size_bytes > t.1 && !s.prehistory {
                 *t = (a.stack, a.size_bytes);
             }
-            out.by_alloc.push(s.cause);
+            out.by_alloc.push(s.pair);
         }
         out.prehistory = facts
             .iter()
@@ -167,8 +176,25 @@ impl Causes {
         out
     }
 
+    /// The cause of allocation `alloc_index`.
     pub fn of(&self, alloc_index: usize) -> usize {
+        self.pairs[self.by_alloc[alloc_index] as usize].0 as usize
+    }
+
+    /// The (cause, stack) pair of allocation `alloc_index`, a dense index below
+    /// [`Self::pair_count`]: per-pair tables are vectors, not maps.
+    pub fn pair_of(&self, alloc_index: usize) -> usize {
         self.by_alloc[alloc_index] as usize
+    }
+
+    pub fn pair_count(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// The cause and the stack of pair `pair`.
+    pub fn pair(&self, pair: usize) -> (usize, StackId) {
+        let (c, s) = self.pairs[pair];
+        (c as usize, s)
     }
 
     pub fn label(&self, cause: usize) -> &str {

@@ -111,7 +111,8 @@ impl StackSeries {
     /// By difference arrays: one pass over the allocations.
     fn new(m: &TraceModel, causes: &Causes, sampling: &ProcessSampling) -> Self {
         let k = causes.keys.len();
-        let mut index: HashMap<(usize, StackId), usize> = HashMap::new();
+        // Each (cause, stack) pair's series, once it has one.
+        let mut index: Vec<u32> = alloc::vec![u32::MAX; causes.pair_count()];
         let mut owner: Vec<(usize, StackId)> = Vec::new();
         let mut diff: Vec<Vec<i64>> = Vec::new();
         let mut kept: Vec<u32> = Vec::new();
@@ -145,12 +146,14 @@ impl StackSeries {
             if i0 >= i1 {
                 continue;
             }
-            let si = *index.entry((ci, a.stack)).or_insert_with(|| {
+            let slot = &mut index[causes.pair_of(i)];
+            if *slot == u32::MAX {
                 owner.push((ci, a.stack));
                 diff.push(alloc::vec![0i64; n + 1]);
                 kept.push(0);
-                owner.len() - 1
-            });
+                *slot = owner.len() as u32 - 1;
+            }
+            let si = *slot as usize;
             if i0 > sm.steady() && i1 == n {
                 kept[si] += 1;
             }
@@ -369,12 +372,17 @@ impl LeakBytes {
                 lines,
             };
         }
+        // Per (cause, stack) pair: a leaking stack's, or blocks from before a snapshot's
+        // history at a leaking line.
+        let leaking: Vec<bool> = (0..causes.pair_count())
+            .map(|p| {
+                let (ci, stack) = causes.pair(p);
+                leak_stacks.binary_search(&(ci, stack)).is_ok()
+                    || (causes.prehistory.binary_search(&stack).is_ok() && lines.contains(&ci))
+            })
+            .collect();
         let is_leak = |i: usize, a: &crate::model::AllocRecord| {
-            a.size_bytes > 0
-                && a.kind.is_tracked()
-                && (leak_stacks.binary_search(&(causes.of(i), a.stack)).is_ok()
-                    || (causes.prehistory.binary_search(&a.stack).is_ok()
-                        && lines.contains(&causes.of(i))))
+            a.size_bytes > 0 && a.kind.is_tracked() && leaking[causes.pair_of(i)]
         };
         let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
         for (i, a) in m.allocs.iter().enumerate() {
@@ -817,15 +825,20 @@ fn end_groups(
         threads: Vec<ThreadIdx>,
         stacks: Vec<StackId>,
     }
-    let mut by: HashMap<usize, Acc> = HashMap::new();
+    // Per cause, by its index.
+    let k = causes.keys.len();
+    let mut by: Vec<Option<Acc>> = (0..k).map(|_| None).collect();
     // Per cause: allocations, frees and freed lifetimes (for "old" live allocations).
-    let mut counts: HashMap<usize, (u64, u64, Vec<u64>)> = HashMap::new();
+    let mut counts: Vec<(u64, u64, Vec<u64>)> = alloc::vec![(0, 0, Vec::new()); k];
+    let leaking: Vec<bool> = (0..causes.pair_count())
+        .map(|p| leak_stacks.binary_search(&causes.pair(p)).is_ok())
+        .collect();
     for (i, a) in m.allocs.iter().enumerate() {
         if a.size_bytes == 0 || !a.kind.is_tracked() {
             continue;
         }
         let ci = causes.of(i);
-        let e = counts.entry(ci).or_insert((0, 0, Vec::new()));
+        let e = &mut counts[ci];
         e.0 += 1;
         if !a.is_live() {
             e.1 += 1;
@@ -834,10 +847,10 @@ fn end_groups(
             }
             continue;
         }
-        if leak_stacks.binary_search(&(ci, a.stack)).is_ok() {
+        if leaking[causes.pair_of(i)] {
             continue;
         }
-        let g = by.entry(ci).or_insert(Acc {
+        let g = by[ci].get_or_insert(Acc {
             bytes: 0,
             count: 0,
             first_ts: a.ts_nanos,
@@ -857,7 +870,7 @@ fn end_groups(
         }
     }
     let idle = ((duration as f64 * c.thread_idle_fraction) as u64).max(1);
-    let mut out = Vec::with_capacity(by.len());
+    let mut out = Vec::new();
     // The last activity of each process (any of its threads), and how each history ends.
     let mut process_last_ts: HashMap<ProcessIdx, u64> = HashMap::new();
     for (&(p, _), &t) in &m.thread_last_ts {
@@ -866,14 +879,16 @@ fn end_groups(
     }
     let end_of = super::history::ends_by_process(m);
     // In cause order, so that groups the sort below ranks equal (the same bytes at the same
-    // line, in several processes) keep one order from run to run, not the hash map's.
-    let mut by: Vec<(usize, Acc)> = by.into_iter().collect();
-    by.sort_unstable_by_key(|e| e.0);
-    for (ci, mut g) in by {
+    // line, in several processes) keep one order from run to run.
+    let groups = by
+        .into_iter()
+        .enumerate()
+        .filter_map(|(ci, g)| Some((ci, g?)));
+    for (ci, mut g) in groups {
         g.threads.sort();
         let (process, _, host, label) = &causes.keys[ci];
         let end = end_of(*process);
-        let (alloc_count, free_count, mut lifetimes) = counts.remove(&ci).unwrap_or_default();
+        let (alloc_count, free_count, mut lifetimes) = core::mem::take(&mut counts[ci]);
         let thread_last = g
             .threads
             .iter()

@@ -22,7 +22,7 @@ use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::TraceModel;
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
-use crate::stats::quantile_select;
+use crate::stats::{quantile_select, quantile_select_u64};
 use crate::units::fmt_bytes;
 
 /// Events kept per scope, and timeline spikes kept in total.
@@ -65,13 +65,13 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
             None => sites.get(a.stack),
         }
     };
-    let mut values: Vec<Vec<f64>> = alloc::vec![Vec::new(); n_scopes];
+    let mut values: Vec<Vec<u64>> = alloc::vec![Vec::new(); n_scopes];
     for a in &m.allocs {
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }
         if let Some(k) = scope_of(&a) {
-            values[k].push(a.size_bytes as f64);
+            values[k].push(a.size_bytes);
         }
     }
     let mut thresholds: Vec<Option<(f64, f64, f64)>> = alloc::vec![None; n_scopes];
@@ -79,15 +79,20 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         if (v.len() as u64) < c.min_calls_for_analysis.max(3) {
             continue;
         }
-        let (Some(q1), Some(q3)) = (quantile_select(v, 0.25), quantile_select(v, 0.75)) else {
+        let (Some(q1), Some(q3)) = (quantile_select_u64(v, 0.25), quantile_select_u64(v, 0.75))
+        else {
             continue;
         };
         let thr = q3 + c.spike_iqr_factor * (q3 - q1);
-        if v.iter().any(|&x| x > thr) {
+        if v.iter().any(|&x| x as f64 > thr) {
             thresholds[k] = Some((q1, q3, thr));
         }
     }
     let mut out: Vec<ScopeSpikes> = Vec::new();
+    if thresholds.iter().all(Option::is_none) {
+        // No scope has an allocation above its threshold.
+        return out;
+    }
     let mut slot: Vec<usize> = alloc::vec![usize::MAX; n_scopes];
     for a in &m.allocs {
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
