@@ -13,6 +13,22 @@ use core::fmt;
 use crate::format::*;
 use crate::msgpack::{Kind, ReadErr, ReadResult, Reader};
 
+/// The records that make most of a trace, as [`Decoder::next_hot`] returns them.
+#[derive(Clone, Copy, Debug)]
+pub enum Hot {
+    Alloc(Alloc),
+    Free(Free),
+}
+
+impl From<Hot> for Record {
+    fn from(h: Hot) -> Self {
+        match h {
+            Hot::Alloc(a) => Record::Alloc(a),
+            Hot::Free(f) => Record::Free(f),
+        }
+    }
+}
+
 /// A problem that stops decoding. Everything decoded before it is kept by the caller.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -793,6 +809,21 @@ impl Decoder {
 
     /// Returns the next complete record, `Ok(None)` when more input is needed, or the error
     /// that stopped decoding (returned again on every later call).
+    /// The next record when it is a well-formed alloc or free (the straight-line path of
+    /// [`Self::next_record`], which cannot warn), else `None` and nothing consumed: call
+    /// `next_record`. Saves a consumer that handles those two first from moving a whole
+    /// [`Record`] per event.
+    #[inline]
+    pub fn next_hot(&mut self) -> Option<Hot> {
+        if self.fatal.is_some() || self.header.is_none() {
+            return None;
+        }
+        let (rec, used) = fast::alloc_or_free(self.buf.get(self.pos..)?, &mut self.state)?;
+        self.pos += used;
+        self.records += 1;
+        Some(rec)
+    }
+
     pub fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
         if let Some(e) = &self.fatal {
             return Err(e.clone());
@@ -818,7 +849,7 @@ impl Decoder {
             if let Some((rec, used)) = fast::alloc_or_free(&self.buf[start..], &mut self.state) {
                 self.pos += used;
                 self.records += 1;
-                return Ok(Some(rec));
+                return Ok(Some(rec.into()));
             }
             // A record cut off earlier is parsed again only once all of it is here.
             if self.still_cut(start)? {
@@ -950,7 +981,7 @@ impl Decoder {
 
 /// Straight-line decoding of well-formed alloc and free records, the bulk of every trace.
 mod fast {
-    use super::DeltaState;
+    use super::{DeltaState, Hot};
     use crate::format::*;
 
     /// Reads a non-negative integer (positive fixint, uint 8/16/32/64, or a non-negative signed
@@ -1028,7 +1059,7 @@ mod fast {
     /// Decodes one alloc or free record at the start of `b`, updating `st` only on success.
     /// Returns the record and the bytes it used.
     #[inline]
-    pub(super) fn alloc_or_free(b: &[u8], st: &mut DeltaState) -> Option<(Record, usize)> {
+    pub(super) fn alloc_or_free(b: &[u8], st: &mut DeltaState) -> Option<(Hot, usize)> {
         let head = *b.first()?;
         if head & 0xf0 != 0x90 {
             return None;
@@ -1068,7 +1099,7 @@ mod fast {
                 st.last_ts = ts_nanos;
                 st.last_address = a.address;
                 st.next_alloc += 1;
-                Some((Record::Alloc(a), p))
+                Some((Hot::Alloc(a), p))
             }
             tag::FREE if (2..=6).contains(&n) => {
                 let dt = uint(b, &mut p)?;
@@ -1085,7 +1116,7 @@ mod fast {
                 };
                 st.last_ts = ts_nanos;
                 Some((
-                    Record::Free(Free {
+                    Hot::Free(Free {
                         ts_nanos,
                         alloc,
                         thread: ThreadIdx(thread),
@@ -1169,6 +1200,7 @@ mod fast_path_tests {
             let st0 = DeltaState { last_ts, last_address, next_alloc };
             let (mut a, mut b) = (st0, st0);
             if let Some((rec, used)) = fast::alloc_or_free(&bytes, &mut a) {
+                let rec = Record::from(rec);
                 let (want, want_used) = general(&bytes, &mut b).expect("general parser accepts it");
                 prop_assert_eq!(format!("{rec:?}"), format!("{want:?}"));
                 prop_assert_eq!(used, want_used);

@@ -15,7 +15,7 @@ use serde::Serialize;
 pub use crate::alloc_store::{AllocRecord, AllocStore, LIVE};
 pub use crate::attribution::FrameView;
 pub use crate::decode::MAX_OPEN_RANGES;
-use crate::decode::{DecodeError, Decoder, Warning, WarningLog};
+use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
 use crate::timeline::Timeline;
@@ -601,6 +601,124 @@ impl TraceModel {
         self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
     }
 
+    /// [`Self::observe`] of an alloc or free record, as [`Decoder::next_hot`] returns them.
+    #[inline]
+    pub fn observe_hot(&mut self, rec: Hot, offset: u64) {
+        self.records += 1;
+        match rec {
+            Hot::Alloc(a) => {
+                self.touch_time(a.ts_nanos);
+                self.alloc(a);
+            }
+            Hot::Free(f) => {
+                self.touch_time(f.ts_nanos);
+                self.free(f, offset);
+            }
+        }
+    }
+
+    #[inline]
+    fn alloc(&mut self, a: Alloc) {
+        let key = SeriesKey {
+            process: a.process,
+            device: a.device,
+            host: !a.kind.is_device_memory(),
+        };
+        let tkey = (a.process, a.thread);
+        let range_slot = if self.any_open_range {
+            // Attribute to every open range of the thread (nested calls include inner ones).
+            let mut top = 0;
+            if let Some(stack) = self
+                .thread_range_slots
+                .get(&tkey)
+                .and_then(|&i| self.thread_ranges.get(i))
+                .map(|(_, stack)| stack)
+            {
+                for &s in stack {
+                    if let Some(r) = self.ranges.get_mut(s as usize - 1) {
+                        r.alloc_count += 1;
+                        r.alloc_bytes = r.alloc_bytes.saturating_add(a.size_bytes);
+                    }
+                    top = s;
+                }
+            }
+            top
+        } else {
+            0
+        };
+        self.touch_thread(tkey, a.ts_nanos);
+        // Ids are dense and sequential; pad if a malformed record consumed one.
+        while (self.allocs.len() as u64) < a.id.0 {
+            self.allocs.push(AllocRecord {
+                ts_nanos: a.ts_nanos,
+                free_ts_nanos: a.ts_nanos,
+                size_bytes: 0,
+                address: 0,
+                stack: StackId(0),
+                thread: a.thread,
+                device: a.device,
+                process: a.process,
+                range_slot: 0,
+                kind: AllocKind::Other,
+                free_kind: FreeKind::Other,
+            });
+        }
+        let li = self.reset_list_index((a.process, a.device));
+        let list = &mut self.reset_lists[li];
+        if list.ids.len() >= 4 * list.live + 256 {
+            let allocs = &self.allocs;
+            list.ids.retain(|&i| allocs.is_live(i as usize));
+        }
+        match u32::try_from(self.allocs.len()) {
+            Ok(id) => list.ids.push(id),
+            // Past 2^32 allocations a reset reads the whole history instead.
+            Err(_) => list.overflow = true,
+        }
+        list.live += 1;
+        self.live_allocs += 1;
+        self.allocs.push(AllocRecord {
+            ts_nanos: a.ts_nanos,
+            free_ts_nanos: LIVE,
+            size_bytes: a.size_bytes,
+            address: a.address,
+            stack: a.stack,
+            thread: a.thread,
+            device: a.device,
+            process: a.process,
+            range_slot,
+            kind: a.kind,
+            free_kind: FreeKind::Immediate,
+        });
+        let st = self.stack_entry(a.stack);
+        st.alloc_count += 1;
+        st.alloc_bytes = st.alloc_bytes.saturating_add(a.size_bytes);
+        st.live_count += 1;
+        st.live_bytes = st.live_bytes.saturating_add(a.size_bytes);
+        st.max_size_bytes = st.max_size_bytes.max(a.size_bytes);
+        if a.kind.is_tracked() {
+            self.apply(key, a.ts_nanos, true, a.size_bytes);
+        } else if a.kind == AllocKind::FrameworkBlock {
+            self.apply_allocated(a.process, a.device, a.ts_nanos, true, a.size_bytes);
+        }
+    }
+
+    #[inline]
+    fn free(&mut self, f: Free, offset: u64) {
+        let idx = f.alloc.0;
+        match usize::try_from(idx).ok().and_then(|i| self.allocs.get(i)) {
+            Some(a) if a.is_live() => {
+                self.touch_thread((a.process, f.thread), f.ts_nanos);
+                self.release(idx as usize, a, f.ts_nanos, f.kind);
+            }
+            _ => {
+                if self.bad_free_count == 0 {
+                    self.bad_free_first_offset = offset;
+                }
+                self.bad_free_count += 1;
+            }
+        }
+    }
+
     /// Replays one record. `offset` is its byte offset, for warnings.
     pub fn observe(&mut self, rec: Record, offset: u64) {
         self.records += 1;
@@ -608,104 +726,8 @@ impl TraceModel {
             self.touch_time(t);
         }
         match rec {
-            Record::Alloc(a) => {
-                let key = SeriesKey {
-                    process: a.process,
-                    device: a.device,
-                    host: !a.kind.is_device_memory(),
-                };
-                let tkey = (a.process, a.thread);
-                let range_slot = if self.any_open_range {
-                    // Attribute to every open range of the thread (nested calls include inner ones).
-                    let mut top = 0;
-                    if let Some(stack) = self
-                        .thread_range_slots
-                        .get(&tkey)
-                        .and_then(|&i| self.thread_ranges.get(i))
-                        .map(|(_, stack)| stack)
-                    {
-                        for &s in stack {
-                            if let Some(r) = self.ranges.get_mut(s as usize - 1) {
-                                r.alloc_count += 1;
-                                r.alloc_bytes = r.alloc_bytes.saturating_add(a.size_bytes);
-                            }
-                            top = s;
-                        }
-                    }
-                    top
-                } else {
-                    0
-                };
-                self.touch_thread(tkey, a.ts_nanos);
-                // Ids are dense and sequential; pad if a malformed record consumed one.
-                while (self.allocs.len() as u64) < a.id.0 {
-                    self.allocs.push(AllocRecord {
-                        ts_nanos: a.ts_nanos,
-                        free_ts_nanos: a.ts_nanos,
-                        size_bytes: 0,
-                        address: 0,
-                        stack: StackId(0),
-                        thread: a.thread,
-                        device: a.device,
-                        process: a.process,
-                        range_slot: 0,
-                        kind: AllocKind::Other,
-                        free_kind: FreeKind::Other,
-                    });
-                }
-                let li = self.reset_list_index((a.process, a.device));
-                let list = &mut self.reset_lists[li];
-                if list.ids.len() >= 4 * list.live + 256 {
-                    let allocs = &self.allocs;
-                    list.ids.retain(|&i| allocs.is_live(i as usize));
-                }
-                match u32::try_from(self.allocs.len()) {
-                    Ok(id) => list.ids.push(id),
-                    // Past 2^32 allocations a reset reads the whole history instead.
-                    Err(_) => list.overflow = true,
-                }
-                list.live += 1;
-                self.live_allocs += 1;
-                self.allocs.push(AllocRecord {
-                    ts_nanos: a.ts_nanos,
-                    free_ts_nanos: LIVE,
-                    size_bytes: a.size_bytes,
-                    address: a.address,
-                    stack: a.stack,
-                    thread: a.thread,
-                    device: a.device,
-                    process: a.process,
-                    range_slot,
-                    kind: a.kind,
-                    free_kind: FreeKind::Immediate,
-                });
-                let st = self.stack_entry(a.stack);
-                st.alloc_count += 1;
-                st.alloc_bytes = st.alloc_bytes.saturating_add(a.size_bytes);
-                st.live_count += 1;
-                st.live_bytes = st.live_bytes.saturating_add(a.size_bytes);
-                st.max_size_bytes = st.max_size_bytes.max(a.size_bytes);
-                if a.kind.is_tracked() {
-                    self.apply(key, a.ts_nanos, true, a.size_bytes);
-                } else if a.kind == AllocKind::FrameworkBlock {
-                    self.apply_allocated(a.process, a.device, a.ts_nanos, true, a.size_bytes);
-                }
-            }
-            Record::Free(f) => {
-                let idx = f.alloc.0;
-                match usize::try_from(idx).ok().and_then(|i| self.allocs.get(i)) {
-                    Some(a) if a.is_live() => {
-                        self.touch_thread((a.process, f.thread), f.ts_nanos);
-                        self.release(idx as usize, a, f.ts_nanos, f.kind);
-                    }
-                    _ => {
-                        if self.bad_free_count == 0 {
-                            self.bad_free_first_offset = offset;
-                        }
-                        self.bad_free_count += 1;
-                    }
-                }
-            }
+            Record::Alloc(a) => self.alloc(a),
+            Record::Free(f) => self.free(f, offset),
             Record::ContextReset(c) => {
                 let mut freed_count = 0;
                 let mut freed_bytes: u64 = 0;
@@ -1206,6 +1228,14 @@ impl Loader {
         self.decoder.push(bytes);
         loop {
             let offset = self.decoder.bytes_consumed();
+            // Allocs and frees first, without moving a whole `Record` each.
+            if let Some(model) = self.model.as_mut()
+                && let Some(rec) = self.decoder.next_hot()
+            {
+                model.observe_hot(rec, offset);
+                self.check_budget()?;
+                continue;
+            }
             match self.decoder.next_record() {
                 Ok(Some(rec)) => {
                     if self.model.is_none() {
@@ -1214,19 +1244,7 @@ impl Loader {
                     }
                     if let Some(model) = self.model.as_mut() {
                         model.observe(rec, offset);
-                        if model.records.is_multiple_of(BUDGET_CHECK_RECORDS) {
-                            let used = model.heap_estimate();
-                            let consumed = self.decoder.bytes_consumed();
-                            if used > model_budget(consumed) {
-                                let e = DecodeError::TooDense {
-                                    offset: consumed,
-                                    model_bytes: used,
-                                    limit_bytes: model_budget(consumed),
-                                };
-                                self.fatal = Some(e.clone());
-                                return Err(e);
-                            }
-                        }
+                        self.check_budget()?;
                     }
                 }
                 Ok(None) => {
@@ -1240,6 +1258,30 @@ impl Loader {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Every [`BUDGET_CHECK_RECORDS`] records, stops with [`DecodeError::TooDense`] when the
+    /// model holds more than its budget for the bytes read.
+    #[inline]
+    fn check_budget(&mut self) -> Result<(), DecodeError> {
+        let Some(model) = self.model.as_ref() else {
+            return Ok(());
+        };
+        if !model.records.is_multiple_of(BUDGET_CHECK_RECORDS) {
+            return Ok(());
+        }
+        let used = model.heap_estimate();
+        let consumed = self.decoder.bytes_consumed();
+        if used > model_budget(consumed) {
+            let e = DecodeError::TooDense {
+                offset: consumed,
+                model_bytes: used,
+                limit_bytes: model_budget(consumed),
+            };
+            self.fatal = Some(e.clone());
+            return Err(e);
+        }
+        Ok(())
     }
 
     pub fn bytes_consumed(&self) -> u64 {
