@@ -32,7 +32,7 @@ pub use gpucollect_trace::{
 };
 
 pub use analysis::summarize;
-pub use analysis::{Config, analyze};
+pub use analysis::{Config, Join, Sequential, analyze, analyze_with};
 pub use gpucollect_trace::format::*;
 pub use gpucollect_trace::{
     DecodeError, Decoder, Encoder, LoadedTrace, Loader, MAX_RECORD_BYTES, MAX_WARNINGS_PER_KIND,

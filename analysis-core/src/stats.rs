@@ -71,6 +71,111 @@ fn select_quantile<T: Copy>(
     Some(lerp(a, b, frac))
 }
 
+/// Values pushed before a [`Counts`] sorts them into its runs.
+const COUNTS_BATCH: usize = 1024;
+
+/// A multiset of integers (byte sizes) with exact quantiles, as [`quantile_select_u64`] gives
+/// over all of them, held as sorted runs of (value, count): the sizes one call site or range
+/// allocates mostly repeat, so it keeps a few runs instead of every allocation's size. Values
+/// that do not repeat (more than a quarter as many runs as values, past a few thousand) are
+/// kept plainly instead, which costs what a vector of them would.
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    runs: Vec<(u64, u64)>,
+    /// Values not yet in `runs`; every value once the runs stopped paying.
+    recent: Vec<u64>,
+    plain: bool,
+    len: u64,
+}
+
+impl Counts {
+    pub fn push(&mut self, v: u64) {
+        self.recent.push(v);
+        self.len += 1;
+        if !self.plain && self.recent.len() >= COUNTS_BATCH {
+            self.settle();
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Merges the recent values into the runs, or gives up on runs.
+    fn settle(&mut self) {
+        if self.plain || self.recent.is_empty() {
+            return;
+        }
+        self.recent.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.runs.len() + 16);
+        let mut add = |v: u64, n: u64| match merged.last_mut() {
+            Some(last) if last.0 == v => last.1 += n,
+            _ => merged.push((v, n)),
+        };
+        let (mut i, mut j) = (0, 0);
+        while i < self.runs.len() || j < self.recent.len() {
+            if j == self.recent.len() || (i < self.runs.len() && self.runs[i].0 <= self.recent[j]) {
+                add(self.runs[i].0, self.runs[i].1);
+                i += 1;
+            } else {
+                add(self.recent[j], 1);
+                j += 1;
+            }
+        }
+        self.recent.clear();
+        if merged.len() > 4096 && merged.len() as u64 > self.len / 4 {
+            // Few repeats: a plain vector is smaller, and merging would cost O(runs) a batch.
+            self.plain = true;
+            self.recent = merged
+                .iter()
+                .flat_map(|&(v, n)| core::iter::repeat_n(v, n as usize))
+                .collect();
+            self.runs = Vec::new();
+        } else {
+            self.runs = merged;
+        }
+    }
+
+    /// The `q`-quantile, numpy's linear interpolation (as [`quantile_select_u64`]).
+    pub fn quantile(&mut self, q: f64) -> Option<f64> {
+        self.settle();
+        if self.plain {
+            return quantile_select_u64(&mut self.recent, q);
+        }
+        if self.len == 0 {
+            return None;
+        }
+        let q = q.clamp(0.0, 1.0);
+        let pos = q * (self.len - 1) as f64;
+        let lo = libm::floor(pos) as u64;
+        let frac = pos - lo as f64;
+        // The values at ranks `lo` and `lo + 1`.
+        let at = |rank: u64| {
+            let mut seen = 0u64;
+            self.runs.iter().find_map(|&(v, n)| {
+                seen += n;
+                (rank < seen).then_some(v as f64)
+            })
+        };
+        let a = at(lo)?;
+        match at(lo + 1) {
+            Some(b) if frac != 0.0 => Some(lerp(a, b, frac)),
+            _ => Some(a),
+        }
+    }
+
+    /// The largest value.
+    pub fn max(&self) -> Option<u64> {
+        let runs = self.runs.last().map(|r| r.0);
+        let recent = self.recent.iter().copied().max();
+        runs.max(recent)
+    }
+}
+
 /// The `q`-quantile of an already sorted slice, numpy linear interpolation.
 pub fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -273,6 +378,26 @@ mod tests {
         ) {
             let mut fs: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
             prop_assert_eq!(quantile_select_u64(&mut xs, q), quantile_select(&mut fs, q));
+        }
+
+        #[test]
+        fn counted_quantiles_equal_selected_ones(
+            xs in prop_oneof![
+                proptest::collection::vec(0u64..8, 1..3000),
+                proptest::collection::vec(any::<u64>(), 1..3000),
+                proptest::collection::vec(0u64..20_000, 4000..12_000),
+            ],
+            q in 0.0f64..=1.0,
+        ) {
+            let mut c = Counts::default();
+            for &x in &xs {
+                c.push(x);
+            }
+            let mut plain = xs.clone();
+            prop_assert_eq!(c.len(), xs.len() as u64);
+            prop_assert_eq!(c.max(), xs.iter().copied().max());
+            prop_assert_eq!(c.quantile(q), quantile_select_u64(&mut plain, q));
+            prop_assert_eq!(c.quantile(0.25), quantile_select_u64(&mut plain, 0.25));
         }
 
         #[test]

@@ -54,6 +54,31 @@ impl Found {
     }
 }
 
+/// Runs two independent parts of the analysis and returns both results. The core starts no
+/// threads: a front end that may (the CLI, the server) passes a `Join` that runs them at once,
+/// and [`Sequential`] runs one after the other. The report is the same either way: each part
+/// fills its own findings, merged in a fixed order.
+pub trait Join: Sync {
+    fn join<A: Send, B: Send>(
+        &self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B);
+}
+
+/// Runs both parts on the caller's thread (WebAssembly, tests).
+pub struct Sequential;
+
+impl Join for Sequential {
+    fn join<A: Send, B: Send>(
+        &self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        (a(), b())
+    }
+}
+
 /// Runs every detector with `config` and returns the full report.
 ///
 /// The summary's figures are the driver's (what the device held). The detectors read the
@@ -61,13 +86,28 @@ impl Found {
 /// [`crate::layers::tensor_view`], in which the blocks are the allocations and the segments
 /// holding them the framework's reserve (FORMAT.md, "Two layers").
 pub fn analyze(trace: &LoadedTrace, config: &Config) -> Report {
+    analyze_with(trace, config, &Sequential)
+}
+
+/// [`analyze`], its independent detectors run through `join`.
+pub fn analyze_with(trace: &LoadedTrace, config: &Config, join: &impl Join) -> Report {
     let view = crate::layers::tensor_view(&trace.model);
-    analyze_view(trace, view.as_ref(), config)
+    analyze_view_with(trace, view.as_ref(), config, join)
 }
 
 /// [`analyze`] with the trace's [`crate::layers::tensor_view`] made by the caller (`None` when the
 /// trace has no framework blocks), for a front end that keeps the view for its own tables.
 pub fn analyze_view(trace: &LoadedTrace, view: Option<&TraceModel>, config: &Config) -> Report {
+    analyze_view_with(trace, view, config, &Sequential)
+}
+
+/// [`analyze_view`], its independent detectors run through `join`.
+pub fn analyze_view_with(
+    trace: &LoadedTrace,
+    view: Option<&TraceModel>,
+    config: &Config,
+    join: &impl Join,
+) -> Report {
     let mut report = facts::summary_facts(trace);
     let m = view.unwrap_or(&trace.model);
     let mut found = Found::default();
@@ -82,27 +122,45 @@ pub fn analyze_view(trace: &LoadedTrace, view: Option<&TraceModel>, config: &Con
     };
     // Each process's samples (its own iterations for the busiest), for growth and trends.
     let sampling = sampling::sampling_by_process(m, &its);
-    let sections = leaks::analyze(m, config, &its, end, &causes, &sampling, &mut found);
+    // Two independent halves, of about equal work; their findings are merged in this order.
+    let growth = || {
+        let mut found = Found::default();
+        let sections = leaks::analyze(m, config, &its, end, &causes, &sampling, &mut found);
+        let scopes = scopes::analyze(m, config, &sites);
+        let trends = trend::analyze(
+            m,
+            config,
+            &sections.series_growth,
+            &its,
+            &sampling,
+            &mut found,
+        );
+        (sections, scopes, trends, found)
+    };
+    let shape = || {
+        let mut found = Found::default();
+        let spikes = spikes::analyze(m, config, &sites, &its, &causes, &mut found);
+        let fragmentation = fragmentation::analyze(m, config, &its, &mut found);
+        let churn = churn::analyze(m, config, &sites, &mut found);
+        let hidden = hidden::analyze(m, config, &mut found);
+        (spikes, fragmentation, churn, hidden, found)
+    };
+    let ((sections, scopes, trends, growth_found), (spikes, frag, churn, hidden, shape_found)) =
+        join.join(growth, shape);
+    drop(sampling);
+    for part in [growth_found, shape_found] {
+        found.findings.extend(part.findings);
+        found.notes.extend(part.notes);
+    }
     a.leaks_at_exit = sections.groups;
     a.growth = sections.growth;
     a.teardown_released = sections.teardown;
-    a.scopes = scopes::analyze(m, config, &sites);
-    a.trends = trend::analyze(
-        m,
-        config,
-        &sections.series_growth,
-        &its,
-        &sampling,
-        &mut found,
-    );
-    drop(sampling);
-    let (scope_spikes, timeline_spikes) =
-        spikes::analyze(m, config, &sites, &its, &causes, &mut found);
-    a.scope_spikes = scope_spikes;
-    a.timeline_spikes = timeline_spikes;
-    a.fragmentation = fragmentation::analyze(m, config, &its, &mut found);
-    a.churn = churn::analyze(m, config, &sites, &mut found);
-    let (hidden, oom) = hidden::analyze(m, config, &mut found);
+    a.scopes = scopes;
+    a.trends = trends;
+    (a.scope_spikes, a.timeline_spikes) = spikes;
+    a.fragmentation = frag;
+    a.churn = churn;
+    let (hidden, oom) = hidden;
     fold_out_of_memory(&mut found, &oom);
     fold_fragmentation(&mut found);
     a.hidden = hidden;

@@ -22,7 +22,7 @@ use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::TraceModel;
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
-use crate::stats::{quantile_select, quantile_select_u64};
+use crate::stats::{Counts, quantile_select};
 use crate::units::fmt_bytes;
 
 /// Events kept per scope, and timeline spikes kept in total.
@@ -65,7 +65,8 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
             None => sites.get(a.stack),
         }
     };
-    let mut values: Vec<Vec<u64>> = alloc::vec![Vec::new(); n_scopes];
+    // Each scope's sizes, counted (a scope's sizes mostly repeat).
+    let mut values: Vec<Counts> = alloc::vec![Counts::default(); n_scopes];
     for a in &m.allocs {
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
@@ -76,15 +77,14 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
     }
     let mut thresholds: Vec<Option<(f64, f64, f64)>> = alloc::vec![None; n_scopes];
     for (k, v) in values.iter_mut().enumerate() {
-        if (v.len() as u64) < c.min_calls_for_analysis.max(3) {
+        if v.len() < c.min_calls_for_analysis.max(3) {
             continue;
         }
-        let (Some(q1), Some(q3)) = (quantile_select_u64(v, 0.25), quantile_select_u64(v, 0.75))
-        else {
+        let (Some(q1), Some(q3)) = (v.quantile(0.25), v.quantile(0.75)) else {
             continue;
         };
         let thr = q3 + c.spike_iqr_factor * (q3 - q1);
-        if v.iter().any(|&x| x as f64 > thr) {
+        if v.max().is_some_and(|x| x as f64 > thr) {
             thresholds[k] = Some((q1, q3, thr));
         }
     }
@@ -117,7 +117,7 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
                 } else {
                     ScopeKind::CallSite
                 },
-                allocations: values[k].len() as u64,
+                allocations: values[k].len(),
                 q1_bytes: q1,
                 q3_bytes: q3,
                 threshold_bytes: thr,

@@ -108,7 +108,7 @@ pub fn violations(r: &Report, l: &Limits) -> Vec<String> {
 pub fn run(a: CheckArgs) -> Result<u8> {
     let config = super::load_config(a.config.as_deref(), &a.hide_frame)?;
     let trace = input::load_trace(&a.trace)?;
-    let report = analysis_core::analyze(&trace, &config);
+    let report = crate::threads::analyze(&trace, &config);
     if let Some(e) = &report.fatal {
         eprintln!(
             "gpucollect check: warning: the trace is damaged, checking what was decoded: {e}"

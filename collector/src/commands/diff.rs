@@ -31,8 +31,8 @@ pub struct DiffArgs {
 
 pub fn run(a: DiffArgs) -> Result<u8> {
     let config = load_config(a.config.as_deref(), &a.hide_frame)?;
-    let before = analysis_core::analyze(&input::load_trace(&a.before)?, &config);
-    let after = analysis_core::analyze(&input::load_trace(&a.after)?, &config);
+    let before = crate::threads::analyze(&input::load_trace(&a.before)?, &config);
+    let after = crate::threads::analyze(&input::load_trace(&a.after)?, &config);
     let d = analysis_core::analysis::diff::diff(&before, &after);
     match a.format {
         OutputFormat::Json => output::print(&(serde_json::to_string_pretty(&d)? + "\n"))?,

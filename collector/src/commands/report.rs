@@ -45,7 +45,7 @@ libraries are skipped (--hide-frame skips more).";
 pub fn run(a: ReportArgs) -> Result<u8> {
     let config = load_config(a.config.as_deref(), &a.hide_frame)?;
     let trace = input::load_trace(&a.trace)?;
-    let report = analysis_core::analyze(&trace, &config);
+    let report = crate::threads::analyze(&trace, &config);
     match a.format {
         OutputFormat::Json => output::print(&(serde_json::to_string_pretty(&report)? + "\n"))?,
         OutputFormat::Text => output::print(&render_text::render(&report))?,

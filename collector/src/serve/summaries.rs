@@ -134,7 +134,7 @@ impl Summaries {
         let making = tokio::task::spawn_blocking(move || {
             let trace = decode_stream(&mut rx, size)?;
             drop(rx);
-            let report = analysis_core::analyze(&trace, &Default::default());
+            let report = crate::threads::analyze(&trace, &Default::default());
             let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
             let bytes = trace.model.heap_estimate().saturating_add(report_bytes);
             Ok::<_, SummaryError>(Summary {
@@ -298,7 +298,7 @@ mod tests {
     fn summary(s: Scenario) -> Summary {
         let (bytes, _) = generate(s, 5_000, 3);
         let trace = analysis_core::load(&bytes).expect("loads");
-        let report = analysis_core::analyze(&trace, &Default::default());
+        let report = crate::threads::analyze(&trace, &Default::default());
         Summary {
             trace,
             report,
