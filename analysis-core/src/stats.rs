@@ -71,7 +71,8 @@ fn select_quantile<T: Copy>(
     Some(lerp(a, b, frac))
 }
 
-/// Values pushed before a [`Counts`] sorts them into its runs.
+/// Values pushed before a [`Counts`] sorts them into its runs (at least; as many as it has
+/// runs once it has more).
 const COUNTS_BATCH: usize = 1024;
 
 /// A multiset of integers (byte sizes) with exact quantiles, as [`quantile_select_u64`] gives
@@ -92,7 +93,8 @@ impl Counts {
     pub fn push(&mut self, v: u64) {
         self.recent.push(v);
         self.len += 1;
-        if !self.plain && self.recent.len() >= COUNTS_BATCH {
+        // A batch at least as long as the runs, so merging costs O(1) per value amortized.
+        if !self.plain && self.recent.len() >= COUNTS_BATCH.max(self.runs.len()) {
             self.settle();
         }
     }
