@@ -7,6 +7,7 @@
 //! panic or a NaN that leaks into a `Report`.
 
 use alloc::vec::Vec;
+use hashbrown::HashMap;
 
 /// Arithmetic mean; `None` for an empty slice.
 pub fn mean(xs: &[f64]) -> Option<f64> {
@@ -71,31 +72,42 @@ fn select_quantile<T: Copy>(
     Some(lerp(a, b, frac))
 }
 
-/// Values pushed before a [`Counts`] sorts them into its runs (at least; as many as it has
-/// runs once it has more).
-const COUNTS_BATCH: usize = 1024;
-
 /// A multiset of integers (byte sizes) with exact quantiles, as [`quantile_select_u64`] gives
-/// over all of them, held as sorted runs of (value, count): the sizes one call site or range
-/// allocates mostly repeat, so it keeps a few runs instead of every allocation's size. Values
-/// that do not repeat (more than a quarter as many runs as values, past a few thousand) are
-/// kept plainly instead, which costs what a vector of them would.
+/// over all of them, held as a count per distinct value: the sizes one call site or range
+/// allocates mostly repeat, so it keeps a few counts instead of every allocation's size.
+/// Values that do not repeat (more than a quarter as many distinct values as values, past a
+/// few thousand) are kept plainly instead, which costs what a vector of them would.
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
-    runs: Vec<(u64, u64)>,
-    /// Values not yet in `runs`; every value once the runs stopped paying.
-    recent: Vec<u64>,
-    plain: bool,
+    counts: HashMap<u64, u64>,
+    /// `counts` sorted by value, made when a quantile is asked.
+    sorted: Vec<(u64, u64)>,
+    /// Every value, once counting stopped paying.
+    plain: Option<Vec<u64>>,
     len: u64,
+    max: Option<u64>,
 }
 
 impl Counts {
     pub fn push(&mut self, v: u64) {
-        self.recent.push(v);
         self.len += 1;
-        // A batch at least as long as the runs, so merging costs O(1) per value amortized.
-        if !self.plain && self.recent.len() >= COUNTS_BATCH.max(self.runs.len()) {
-            self.settle();
+        self.max = self.max.max(Some(v));
+        if let Some(values) = &mut self.plain {
+            values.push(v);
+            return;
+        }
+        self.sorted.clear();
+        let n = self.counts.len();
+        *self.counts.entry(v).or_insert(0) += 1;
+        // A new distinct value, and few repeats so far: a plain vector is smaller.
+        if self.counts.len() > n && n >= 4096 && n as u64 >= self.len / 4 {
+            let values = self
+                .counts
+                .drain()
+                .flat_map(|(v, c)| core::iter::repeat_n(v, c as usize))
+                .collect();
+            self.plain = Some(values);
+            self.counts = HashMap::new();
         }
     }
 
@@ -107,49 +119,17 @@ impl Counts {
         self.len == 0
     }
 
-    /// Merges the recent values into the runs, or gives up on runs.
-    fn settle(&mut self) {
-        if self.plain || self.recent.is_empty() {
-            return;
-        }
-        self.recent.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.runs.len() + 16);
-        let mut add = |v: u64, n: u64| match merged.last_mut() {
-            Some(last) if last.0 == v => last.1 += n,
-            _ => merged.push((v, n)),
-        };
-        let (mut i, mut j) = (0, 0);
-        while i < self.runs.len() || j < self.recent.len() {
-            if j == self.recent.len() || (i < self.runs.len() && self.runs[i].0 <= self.recent[j]) {
-                add(self.runs[i].0, self.runs[i].1);
-                i += 1;
-            } else {
-                add(self.recent[j], 1);
-                j += 1;
-            }
-        }
-        self.recent.clear();
-        if merged.len() > 4096 && merged.len() as u64 > self.len / 4 {
-            // Few repeats: a plain vector is smaller, and merging would cost O(runs) a batch.
-            self.plain = true;
-            self.recent = merged
-                .iter()
-                .flat_map(|&(v, n)| core::iter::repeat_n(v, n as usize))
-                .collect();
-            self.runs = Vec::new();
-        } else {
-            self.runs = merged;
-        }
-    }
-
     /// The `q`-quantile, numpy's linear interpolation (as [`quantile_select_u64`]).
     pub fn quantile(&mut self, q: f64) -> Option<f64> {
-        self.settle();
-        if self.plain {
-            return quantile_select_u64(&mut self.recent, q);
+        if let Some(values) = &mut self.plain {
+            return quantile_select_u64(values, q);
         }
         if self.len == 0 {
             return None;
+        }
+        if self.sorted.is_empty() {
+            self.sorted = self.counts.iter().map(|(&v, &c)| (v, c)).collect();
+            self.sorted.sort_unstable();
         }
         let q = q.clamp(0.0, 1.0);
         let pos = q * (self.len - 1) as f64;
@@ -158,7 +138,7 @@ impl Counts {
         // The values at ranks `lo` and `lo + 1`.
         let at = |rank: u64| {
             let mut seen = 0u64;
-            self.runs.iter().find_map(|&(v, n)| {
+            self.sorted.iter().find_map(|&(v, n)| {
                 seen += n;
                 (rank < seen).then_some(v as f64)
             })
@@ -172,9 +152,7 @@ impl Counts {
 
     /// The largest value.
     pub fn max(&self) -> Option<u64> {
-        let runs = self.runs.last().map(|r| r.0);
-        let recent = self.recent.iter().copied().max();
-        runs.max(recent)
+        self.max
     }
 }
 
