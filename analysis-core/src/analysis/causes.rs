@@ -58,9 +58,53 @@ pub struct Causes {
     /// The (cause, stack) pair of each allocation, as a dense index: a cause is one line in
     /// one process, on one device or in pinned host memory, so each pair is one (process,
     /// device, pinned host, stack), numbered in order of first allocation.
-    by_alloc: Vec<u32>,
+    by_alloc: PairIds,
     /// The cause and the stack of each pair.
     pairs: Vec<(u32, StackId)>,
+}
+
+/// The pair of each allocation, in the narrowest integers that hold every pair so far: a
+/// trace has few call sites, so this is a byte per allocation rather than 4.
+enum PairIds {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+impl PairIds {
+    #[inline]
+    fn push(&mut self, pair: u32) {
+        match self {
+            Self::U8(v) => match u8::try_from(pair) {
+                Ok(p) => v.push(p),
+                Err(_) => {
+                    let mut w = Vec::with_capacity(v.capacity());
+                    w.extend(v.iter().map(|&p| u16::from(p)));
+                    *self = Self::U16(w);
+                    self.push(pair);
+                }
+            },
+            Self::U16(v) => match u16::try_from(pair) {
+                Ok(p) => v.push(p),
+                Err(_) => {
+                    let mut w = Vec::with_capacity(v.capacity());
+                    w.extend(v.iter().map(|&p| u32::from(p)));
+                    *self = Self::U32(w);
+                    self.push(pair);
+                }
+            },
+            Self::U32(v) => v.push(pair),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> usize {
+        match self {
+            Self::U8(v) => usize::from(v[i]),
+            Self::U16(v) => usize::from(v[i]),
+            Self::U32(v) => v[i] as usize,
+        }
+    }
 }
 
 fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
@@ -125,7 +169,7 @@ impl Causes {
             library: Vec::new(),
             top_stack: Vec::new(),
             prehistory: Vec::new(),
-            by_alloc: Vec::with_capacity(m.allocs.len()),
+            by_alloc: PairIds::U8(Vec::with_capacity(m.allocs.len())),
             pairs: Vec::new(),
         };
         for a in &m.allocs {
@@ -177,14 +221,16 @@ impl Causes {
     }
 
     /// The cause of allocation `alloc_index`.
+    #[inline]
     pub fn of(&self, alloc_index: usize) -> usize {
-        self.pairs[self.by_alloc[alloc_index] as usize].0 as usize
+        self.pairs[self.pair_of(alloc_index)].0 as usize
     }
 
     /// The (cause, stack) pair of allocation `alloc_index`, a dense index below
     /// [`Self::pair_count`]: per-pair tables are vectors, not maps.
+    #[inline]
     pub fn pair_of(&self, alloc_index: usize) -> usize {
-        self.by_alloc[alloc_index] as usize
+        self.by_alloc.get(alloc_index)
     }
 
     pub fn pair_count(&self) -> usize {
@@ -199,5 +245,31 @@ impl Causes {
 
     pub fn label(&self, cause: usize) -> &str {
         &self.keys[cause].3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pair ids read back as pushed while the storage widens from bytes to 16 and 32 bits.
+    #[test]
+    fn pair_ids_widen_and_keep_every_id() {
+        let ids: Vec<u32> = (0..70_000u32)
+            .map(|i| if i % 3 == 0 { i } else { i % 200 })
+            .collect();
+        let mut p = PairIds::U8(Vec::new());
+        for (n, &id) in ids.iter().enumerate() {
+            p.push(id);
+            if n == 255 || n == 65_535 || n == 69_999 {
+                assert!(
+                    ids[..=n]
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &x)| p.get(i) == x as usize)
+                );
+            }
+        }
+        assert!(matches!(p, PairIds::U32(_)));
     }
 }

@@ -1,17 +1,19 @@
 //! The allocation history of a replayed trace, stored by column: each field of [`AllocRecord`]
-//! in its own [`PackedColumn`] (blocks of 64 packed in whole bytes), except the free time and
-//! kind, which change after the allocation is recorded and stay plain. An allocation costs
-//! about a quarter of its 56 bytes as a struct (a constant thread or device costs nothing), is
-//! read back by index in O(1), and a pass over the history decodes a block of 64 at a time.
+//! in its own [`PackedColumn`] (blocks of 64 packed in whole bytes). The free time and kind
+//! change after the allocation is recorded: they stay plain while recent and are packed once
+//! they are old (`free_times.rs`). An allocation costs well under half of its 56 bytes
+//! as a struct (a constant thread or device costs nothing), is read back by index in O(1), and
+//! a pass over the history decodes a block of 64 at a time.
 
 use alloc::vec::Vec;
 use serde::Serialize;
 
 use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::packed::{BLOCK, Chunked, PackedColumn};
+use crate::free_times::FreeTimes;
+use crate::packed::{BLOCK, PackedColumn};
 
 /// Sentinel for "not freed".
-pub const LIVE: u64 = u64::MAX;
+pub use crate::free_times::LIVE;
 
 /// One allocation as replayed.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -54,8 +56,7 @@ pub struct AllocStore {
     process: PackedColumn,
     range_slot: PackedColumn,
     kind: PackedColumn,
-    free_ts: Chunked<u64>,
-    free_kind: Chunked<u8>,
+    free: FreeTimes,
     /// The allocations after the packed blocks (fewer than [`BLOCK`]).
     tail: Vec<AllocRecord>,
 }
@@ -72,16 +73,25 @@ impl AllocStore {
             process: PackedColumn::new(),
             range_slot: PackedColumn::new(),
             kind: PackedColumn::new(),
-            free_ts: Chunked::new(),
-            free_kind: Chunked::new(),
+            free: FreeTimes::new(crate::free_times::SEAL),
             tail: Vec::new(),
+        }
+    }
+
+    /// A store that seals free times after `seal` allocations rather than
+    /// [`crate::free_times::SEAL`] (a multiple of [`BLOCK`]), for tests of the sealed history.
+    #[cfg(test)]
+    pub(crate) fn with_seal(seal: usize) -> Self {
+        Self {
+            free: FreeTimes::new(seal),
+            ..Self::new()
         }
     }
 
     /// Allocations in packed blocks.
     #[inline]
     fn packed(&self) -> usize {
-        self.free_ts.len()
+        self.ts.len()
     }
 
     #[inline]
@@ -119,8 +129,7 @@ impl AllocStore {
             free_ts[k] = a.free_ts_nanos;
             free_kind[k] = a.free_kind.code() as u8;
         }
-        self.free_ts.extend_from_slice(&free_ts);
-        self.free_kind.extend_from_slice(&free_kind);
+        self.free.push_block(&free_ts, &free_kind, &self.ts);
         self.tail.clear();
     }
 
@@ -130,9 +139,11 @@ impl AllocStore {
         if let Some(k) = i.checked_sub(self.packed()) {
             return self.tail[k];
         }
+        let ts_nanos = self.ts.get(i);
+        let (free_ts_nanos, free_kind) = self.free.get(i, |_| ts_nanos);
         AllocRecord {
-            ts_nanos: self.ts.get(i),
-            free_ts_nanos: self.free_ts.get(i),
+            ts_nanos,
+            free_ts_nanos,
             size_bytes: self.size.get(i),
             address: self.address.get(i),
             stack: StackId(self.stack.get(i) as u32),
@@ -141,7 +152,7 @@ impl AllocStore {
             process: ProcessIdx(self.process.get(i) as u32),
             range_slot: self.range_slot.get(i) as u32,
             kind: AllocKind::from_code(self.kind.get(i)),
-            free_kind: FreeKind::from_code(u64::from(self.free_kind.get(i))),
+            free_kind: FreeKind::from_code(u64::from(free_kind)),
         }
     }
 
@@ -183,7 +194,11 @@ impl AllocStore {
     /// The free time of `i` ([`LIVE`] while live).
     #[inline]
     pub fn free_ts(&self, i: usize) -> u64 {
-        self.field(i, |i| self.free_ts.get(i), |a| a.free_ts_nanos)
+        self.field(
+            i,
+            |i| self.free.free_ts(i, |i| self.ts.get(i)),
+            |a| a.free_ts_nanos,
+        )
     }
 
     #[inline]
@@ -200,10 +215,7 @@ impl AllocStore {
                 a.free_ts_nanos = ts_nanos;
                 a.free_kind = kind;
             }
-            None => {
-                self.free_ts.set(i, ts_nanos);
-                self.free_kind.set(i, kind.code() as u8);
-            }
+            None => self.free.set(i, ts_nanos, kind.code() as u8, &self.ts),
         }
     }
 
@@ -230,9 +242,10 @@ impl AllocStore {
     }
 
     /// The allocations with ids below `to` that are live at `t` ([`AllocRecord::live_at`]), in
-    /// id order. The free times (kept plain) are read first, a block at a time, and only the
-    /// blocks that hold an allocation not yet freed at `t` are decoded: a moment late in a
-    /// long history costs about a read of 8 bytes per earlier allocation, not a decode of each.
+    /// id order. Each block's bound on its free times (or, for the newest, its plain free
+    /// times) is read first, and only the blocks that may hold an allocation not yet freed at
+    /// `t` are decoded: a moment late in a long history costs about a read per earlier block,
+    /// not a decode of each allocation.
     /// With `to` the allocations made by `t` (`partition_point(|a| a.ts_nanos <= t)`), none
     /// after it is read.
     pub fn live_at(&self, t: u64, to: usize) -> LiveAt<'_> {
@@ -273,8 +286,7 @@ impl AllocStore {
         .iter()
         .map(|c| c.heap_bytes())
         .sum::<usize>()
-            + self.free_ts.heap_bytes()
-            + self.free_kind.heap_bytes()
+            + self.free.heap_bytes()
             + self.tail.capacity() * core::mem::size_of::<AllocRecord>()
     }
 
@@ -302,11 +314,8 @@ impl AllocStore {
         self.range_slot
             .decode_with(b, |k, v| buf.range_slot[k] = v as u32);
         self.kind.decode_with(b, |k, v| buf.kind[k] = v as u8);
-        // Whole blocks of 64 never straddle a chunk of the free columns (64 divides a chunk).
-        buf.free_ts
-            .copy_from_slice(self.free_ts.run(b * BLOCK, BLOCK));
-        buf.free_kind
-            .copy_from_slice(self.free_kind.run(b * BLOCK, BLOCK));
+        self.free
+            .decode(b, &buf.ts, &mut buf.free_ts, &mut buf.free_kind);
         BLOCK
     }
 }
@@ -412,16 +421,12 @@ impl Iterator for LiveAt<'_> {
     fn next(&mut self) -> Option<AllocRecord> {
         let it = &mut self.all;
         let (store, t) = (it.store, self.t);
-        let not_freed = |f: u64| f == LIVE || f > t;
         while it.next < it.end {
             let b = it.next / BLOCK;
             if b != it.block && b < store.ts.blocks() {
                 // A packed block: skip it whole when every allocation in it was freed by `t`.
                 let (from, to) = (it.next % BLOCK, (it.end - b * BLOCK).min(BLOCK));
-                if !store.free_ts.run(b * BLOCK, BLOCK)[from..to]
-                    .iter()
-                    .any(|&f| not_freed(f))
-                {
+                if !store.free.may_outlive(b, from, to, t) {
                     it.next = ((b + 1) * BLOCK).min(it.end);
                     continue;
                 }
@@ -540,6 +545,53 @@ mod tests {
             }
             let t = 1000 * (n as u64 / 2);
             prop_assert_eq!(s.partition_point(|a| a.ts_nanos < t), want.partition_point(|a| a.ts_nanos < t));
+        }
+
+        /// With free times sealed every 128 allocations (packed as lifetimes, the live ones in
+        /// the late table), every way of reading the history gives what a plain list of records
+        /// holds, through releases made before and after sealing, a free time before the
+        /// allocation's (a damaged trace), and a history made of freed records.
+        #[test]
+        fn sealed_free_times_read_as_plain_records(
+            n in 0usize..1500, seed in any::<u64>(), t in 0u64..2_000_000, to in 0usize..1600,
+            releases in proptest::collection::vec((any::<usize>(), any::<usize>(), 0u64..3_000), 0..600),
+        ) {
+            let mut s = AllocStore::with_seal(128);
+            let mut want: Vec<AllocRecord> = Vec::new();
+            let mut r = releases.into_iter();
+            for i in 0..n as u64 {
+                let a = record(i, seed);
+                s.push(a);
+                want.push(a);
+                // Now and then, release an allocation made earlier, if it is still live.
+                if i % 3 == 0
+                    && let Some((pick, kind, late)) = r.next()
+                {
+                    let k = pick % want.len();
+                    if want[k].is_live() {
+                        // Sometimes before it was made (a damaged trace).
+                        let at = (want[k].ts_nanos + late * 500).saturating_sub(1_000_000 * u64::from(late % 7 == 0));
+                        let kind = FreeKind::from_code(kind as u64 % 4);
+                        s.set_free(k, at, kind);
+                        want[k].free_ts_nanos = at;
+                        want[k].free_kind = kind;
+                    }
+                }
+            }
+            prop_assert_eq!(s.len(), n);
+            for (i, a) in want.iter().enumerate() {
+                prop_assert!(same(&s.at(i), a), "at {}", i);
+                prop_assert_eq!(s.free_ts(i), a.free_ts_nanos);
+                prop_assert_eq!(s.is_live(i), a.is_live());
+            }
+            prop_assert!(s.iter().zip(&want).all(|(a, b)| same(&a, b)));
+            let to = to.min(n);
+            for t in [t, 0, u64::MAX] {
+                let plain: Vec<&AllocRecord> = want[..to].iter().filter(|a| a.live_at(t)).collect();
+                let got: Vec<AllocRecord> = s.live_at(t, to).collect();
+                prop_assert_eq!(got.len(), plain.len(), "t {}", t);
+                prop_assert!(got.iter().zip(plain).all(|(a, b)| same(a, b)), "t {}", t);
+            }
         }
 
         /// The live set at a moment skips whole blocks freed by then and still finds exactly

@@ -21,6 +21,7 @@ pub mod attribution;
 pub mod decode;
 pub mod encode;
 pub mod format;
+mod free_times;
 pub mod layers;
 pub mod model;
 pub mod msgpack;

@@ -307,7 +307,7 @@ impl PackedColumn {
 
     /// The smallest value of block `b` (its first, in a column whose values never decrease).
     #[inline]
-    fn block_min(&self, b: usize) -> u64 {
+    pub(crate) fn block_min(&self, b: usize) -> u64 {
         self.heads[b].base
     }
 

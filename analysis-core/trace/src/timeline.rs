@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::packed::{BLOCK, Column};
 
 /// Pyramid fan-out: each level summarises blocks of `FANOUT` entries of the level below.
-const FANOUT: usize = 8;
+const FANOUT: usize = 16;
 
 /// A step function: `values[i]` holds from `times[i]` until `times[i + 1]`.
 ///
