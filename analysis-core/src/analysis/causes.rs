@@ -78,18 +78,14 @@ impl PairIds {
             Self::U8(v) => match u8::try_from(pair) {
                 Ok(p) => v.push(p),
                 Err(_) => {
-                    let mut w = Vec::with_capacity(v.capacity());
-                    w.extend(v.iter().map(|&p| u16::from(p)));
-                    *self = Self::U16(w);
+                    *self = Self::U16(widened(v, v.capacity()));
                     self.push(pair);
                 }
             },
             Self::U16(v) => match u16::try_from(pair) {
                 Ok(p) => v.push(p),
                 Err(_) => {
-                    let mut w = Vec::with_capacity(v.capacity());
-                    w.extend(v.iter().map(|&p| u32::from(p)));
-                    *self = Self::U32(w);
+                    *self = Self::U32(widened(v, v.capacity()));
                     self.push(pair);
                 }
             },
@@ -105,6 +101,13 @@ impl PairIds {
             Self::U32(v) => v[i] as usize,
         }
     }
+}
+
+/// `v`'s ids in a wider integer, in a vector of `capacity`.
+fn widened<A: Copy, B: From<A>>(v: &[A], capacity: usize) -> Vec<B> {
+    let mut w = Vec::with_capacity(capacity.max(v.len()));
+    w.extend(v.iter().map(|&p| B::from(p)));
+    w
 }
 
 fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {

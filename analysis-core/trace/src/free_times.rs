@@ -190,18 +190,9 @@ impl FreeTimes {
         let b = i / BLOCK;
         let mut at = [0u64; BLOCK];
         ts.decode(b, &mut at);
-        let mut max = 0u64;
-        let mut late = self.late_from(b * BLOCK).0;
-        self.life.decode_with(b, |j, code| {
-            let f = if code == IN_LATE {
-                let f = self.late_free.get(late).copied().unwrap_or(LIVE);
-                late += 1;
-                f
-            } else {
-                at[j] + code - 1
-            };
-            max = max.max(f);
-        });
+        let (mut free, mut kind) = ([0u64; BLOCK], [0u8; BLOCK]);
+        self.decode(b, &at, &mut free, &mut kind);
+        let max = free.iter().copied().max().unwrap_or(LIVE);
         self.block_max[b] = max;
     }
 
