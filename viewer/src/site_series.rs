@@ -1,15 +1,16 @@
 //! Live bytes per call site over time, for the timeline's stacked areas.
 //!
-//! [`SiteSeries::build`] turns the allocations a filter admits into one step series per stack
-//! (one pass to group them by stack, then per stack its allocations, already in time order,
-//! merged with its frees, sorted). It is built on first use per filter, after the first chart is
-//! on screen, never while a trace loads. [`SiteSeries::top_in_window`] ranks the sites by their
+//! [`SiteSeries::build`] turns the allocations a filter admits into one step series per stack,
+//! in one sweep through time (the allocations in their order, merged with a queue of the frees
+//! still to come), so besides the series it takes memory only for what is live at once. It is
+//! built on first use per filter, after the first chart is on screen, never while a trace loads. [`SiteSeries::top_in_window`] ranks the sites by their
 //! peak inside the visible window (O(sites · log n), stopping at the first site whose peak over
 //! the whole trace cannot beat the ones chosen) and [`stack_columns`] samples the chosen sites
 //! once per pixel column, at the moment the column's total was highest, so the stack's top
 //! follows the total's maxima and a zoom step stays O(pixels · sites shown · log n).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use analysis_core::format::StackId;
 use analysis_core::model::{AllocRecord, LIVE, TraceModel};
@@ -42,102 +43,103 @@ fn counts(a: &AllocRecord, f: &Filter) -> bool {
     a.kind.is_device_memory() && a.size_bytes > 0 && f.admits(a)
 }
 
-/// A step series from allocation events (in time order) and free events (any order): at
-/// each time, frees and allocations of that time are applied together and one point is
-/// pushed with the result (the value `Timeline::value_at` gives for that time).
-fn step_series(allocs: impl Iterator<Item = (u64, u64)>, frees: &mut [(u64, u64)]) -> Timeline {
-    frees.sort_unstable_by_key(|f| f.0);
-    let mut t = Timeline::new();
-    let mut cur: u64 = 0;
-    let mut allocs = allocs.peekable();
-    let mut j = 0;
-    loop {
-        let next_alloc = allocs.peek().map(|a| a.0);
-        let next_free = frees.get(j).map(|f| f.0);
-        let ts = match (next_alloc, next_free) {
-            (Some(a), Some(f)) => a.min(f),
-            (Some(a), None) => a,
-            (None, Some(f)) => f,
-            (None, None) => break,
-        };
-        while let Some(&(ft, size)) = frees.get(j)
-            && ft == ts
+/// A step series being built in one sweep through time: a point per distinct time at which
+/// its value changes or an allocation of its own starts or ends, holding the value after every
+/// change at that time (the value `Timeline::value_at` gives for that time).
+#[derive(Default)]
+struct Sweep {
+    timeline: Timeline,
+    /// The value now, and the time of the changes not yet pushed as a point.
+    cur: u64,
+    at: Option<u64>,
+    peak: u64,
+}
+
+impl Sweep {
+    /// Applies a change at `t` (times never decrease): the point of an earlier time is pushed
+    /// first.
+    #[inline]
+    fn change(&mut self, t: u64, add: u64, sub: u64) {
+        if let Some(at) = self.at
+            && at != t
         {
-            cur = cur.saturating_sub(size);
-            j += 1;
+            self.timeline.push(at, self.cur);
         }
-        while let Some(&(at, size)) = allocs.peek()
-            && at == ts
-        {
-            cur = cur.saturating_add(size);
-            allocs.next();
-        }
-        t.push(ts, cur);
+        self.at = Some(t);
+        self.cur = self.cur.saturating_add(add).saturating_sub(sub);
+        self.peak = self.peak.max(self.cur);
     }
-    t.build_index();
-    t
+
+    fn finish(mut self) -> (Timeline, u64) {
+        if let Some(at) = self.at {
+            self.timeline.push(at, self.cur);
+        }
+        self.timeline.build_index();
+        (self.timeline, self.peak)
+    }
+}
+
+/// Applies the queued frees due at or before `until`, in time order.
+fn apply_frees(
+    until: u64,
+    frees: &mut BinaryHeap<Reverse<(u64, u32, u64)>>,
+    sweeps: &mut [Sweep],
+    whole: &mut Option<Sweep>,
+) {
+    while let Some(&Reverse((t, slot, size))) = frees.peek()
+        && t <= until
+    {
+        frees.pop();
+        sweeps[slot as usize].change(t, 0, size);
+        if let Some(w) = whole {
+            w.change(t, 0, size);
+        }
+    }
 }
 
 impl SiteSeries {
     /// Builds every site's series for the allocations `f` admits, and their sum when
     /// `with_whole` (the caller has no timeline equal to it).
+    ///
+    /// One sweep through the allocations in time order: the frees still to come wait in a
+    /// queue ordered by time, so the memory besides the series is bounded by what is live at
+    /// once, not by the number of allocations. An allocation is live from its time until its
+    /// free (`AllocRecord::live_at`); one freed at or before its own time never is.
     pub fn build(m: &TraceModel, f: &Filter, with_whole: bool) -> Self {
-        // Group the admitted allocations by stack: a slot per stack, then the allocation
-        // indices ordered by slot (a counting sort keeps each slot's allocations in time order).
         let mut slot_of: HashMap<StackId, u32> = HashMap::new();
         let mut stacks: Vec<StackId> = Vec::new();
-        let mut count: Vec<u32> = Vec::new();
-        let slots: Vec<u32> = m
-            .allocs
-            .iter()
-            .map(|a| {
-                if !counts(&a, f) {
-                    return u32::MAX;
-                }
-                let s = *slot_of.entry(a.stack).or_insert_with(|| {
-                    stacks.push(a.stack);
-                    count.push(0);
-                    (stacks.len() - 1) as u32
-                });
-                count[s as usize] += 1;
-                s
-            })
-            .collect();
-        let mut start: Vec<usize> = Vec::with_capacity(stacks.len() + 1);
-        let mut acc = 0usize;
-        for &c in &count {
-            start.push(acc);
-            acc += c as usize;
-        }
-        start.push(acc);
-        let mut order: Vec<u32> = vec![0; acc];
-        let mut fill = start.clone();
-        for (i, &s) in slots.iter().enumerate() {
-            if s != u32::MAX {
-                order[fill[s as usize]] = i as u32;
-                fill[s as usize] += 1;
+        let mut sweeps: Vec<Sweep> = Vec::new();
+        let mut whole = with_whole.then(Sweep::default);
+        // (free time, slot, size) of the live allocations whose free is recorded.
+        let mut frees: BinaryHeap<Reverse<(u64, u32, u64)>> = BinaryHeap::new();
+        for a in m.allocs.iter() {
+            if !counts(&a, f) {
+                continue;
+            }
+            let t = a.ts_nanos;
+            apply_frees(t, &mut frees, &mut sweeps, &mut whole);
+            let slot = *slot_of.entry(a.stack).or_insert_with(|| {
+                stacks.push(a.stack);
+                sweeps.push(Sweep::default());
+                (stacks.len() - 1) as u32
+            });
+            let live = a.free_ts_nanos > t;
+            let size = if live { a.size_bytes } else { 0 };
+            sweeps[slot as usize].change(t, size, 0);
+            if let Some(w) = &mut whole {
+                w.change(t, size, 0);
+            }
+            if live && a.free_ts_nanos != LIVE {
+                frees.push(Reverse((a.free_ts_nanos, slot, size)));
             }
         }
-        drop(slots);
-        let mut frees: Vec<(u64, u64)> = Vec::new();
+        apply_frees(u64::MAX, &mut frees, &mut sweeps, &mut whole);
+        drop(frees);
         let mut sites: Vec<Site> = stacks
-            .iter()
-            .enumerate()
-            .map(|(s, &stack)| {
-                let idx = &order[start[s]..start[s + 1]];
-                frees.clear();
-                // Only the fields needed, each read from its column.
-                frees.extend(idx.iter().filter_map(|&i| {
-                    let i = i as usize;
-                    let free = m.allocs.free_ts(i);
-                    (free != LIVE).then(|| (free, m.allocs.size(i)))
-                }));
-                let timeline = step_series(
-                    idx.iter()
-                        .map(|&i| (m.allocs.ts(i as usize), m.allocs.size(i as usize))),
-                    &mut frees,
-                );
-                let peak_bytes = timeline.points().map(|p| p.1).max().unwrap_or(0);
+            .into_iter()
+            .zip(sweeps)
+            .map(|(stack, sweep)| {
+                let (timeline, peak_bytes) = sweep.finish();
                 Site {
                     stack,
                     peak_bytes,
@@ -146,16 +148,7 @@ impl SiteSeries {
             })
             .collect();
         sites.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes).then(a.stack.cmp(&b.stack)));
-        let whole = with_whole.then(|| {
-            let admitted = || m.allocs.iter().filter(|a| counts(a, f));
-            frees.clear();
-            frees.extend(
-                admitted()
-                    .filter(|a| !a.is_live())
-                    .map(|a| (a.free_ts_nanos, a.size_bytes)),
-            );
-            step_series(admitted().map(|a| (a.ts_nanos, a.size_bytes)), &mut frees)
-        });
+        let whole = whole.map(|w| w.finish().0);
         Self { sites, whole }
     }
 
@@ -393,6 +386,54 @@ mod tests {
                     .windows(2)
                     .all(|w| w[0].peak_bytes >= w[1].peak_bytes)
             );
+        }
+    }
+
+    /// Each site's points are exactly one per time at which one of its allocations starts or
+    /// ends, holding the live bytes then: the series sorted out per site, as a plain reference.
+    #[test]
+    fn each_site_has_a_point_per_time_of_its_own_events() {
+        for s in Scenario::ALL {
+            let t = model(s, 3_000);
+            let m = &t.model;
+            let f = Filter::default();
+            let series = SiteSeries::build(m, &f, true);
+            let mut by_stack: HashMap<StackId, Vec<(u64, i128)>> = HashMap::new();
+            let mut all: Vec<(u64, i128)> = Vec::new();
+            for a in m.allocs.iter().filter(|a| counts(a, &f)) {
+                let e = by_stack.entry(a.stack).or_default();
+                let live = a.free_ts_nanos > a.ts_nanos;
+                let size = if live { i128::from(a.size_bytes) } else { 0 };
+                e.push((a.ts_nanos, size));
+                all.push((a.ts_nanos, size));
+                if live && a.free_ts_nanos != LIVE {
+                    e.push((a.free_ts_nanos, -size));
+                    all.push((a.free_ts_nanos, -size));
+                }
+            }
+            let reference = |mut ev: Vec<(u64, i128)>| {
+                ev.sort_by_key(|e| e.0);
+                let mut out: Vec<(u64, u64)> = Vec::new();
+                let mut cur = 0i128;
+                for (t, d) in ev {
+                    cur += d;
+                    match out.last_mut() {
+                        Some(p) if p.0 == t => p.1 = cur as u64,
+                        _ => out.push((t, cur as u64)),
+                    }
+                }
+                out
+            };
+            assert_eq!(series.sites.len(), by_stack.len(), "{}", s.name());
+            for site in &series.sites {
+                let want = reference(by_stack.remove(&site.stack).expect("a site of its own"));
+                let got: Vec<(u64, u64)> = site.timeline.points().collect();
+                assert_eq!(got, want, "{}: stack {:?}", s.name(), site.stack);
+                let peak = want.iter().map(|p| p.1).max().unwrap_or(0);
+                assert_eq!(site.peak_bytes, peak);
+            }
+            let whole = series.whole.expect("asked for");
+            assert_eq!(whole.points().collect::<Vec<_>>(), reference(all));
         }
     }
 
