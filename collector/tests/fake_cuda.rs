@@ -1036,7 +1036,9 @@ fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
             .expect("kill")
             .success()
     );
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Long enough for the program to fill the ring (524,288 events without stacks) even when
+    // the other tests slow it down.
+    std::thread::sleep(std::time::Duration::from_millis(2000));
     assert!(
         Command::new("kill")
             .args(["-CONT", &pid])

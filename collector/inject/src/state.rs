@@ -274,8 +274,9 @@ impl State {
         let pushed = self.ring.push(
             slot,
             |n| self.wait_ok(n, &started),
+            host::monotonic_nanos,
             |e| {
-                e.reset_header(host::monotonic_nanos(), tid);
+                e.reset_header(0, tid);
                 fill(e);
             },
         );
