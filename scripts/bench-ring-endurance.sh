@@ -3,7 +3,7 @@
 # RATE cuMemAlloc_v2+cuMemFree_v2 pairs per second (2 events each; default 1,000,000 pairs/s =
 # 2 M events/s) for SECONDS (default 3600) under `gpucollect` with default stacks, and says each
 # second whether it kept its rate and its slowest pair, and at the end how many pushes found the
-# ring full and waited for the collector (the ring's own count: a stall, told apart from the
+# ring full and waited for the collector, and in which seconds (the ring's own count: a stall, told apart from the
 # program being descheduled, which also makes a slow pair). The trace goes to /dev/null (an hour at
 # 2 M events/s is about 90 GB of trace); the collector still drains, encodes and writes it.
 #
@@ -32,5 +32,7 @@ grep '^endurance' "$OUT"
 # The collector says how often the program found the ring full and waited (nothing: never).
 waits=$(sed -n 's/.*the program waited for the collector \([0-9]*\) time.*/\1/p' "$W/stderr")
 echo "pushes that found the ring full and waited: ${waits:-0}"
+# When they waited: the collector names the seconds of the run with the most waits.
+sed -n 's/.*time(s)\( in [0-9]* seconds\{0,1\} of the run: [^:]*\): the ring was.*/waits came\1/p' "$W/stderr"
 awk -F'[ =]' '/^second=/ { for (i = 1; i < NF; i++) if ($i == "worst_pair_us") w = $(i + 1); if (w + 0 > 1000) n++ } END { printf "seconds with a pair over 1 ms: %d\n", n + 0 }' "$OUT"
 exit $rc

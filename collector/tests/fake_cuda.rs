@@ -1054,6 +1054,8 @@ fn a_stalled_collector_causes_counted_drops_not_silent_ones() {
         stderr.contains("the program waited for the collector"),
         "{stderr}"
     );
+    // ... and when: the seconds of the run with waits.
+    assert!(stderr.contains(" of the run: at "), "{stderr}");
     let trace = load(&std::fs::read(&path).expect("trace")).expect("decodes");
     let m = &trace.model;
     assert!(m.dropped_events > 0, "the stall must cost events");

@@ -11,6 +11,7 @@ mod python_hook;
 mod symbolize;
 mod torch_blocks;
 mod trace_writer;
+mod wait_log;
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -234,6 +235,8 @@ struct Drainer<W: Write> {
     any_traced: bool,
     /// Pushes that found the ring full, of processes whose slots were recycled.
     waited_recycled: u64,
+    /// In which seconds of the run the pushes waited.
+    waits: wait_log::WaitLog,
 }
 
 impl<W: Write> Drainer<W> {
@@ -530,12 +533,16 @@ pub fn run(a: RunArgs) -> Result<u8> {
         unslotted_reported: 0,
         any_traced: false,
         waited_recycled: 0,
+        waits: wait_log::WaitLog::default(),
     };
+    let started = Instant::now();
     let mut last_reap = Instant::now();
     let status = loop {
         let n = d.drain(4096);
         if last_reap.elapsed() > Duration::from_millis(50) {
             d.reap_dead();
+            let total = d.waited();
+            d.waits.note(started.elapsed().as_secs(), total);
             last_reap = Instant::now();
         }
         while let Ok(r) = rx.try_recv() {
@@ -572,10 +579,12 @@ pub fn run(a: RunArgs) -> Result<u8> {
     }
     d.drain(usize::MAX);
     let waited = d.waited();
+    d.waits.note(started.elapsed().as_secs(), waited);
     if waited > 0 {
         eprintln!(
-            "gpucollect: the program waited for the collector {waited} time(s): the ring was full \
-             (events came faster than they could be written), so tracing slowed it there"
+            "gpucollect: the program waited for the collector {waited} time(s){}: the ring was \
+             full (events came faster than they could be written), so tracing slowed it there",
+            d.waits.summary()
         );
     }
     if !d.any_traced {
