@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-pub use crate::alloc_store::{AllocRecord, AllocStore, LIVE};
+pub use crate::alloc_store::{AllocRecord, AllocStore, LIVE, Owner};
 pub use crate::attribution::FrameView;
 pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
@@ -547,8 +547,8 @@ impl TraceModel {
         }
     }
 
-    /// Releases allocation `idx`, which is `a`, at `t`.
-    fn release(&mut self, idx: usize, a: AllocRecord, t: u64, kind: FreeKind) {
+    /// Releases allocation `idx`, whose fields are `a`, at `t`.
+    fn release(&mut self, idx: usize, a: Owner, t: u64, kind: FreeKind) {
         self.allocs.set_free(idx, t, kind);
         let l = self.reset_list((a.process, a.device));
         l.live = l.live.saturating_sub(1);
@@ -705,12 +705,15 @@ impl TraceModel {
     #[inline]
     fn free(&mut self, f: Free, offset: u64) {
         let idx = f.alloc.0;
-        match usize::try_from(idx).ok().and_then(|i| self.allocs.get(i)) {
-            Some(a) if a.is_live() => {
+        match usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.allocs.live_owner(i))
+        {
+            Some(a) => {
                 self.touch_thread((a.process, f.thread), f.ts_nanos);
                 self.release(idx as usize, a, f.ts_nanos, f.kind);
             }
-            _ => {
+            None => {
                 if self.bad_free_count == 0 {
                     self.bad_free_first_offset = offset;
                 }
@@ -765,7 +768,7 @@ impl TraceModel {
                     for (i, a) in held {
                         freed_count += 1;
                         freed_bytes = freed_bytes.saturating_add(a.size_bytes);
-                        self.release(i, a, c.ts_nanos, FreeKind::ContextTeardown);
+                        self.release(i, Owner::of(&a), c.ts_nanos, FreeKind::ContextTeardown);
                     }
                 }
                 self.resets.push(ResetEvent {
