@@ -321,14 +321,19 @@ pub fn stack_columns_with(
                 (ib, top)
             }
         };
-        let sample = match top {
-            Some(hi) => whole.time(whole.first_at_least(ia, ib, hi).unwrap_or(ia)),
+        // The sample, and a point index at or before the last point at or before it.
+        let (sample, from) = match top {
+            Some(hi) => {
+                let j = whole.first_at_least(ia, ib, hi).unwrap_or(ia);
+                (whole.time(j), j)
+            }
             // The value carried into the column is its highest: sample just before it starts.
-            None if ia > 0 => a - 1,
-            None => a,
+            None if ia > 0 => (a - 1, ia),
+            None => (a, ia),
         };
-        // Every point before `ia` is at or before `a - 1`, so at or before `sample`.
-        let until = points_until(whole, ia, sample);
+        // Every point before `ia` is at or before `a - 1`, so at or before `sample`, and so is
+        // every point before the sampled one.
+        let until = points_until(whole, from, sample);
         let w = until.checked_sub(1).map_or(0, |i| whole.value(i));
         let mut sum = 0u64;
         for (s, i) in sites.iter().zip(at.iter_mut()) {
