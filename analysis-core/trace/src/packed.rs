@@ -150,15 +150,8 @@ impl Head {
 #[derive(Clone, Debug, Default)]
 pub struct PackedColumn {
     heads: Vec<Head>,
-    /// The minimum of every [`TOP`]-th block (its first value, where values never decrease):
-    /// a sorted search looks here first and then at no more than `TOP` heads, so it touches a
-    /// few cache lines rather than one per probe across all the heads.
-    tops: Vec<u64>,
     bytes: Chunked<u8>,
 }
-
-/// Blocks per entry of [`PackedColumn::tops`].
-const TOP: usize = 64;
 
 /// The first index in `[lo, hi)` where `holds` is false, or `hi` (`holds` true for a prefix
 /// of the range): `partition_point` over indices whose values are computed.
@@ -219,7 +212,6 @@ impl PackedColumn {
     pub const fn new() -> Self {
         Self {
             heads: Vec::new(),
-            tops: Vec::new(),
             bytes: Chunked::new(),
         }
     }
@@ -261,9 +253,6 @@ impl PackedColumn {
                 out[k * width..k * width + 8].copy_from_slice(&x);
             }
             self.bytes.extend_from_slice(&out[..BLOCK * width + PAD]);
-        }
-        if self.heads.len().is_multiple_of(TOP) {
-            self.tops.push(lo);
         }
         self.heads.push(Head {
             base: lo,
@@ -322,33 +311,6 @@ impl PackedColumn {
         self.heads[b].base
     }
 
-    /// For a column whose values never decrease: the first block in `[from, to)` (`to` at
-    /// most [`Self::blocks`]) whose first value does not satisfy `pred`, or `to`. Searches the
-    /// tops (galloping from `from`, or by halves), then by halves the at most [`TOP`] heads
-    /// they leave.
-    fn first_failing_block(
-        &self,
-        from: usize,
-        to: usize,
-        mut pred: impl FnMut(u64) -> bool,
-        gallop: bool,
-    ) -> usize {
-        if from >= to {
-            return to;
-        }
-        // Tops whose block lies in (from, to): the first whose block fails.
-        let (kf, kt) = (from / TOP + 1, (to - 1) / TOP + 1);
-        let k = if gallop {
-            gallop_first_failing(kf, kt, |k| pred(self.tops[k]))
-        } else {
-            first_failing(kf, kt, |k| pred(self.tops[k]))
-        };
-        // Every block before (k - 1)·TOP holds (or lies before `from`); block k·TOP fails
-        // (or lies at or past `to`).
-        let (lo, hi) = (from.max((k - 1) * TOP), to.min(k * TOP));
-        first_failing(lo, hi, |b| pred(self.heads[b].base))
-    }
-
     /// In block `b`, whose values never decrease: the first index in `[from, to)` (indices in
     /// the column, within the block) whose value does not satisfy `pred`, or `to`.
     fn partition_in_block(
@@ -376,9 +338,7 @@ impl PackedColumn {
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.heads.capacity() * core::mem::size_of::<Head>()
-            + self.tops.capacity() * 8
-            + self.bytes.heap_bytes()
+        self.heads.capacity() * core::mem::size_of::<Head>() + self.bytes.heap_bytes()
     }
 }
 
@@ -471,23 +431,19 @@ impl Column {
         if lo >= hi {
             return lo.min(hi);
         }
-        // Blocks that start inside (lo, hi): the first whose first value fails `pred`, among
-        // the packed ones and then the tail's.
-        let (from, to) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
-        let packed = self.packed.blocks();
-        let pt = to.min(packed);
-        let a = if from < pt {
-            self.packed.first_failing_block(from, pt, &mut pred, gallop)
-        } else {
-            pt
+        let first = |b: usize| {
+            if b < self.packed.blocks() {
+                self.packed.block_min(b)
+            } else {
+                self.tail[0]
+            }
         };
-        // When no packed block fails, the tail's block is next, if it starts inside.
-        let a = if a < pt {
-            a
-        } else if from <= packed && packed < to && !pred(self.tail[0]) {
-            packed
+        // Blocks that start inside (lo, hi): the first whose first value fails `pred`.
+        let (from, to) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
+        let a = if gallop {
+            gallop_first_failing(from, to, |b| pred(first(b)))
         } else {
-            to
+            first_failing(from, to, |b| pred(first(b)))
         };
         // The answer lies in block a - 1, or is block a's first index.
         let b = a - 1;
@@ -576,63 +532,6 @@ mod tests {
         check(&values);
     }
 
-    /// Sorted searches over values built from `steps` (scaled by `shift`) equal a slice's.
-    fn check_sorted_search(
-        steps: Vec<u64>,
-        shift: u32,
-        probes: Vec<(usize, usize, u64)>,
-    ) -> Result<(), proptest::test_runner::TestCaseError> {
-        // Non-decreasing values, runs of equal ones included (a step of 0).
-        let mut values = Vec::with_capacity(steps.len());
-        let mut t = 0u64;
-        for s in steps {
-            t += s.saturating_sub(300) << shift;
-            values.push(t);
-        }
-        let mut c = Column::new();
-        for &v in &values {
-            c.push(v);
-        }
-        let n = values.len();
-        for (a, b, x) in probes {
-            let (lo, hi) = (a % (n + 2), b % (n + 2));
-            let x = if n > 0 && x % 3 != 0 {
-                values[(x as usize) % n]
-            } else {
-                x >> 20
-            };
-            let want = if lo >= hi.min(n) {
-                lo.min(hi.min(n))
-            } else {
-                lo + values[lo..hi.min(n)].partition_point(|&v| v < x)
-            };
-            prop_assert_eq!(
-                c.partition_sorted(lo, hi, |v| v < x),
-                want,
-                "lo {} hi {} x {}",
-                lo,
-                hi,
-                x
-            );
-            prop_assert_eq!(
-                c.gallop_sorted(lo, hi, |v| v < x),
-                want,
-                "gallop: lo {} hi {} x {}",
-                lo,
-                hi,
-                x
-            );
-            let want = if lo >= hi.min(n) {
-                lo.min(hi.min(n))
-            } else {
-                lo + values[lo..hi.min(n)].partition_point(|&v| v <= x)
-            };
-            prop_assert_eq!(c.partition_sorted(lo, hi, |v| v <= x), want);
-            prop_assert_eq!(c.gallop_sorted(lo, hi, |v| v <= x), want);
-        }
-        Ok(())
-    }
-
     proptest! {
         #[test]
         fn any_values_round_trip(values in proptest::collection::vec(any::<u64>(), 0..700), spread in 0u32..64) {
@@ -646,20 +545,36 @@ mod tests {
             shift in 0u32..40,
             probes in proptest::collection::vec((any::<usize>(), any::<usize>(), any::<u64>()), 1..40),
         ) {
-            check_sorted_search(steps, shift, probes)?;
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
-        /// Columns of more than [`TOP`] blocks, so searches go through several tops.
-        #[test]
-        fn sorted_search_across_tops_matches_the_slice(
-            steps in proptest::collection::vec(0u64..1000, 4_000..20_000),
-            shift in 0u32..30,
-            probes in proptest::collection::vec((any::<usize>(), any::<usize>(), any::<u64>()), 1..200),
-        ) {
-            check_sorted_search(steps, shift, probes)?;
+            // Non-decreasing values, runs of equal ones included (a step of 0).
+            let mut values = Vec::with_capacity(steps.len());
+            let mut t = 0u64;
+            for s in steps {
+                t += s.saturating_sub(300) << shift;
+                values.push(t);
+            }
+            let mut c = Column::new();
+            for &v in &values {
+                c.push(v);
+            }
+            let n = values.len();
+            for (a, b, x) in probes {
+                let (lo, hi) = (a % (n + 2), b % (n + 2));
+                let x = if n > 0 && x % 3 != 0 { values[(x as usize) % n] } else { x >> 20 };
+                let want = if lo >= hi.min(n) {
+                    lo.min(hi.min(n))
+                } else {
+                    lo + values[lo..hi.min(n)].partition_point(|&v| v < x)
+                };
+                prop_assert_eq!(c.partition_sorted(lo, hi, |v| v < x), want, "lo {} hi {} x {}", lo, hi, x);
+                prop_assert_eq!(c.gallop_sorted(lo, hi, |v| v < x), want, "gallop: lo {} hi {} x {}", lo, hi, x);
+                let want = if lo >= hi.min(n) {
+                    lo.min(hi.min(n))
+                } else {
+                    lo + values[lo..hi.min(n)].partition_point(|&v| v <= x)
+                };
+                prop_assert_eq!(c.partition_sorted(lo, hi, |v| v <= x), want);
+                prop_assert_eq!(c.gallop_sorted(lo, hi, |v| v <= x), want);
+            }
         }
     }
 }
