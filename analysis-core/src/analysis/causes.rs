@@ -8,7 +8,7 @@ use hashbrown::HashMap;
 
 use super::Config;
 use crate::format::{AllocKind, DeviceIdx, ProcessIdx, StackId};
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 
 /// A cause: (process, device, pinned host, label).
 pub type CauseKey = (ProcessIdx, DeviceIdx, bool, String);
@@ -175,7 +175,8 @@ impl Causes {
             by_alloc: PairIds::U8(Vec::with_capacity(m.allocs.len())),
             pairs: Vec::new(),
         };
-        for a in &m.allocs {
+        let fields = Fields::KIND | Fields::PROCESS | Fields::DEVICE | Fields::STACK | Fields::SIZE;
+        for a in m.allocs.iter_fields(fields) {
             let host = a.kind == AllocKind::PinnedHost;
             let s = *seen
                 .entry((a.process, a.device, host, a.stack))

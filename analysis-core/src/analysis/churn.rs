@@ -8,7 +8,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex, site_location};
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 pub use crate::report::{ChurnKind, ChurnSite};
 use crate::units::{fmt_bytes, fmt_duration};
 
@@ -42,7 +42,10 @@ pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found)
     }
     // Short-lived allocations: one pass, dense per-site counters.
     let mut short = alloc::vec![(0u64, 0u64); sites.len()];
-    for a in &m.allocs {
+    for a in m
+        .allocs
+        .iter_fields(Fields::FREE | Fields::TS | Fields::STACK | Fields::SIZE)
+    {
         if a.is_live() {
             continue;
         }

@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 
 use crate::format::*;
-use crate::model::{AllocRecord, LoadedTrace, Series, TraceModel};
+use crate::model::{AllocRecord, Fields, LoadedTrace, Series, TraceModel};
 use crate::report::{
     AllocatedSummary, DeviceSummary, FailedSummary, PinnedHostSummary, ProcessSummary, Report,
     SiteBytes,
@@ -53,6 +53,9 @@ fn merged_peak(series: &[&Series]) -> (u64, u64) {
 
 /// How many call sites the summary lists per section.
 pub const TOP_SITES: usize = 10;
+
+/// The fields of each allocation [`group_by_stack`] reads.
+pub const GROUP_FIELDS: Fields = Fields::STACK.and(Fields::SIZE).and(Fields::THREAD);
 
 /// Groups allocations by stack: (bytes, count, threads), largest first, at most `limit`.
 pub fn group_by_stack(
@@ -107,7 +110,7 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         group_by_stack(
             m,
             m.allocs
-                .live_at(peak_t, m.allocs.len())
+                .live_at_fields(peak_t, m.allocs.len(), GROUP_FIELDS | Fields::KIND)
                 .filter(|a| a.kind.is_device_memory()),
             TOP_SITES,
         )
@@ -116,7 +119,8 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
     };
     // One pass: the freed allocations counted, the device memory live at the end grouped.
     let (mut free_count, mut live_at_end_count) = (0u64, 0u64);
-    let live_end = m.allocs.iter().filter(|a| {
+    let fields = GROUP_FIELDS | Fields::FREE | Fields::KIND;
+    let live_end = m.allocs.iter_fields(fields).filter(|a| {
         if !a.is_live() {
             free_count += 1;
             false

@@ -16,7 +16,7 @@ use alloc::vec::Vec;
 use super::iterations::Iterations;
 use super::{Config, Finding, FindingKind, Found, Severity};
 use crate::format::{DeviceIdx, ProcessIdx, pool};
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 pub use crate::report::{AddressGaps, PoolFragmentation, RatioPoint};
 use crate::units::fmt_bytes;
 
@@ -230,7 +230,11 @@ pub fn analyze(
 pub fn address_gaps(m: &TraceModel, device: DeviceIdx, t: u64) -> Option<AddressGaps> {
     let mut live: Vec<(u64, u64)> = m
         .allocs
-        .live_at(t, m.allocs.len())
+        .live_at_fields(
+            t,
+            m.allocs.len(),
+            Fields::DEVICE | Fields::KIND | Fields::ADDRESS | Fields::SIZE,
+        )
         .filter(|a| a.device == device && a.kind.is_device_memory())
         .map(|a| (a.address, a.address.saturating_add(a.size_bytes)))
         .collect();

@@ -16,7 +16,7 @@ use super::facts::group_by_stack;
 use super::fragmentation::address_gaps;
 use super::{Config, Finding, FindingKind, Found, Impact, Severity, saturating_sum, site_location};
 use crate::format::{DeviceIdx, DeviceSample, ProcessUsage};
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 pub use crate::report::{GapPoint, HiddenMemory, OomCause, OomForensics};
 use crate::stats::{LinearFit, linear_fit, mean, z_scores};
 use crate::units::fmt_bytes;
@@ -104,9 +104,11 @@ pub fn analyze(
             _ if untraced > live_bytes => OomCause::UntracedMemory,
             _ => OomCause::OwnAllocations,
         };
+        let live_fields =
+            super::facts::GROUP_FIELDS | Fields::DEVICE | Fields::KIND | Fields::TS | Fields::FREE;
         let live_sites = group_by_stack(
             m,
-            m.allocs.iter().filter(|a| {
+            m.allocs.iter_fields(live_fields).filter(|a| {
                 a.device == r.device && a.kind.is_device_memory() && a.live_at(r.ts_nanos)
             }),
             5,

@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 
 use crate::format::{ProcessIdx, StackId};
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 pub use crate::report::{IterationSource, Iterations};
 
 /// At least this many repetitions make an iteration.
@@ -153,7 +153,7 @@ fn optimizer_step(m: &TraceModel, stack: StackId) -> bool {
 /// while it shuts down.
 fn last_allocation(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
     m.allocs
-        .iter()
+        .iter_fields(Fields::PROCESS | Fields::TS)
         .filter(|a| sel.is_none_or(|p| a.process == p))
         .map(|a| a.ts_nanos)
         .max()
@@ -193,9 +193,10 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
     }
     let mut times: HashMap<StackId, Vec<u64>> = HashMap::new();
     let mut lifetimes: HashMap<StackId, Vec<u64>> = HashMap::new();
+    let fields = Fields::PROCESS | Fields::SIZE | Fields::KIND | Fields::STACK;
     for a in m
         .allocs
-        .iter()
+        .iter_fields(fields | Fields::TS | Fields::FREE)
         .filter(|a| sel.is_none_or(|p| a.process == p))
     {
         if a.size_bytes > 0 && a.kind.is_tracked() && a.stack.0 != 0 {
@@ -339,7 +340,7 @@ fn time_windows(m: &TraceModel) -> Iterations {
 /// while its annotations may reach back further: iterations before then show nothing).
 fn history_start(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
     m.allocs
-        .iter()
+        .iter_fields(Fields::PROCESS | Fields::TS | Fields::FREE)
         .filter(|a| sel.is_none_or(|p| a.process == p))
         .map(|a| {
             if a.ts_nanos > 0 {

@@ -29,7 +29,7 @@ use super::iterations::Iterations;
 use super::sampling::{ProcessSampling, judge};
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
 use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 use crate::report::SiteBytes;
 pub use crate::report::{Growth, LeakClass, LeakGroup};
 use crate::units::{fmt_bytes, fmt_duration};
@@ -121,7 +121,18 @@ impl StackSeries {
         // time order, so the next one's samples are searched from there.
         let mut last: Option<(ProcessIdx, u64, usize)> = None;
         let mut samples = None;
-        for (i, a) in m.allocs.iter().enumerate() {
+        for (i, a) in m
+            .allocs
+            .iter_fields(
+                Fields::PROCESS
+                    | Fields::SIZE
+                    | Fields::KIND
+                    | Fields::TS
+                    | Fields::FREE
+                    | Fields::STACK,
+            )
+            .enumerate()
+        {
             let sm = match samples {
                 Some((p, sm)) if p == a.process => sm,
                 _ => samples.insert((a.process, sampling.of(a.process))).1,
@@ -385,7 +396,11 @@ impl LeakBytes {
             a.size_bytes > 0 && a.kind.is_tracked() && leaking[causes.pair_of(i)]
         };
         let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
-        for (i, a) in m.allocs.iter().enumerate() {
+        for (i, a) in m
+            .allocs
+            .iter_fields(Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS)
+            .enumerate()
+        {
             if is_leak(i, &a)
                 && !a.is_live()
                 && a.free_ts_nanos <= at(a.process)
@@ -401,7 +416,11 @@ impl LeakBytes {
                 l.get(l.len() / 2).copied()
             })
             .collect();
-        for (i, a) in m.allocs.iter().enumerate() {
+        for (i, a) in m
+            .allocs
+            .iter_fields(Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS)
+            .enumerate()
+        {
             if !is_leak(i, &a) {
                 continue;
             }
@@ -480,7 +499,7 @@ fn push_growth_findings(
     for &ci in &kept.lines {
         is_line[ci] = true;
     }
-    for (i, a) in m.allocs.iter().enumerate() {
+    for (i, a) in m.allocs.iter_fields(Fields::STACK).enumerate() {
         let ci = causes.of(i);
         if is_line[ci] {
             let s = stacks_by_line.entry(ci).or_default();
@@ -793,7 +812,11 @@ fn range_of(m: &TraceModel, causes: &Causes, members: &[usize]) -> Option<String
         return None;
     }
     let mut by: HashMap<crate::format::StringId, u64> = HashMap::new();
-    for (i, a) in m.allocs.iter().enumerate() {
+    for (i, a) in m
+        .allocs
+        .iter_fields(Fields::FREE | Fields::RANGE_SLOT | Fields::SIZE)
+        .enumerate()
+    {
         if a.is_live()
             && a.range_slot != 0
             && members.contains(&causes.of(i))
@@ -833,7 +856,18 @@ fn end_groups(
     let leaking: Vec<bool> = (0..causes.pair_count())
         .map(|p| leak_stacks.binary_search(&causes.pair(p)).is_ok())
         .collect();
-    for (i, a) in m.allocs.iter().enumerate() {
+    for (i, a) in m
+        .allocs
+        .iter_fields(
+            Fields::SIZE
+                | Fields::KIND
+                | Fields::FREE
+                | Fields::TS
+                | Fields::THREAD
+                | Fields::STACK,
+        )
+        .enumerate()
+    {
         if a.size_bytes == 0 || !a.kind.is_tracked() {
             continue;
         }

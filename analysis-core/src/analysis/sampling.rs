@@ -7,7 +7,7 @@ use super::Config;
 use super::history::HistoryEnd;
 use super::iterations::Iterations;
 use crate::format::ProcessIdx;
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 use crate::stats::linear_fit;
 use hashbrown::HashMap;
 
@@ -226,7 +226,7 @@ pub(crate) fn sampling_by_process<'a>(m: &TraceModel, it: &'a Iterations) -> Pro
         let l = last.entry(p).or_insert(t);
         *l = (*l).max(t);
     };
-    for a in &m.allocs {
+    for a in m.allocs.iter_fields(Fields::PROCESS | Fields::TS) {
         match &mut run {
             Some((p, n, t)) if *p == a.process => {
                 *n += 1;

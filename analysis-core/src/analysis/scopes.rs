@@ -11,7 +11,7 @@ use hashbrown::HashMap;
 
 use super::{Config, SiteIndex, site_label};
 use crate::format::{StackId, StringId};
-use crate::model::{LIVE, TraceModel};
+use crate::model::{Fields, LIVE, TraceModel};
 pub use crate::report::{ScopeGrowth, ScopeKind};
 
 /// How many call-site scopes are kept in the report (NVTX scopes are all kept).
@@ -95,7 +95,8 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
     }
     // Which call sites kept bytes beyond the end of an instance of each scope.
     let mut kept: HashMap<(u32, StackId), u64> = HashMap::new();
-    for a in &m.allocs {
+    let fields = Fields::RANGE_SLOT | Fields::KIND | Fields::FREE | Fields::STACK | Fields::SIZE;
+    for a in m.allocs.iter_fields(fields) {
         if a.range_slot == 0 || !a.kind.is_device_memory() {
             continue;
         }
@@ -195,7 +196,10 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
     // Per site: allocation times (time-ordered, as allocation ids are) and per-call growth.
     let mut times: Vec<Vec<u64>> = alloc::vec![Vec::new(); n];
     let mut diffs: Vec<Vec<i64>> = alloc::vec![Vec::new(); n];
-    for a in &m.allocs {
+    for a in m
+        .allocs
+        .iter_fields(Fields::KIND | Fields::STACK | Fields::TS | Fields::SIZE)
+    {
         if !a.kind.is_device_memory() {
             continue;
         }
@@ -204,7 +208,10 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
             diffs[i].push(signed(a.size_bytes));
         }
     }
-    for a in &m.allocs {
+    for a in m
+        .allocs
+        .iter_fields(Fields::FREE | Fields::KIND | Fields::STACK | Fields::SIZE)
+    {
         if a.is_live() || !a.kind.is_device_memory() {
             continue;
         }

@@ -20,7 +20,7 @@ use super::iterations::Iterations;
 use super::scopes::{ScopeKind, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
-use crate::model::TraceModel;
+use crate::model::{Fields, TraceModel};
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
 use crate::stats::{Counts, quantile_select};
 use crate::units::fmt_bytes;
@@ -67,7 +67,15 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
     };
     // Each scope's sizes, counted (a scope's sizes mostly repeat).
     let mut values: Vec<Counts> = alloc::vec![Counts::default(); n_scopes];
-    for a in &m.allocs {
+    let scope_fields = if nvtx {
+        Fields::RANGE_SLOT
+    } else {
+        Fields::STACK
+    };
+    for a in m
+        .allocs
+        .iter_fields(Fields::SIZE | Fields::KIND | scope_fields)
+    {
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }
@@ -94,7 +102,8 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         return out;
     }
     let mut slot: Vec<usize> = alloc::vec![usize::MAX; n_scopes];
-    for a in &m.allocs {
+    let fields = Fields::SIZE | Fields::KIND | Fields::TS | Fields::STACK | scope_fields;
+    for a in m.allocs.iter_fields(fields) {
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }

@@ -67,6 +67,47 @@ impl AllocRecord {
     }
 }
 
+/// The fields a pass over the history reads ([`AllocStore::iter_fields`]): only their columns
+/// are decoded, so a pass that reads the time, size and kind of each allocation does not pay
+/// for its address, thread or NVTX range. In debug builds the fields not asked for read as
+/// nonsense (poisoned), so a pass that reads one it did not ask for fails its tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fields(u16);
+
+impl Fields {
+    pub const TS: Self = Self(1);
+    pub const SIZE: Self = Self(1 << 1);
+    pub const ADDRESS: Self = Self(1 << 2);
+    pub const STACK: Self = Self(1 << 3);
+    pub const THREAD: Self = Self(1 << 4);
+    pub const DEVICE: Self = Self(1 << 5);
+    pub const PROCESS: Self = Self(1 << 6);
+    pub const RANGE_SLOT: Self = Self(1 << 7);
+    pub const KIND: Self = Self(1 << 8);
+    /// The free time and free kind.
+    pub const FREE: Self = Self(1 << 9);
+    pub const ALL: Self = Self((1 << 10) - 1);
+
+    /// Both sets.
+    #[must_use]
+    pub const fn and(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// Whether every field of `other` is in `self`.
+    #[inline]
+    pub const fn has(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Fields {
+    type Output = Self;
+    fn bitor(self, other: Self) -> Self {
+        self.and(other)
+    }
+}
+
 /// Every allocation of a trace in id order (see the module documentation): blocks of
 /// [`BLOCK`] packed by column, and the last, partly filled block as records.
 #[derive(Clone, Debug, Default)]
@@ -262,9 +303,17 @@ impl AllocStore {
         }
     }
 
-    /// Every allocation in id order.
+    /// Every allocation in id order, every field.
     pub fn iter(&self) -> Iter<'_> {
         self.iter_range(0, self.len())
+    }
+
+    /// Every allocation in id order, with only `fields` read ([`Fields`]): for passes over a
+    /// long history.
+    pub fn iter_fields(&self, fields: Fields) -> Iter<'_> {
+        let mut it = self.iter();
+        it.fields = fields;
+        it
     }
 
     /// The allocations with ids `from..`.
@@ -280,6 +329,7 @@ impl AllocStore {
             next: from.min(to),
             end: to,
             block: usize::MAX,
+            fields: Fields::ALL,
             buf: alloc::boxed::Box::new(Block::EMPTY),
         }
     }
@@ -292,10 +342,14 @@ impl AllocStore {
     /// With `to` the allocations made by `t` (`partition_point(|a| a.ts_nanos <= t)`), none
     /// after it is read.
     pub fn live_at(&self, t: u64, to: usize) -> LiveAt<'_> {
-        LiveAt {
-            all: self.iter_range(0, to),
-            t,
-        }
+        self.live_at_fields(t, to, Fields::ALL)
+    }
+
+    /// [`Self::live_at`], reading `fields` of each allocation (and the times it needs).
+    pub fn live_at_fields(&self, t: u64, to: usize, fields: Fields) -> LiveAt<'_> {
+        let mut all = self.iter_range(0, to);
+        all.fields = fields | Fields::TS | Fields::FREE;
+        LiveAt { all, t }
     }
 
     /// The first id whose allocation does not satisfy `pred`, where `pred` holds for a prefix of
@@ -333,8 +387,8 @@ impl AllocStore {
             + self.tail.capacity() * core::mem::size_of::<AllocRecord>()
     }
 
-    /// Fills `buf` with block `b` (ids `b * BLOCK ..`); returns how many it holds.
-    fn decode_block(&self, b: usize, buf: &mut Block) -> usize {
+    /// Fills `buf` with `fields` of block `b` (ids `b * BLOCK ..`); returns how many it holds.
+    fn decode_block(&self, b: usize, buf: &mut Block, fields: Fields) -> usize {
         if b >= self.ts.blocks() {
             let n = if b == self.ts.blocks() {
                 self.tail.len()
@@ -344,21 +398,37 @@ impl AllocStore {
             for (k, a) in self.tail[..n].iter().enumerate() {
                 buf.set(k, a);
             }
+            buf.poison(fields);
             return n;
         }
-        self.ts.decode(b, &mut buf.ts);
-        self.size.decode(b, &mut buf.size);
-        self.address.decode(b, &mut buf.address);
-        self.stack.decode_with(b, |k, v| buf.stack[k] = v as u32);
-        self.thread.decode_with(b, |k, v| buf.thread[k] = v as u32);
-        self.device.decode_with(b, |k, v| buf.device[k] = v as u32);
-        self.process
-            .decode_with(b, |k, v| buf.process[k] = v as u32);
-        self.range_slot
-            .decode_with(b, |k, v| buf.range_slot[k] = v as u32);
-        self.kind.decode_with(b, |k, v| buf.kind[k] = v as u8);
-        self.free
-            .decode(b, &buf.ts, &mut buf.free_ts, &mut buf.free_kind);
+        // Packed free times are stored from the allocation times.
+        if fields.has(Fields::TS) || fields.has(Fields::FREE) {
+            self.ts.decode(b, &mut buf.ts);
+        }
+        if fields.has(Fields::SIZE) {
+            self.size.decode(b, &mut buf.size);
+        }
+        if fields.has(Fields::ADDRESS) {
+            self.address.decode(b, &mut buf.address);
+        }
+        let narrow = |on: Fields, col: &PackedColumn, out: &mut [u32; BLOCK]| {
+            if fields.has(on) {
+                col.decode_with(b, |k, v| out[k] = v as u32);
+            }
+        };
+        narrow(Fields::STACK, &self.stack, &mut buf.stack);
+        narrow(Fields::THREAD, &self.thread, &mut buf.thread);
+        narrow(Fields::DEVICE, &self.device, &mut buf.device);
+        narrow(Fields::PROCESS, &self.process, &mut buf.process);
+        narrow(Fields::RANGE_SLOT, &self.range_slot, &mut buf.range_slot);
+        if fields.has(Fields::KIND) {
+            self.kind.decode_with(b, |k, v| buf.kind[k] = v as u8);
+        }
+        if fields.has(Fields::FREE) {
+            self.free
+                .decode(b, &buf.ts, &mut buf.free_ts, &mut buf.free_kind);
+        }
+        buf.poison(fields);
         BLOCK
     }
 }
@@ -433,6 +503,44 @@ impl Block {
         self.free_kind[k] = a.free_kind.code() as u8;
     }
 
+    /// In debug builds, overwrites the fields not in `fields` with values no trace has, so a
+    /// pass reading a field it did not ask for gets results its tests catch.
+    #[inline]
+    fn poison(&mut self, fields: Fields) {
+        if !cfg!(debug_assertions) || fields == Fields::ALL {
+            return;
+        }
+        const WIDE: u64 = 0xa5a5_a5a5_a5a5_a5a5;
+        const NARROW: u32 = 0xa5a5_a5a5;
+        // Not a kind code: reads as `Other`.
+        const KIND: u8 = 0xa5;
+        let wide = |on: Fields, col: &mut [u64; BLOCK]| {
+            if !fields.has(on) {
+                col.fill(WIDE);
+            }
+        };
+        wide(Fields::TS, &mut self.ts);
+        wide(Fields::SIZE, &mut self.size);
+        wide(Fields::ADDRESS, &mut self.address);
+        wide(Fields::FREE, &mut self.free_ts);
+        let narrow = |on: Fields, col: &mut [u32; BLOCK]| {
+            if !fields.has(on) {
+                col.fill(NARROW);
+            }
+        };
+        narrow(Fields::STACK, &mut self.stack);
+        narrow(Fields::THREAD, &mut self.thread);
+        narrow(Fields::DEVICE, &mut self.device);
+        narrow(Fields::PROCESS, &mut self.process);
+        narrow(Fields::RANGE_SLOT, &mut self.range_slot);
+        if !fields.has(Fields::KIND) {
+            self.kind.fill(KIND);
+        }
+        if !fields.has(Fields::FREE) {
+            self.free_kind.fill(KIND);
+        }
+    }
+
     #[inline]
     fn get(&self, k: usize) -> AllocRecord {
         AllocRecord {
@@ -491,6 +599,8 @@ pub struct Iter<'a> {
     end: usize,
     /// The block `buf` holds (`usize::MAX`: none yet).
     block: usize,
+    /// The fields decoded.
+    fields: Fields,
     buf: alloc::boxed::Box<Block>,
 }
 
@@ -504,7 +614,7 @@ impl Iterator for Iter<'_> {
         }
         let b = self.next / BLOCK;
         if b != self.block {
-            self.store.decode_block(b, &mut self.buf);
+            self.store.decode_block(b, &mut self.buf, self.fields);
             self.block = b;
         }
         let a = self.buf.get(self.next % BLOCK);
@@ -663,6 +773,50 @@ mod tests {
                 let got: Vec<AllocRecord> = s.live_at(t, to).collect();
                 prop_assert_eq!(got.len(), want.len(), "t {}", t);
                 prop_assert!(got.iter().zip(&want).all(|(a, b)| same(a, b)), "t {}", t);
+                let sizes: Vec<u64> = s.live_at_fields(t, to, Fields::SIZE).map(|a| a.size_bytes).collect();
+                prop_assert_eq!(sizes, want.iter().map(|a| a.size_bytes).collect::<Vec<_>>());
+            }
+        }
+
+        /// A pass that asks for some fields reads them as a full pass does, in packed blocks
+        /// and the tail, sealed free times included; in debug builds the others read as
+        /// values no trace has.
+        #[test]
+        fn a_pass_reads_the_fields_it_asks_for(
+            n in 0usize..700, seed in any::<u64>(), pick in 1u16..(1 << 10),
+            frees in proptest::collection::vec((any::<usize>(), 0u64..800_000), 0..300),
+        ) {
+            let mut s = AllocStore::with_seal(128);
+            for i in 0..n as u64 {
+                s.push(record(i, seed));
+            }
+            for (i, at) in frees {
+                if n > 0 {
+                    s.set_free(i % n, at, FreeKind::StreamOrdered);
+                }
+            }
+            let fields = Fields(pick);
+            let read = |a: &AllocRecord| {
+                let mut v: Vec<u64> = Vec::new();
+                let mut put = |f: Fields, x: u64| if fields.has(f) { v.push(x) };
+                put(Fields::TS, a.ts_nanos);
+                put(Fields::SIZE, a.size_bytes);
+                put(Fields::ADDRESS, a.address);
+                put(Fields::STACK, u64::from(a.stack.0));
+                put(Fields::THREAD, u64::from(a.thread.0));
+                put(Fields::DEVICE, u64::from(a.device.0));
+                put(Fields::PROCESS, u64::from(a.process.0));
+                put(Fields::RANGE_SLOT, u64::from(a.range_slot));
+                put(Fields::KIND, a.kind.code());
+                put(Fields::FREE, a.free_ts_nanos);
+                put(Fields::FREE, a.free_kind.code());
+                v
+            };
+            let want: Vec<Vec<u64>> = s.iter().map(|a| read(&a)).collect();
+            let got: Vec<Vec<u64>> = s.iter_fields(fields).map(|a| read(&a)).collect();
+            prop_assert_eq!(got, want);
+            if cfg!(debug_assertions) && !fields.has(Fields::SIZE) {
+                prop_assert!(s.iter_fields(fields).all(|a| a.size_bytes == 0xa5a5_a5a5_a5a5_a5a5));
             }
         }
     }

@@ -13,7 +13,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use crate::format::{AllocKind, DeviceIdx, PoolSample, ProcessIdx, pool};
-use crate::model::{AllocRecord, TraceModel, alloc_events};
+use crate::model::{AllocRecord, Fields, TraceModel, alloc_events};
 
 /// The model the analysis reads when the trace holds framework blocks (FORMAT.md, "Two
 /// layers"); `None` when it holds none. In it, framework blocks are device memory (the
@@ -60,7 +60,11 @@ pub const RESERVE_SAMPLE_SPACING_NANOS: u64 = 1_000_000;
 /// flag per entry of `m.allocs`.
 pub fn framework_segments(m: &TraceModel) -> Vec<bool> {
     let mut is_segment = alloc::vec![false; m.allocs.len()];
-    if !m.allocs.iter().any(|a| a.kind == AllocKind::FrameworkBlock) {
+    if !m
+        .allocs
+        .iter_fields(Fields::KIND)
+        .any(|a| a.kind == AllocKind::FrameworkBlock)
+    {
         return is_segment;
     }
     // Allocation and free events of device memory and blocks, in time order (an allocation

@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
 
-pub use crate::alloc_store::{AllocRecord, AllocStore, LIVE, Owner};
+pub use crate::alloc_store::{AllocRecord, AllocStore, Fields, LIVE, Owner};
 pub use crate::attribution::FrameView;
 pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
@@ -968,7 +968,8 @@ impl TraceModel {
         // Bytes per stack live at the global peak.
         let t = self.peak_ts_nanos;
         if self.peak_bytes > 0 {
-            for a in self.allocs.live_at(t, self.allocs.len()) {
+            let fields = Fields::KIND | Fields::STACK | Fields::SIZE;
+            for a in self.allocs.live_at_fields(t, self.allocs.len(), fields) {
                 if a.kind.is_device_memory() {
                     let e = self.stack_stats.entry(a.stack).or_default();
                     e.peak_bytes = e.peak_bytes.saturating_add(a.size_bytes);
