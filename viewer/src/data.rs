@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use analysis_core::Report;
-use analysis_core::analysis::group_by_stack;
 use analysis_core::analysis::scopes::{ScopeGrowth, ScopeKind};
 use analysis_core::analysis::{Config, FindingKind, Severity, analyze_view};
+use analysis_core::analysis::{GROUP_FIELDS, group_by_stack};
 use analysis_core::format::{DeviceIdx, ProcessIdx, StackId, ThreadIdx};
-use analysis_core::model::{AllocRecord, LoadedTrace, Series, TraceModel};
+use analysis_core::model::{AllocRecord, Fields, LoadedTrace, Series, TraceModel};
 use analysis_core::report::SiteBytes;
 use analysis_core::timeline::Timeline;
 use analysis_core::units::fmt_bytes;
@@ -138,7 +138,11 @@ pub struct AddressStretch {
 pub fn address_layout(m: &TraceModel, device: DeviceIdx, t: u64) -> Vec<AddressStretch> {
     let mut live: Vec<(u64, u64)> = m
         .allocs
-        .live_at(t, m.allocs.len())
+        .live_at_fields(
+            t,
+            m.allocs.len(),
+            Fields::DEVICE | Fields::KIND | Fields::ADDRESS | Fields::SIZE,
+        )
         .filter(|a| a.device == device && a.kind.is_device_memory())
         .map(|a| (a.address, a.address.saturating_add(a.size_bytes)))
         .collect();
@@ -540,7 +544,7 @@ impl TraceData {
         group_by_stack(
             m,
             m.allocs
-                .live_at(t, made)
+                .live_at_fields(t, made, GROUP_FIELDS | Fields::KIND | Filter::FIELDS)
                 .filter(|a| a.kind.is_device_memory() && f.admits(a)),
             limit,
         )
@@ -549,7 +553,13 @@ impl TraceData {
     /// Live bytes of one call site over time (a step series), built from its allocations.
     pub fn site_growth(&self, stack: StackId) -> Timeline {
         let mut deltas: Vec<(u64, i128)> = Vec::new();
-        for a in self.model().allocs.iter().filter(|a| a.stack == stack) {
+        let fields = Fields::STACK | Fields::KIND | Fields::TS | Fields::SIZE | Fields::FREE;
+        for a in self
+            .model()
+            .allocs
+            .iter_fields(fields)
+            .filter(|a| a.stack == stack)
+        {
             if !a.kind.is_device_memory() {
                 continue;
             }
@@ -579,7 +589,12 @@ impl TraceData {
         let m = self.model();
         let peak_t = m.peak_ts_nanos;
         let mut by: BTreeMap<StackId, SiteRow> = BTreeMap::new();
-        for a in m.allocs.iter().filter(|a| f.admits(a) && a.size_bytes > 0) {
+        let fields = Filter::FIELDS | Fields::SIZE | Fields::STACK | Fields::KIND;
+        for a in m
+            .allocs
+            .iter_fields(fields | Fields::TS | Fields::FREE)
+            .filter(|a| f.admits(a) && a.size_bytes > 0)
+        {
             let row = by.entry(a.stack).or_insert_with(|| SiteRow {
                 stack: a.stack,
                 label: String::new(),

@@ -1,7 +1,7 @@
 //! Which part of a trace the views show: one process, device or thread, or all of it.
 
 use analysis_core::format::{DeviceIdx, ProcessIdx, ThreadIdx};
-use analysis_core::model::AllocRecord;
+use analysis_core::model::{AllocRecord, Fields};
 
 /// Which part of the trace the views show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -13,6 +13,9 @@ pub struct Filter {
 
 impl Filter {
     /// Whether an allocation passes the filter.
+    /// The fields of an allocation [`Self::admits`] reads.
+    pub const FIELDS: Fields = Fields::PROCESS.and(Fields::DEVICE).and(Fields::THREAD);
+
     pub fn admits(&self, a: &AllocRecord) -> bool {
         self.process.is_none_or(|p| p == a.process)
             && self.device.is_none_or(|d| d == a.device)

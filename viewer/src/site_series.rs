@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use analysis_core::format::StackId;
-use analysis_core::model::{AllocRecord, LIVE, TraceModel};
+use analysis_core::model::{AllocRecord, Fields, LIVE, TraceModel};
 use analysis_core::timeline::{Bucket, Spans, Timeline};
 
 use crate::filter::Filter;
@@ -112,7 +112,8 @@ impl SiteSeries {
         let mut whole = with_whole.then(Sweep::default);
         // (free time, slot, size) of the live allocations whose free is recorded.
         let mut frees: BinaryHeap<Reverse<(u64, u32, u64)>> = BinaryHeap::new();
-        for a in m.allocs.iter() {
+        let fields = Filter::FIELDS | Fields::KIND | Fields::SIZE | Fields::STACK;
+        for a in m.allocs.iter_fields(fields | Fields::TS | Fields::FREE) {
             if !counts(&a, f) {
                 continue;
             }

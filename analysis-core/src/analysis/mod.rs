@@ -32,7 +32,7 @@ use crate::report::Report;
 
 pub use crate::config::{self, Config};
 pub use crate::report::{Analysis, Finding, FindingKind, Impact, Severity, SiteSummary};
-pub use facts::{group_by_stack, summarize, summary_facts};
+pub use facts::{GROUP_FIELDS, group_by_stack, summarize, summary_facts};
 
 /// How many call sites `Analysis::sites` keeps.
 pub const MAX_SITES: usize = 200;

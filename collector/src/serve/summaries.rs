@@ -8,7 +8,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use analysis_core::analysis::group_by_stack;
+use analysis_core::analysis::{GROUP_FIELDS, group_by_stack};
+use analysis_core::model::Fields;
 use analysis_core::model::LoadedTrace;
 use analysis_core::report::Report;
 use analysis_core::summary_api::{API_VERSION, LiveAt, LiveSite, SeriesInfo, Window};
@@ -267,7 +268,7 @@ impl Summary {
         let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
         let live = || {
             m.allocs
-                .live_at(t, made)
+                .live_at_fields(t, made, GROUP_FIELDS | Fields::KIND)
                 .filter(|a| a.kind.is_device_memory())
         };
         let (bytes, count) = live().fold((0u64, 0u64), |(b, n), a| {
