@@ -160,30 +160,38 @@ fn last_allocation(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
         .unwrap_or(m.last_ts_nanos)
 }
 
-/// Whether a stack's allocation times recur regularly (most gaps within a factor of two of the
-/// median) and are mostly transient (freed within two periods).
-fn recurs(t: &[u64], lifetimes: &[u64]) -> bool {
-    let med = median_gap(t);
+/// Whether a stack's allocations recur regularly (most gaps between their times within a
+/// factor of two of the median gap) and are mostly transient (freed within two periods).
+fn recurs(s: &Recurring) -> bool {
+    let med = s.med;
     if med == 0 {
         return false;
     }
-    let steady = t
-        .windows(2)
-        .filter(|w| {
-            let g = w[1].saturating_sub(w[0]);
-            g >= med / 2 && g <= med.saturating_mul(2)
-        })
+    let steady = s
+        .gaps
+        .iter()
+        .filter(|&&g| g >= med / 2 && g <= med.saturating_mul(2))
         .count();
-    if steady * 10 < (t.len() - 1) * 7 {
+    if steady * 10 < s.gaps.len() * 7 {
         return false;
     }
     // A heartbeat is transient work of each iteration: most of its allocations are freed
     // within two periods. A site whose allocations are kept is what may leak, not a clock.
-    let transient = lifetimes
-        .iter()
-        .filter(|&&l| l <= med.saturating_mul(2))
-        .count();
-    transient * 2 >= t.len()
+    s.transient * 2 >= s.count
+}
+
+/// A stack's allocations, as the search for a recurring site reads them.
+#[derive(Default)]
+struct Recurring {
+    count: usize,
+    first: u64,
+    last: u64,
+    /// The gaps between consecutive allocation times (in no order once `med` is found).
+    gaps: Vec<u64>,
+    /// The median gap.
+    med: u64,
+    /// Allocations freed within two median gaps.
+    transient: usize,
 }
 
 fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
@@ -191,48 +199,84 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
     if span == 0 {
         return None;
     }
-    let mut times: HashMap<StackId, Vec<u64>> = HashMap::new();
-    let mut lifetimes: HashMap<StackId, Vec<u64>> = HashMap::new();
+    // Passes rather than one: the allocations of each stack counted, their times kept in a
+    // vector of exactly that size and turned into gaps in place (the order of the gaps does not
+    // matter), then the transient ones counted once each stack's median gap is known, and the
+    // chosen stack's times read again. The search holds 8 bytes per allocation, where vectors
+    // of times and lifetimes grown by doubling, and a copy of the gaps, held up to 40.
     let fields = Fields::PROCESS | Fields::SIZE | Fields::KIND | Fields::STACK;
+    let keep = |a: &crate::model::AllocRecord| {
+        sel.is_none_or(|p| a.process == p)
+            && a.size_bytes > 0
+            && a.kind.is_tracked()
+            && a.stack.0 != 0
+    };
+    let mut counts: HashMap<StackId, usize> = HashMap::new();
+    for a in m.allocs.iter_fields(fields).filter(keep) {
+        *counts.entry(a.stack).or_default() += 1;
+    }
+    let mut sites: HashMap<StackId, Recurring> = counts
+        .into_iter()
+        .map(|(stack, count)| {
+            let gaps = Vec::with_capacity(count);
+            let s = Recurring {
+                count,
+                gaps,
+                ..Default::default()
+            };
+            (stack, s)
+        })
+        .collect();
+    for a in m.allocs.iter_fields(fields | Fields::TS).filter(keep) {
+        if let Some(s) = sites.get_mut(&a.stack) {
+            s.gaps.push(a.ts_nanos);
+        }
+    }
+    for s in sites.values_mut() {
+        // Damaged traces can step back in time: the gaps are between the times in order.
+        let t = &mut s.gaps;
+        t.sort_unstable();
+        s.first = t.first().copied().unwrap_or(0);
+        s.last = t.last().copied().unwrap_or(0);
+        for k in 1..t.len() {
+            t[k - 1] = t[k] - t[k - 1];
+        }
+        t.pop();
+        s.med = if t.is_empty() {
+            0
+        } else {
+            let mid = t.len() / 2;
+            *t.select_nth_unstable(mid).1
+        };
+    }
     for a in m
         .allocs
         .iter_fields(fields | Fields::TS | Fields::FREE)
-        .filter(|a| sel.is_none_or(|p| a.process == p))
+        .filter(keep)
     {
-        if a.size_bytes > 0 && a.kind.is_tracked() && a.stack.0 != 0 {
-            times.entry(a.stack).or_default().push(a.ts_nanos);
-            lifetimes
-                .entry(a.stack)
-                .or_default()
-                .push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
+        if let Some(s) = sites.get_mut(&a.stack)
+            && a.free_ts_nanos.saturating_sub(a.ts_nanos) <= s.med.saturating_mul(2)
+        {
+            s.transient += 1;
         }
-    }
-    // Damaged traces can step back in time: judge each stack's times in order.
-    for t in times.values_mut() {
-        t.sort_unstable();
     }
     // (prefer, count, stack) of every regular candidate: a site that recurs over at least half
     // the history.
-    let candidates = |covers: &dyn Fn(&[u64]) -> bool| -> Vec<(bool, usize, StackId)> {
-        times
+    let candidates = |covers: &dyn Fn(&Recurring) -> bool| -> Vec<(bool, usize, StackId)> {
+        sites
             .iter()
-            .filter(|(stack, t)| {
-                t.len() >= MIN_ITERATIONS && covers(t) && recurs(t, &lifetimes[*stack])
-            })
-            .map(|(stack, t)| (optimizer_step(m, *stack), t.len(), *stack))
+            .filter(|(_, s)| s.count >= MIN_ITERATIONS && covers(s) && recurs(s))
+            .map(|(stack, s)| (optimizer_step(m, *stack), s.count, *stack))
             .collect()
     };
-    let mut regular = candidates(&|t| t[t.len() - 1].saturating_sub(t[0]) >= span / 2);
+    let mut regular = candidates(&|s| s.last.saturating_sub(s.first) >= span / 2);
     if regular.is_empty() {
         // A short script: seconds of import and CUDA start-up before the loop, a first step
         // slowed by library start-up (cuBLAS handles, kernel loading) that takes most of the
         // loop's time, then an exit. The loop is a unit recurring until the program's last
         // allocation, each recurrence within a period or two of the next.
         let end = last_allocation(m, sel);
-        regular = candidates(&|t| {
-            let med = median_gap(t);
-            end.saturating_sub(t[t.len() - 1]) <= med.saturating_mul(2)
-        });
+        regular = candidates(&|s| end.saturating_sub(s.last) <= s.med.saturating_mul(2));
     }
     if regular.is_empty() {
         return None;
@@ -245,7 +289,7 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
         regular
             .iter()
             .filter(|r| {
-                let med = median_gap(&times[&r.2]);
+                let med = sites[&r.2].med;
                 med >= p - p / 5 && med <= p + p / 4
             })
             .max_by_key(|r| (r.1, core::cmp::Reverse(r.2)))
@@ -264,7 +308,13 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
         };
         **pool.iter().min_by_key(|r| (r.1, r.2))?
     };
-    let starts = times.remove(&pick.2)?;
+    drop(sites);
+    let starts: Vec<u64> = m
+        .allocs
+        .iter_fields(fields | Fields::TS)
+        .filter(|a| a.stack == pick.2 && keep(a))
+        .map(|a| a.ts_nanos)
+        .collect();
     Some(make(
         IterationSource::RecurringSite,
         m.stack_label(pick.2),

@@ -4,9 +4,11 @@
 //! (the last third of the calls adds almost nothing) is told from unbounded growth. A table
 //! for the report; the findings come from `leaks`.
 
+use alloc::collections::BinaryHeap;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cmp::Reverse;
 use hashbrown::HashMap;
 
 use super::{Config, SiteIndex, site_label};
@@ -38,16 +40,49 @@ fn signed(bytes: u64) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
+/// One scope's growth per call, summed call by call: all the reference rule and the
+/// bounded-growth test read, so the calls' growth need not be kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Growth {
+    calls: u64,
+    total: i64,
+    positive: u64,
+    /// The growth of the last third of the calls.
+    tail: i64,
+}
+
+impl Growth {
+    /// Adds the next call's growth `d`, of a scope with `n` calls in all.
+    fn add(&mut self, n: u64, d: i64) {
+        self.total = self.total.saturating_add(d);
+        self.positive += u64::from(d > 0);
+        if self.calls >= n - n / 3 {
+            self.tail = self.tail.saturating_add(d);
+        }
+        self.calls += 1;
+    }
+
+    /// The growth of calls `diffs`, in order.
+    fn of(diffs: &[i64]) -> Self {
+        let mut g = Self::default();
+        for &d in diffs {
+            g.add(diffs.len() as u64, d);
+        }
+        g
+    }
+}
+
 /// The reference rule plus the bounded-growth test over one scope's per-call growth.
-fn judge(c: &Config, diffs: &[i64]) -> (i64, f64, f64, i64, bool, bool) {
-    let n = diffs.len() as u64;
-    let total = diffs.iter().fold(0i64, |a, &d| a.saturating_add(d));
+fn judge(c: &Config, g: &Growth) -> (i64, f64, f64, i64, bool, bool) {
+    let n = g.calls;
+    let total = g.total;
     let avg = if n > 0 { total as f64 / n as f64 } else { 0.0 };
-    let pos = diffs.iter().filter(|&&d| d > 0).count();
-    let ratio = if n > 0 { pos as f64 / n as f64 } else { 0.0 };
-    let tail = diffs[diffs.len() - diffs.len() / 3..]
-        .iter()
-        .fold(0i64, |a, &d| a.saturating_add(d));
+    let ratio = if n > 0 {
+        g.positive as f64 / n as f64
+    } else {
+        0.0
+    };
+    let tail = g.tail;
     let reference = n >= c.min_calls_for_analysis
         && avg > 0.0
         && ratio > c.memory_leak_ratio
@@ -142,7 +177,7 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
         if d.is_empty() {
             continue;
         }
-        let (total, avg, ratio, tail, reference, bounded) = judge(c, d);
+        let (total, avg, ratio, tail, reference, bounded) = judge(c, &Growth::of(d));
         out.push(ScopeGrowth {
             explained_by: None,
             scope: names[k].clone(),
@@ -191,44 +226,122 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
     out
 }
 
+/// A call of a call-site scope: one device allocation of site `site`.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    site: usize,
+    ts: u64,
+    size: u64,
+    /// `LIVE` while not freed.
+    free: u64,
+}
+
+/// Each site's growth per call, by one sweep through time: a call's growth is its size less
+/// the frees of the site from its time until the site's next call (the free belongs to the
+/// site's last call at or before it), so a call's growth is final once the site's next call
+/// starts. The sweep keeps each site's open call and a queue of the frees still to come:
+/// memory bounded by what is live at once, not by the calls. `calls` must be in time order,
+/// each freed at or after its time ([`growth_by_vectors`] takes any history).
+fn growth_by_sweep(per_site: &[u64], calls: impl Iterator<Item = Call>) -> Vec<Growth> {
+    let mut growth = alloc::vec![Growth::default(); per_site.len()];
+    let mut open: Vec<Option<i64>> = alloc::vec![None; per_site.len()];
+    // (free time, site, size) of the calls freed later.
+    let mut frees: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
+    let free = |open: &mut [Option<i64>], site: usize, size: u64| {
+        if let Some(d) = &mut open[site] {
+            *d = d.saturating_sub(signed(size));
+        }
+    };
+    for c in calls {
+        while let Some(&Reverse((t, site, size))) = frees.peek()
+            && t < c.ts
+        {
+            frees.pop();
+            free(&mut open, site, size);
+        }
+        if let Some(d) = open[c.site].replace(signed(c.size)) {
+            growth[c.site].add(per_site[c.site], d);
+        }
+        if c.free != LIVE {
+            frees.push(Reverse((c.free, c.site, c.size)));
+        }
+    }
+    while let Some(Reverse((_, site, size))) = frees.pop() {
+        free(&mut open, site, size);
+    }
+    for (site, d) in open.into_iter().enumerate() {
+        if let Some(d) = d {
+            growth[site].add(per_site[site], d);
+        }
+    }
+    growth
+}
+
+/// [`growth_by_sweep`] for any history (a damaged trace's times may step back, or a free come
+/// before its allocation): every site's call times and growth kept, each free put on the
+/// site's last call at or before it by a binary search. 16 bytes per call.
+fn growth_by_vectors<I: Iterator<Item = Call>>(
+    per_site: &[u64],
+    calls: impl Fn() -> I,
+) -> Vec<Growth> {
+    let room = |&k: &u64| usize::try_from(k).unwrap_or(0);
+    let mut times: Vec<Vec<u64>> = per_site
+        .iter()
+        .map(|k| Vec::with_capacity(room(k)))
+        .collect();
+    let mut diffs: Vec<Vec<i64>> = per_site
+        .iter()
+        .map(|k| Vec::with_capacity(room(k)))
+        .collect();
+    for c in calls() {
+        times[c.site].push(c.ts);
+        diffs[c.site].push(signed(c.size));
+    }
+    for c in calls() {
+        if c.free == LIVE {
+            continue;
+        }
+        let j = times[c.site].partition_point(|&t| t <= c.free);
+        if j > 0 {
+            diffs[c.site][j - 1] = diffs[c.site][j - 1].saturating_sub(signed(c.size));
+        }
+    }
+    diffs.iter().map(|d| Growth::of(d)).collect()
+}
+
 fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
-    let n = sites.len();
-    // Per site: allocation times (time-ordered, as allocation ids are) and per-call growth.
-    let mut times: Vec<Vec<u64>> = alloc::vec![Vec::new(); n];
-    let mut diffs: Vec<Vec<i64>> = alloc::vec![Vec::new(); n];
-    for a in m
-        .allocs
-        .iter_fields(Fields::KIND | Fields::STACK | Fields::TS | Fields::SIZE)
-    {
-        if !a.kind.is_device_memory() {
-            continue;
-        }
-        if let Some(i) = sites.get(a.stack) {
-            times[i].push(a.ts_nanos);
-            diffs[i].push(signed(a.size_bytes));
-        }
+    let fields = Fields::KIND | Fields::STACK | Fields::TS | Fields::SIZE | Fields::FREE;
+    let calls = || {
+        m.allocs.iter_fields(fields).filter_map(|a| {
+            let site = sites.get(a.stack).filter(|_| a.kind.is_device_memory())?;
+            Some(Call {
+                site,
+                ts: a.ts_nanos,
+                size: a.size_bytes,
+                free: a.free_ts_nanos,
+            })
+        })
+    };
+    // Calls per site, and whether the history is in time order with no free before its
+    // allocation (a trace that is not damaged), which the sweep needs.
+    let mut per_site = alloc::vec![0u64; sites.len()];
+    let (mut in_order, mut last) = (true, 0u64);
+    for c in calls() {
+        per_site[c.site] += 1;
+        in_order &= c.ts >= last && (c.free == LIVE || c.free >= c.ts);
+        last = c.ts;
     }
-    for a in m
-        .allocs
-        .iter_fields(Fields::FREE | Fields::KIND | Fields::STACK | Fields::SIZE)
-    {
-        if a.is_live() || !a.kind.is_device_memory() {
-            continue;
-        }
-        if let Some(i) = sites.get(a.stack) {
-            // The call this free belongs to: the site's last allocation at or before it.
-            let j = times[i].partition_point(|&t| t <= a.free_ts_nanos);
-            if j > 0 {
-                diffs[i][j - 1] = diffs[i][j - 1].saturating_sub(signed(a.size_bytes));
-            }
-        }
-    }
+    let growth = if in_order {
+        growth_by_sweep(&per_site, calls())
+    } else {
+        growth_by_vectors(&per_site, calls)
+    };
     let mut out = Vec::new();
-    for (i, d) in diffs.iter().enumerate() {
-        if (d.len() as u64) < c.min_calls_for_analysis {
+    for (i, g) in growth.iter().enumerate() {
+        if g.calls < c.min_calls_for_analysis {
             continue;
         }
-        let (total, avg, ratio, tail, reference, bounded) = judge(c, d);
+        let (total, avg, ratio, tail, reference, bounded) = judge(c, g);
         if total <= 0 && !reference {
             continue;
         }
@@ -237,7 +350,7 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
         out.push(ScopeGrowth {
             scope: label.clone(),
             kind: ScopeKind::CallSite,
-            calls: d.len() as u64,
+            calls: g.calls,
             total_growth_bytes: total,
             avg_growth_bytes: avg,
             positive_ratio: ratio,
@@ -254,4 +367,77 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
     out.sort_by_key(|s| core::cmp::Reverse(s.total_growth_bytes));
     out.truncate(MAX_CALL_SITE_SCOPES);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A history in time order: calls of `sites` sites at times that often tie, freed at or
+    /// after their time (often at another call's time, or the same), or never.
+    fn history(sites: usize, steps: &[(u8, u8, u16, u8)]) -> Vec<Call> {
+        let mut ts = 0u64;
+        steps
+            .iter()
+            .map(|&(site, gap, size, life)| {
+                ts += u64::from(gap % 4);
+                Call {
+                    site: usize::from(site) % sites,
+                    ts,
+                    size: u64::from(size),
+                    free: match life {
+                        0..=30 => LIVE,
+                        l => ts + u64::from(l % 12),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    fn counts(sites: usize, calls: &[Call]) -> Vec<u64> {
+        let mut n = alloc::vec![0u64; sites];
+        for c in calls {
+            n[c.site] += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn a_free_belongs_to_the_sites_last_call_at_or_before_it() {
+        let call = |site, ts, size, free| Call {
+            site,
+            ts,
+            size,
+            free,
+        };
+        // Site 0: calls at 10 and 20. The first is freed at 20 (the second call's time: the
+        // second call's growth), the second at 25; site 1's call at 15 is freed at 19.
+        let calls = [
+            call(0, 10, 100, 20),
+            call(1, 15, 7, 19),
+            call(0, 20, 50, 25),
+        ];
+        let n = counts(2, &calls);
+        let g = growth_by_sweep(&n, calls.iter().copied());
+        assert_eq!(g, growth_by_vectors(&n, || calls.iter().copied()));
+        assert_eq!(g[0], Growth::of(&[100, 50 - 100 - 50]));
+        assert_eq!(g[1], Growth::of(&[0]));
+    }
+
+    proptest! {
+        /// The sweep gives every site the growth the kept vectors give.
+        #[test]
+        fn the_sweep_equals_the_vectors(
+            sites in 1usize..6,
+            steps in proptest::collection::vec(any::<(u8, u8, u16, u8)>(), 0..300),
+        ) {
+            let calls = history(sites, &steps);
+            let n = counts(sites, &calls);
+            prop_assert_eq!(
+                growth_by_sweep(&n, calls.iter().copied()),
+                growth_by_vectors(&n, || calls.iter().copied())
+            );
+        }
+    }
 }
