@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::free_times::FreeTimes;
+use crate::free_times::{FreeTimes, LiveIn};
 use crate::packed::{BLOCK, PackedColumn};
 
 /// Sentinel for "not freed".
@@ -299,7 +299,7 @@ impl AllocStore {
                 a.free_ts_nanos = ts_nanos;
                 a.free_kind = kind;
             }
-            None => self.free.set(i, ts_nanos, kind.code() as u8, &self.ts),
+            None => self.free.set(i, ts_nanos, kind.code() as u8),
         }
     }
 
@@ -335,10 +335,12 @@ impl AllocStore {
     }
 
     /// The allocations with ids below `to` that are live at `t` ([`AllocRecord::live_at`]), in
-    /// id order. Each block's bound on its free times (or, for the newest, its plain free
-    /// times) is read first, and only the blocks that may hold an allocation not yet freed at
-    /// `t` are decoded: a moment late in a long history costs about a read per earlier block,
-    /// not a decode of each allocation.
+    /// id order. Each block's bound on the free times of its allocations outside the late
+    /// table (or, for the newest, its plain free times) is read first: a block freed by `t`
+    /// is skipped, one whose allocations outside the late table were all freed by `t` gives
+    /// only its late entries still live (each read by id), and only the others are decoded. A
+    /// moment late in a long history, even a leaking one, costs a read per earlier block and
+    /// one per allocation live then, not a decode of each allocation.
     /// With `to` the allocations made by `t` (`partition_point(|a| a.ts_nanos <= t)`), none
     /// after it is read.
     pub fn live_at(&self, t: u64, to: usize) -> LiveAt<'_> {
@@ -575,11 +577,23 @@ impl Iterator for LiveAt<'_> {
         while it.next < it.end {
             let b = it.next / BLOCK;
             if b != it.block && b < store.ts.blocks() {
-                // A packed block: skip it whole when every allocation in it was freed by `t`.
+                // A packed block not decoded: skip it whole when every allocation in it was
+                // freed by `t`, and read only its late entries when the others were.
                 let (from, to) = (it.next % BLOCK, (it.end - b * BLOCK).min(BLOCK));
-                if !store.free.may_outlive(b, from, to, t) {
-                    it.next = ((b + 1) * BLOCK).min(it.end);
-                    continue;
+                match store.free.live_in(b, from, to, t) {
+                    LiveIn::None => {
+                        it.next = ((b + 1) * BLOCK).min(it.end);
+                        continue;
+                    }
+                    LiveIn::Late(id) => {
+                        it.next = id + 1;
+                        let a = store.at(id);
+                        if a.live_at(t) {
+                            return Some(a);
+                        }
+                        continue;
+                    }
+                    LiveIn::Any => {}
                 }
             }
             let a = it.next()?;

@@ -25,6 +25,17 @@ const _: () = assert!(SEAL <= 1 << 16 && SEAL.is_multiple_of(BLOCK));
 /// Lifetime code of an allocation in the late table.
 const IN_LATE: u64 = 0;
 
+/// Which allocations of a block may be live after a moment ([`FreeTimes::live_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LiveIn {
+    /// None: all were freed by then.
+    None,
+    /// Only some in the late table, the first of them this id: the others were freed by then.
+    Late(usize),
+    /// Any of them.
+    Any,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct FreeTimes {
     /// Allocations sealed: ids below this (a multiple of `seal`).
@@ -36,8 +47,14 @@ pub(crate) struct FreeTimes {
     life: PackedColumn,
     /// Per sealed allocation: its free kind's code.
     kinds: PackedColumn,
-    /// Per sealed block: a free time no allocation in it exceeds ([`LIVE`] while one is live).
+    /// Per sealed block: a free time none of its allocations exceeds ([`LIVE`] while one is
+    /// live): a block freed by a moment is skipped at one read.
     block_max: Vec<u64>,
+    /// Per sealed block: a free time none of its allocations outside the late table exceeds
+    /// (0 when all are late). Those were freed before their run was sealed, so on a long
+    /// history a moment well after a block is past its bound, and only the block's late
+    /// entries can be live then ([`Self::live_in`]).
+    packed_max: Vec<u64>,
     /// Sealed allocations with [`IN_LATE`], by run: offsets in their run (ascending), free
     /// times and kinds; run `r`'s are entries `late_start[r]..late_start[r + 1]`.
     late_start: Vec<usize>,
@@ -63,6 +80,7 @@ impl FreeTimes {
             life: PackedColumn::new(),
             kinds: PackedColumn::new(),
             block_max: Vec::new(),
+            packed_max: Vec::new(),
             late_start: Vec::new(),
             late_ids: Vec::new(),
             late_free: Vec::new(),
@@ -98,7 +116,7 @@ impl FreeTimes {
             ts.decode(first / BLOCK, &mut at);
             let free = &self.open_free[k..k + BLOCK];
             let mut code = [0u64; BLOCK];
-            let mut max = 0u64;
+            let (mut max, mut packed_max) = (0u64, 0u64);
             for j in 0..BLOCK {
                 let f = free[j];
                 max = max.max(f);
@@ -109,12 +127,14 @@ impl FreeTimes {
                     code[j] = IN_LATE;
                 } else {
                     code[j] = f - at[j] + 1;
+                    packed_max = packed_max.max(f);
                 }
             }
             self.life.append(|j| code[j]);
             let kinds = &self.open_kind[k..k + BLOCK];
             self.kinds.append(|j| u64::from(kinds[j]));
             self.block_max.push(max);
+            self.packed_max.push(packed_max);
         }
         self.open_free.drain(..self.seal);
         self.open_kind.drain(..self.seal);
@@ -175,7 +195,7 @@ impl FreeTimes {
     /// Records the release of allocation `i`. The model releases an allocation once, while
     /// it is live: a sealed allocation it releases is in the late table. (Another, already
     /// freed when sealed, keeps its first free time.)
-    pub(crate) fn set(&mut self, i: usize, free: u64, kind: u8, ts: &PackedColumn) {
+    pub(crate) fn set(&mut self, i: usize, free: u64, kind: u8) {
         if let Some(k) = i.checked_sub(self.sealed) {
             self.open_free[k] = free;
             self.open_kind[k] = kind;
@@ -186,13 +206,16 @@ impl FreeTimes {
         };
         self.late_free[l] = free;
         self.late_kind[l] = kind;
-        // The block's bound, again: it was LIVE while this allocation was.
+        // The block's bound, again: it was LIVE while this allocation was. Its other
+        // allocations are bounded by `packed_max` or are late entries too.
         let b = i / BLOCK;
-        let mut at = [0u64; BLOCK];
-        ts.decode(b, &mut at);
-        let (mut free, mut kind) = ([0u64; BLOCK], [0u8; BLOCK]);
-        self.decode(b, &at, &mut free, &mut kind);
-        let max = free.iter().copied().max().unwrap_or(LIVE);
+        let (mut e, end) = self.late_from(b * BLOCK);
+        let run_start = i - i % self.seal;
+        let mut max = self.packed_max[b];
+        while e < end && run_start + usize::from(self.late_ids[e]) < (b + 1) * BLOCK {
+            max = max.max(self.late_free[e]);
+            e += 1;
+        }
         self.block_max[b] = max;
     }
 
@@ -233,16 +256,48 @@ impl FreeTimes {
         }
     }
 
-    /// Whether any of allocations `from..to` of block `b` (offsets in it) may be live at a
-    /// moment after `t`: false only when all of them were freed by `t`.
-    pub(crate) fn may_outlive(&self, b: usize, from: usize, to: usize, t: u64) -> bool {
+    /// Which of allocations `from..to` of block `b` (offsets in it) may be live at a moment
+    /// after `t`.
+    pub(crate) fn live_in(&self, b: usize, from: usize, to: usize, t: u64) -> LiveIn {
         let first = b * BLOCK;
+        let outlives = |f: u64| f == LIVE || f > t;
         match first.checked_sub(self.sealed) {
-            Some(k) => self.open_free[k + from..k + to]
-                .iter()
-                .any(|&f| f == LIVE || f > t),
-            None => self.block_max[b] == LIVE || self.block_max[b] > t,
+            Some(k) => {
+                if self.open_free[k + from..k + to]
+                    .iter()
+                    .any(|&f| outlives(f))
+                {
+                    LiveIn::Any
+                } else {
+                    LiveIn::None
+                }
+            }
+            None if self.block_max[b] != LIVE && self.block_max[b] <= t => LiveIn::None,
+            None if self.packed_max[b] > t => LiveIn::Any,
+            None => match self.next_late_outliving(first + from, first + to, t) {
+                Some(id) => LiveIn::Late(id),
+                None => LiveIn::None,
+            },
         }
+    }
+
+    /// The first sealed allocation of ids `from..to` (within one run) in the late table that
+    /// is not freed by `t`.
+    fn next_late_outliving(&self, from: usize, to: usize, t: u64) -> Option<usize> {
+        let (mut l, end) = self.late_from(from);
+        let run_start = from - from % self.seal;
+        while l < end {
+            let id = run_start + usize::from(self.late_ids[l]);
+            if id >= to {
+                return None;
+            }
+            let f = self.late_free[l];
+            if f == LIVE || f > t {
+                return Some(id);
+            }
+            l += 1;
+        }
+        None
     }
 
     /// Heap bytes held.
@@ -250,6 +305,7 @@ impl FreeTimes {
         self.life.heap_bytes()
             + self.kinds.heap_bytes()
             + self.block_max.capacity() * 8
+            + self.packed_max.capacity() * 8
             + self.late_start.capacity() * 8
             + self.late_ids.capacity() * 2
             + self.late_free.capacity() * 8
