@@ -512,35 +512,26 @@ impl Block {
         if !cfg!(debug_assertions) || fields == Fields::ALL {
             return;
         }
-        const WIDE: u64 = 0xa5a5_a5a5_a5a5_a5a5;
-        const NARROW: u32 = 0xa5a5_a5a5;
         // Not a kind code: reads as `Other`.
         const KIND: u8 = 0xa5;
-        let wide = |on: Fields, col: &mut [u64; BLOCK]| {
-            if !fields.has(on) {
-                col.fill(WIDE);
+        fn fill<T: Copy>(off: bool, col: &mut [T; BLOCK], v: T) {
+            if off {
+                col.fill(v);
             }
-        };
-        wide(Fields::TS, &mut self.ts);
-        wide(Fields::SIZE, &mut self.size);
-        wide(Fields::ADDRESS, &mut self.address);
-        wide(Fields::FREE, &mut self.free_ts);
-        let narrow = |on: Fields, col: &mut [u32; BLOCK]| {
-            if !fields.has(on) {
-                col.fill(NARROW);
-            }
-        };
-        narrow(Fields::STACK, &mut self.stack);
-        narrow(Fields::THREAD, &mut self.thread);
-        narrow(Fields::DEVICE, &mut self.device);
-        narrow(Fields::PROCESS, &mut self.process);
-        narrow(Fields::RANGE_SLOT, &mut self.range_slot);
-        if !fields.has(Fields::KIND) {
-            self.kind.fill(KIND);
         }
-        if !fields.has(Fields::FREE) {
-            self.free_kind.fill(KIND);
-        }
+        let off = |f: Fields| !fields.has(f);
+        let (wide, narrow) = (0xa5a5_a5a5_a5a5_a5a5u64, 0xa5a5_a5a5u32);
+        fill(off(Fields::TS), &mut self.ts, wide);
+        fill(off(Fields::SIZE), &mut self.size, wide);
+        fill(off(Fields::ADDRESS), &mut self.address, wide);
+        fill(off(Fields::FREE), &mut self.free_ts, wide);
+        fill(off(Fields::STACK), &mut self.stack, narrow);
+        fill(off(Fields::THREAD), &mut self.thread, narrow);
+        fill(off(Fields::DEVICE), &mut self.device, narrow);
+        fill(off(Fields::PROCESS), &mut self.process, narrow);
+        fill(off(Fields::RANGE_SLOT), &mut self.range_slot, narrow);
+        fill(off(Fields::KIND), &mut self.kind, KIND);
+        fill(off(Fields::FREE), &mut self.free_kind, KIND);
     }
 
     #[inline]
