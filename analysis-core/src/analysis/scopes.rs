@@ -241,8 +241,14 @@ struct Call {
 /// site's last call at or before it), so a call's growth is final once the site's next call
 /// starts. The sweep keeps each site's open call and a queue of the frees still to come:
 /// memory bounded by what is live at once, not by the calls. `calls` must be in time order,
-/// each freed at or after its time ([`growth_by_vectors`] takes any history).
-fn growth_by_sweep(per_site: &[u64], calls: impl Iterator<Item = Call>) -> Vec<Growth> {
+/// each freed at or after its time ([`growth_by_vectors`] takes any history). None when more
+/// than `max_queued` frees wait at once (a queue entry takes 24 bytes, a call 16 in the
+/// vectors: a history whose calls mostly live long is summed there instead).
+fn growth_by_sweep(
+    per_site: &[u64],
+    calls: impl Iterator<Item = Call>,
+    max_queued: usize,
+) -> Option<Vec<Growth>> {
     let mut growth = alloc::vec![Growth::default(); per_site.len()];
     let mut open: Vec<Option<i64>> = alloc::vec![None; per_site.len()];
     // (free time, site, size) of the calls freed later.
@@ -263,6 +269,9 @@ fn growth_by_sweep(per_site: &[u64], calls: impl Iterator<Item = Call>) -> Vec<G
             growth[c.site].add(per_site[c.site], d);
         }
         if c.free != LIVE {
+            if frees.len() >= max_queued {
+                return None;
+            }
             frees.push(Reverse((c.free, c.site, c.size)));
         }
     }
@@ -274,7 +283,7 @@ fn growth_by_sweep(per_site: &[u64], calls: impl Iterator<Item = Call>) -> Vec<G
             growth[site].add(per_site[site], d);
         }
     }
-    growth
+    Some(growth)
 }
 
 /// [`growth_by_sweep`] for any history (a damaged trace's times may step back, or a free come
@@ -331,11 +340,18 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
         in_order &= c.ts >= last && (c.free == LIVE || c.free >= c.ts);
         last = c.ts;
     }
-    let growth = if in_order {
-        growth_by_sweep(&per_site, calls())
-    } else {
-        growth_by_vectors(&per_site, calls)
-    };
+    // The queue never takes more than the vectors would.
+    let max_queued = per_site.iter().sum::<u64>().saturating_mul(2) / 3;
+    let swept = in_order
+        .then(|| {
+            growth_by_sweep(
+                &per_site,
+                calls(),
+                usize::try_from(max_queued).unwrap_or(usize::MAX),
+            )
+        })
+        .flatten();
+    let growth = swept.unwrap_or_else(|| growth_by_vectors(&per_site, calls));
     let mut out = Vec::new();
     for (i, g) in growth.iter().enumerate() {
         if g.calls < c.min_calls_for_analysis {
@@ -419,8 +435,11 @@ mod tests {
             call(0, 20, 50, 25),
         ];
         let n = counts(2, &calls);
-        let g = growth_by_sweep(&n, calls.iter().copied());
+        let g = growth_by_sweep(&n, calls.iter().copied(), usize::MAX).expect("in order");
         assert_eq!(g, growth_by_vectors(&n, || calls.iter().copied()));
+        // Two frees wait at once at most: a queue of one gives up.
+        assert!(growth_by_sweep(&n, calls.iter().copied(), 2).is_some());
+        assert!(growth_by_sweep(&n, calls.iter().copied(), 1).is_none());
         assert_eq!(g[0], Growth::of(&[100, 50 - 100 - 50]));
         assert_eq!(g[1], Growth::of(&[0]));
     }
@@ -435,8 +454,8 @@ mod tests {
             let calls = history(sites, &steps);
             let n = counts(sites, &calls);
             prop_assert_eq!(
-                growth_by_sweep(&n, calls.iter().copied()),
-                growth_by_vectors(&n, || calls.iter().copied())
+                growth_by_sweep(&n, calls.iter().copied(), usize::MAX),
+                Some(growth_by_vectors(&n, || calls.iter().copied()))
             );
         }
     }
