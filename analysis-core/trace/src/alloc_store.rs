@@ -5,6 +5,7 @@
 //! as a struct (a constant thread or device costs nothing), is read back by index in O(1), and
 //! a pass over the history decodes a block of 64 at a time.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
@@ -109,17 +110,20 @@ impl core::ops::BitOr for Fields {
 }
 
 /// Every allocation of a trace in id order (see the module documentation): blocks of
-/// [`BLOCK`] packed by column, and the last, partly filled block as records.
+/// [`BLOCK`] packed by column, and the last, partly filled block as records. The columns that
+/// never change once packed are shared by clones (copy on write), so a copy of the history
+/// with other kinds ([`Self::map_kinds`], the framework layer's view) costs its kind and free
+/// columns, not the whole history.
 #[derive(Clone, Debug, Default)]
 pub struct AllocStore {
-    ts: PackedColumn,
-    size: PackedColumn,
-    address: PackedColumn,
-    stack: PackedColumn,
-    thread: PackedColumn,
-    device: PackedColumn,
-    process: PackedColumn,
-    range_slot: PackedColumn,
+    ts: Arc<PackedColumn>,
+    size: Arc<PackedColumn>,
+    address: Arc<PackedColumn>,
+    stack: Arc<PackedColumn>,
+    thread: Arc<PackedColumn>,
+    device: Arc<PackedColumn>,
+    process: Arc<PackedColumn>,
+    range_slot: Arc<PackedColumn>,
     kind: PackedColumn,
     free: FreeTimes,
     /// The allocations after the packed blocks (fewer than [`BLOCK`]).
@@ -127,16 +131,16 @@ pub struct AllocStore {
 }
 
 impl AllocStore {
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         Self {
-            ts: PackedColumn::new(),
-            size: PackedColumn::new(),
-            address: PackedColumn::new(),
-            stack: PackedColumn::new(),
-            thread: PackedColumn::new(),
-            device: PackedColumn::new(),
-            process: PackedColumn::new(),
-            range_slot: PackedColumn::new(),
+            ts: Arc::default(),
+            size: Arc::default(),
+            address: Arc::default(),
+            stack: Arc::default(),
+            thread: Arc::default(),
+            device: Arc::default(),
+            process: Arc::default(),
+            range_slot: Arc::default(),
             kind: PackedColumn::new(),
             free: FreeTimes::new(crate::free_times::SEAL),
             tail: Vec::new(),
@@ -179,14 +183,14 @@ impl AllocStore {
 
     fn pack_tail(&mut self) {
         let t = &self.tail;
-        self.ts.append(|k| t[k].ts_nanos);
-        self.size.append(|k| t[k].size_bytes);
-        self.address.append(|k| t[k].address);
-        self.stack.append(|k| u64::from(t[k].stack.0));
-        self.thread.append(|k| u64::from(t[k].thread.0));
-        self.device.append(|k| u64::from(t[k].device.0));
-        self.process.append(|k| u64::from(t[k].process.0));
-        self.range_slot.append(|k| u64::from(t[k].range_slot));
+        Arc::make_mut(&mut self.ts).append(|k| t[k].ts_nanos);
+        Arc::make_mut(&mut self.size).append(|k| t[k].size_bytes);
+        Arc::make_mut(&mut self.address).append(|k| t[k].address);
+        Arc::make_mut(&mut self.stack).append(|k| u64::from(t[k].stack.0));
+        Arc::make_mut(&mut self.thread).append(|k| u64::from(t[k].thread.0));
+        Arc::make_mut(&mut self.device).append(|k| u64::from(t[k].device.0));
+        Arc::make_mut(&mut self.process).append(|k| u64::from(t[k].process.0));
+        Arc::make_mut(&mut self.range_slot).append(|k| u64::from(t[k].range_slot));
         self.kind.append(|k| t[k].kind.code());
         let mut free_ts = [0u64; BLOCK];
         let mut free_kind = [0u8; BLOCK];
@@ -196,6 +200,23 @@ impl AllocStore {
         }
         self.free.push_block(&free_ts, &free_kind, &self.ts);
         self.tail.clear();
+    }
+
+    /// Replaces each allocation's kind by `f(id, kind)`. Only the kind column is rebuilt; the
+    /// others stay shared with the store this was cloned from.
+    pub fn map_kinds(&mut self, f: impl Fn(usize, AllocKind) -> AllocKind) {
+        let mut kinds = PackedColumn::new();
+        let mut buf = [0u64; BLOCK];
+        for b in 0..self.kind.blocks() {
+            self.kind.decode(b, &mut buf);
+            let first = b * BLOCK;
+            kinds.append(|k| f(first + k, AllocKind::from_code(buf[k])).code());
+        }
+        self.kind = kinds;
+        let first = self.packed();
+        for (k, a) in self.tail.iter_mut().enumerate() {
+            a.kind = f(first + k, a.kind);
+        }
     }
 
     /// The allocation with id `i`. Panics when `i >= len()`, as indexing a slice does.
@@ -703,6 +724,19 @@ mod tests {
             }
             let t = 1000 * (n as u64 / 2);
             prop_assert_eq!(s.partition_point(|a| a.ts_nanos < t), want.partition_point(|a| a.ts_nanos < t));
+            // A clone with other kinds: the clone changes, the original does not.
+            let kind = |i: usize, k: AllocKind| if i.is_multiple_of(3) { AllocKind::Other } else { k };
+            let before: Vec<AllocRecord> = s.iter().collect();
+            let mut other = s.clone();
+            other.map_kinds(kind);
+            prop_assert_eq!(other.len(), n);
+            for (i, a) in other.iter().enumerate() {
+                let mut b = before[i];
+                b.kind = kind(i, b.kind);
+                prop_assert!(same(&a, &b), "at {}", i);
+                prop_assert!(same(&other.at(i), &b), "at {}", i);
+            }
+            prop_assert!(s.iter().zip(&before).all(|(a, b)| same(&a, b)));
         }
 
         /// With free times sealed every 128 allocations (packed as lifetimes, the live ones in

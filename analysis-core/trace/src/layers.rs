@@ -28,20 +28,17 @@ pub fn tensor_view(m: &TraceModel) -> Option<TraceModel> {
     }
     let is_segment = framework_segments(m);
     let reserve = reserve_samples(m, &is_segment);
+    // The clone shares the history's columns but for the kinds, rewritten here.
     let mut v = m.clone();
-    v.allocs = m
-        .allocs
-        .iter()
-        .zip(&is_segment)
-        .map(|(mut a, &segment)| {
-            if segment {
-                a.kind = AllocKind::Other;
-            } else if a.kind == AllocKind::FrameworkBlock {
-                a.kind = AllocKind::Device;
-            }
-            a
-        })
-        .collect();
+    v.allocs.map_kinds(|i, kind| {
+        if is_segment.get(i).copied().unwrap_or(false) {
+            AllocKind::Other
+        } else if kind == AllocKind::FrameworkBlock {
+            AllocKind::Device
+        } else {
+            kind
+        }
+    });
     if !reserve.is_empty() {
         v.pool_samples.extend(reserve);
         v.pool_samples.sort_by_key(|p| p.ts_nanos);

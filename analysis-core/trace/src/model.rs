@@ -72,11 +72,28 @@ impl Series {
 
 /// The allocation and free events of the allocations `keep` selects (by index and record), in
 /// time order: `(time, is a free, index)`, an allocation before a free at the same nanosecond,
-/// then by index.
-pub(crate) fn alloc_events(
-    allocs: &AllocStore,
-    keep: impl Fn(usize, &AllocRecord) -> bool,
-) -> Vec<(u64, bool, u32)> {
+/// then by index. In a history in order (allocation times never step back, no free before its
+/// allocation) they are merged as they go, the allocations in id order with a queue of the
+/// frees to come, so the events take what is live at once; a damaged history has them all
+/// sorted first (16 bytes per event).
+pub(crate) fn alloc_events<'a, K: Fn(usize, &AllocRecord) -> bool>(
+    allocs: &'a AllocStore,
+    keep: K,
+) -> AllocEvents<'a, K> {
+    let mut last = 0u64;
+    let in_order = allocs.iter_fields(Fields::TS | Fields::FREE).all(|a| {
+        let ok = a.ts_nanos >= last && (a.is_live() || a.free_ts_nanos >= a.ts_nanos);
+        last = a.ts_nanos;
+        ok
+    });
+    if in_order {
+        return AllocEvents::Merged {
+            allocs: allocs.iter().enumerate(),
+            keep,
+            next: None,
+            frees: alloc::collections::BinaryHeap::new(),
+        };
+    }
     let mut events = Vec::new();
     for (i, a) in allocs.iter().enumerate() {
         if keep(i, &a) {
@@ -87,7 +104,57 @@ pub(crate) fn alloc_events(
         }
     }
     events.sort_unstable();
-    events
+    AllocEvents::Sorted(events.into_iter())
+}
+
+/// The events of [`alloc_events`].
+pub(crate) enum AllocEvents<'a, K> {
+    Merged {
+        allocs: core::iter::Enumerate<crate::alloc_store::Iter<'a>>,
+        keep: K,
+        /// The next kept allocation: (time, free time, index).
+        next: Option<(u64, u64, u32)>,
+        /// (free time, index) of the kept allocations freed later.
+        frees: alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, u32)>>,
+    },
+    Sorted(alloc::vec::IntoIter<(u64, bool, u32)>),
+}
+
+impl<K: Fn(usize, &AllocRecord) -> bool> Iterator for AllocEvents<'_, K> {
+    type Item = (u64, bool, u32);
+
+    fn next(&mut self) -> Option<(u64, bool, u32)> {
+        let (allocs, keep, next, frees) = match self {
+            Self::Sorted(events) => return events.next(),
+            Self::Merged {
+                allocs,
+                keep,
+                next,
+                frees,
+            } => (allocs, keep, next, frees),
+        };
+        if next.is_none() {
+            *next = allocs
+                .find(|(i, a)| keep(*i, a))
+                .map(|(i, a)| (a.ts_nanos, a.free_ts_nanos, i as u32));
+        }
+        let free_first = match (*next, frees.peek()) {
+            (None, None) => return None,
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+            // An allocation comes before a free at the same nanosecond.
+            (Some((t, _, _)), Some(&core::cmp::Reverse((f, _)))) => f < t,
+        };
+        if free_first {
+            let core::cmp::Reverse((f, i)) = frees.pop()?;
+            return Some((f, true, i));
+        }
+        let (t, free, i) = next.take()?;
+        if free != LIVE {
+            frees.push(core::cmp::Reverse((free, i)));
+        }
+        Some((t, false, i))
+    }
 }
 
 /// Per-stack aggregate.
@@ -1014,7 +1081,9 @@ impl TraceModel {
     /// figures of ranges and failed allocations that depend on them (for
     /// the tensor view of `layers`).
     pub(crate) fn replay_series(&mut self) {
-        let events = alloc_events(&self.allocs, |_, a| a.kind.is_tracked());
+        // The history is read while the series are rebuilt: out of `self` meanwhile.
+        let allocs = core::mem::take(&mut self.allocs);
+        let events = alloc_events(&allocs, |_, a| a.kind.is_tracked());
         self.series.clear();
         self.allocated.clear();
         self.series_slots.clear();
@@ -1032,14 +1101,15 @@ impl TraceModel {
         // Device live bytes per process over time, for the ranges.
         let mut per_process: Vec<(ProcessIdx, Timeline)> = Vec::new();
         for (t, is_free, i) in events {
-            let a = self.allocs.at(i as usize);
+            let a = allocs.at(i as usize);
             let key = SeriesKey {
                 process: a.process,
                 device: a.device,
                 host: !a.kind.is_device_memory(),
             };
             self.apply(key, t, !is_free, a.size_bytes);
-            if !key.host {
+            // Only ranges read them.
+            if !key.host && !self.ranges.is_empty() {
                 let pi = self.proc_index(a.process);
                 let live = self.procs[pi].live_bytes;
                 match per_process.iter_mut().find(|p| p.0 == a.process) {
@@ -1052,6 +1122,7 @@ impl TraceModel {
                 }
             }
         }
+        self.allocs = allocs;
         for st in self.stack_stats.values_mut() {
             st.peak_bytes = 0;
         }
@@ -1346,6 +1417,54 @@ pub fn load(bytes: &[u8]) -> Result<LoadedTrace, DecodeError> {
 mod tests {
     use super::*;
     use crate::synth::{Scenario, generate};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The events merged as they go are the events sorted, in a history in order (times
+        /// that tie often, frees at their allocation's time or later, or never) and in a
+        /// damaged one (a time stepping back, a free before its allocation).
+        #[test]
+        fn merged_events_are_the_sorted_events(
+            steps in proptest::collection::vec((0u64..3, 0u64..6, any::<bool>(), any::<bool>()), 0..300),
+            damage in any::<bool>(),
+        ) {
+            let mut ts = 0u64;
+            let store: AllocStore = steps
+                .iter()
+                .enumerate()
+                .map(|(i, &(gap, life, freed, kind))| {
+                    ts += gap;
+                    let at = if damage && i == steps.len() / 2 { ts.saturating_sub(5) } else { ts };
+                    AllocRecord {
+                        ts_nanos: at,
+                        free_ts_nanos: if freed { at + life } else { LIVE },
+                        size_bytes: 1,
+                        address: 0,
+                        stack: StackId(0),
+                        thread: ThreadIdx(0),
+                        device: DeviceIdx(0),
+                        process: ProcessIdx(0),
+                        range_slot: 0,
+                        kind: if kind { AllocKind::Device } else { AllocKind::PinnedHost },
+                        free_kind: FreeKind::Immediate,
+                    }
+                })
+                .collect();
+            let keep = |i: usize, a: &AllocRecord| i % 5 != 3 && a.kind == AllocKind::Device;
+            let mut want = Vec::new();
+            for (i, a) in store.iter().enumerate() {
+                if keep(i, &a) {
+                    want.push((a.ts_nanos, false, i as u32));
+                    if !a.is_live() {
+                        want.push((a.free_ts_nanos, true, i as u32));
+                    }
+                }
+            }
+            want.sort_unstable();
+            let got: Vec<(u64, bool, u32)> = alloc_events(&store, keep).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
 
     /// Every series' timeline and the total agree with a brute-force recount from the
     /// allocations, whether the trace has one device series (points shared with the total) or
