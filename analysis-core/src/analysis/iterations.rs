@@ -75,11 +75,16 @@ fn median_gap(starts: &[u64]) -> u64 {
         .windows(2)
         .map(|w| w[1].saturating_sub(w[0]))
         .collect();
-    if gaps.is_empty() {
+    upper_median(&mut gaps)
+}
+
+/// The value at index `len / 2` once sorted (reordering `values`), 0 for none.
+fn upper_median(values: &mut [u64]) -> u64 {
+    if values.is_empty() {
         return 0;
     }
-    gaps.sort_unstable();
-    gaps[gaps.len() / 2]
+    let mid = values.len() / 2;
+    *values.select_nth_unstable(mid).1
 }
 
 fn make(source: IterationSource, label: String, mut starts: Vec<u64>) -> Iterations {
@@ -177,13 +182,12 @@ fn recurs(s: &Recurring) -> bool {
     }
     // A heartbeat is transient work of each iteration: most of its allocations are freed
     // within two periods. A site whose allocations are kept is what may leak, not a clock.
-    s.transient * 2 >= s.count
+    s.transient * 2 >= s.count()
 }
 
 /// A stack's allocations, as the search for a recurring site reads them.
 #[derive(Default)]
 struct Recurring {
-    count: usize,
     first: u64,
     last: u64,
     /// The gaps between consecutive allocation times (in no order once `med` is found).
@@ -192,6 +196,13 @@ struct Recurring {
     med: u64,
     /// Allocations freed within two median gaps.
     transient: usize,
+}
+
+impl Recurring {
+    /// The stack's allocations (once `gaps` holds the gaps between them).
+    fn count(&self) -> usize {
+        self.gaps.len() + 1
+    }
 }
 
 fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
@@ -219,12 +230,13 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
         .into_iter()
         .map(|(stack, count)| {
             let gaps = Vec::with_capacity(count);
-            let s = Recurring {
-                count,
-                gaps,
-                ..Default::default()
-            };
-            (stack, s)
+            (
+                stack,
+                Recurring {
+                    gaps,
+                    ..Default::default()
+                },
+            )
         })
         .collect();
     for a in m.allocs.iter_fields(fields | Fields::TS).filter(keep) {
@@ -242,12 +254,7 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
             t[k - 1] = t[k] - t[k - 1];
         }
         t.pop();
-        s.med = if t.is_empty() {
-            0
-        } else {
-            let mid = t.len() / 2;
-            *t.select_nth_unstable(mid).1
-        };
+        s.med = upper_median(t);
     }
     for a in m
         .allocs
@@ -265,8 +272,8 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
     let candidates = |covers: &dyn Fn(&Recurring) -> bool| -> Vec<(bool, usize, StackId)> {
         sites
             .iter()
-            .filter(|(_, s)| s.count >= MIN_ITERATIONS && covers(s) && recurs(s))
-            .map(|(stack, s)| (optimizer_step(m, *stack), s.count, *stack))
+            .filter(|(_, s)| s.count() >= MIN_ITERATIONS && covers(s) && recurs(s))
+            .map(|(stack, s)| (optimizer_step(m, *stack), s.count(), *stack))
             .collect()
     };
     let mut regular = candidates(&|s| s.last.saturating_sub(s.first) >= span / 2);

@@ -94,6 +94,14 @@ pub(crate) fn alloc_events<'a, K: Fn(usize, &AllocRecord) -> bool>(
             frees: alloc::collections::BinaryHeap::new(),
         };
     }
+    AllocEvents::Sorted(sorted_events(allocs, keep).into_iter())
+}
+
+/// [`alloc_events`] for any history: every event collected, then sorted.
+fn sorted_events(
+    allocs: &AllocStore,
+    keep: impl Fn(usize, &AllocRecord) -> bool,
+) -> Vec<(u64, bool, u32)> {
     let mut events = Vec::new();
     for (i, a) in allocs.iter().enumerate() {
         if keep(i, &a) {
@@ -104,7 +112,7 @@ pub(crate) fn alloc_events<'a, K: Fn(usize, &AllocRecord) -> bool>(
         }
     }
     events.sort_unstable();
-    AllocEvents::Sorted(events.into_iter())
+    events
 }
 
 /// The events of [`alloc_events`].
@@ -1451,16 +1459,7 @@ mod tests {
                 })
                 .collect();
             let keep = |i: usize, a: &AllocRecord| i % 5 != 3 && a.kind == AllocKind::Device;
-            let mut want = Vec::new();
-            for (i, a) in store.iter().enumerate() {
-                if keep(i, &a) {
-                    want.push((a.ts_nanos, false, i as u32));
-                    if !a.is_live() {
-                        want.push((a.free_ts_nanos, true, i as u32));
-                    }
-                }
-            }
-            want.sort_unstable();
+            let want = sorted_events(&store, keep);
             let got: Vec<(u64, bool, u32)> = alloc_events(&store, keep).collect();
             prop_assert_eq!(got, want);
         }
