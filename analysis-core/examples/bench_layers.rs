@@ -8,58 +8,12 @@
 //!                                          browser benchmark's `FILES=`)
 //!        bench_layers measure TRACE
 
-use analysis_core::decode::Decoder;
-use analysis_core::encode::Encoder;
-use analysis_core::format::{Alloc, AllocId, AllocKind, Record};
-use analysis_core::synth::{Scenario, generate};
+use analysis_core::synth::{Scenario, as_framework_capture, generate};
 use cap::Cap;
 use std::alloc::System;
 
 #[global_allocator]
 static HEAP: Cap<System> = Cap::new(System, usize::MAX);
-
-/// The training-leak trace of `events` events with its device allocations as framework blocks
-/// inside one segment.
-fn layered(events: u64) -> Vec<u8> {
-    let (bytes, _) = generate(Scenario::TrainingLeak, events, 1);
-    let mut d = Decoder::new();
-    d.push(&bytes);
-    let mut records = Vec::new();
-    while let Ok(Some(r)) = d.next_record() {
-        records.push(r);
-    }
-    let header = d.header().expect("a synthetic trace has a header").clone();
-    let mut e = Encoder::new(&header);
-    let mut segment = false;
-    for r in records {
-        match r {
-            Record::Alloc(mut a) => {
-                if !segment {
-                    // Allocation 0, holding every block: the ids after it shift by one.
-                    segment = true;
-                    e.record(&Record::Alloc(Alloc {
-                        ts_nanos: a.ts_nanos,
-                        size_bytes: 1 << 60,
-                        kind: AllocKind::Device,
-                        ..Alloc::default()
-                    }));
-                }
-                if a.kind == AllocKind::Device {
-                    a.kind = AllocKind::FrameworkBlock;
-                }
-                e.record(&Record::Alloc(a));
-            }
-            Record::Free(mut f) => {
-                f.alloc = AllocId(f.alloc.0 + 1);
-                e.record(&Record::Free(f));
-            }
-            other => {
-                e.record(&other);
-            }
-        }
-    }
-    e.into_bytes()
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -71,7 +25,8 @@ fn main() {
     {
         ["write", events, out] => {
             let events: u64 = events.parse().expect("EVENTS is a number");
-            std::fs::write(out, layered(events)).expect("writes the trace");
+            let (bytes, _) = generate(Scenario::TrainingLeak, events, 1);
+            std::fs::write(out, as_framework_capture(&bytes)).expect("writes the trace");
         }
         ["measure", path] => measure(path),
         _ => eprintln!("usage: bench_layers write EVENTS OUT | bench_layers measure TRACE"),

@@ -450,6 +450,51 @@ impl Writer {
     }
 }
 
+/// `trace` (a synthetic trace, well formed) as framework capture records it (FORMAT.md, "Two
+/// layers"): every device allocation a framework block, all inside one driver allocation made
+/// first (the ids after it shift by one). The scenarios have no framework-capture variant; this
+/// gives one of any of them, for benchmarks and tests of the framework layer's view.
+pub fn as_framework_capture(trace: &[u8]) -> Vec<u8> {
+    let mut d = crate::decode::Decoder::new();
+    d.push(trace);
+    let mut records = Vec::new();
+    while let Ok(Some(r)) = d.next_record() {
+        records.push(r);
+    }
+    let Some(header) = d.header().cloned() else {
+        return Vec::new();
+    };
+    let mut e = Encoder::new(&header);
+    let mut segment = false;
+    for r in records {
+        match r {
+            Record::Alloc(mut a) => {
+                if !segment {
+                    segment = true;
+                    e.record(&Record::Alloc(Alloc {
+                        ts_nanos: a.ts_nanos,
+                        size_bytes: 1 << 60,
+                        kind: AllocKind::Device,
+                        ..Alloc::default()
+                    }));
+                }
+                if a.kind == AllocKind::Device {
+                    a.kind = AllocKind::FrameworkBlock;
+                }
+                e.record(&Record::Alloc(a));
+            }
+            Record::Free(mut f) => {
+                f.alloc = AllocId(f.alloc.0 + 1);
+                e.record(&Record::Free(f));
+            }
+            other => {
+                e.record(&other);
+            }
+        }
+    }
+    e.into_bytes()
+}
+
 /// Generates `scenario` with about `events` allocation/free records.
 pub fn generate(scenario: Scenario, events: u64, seed: u64) -> (Vec<u8>, GroundTruth) {
     let mut w = Writer::new(scenario, seed);
