@@ -277,8 +277,10 @@ pub struct TraceModel {
     pub records: u64,
     // replay state
     open_ranges: HashMap<RangeId, u32>,
-    /// Per (process, thread): stack of open range slots.
-    thread_ranges: Vec<((ProcessIdx, ThreadIdx), Vec<u32>)>,
+    /// Per (process, thread): its open ranges and its allocations while any range was open.
+    thread_ranges: Vec<ThreadRanges>,
+    /// The index in `thread_ranges` looked up last.
+    last_range_thread: usize,
     any_open_range: bool,
     last_series: usize,
     /// While the trace has exactly one device series, its index: its points equal the total's,
@@ -343,6 +345,34 @@ fn vec_bytes<T>(v: &Vec<T>) -> u64 {
 /// control byte).
 const fn map_cost<K, V>() -> u64 {
     (3 * (core::mem::size_of::<K>() + core::mem::size_of::<V>()) + 8) as u64
+}
+
+/// One thread's open ranges, innermost last, and its allocations counted while any range was
+/// open. A range's allocations are the difference between the counts at its end and at its
+/// begin, so an allocation costs two additions however deep the nesting.
+#[derive(Clone, Debug, Default)]
+struct ThreadRanges {
+    key: (ProcessIdx, ThreadIdx),
+    open: Vec<OpenRange>,
+    alloc_count: u64,
+    /// Wide enough never to overflow: a range's bytes saturate only when written to it.
+    alloc_bytes: u128,
+}
+
+/// An open range of a thread, with the thread's counts when it began.
+#[derive(Clone, Copy, Debug)]
+struct OpenRange {
+    slot: u32,
+    alloc_count: u64,
+    alloc_bytes: u128,
+}
+
+impl ThreadRanges {
+    /// Writes into `r` the allocations of the thread since `o` began.
+    fn settle(&self, o: OpenRange, r: &mut RangeInstance) {
+        r.alloc_count = self.alloc_count - o.alloc_count;
+        r.alloc_bytes = u64::try_from(self.alloc_bytes - o.alloc_bytes).unwrap_or(u64::MAX);
+    }
 }
 
 /// Replay state of one process: its device live bytes and the highest value reached since the
@@ -489,18 +519,36 @@ impl TraceModel {
         p.max_since_fold = p.live_bytes;
     }
 
-    fn thread_range_stack(&mut self, key: (ProcessIdx, ThreadIdx)) -> &mut Vec<u32> {
-        let i = match self.thread_range_slots.get(&key) {
-            Some(&i) => i,
+    /// The open ranges of a thread, made empty on first use.
+    fn thread_ranges_entry(&mut self, key: (ProcessIdx, ThreadIdx)) -> &mut ThreadRanges {
+        let i = match self.thread_range_index(key) {
+            Some(i) => i,
             None => {
-                self.thread_ranges.push((key, Vec::new()));
+                self.thread_ranges.push(ThreadRanges {
+                    key,
+                    ..ThreadRanges::default()
+                });
                 let i = self.thread_ranges.len() - 1;
                 self.thread_range_slots.insert(key, i);
                 self.table_bytes += map_cost::<(ProcessIdx, ThreadIdx), usize>();
+                self.last_range_thread = i;
                 i
             }
         };
-        &mut self.thread_ranges[i].1
+        &mut self.thread_ranges[i]
+    }
+
+    /// The index in `thread_ranges` of a thread that ever opened a range.
+    #[inline]
+    fn thread_range_index(&mut self, key: (ProcessIdx, ThreadIdx)) -> Option<usize> {
+        if let Some(t) = self.thread_ranges.get(self.last_range_thread)
+            && t.key == key
+        {
+            return Some(self.last_range_thread);
+        }
+        let i = *self.thread_range_slots.get(&key)?;
+        self.last_range_thread = i;
+        Some(i)
     }
 
     /// The reset list of (process, device).
@@ -701,23 +749,17 @@ impl TraceModel {
         };
         let tkey = (a.process, a.thread);
         let range_slot = if self.any_open_range {
-            // Attribute to every open range of the thread (nested calls include inner ones).
-            let mut top = 0;
-            if let Some(stack) = self
-                .thread_range_slots
-                .get(&tkey)
-                .and_then(|&i| self.thread_ranges.get(i))
-                .map(|(_, stack)| stack)
-            {
-                for &s in stack {
-                    if let Some(r) = self.ranges.get_mut(s as usize - 1) {
-                        r.alloc_count += 1;
-                        r.alloc_bytes = r.alloc_bytes.saturating_add(a.size_bytes);
-                    }
-                    top = s;
+            // Counted for every open range of the thread (nested calls include inner ones): each
+            // takes the difference of the thread's counts at its end (`ThreadRanges::settle`).
+            match self.thread_range_index(tkey) {
+                Some(i) => {
+                    let t = &mut self.thread_ranges[i];
+                    t.alloc_count += 1;
+                    t.alloc_bytes += u128::from(a.size_bytes);
+                    t.open.last().map_or(0, |o| o.slot)
                 }
+                None => 0,
             }
-            top
         } else {
             0
         };
@@ -881,7 +923,11 @@ impl TraceModel {
                 }
                 let live = self.procs[pi].live_bytes;
                 let tkey = (b.process, b.thread);
-                let parent_slot = self.thread_range_stack(tkey).last().copied().unwrap_or(0);
+                let parent_slot = self
+                    .thread_ranges_entry(tkey)
+                    .open
+                    .last()
+                    .map_or(0, |o| o.slot);
                 self.table_bytes += map_cost::<RangeId, u32>();
                 self.ranges.push(RangeInstance {
                     range: b.range,
@@ -902,7 +948,13 @@ impl TraceModel {
                 self.open_ranges.insert(b.range, slot);
                 if tracked {
                     self.procs[pi].open_slots.push(slot);
-                    self.thread_range_stack(tkey).push(slot);
+                    let t = self.thread_ranges_entry(tkey);
+                    let o = OpenRange {
+                        slot,
+                        alloc_count: t.alloc_count,
+                        alloc_bytes: t.alloc_bytes,
+                    };
+                    t.open.push(o);
                 }
                 self.any_open_range = true;
                 self.touch_thread(tkey, b.ts_nanos);
@@ -923,9 +975,11 @@ impl TraceModel {
                     // A range past the open limit was not folded: its peak is at least its end.
                     ri.peak_bytes = ri.peak_bytes.max(live);
                     let tkey = (r.process, r.thread);
-                    let stack = self.thread_range_stack(tkey);
-                    if let Some(pos) = stack.iter().rposition(|&s| s == slot) {
-                        stack.remove(pos);
+                    let t = self.thread_ranges_entry(tkey);
+                    if let Some(pos) = t.open.iter().rposition(|o| o.slot == slot) {
+                        let o = t.open.remove(pos);
+                        let t = &self.thread_ranges[self.last_range_thread];
+                        t.settle(o, &mut self.ranges[slot as usize - 1]);
                     }
                     self.touch_thread(tkey, e.ts_nanos);
                     self.any_open_range = !self.open_ranges.is_empty();
@@ -1019,6 +1073,14 @@ impl TraceModel {
         }
         for pi in 0..self.procs.len() {
             self.fold_range_peaks(pi);
+        }
+        // Ranges still open at the end hold the allocations up to it.
+        for t in &self.thread_ranges {
+            for &o in &t.open {
+                if let Some(r) = self.ranges.get_mut(o.slot as usize - 1) {
+                    t.settle(o, r);
+                }
+            }
         }
         self.total.build_index();
         for s in &mut self.allocated {
@@ -1462,6 +1524,78 @@ mod tests {
             let want = sorted_events(&store, keep);
             let got: Vec<(u64, bool, u32)> = alloc_events(&store, keep).collect();
             prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest! {
+        /// Each range's allocations (counted per thread, settled by difference at its end)
+        /// equal those counted into every open range of the thread at each allocation, and
+        /// each allocation's range is the thread's innermost open one: with nesting, ranges
+        /// that interleave, an id begun twice (the first instance stays open to the end), an
+        /// end without a begin, and sizes that saturate.
+        #[test]
+        fn range_allocations_match_a_direct_count(
+            steps in proptest::collection::vec((0u8..4, 0u32..3, 0u64..4), 0..200),
+        ) {
+            let mut m = TraceModel::new(Header::default());
+            // The reference: every open range of the thread counts each allocation.
+            let mut open: HashMap<u64, u32> = HashMap::new();
+            let mut stacks: HashMap<u32, Vec<u32>> = HashMap::new();
+            let mut counts: Vec<(u64, u64)> = Vec::new();
+            let mut slots: Vec<u32> = Vec::new();
+            for (i, &(op, thread, x)) in steps.iter().enumerate() {
+                let ts_nanos = i as u64;
+                match op {
+                    0 => {
+                        m.observe(Record::RangeBegin(RangeBegin {
+                            ts_nanos,
+                            range: RangeId(x),
+                            name: StringId(0),
+                            domain: StringId(0),
+                            thread: ThreadIdx(thread),
+                            process: ProcessIdx(0),
+                        }), 0);
+                        counts.push((0, 0));
+                        let slot = counts.len() as u32;
+                        open.insert(x, slot);
+                        stacks.entry(thread).or_default().push(slot);
+                    }
+                    1 => {
+                        m.observe(Record::RangeEnd(RangeEnd { ts_nanos, range: RangeId(x) }), 0);
+                        if let Some(slot) = open.remove(&x) {
+                            for st in stacks.values_mut() {
+                                st.retain(|&s| s != slot);
+                            }
+                        }
+                    }
+                    _ => {
+                        let size_bytes = if x == 3 { u64::MAX / 2 } else { x * 100 };
+                        m.observe(Record::Alloc(Alloc {
+                            ts_nanos,
+                            id: AllocId(slots.len() as u64),
+                            size_bytes,
+                            address: 4096 * (i as u64 + 1),
+                            thread: ThreadIdx(thread),
+                            ..Alloc::default()
+                        }), 0);
+                        let mut top = 0;
+                        if !open.is_empty() {
+                            for &s in stacks.get(&thread).map_or(&[][..], |v| &v[..]) {
+                                let c = &mut counts[s as usize - 1];
+                                c.0 += 1;
+                                c.1 = c.1.saturating_add(size_bytes);
+                                top = s;
+                            }
+                        }
+                        slots.push(top);
+                    }
+                }
+            }
+            m.finish();
+            let got: Vec<(u64, u64)> = m.ranges.iter().map(|r| (r.alloc_count, r.alloc_bytes)).collect();
+            prop_assert_eq!(got, counts);
+            let got_slots: Vec<u32> = m.allocs.iter().map(|a| a.range_slot).collect();
+            prop_assert_eq!(got_slots, slots);
         }
     }
 
