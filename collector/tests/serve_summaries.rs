@@ -109,7 +109,7 @@ fn summaries_refuse_in_words() {
             "--store",
             store.to_str().expect("utf-8"),
             "--summary-memory",
-            "1MiB",
+            "512KiB",
         ],
         &[],
     );
@@ -127,7 +127,7 @@ fn summaries_refuse_in_words() {
             .is_some_and(|m| m.contains("cannot be decoded")),
         "{e}"
     );
-    // 20,000 events are about 240 KB: making their summary needs more than 1 MiB.
+    // 20,000 events are about 240 KB: making their summary needs more than 512 KiB.
     let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
     assert_eq!(status, 413, "{e}");
     assert!(
@@ -140,6 +140,57 @@ fn summaries_refuse_in_words() {
     assert_eq!(status, 400, "{e}");
     let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/live"));
     assert_eq!(status, 400, "{e}");
+}
+
+/// A trace whose model takes far more per byte than traces do (device samples of 3 bytes, 56
+/// in the model) passes the estimate made from its size, and is stopped while it is decoded,
+/// once its model passes the summaries' budget: a refusal that says so, not a server holding 16
+/// times the trace. A real trace of the same size in the same budget is summarised.
+#[test]
+fn a_trace_denser_than_its_size_says_is_stopped_at_the_budget() {
+    let store = store_dir("summaries", "dense");
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    // The header of a version 1.0 trace, then 400,000 device samples `[22, 0]`: 1.2 MB.
+    let dense = {
+        let mut b = Vec::new();
+        b.push(0x94);
+        b.push(0xa0 | analysis_core::format::MAGIC.len() as u8);
+        b.extend_from_slice(analysis_core::format::MAGIC.as_bytes());
+        b.extend_from_slice(&[0x01, 0x00, 0x80]);
+        for _ in 0..400_000 {
+            b.extend_from_slice(&[0x92, 22, 0x00]);
+        }
+        b
+    };
+    let real = trace(100_000);
+    let real_id = "fedcba9876543210fedcba9876543210";
+    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &dense).expect("write");
+    std::fs::write(
+        store.join("traces").join(format!("{real_id}.msgpack")),
+        &real,
+    )
+    .expect("write");
+    assert!(dense.len() as u64 * 4 <= 8 << 20 && real.len() as u64 * 4 <= 8 << 20);
+    let (child, base) = spawn_serve(
+        &[
+            "--store",
+            store.to_str().expect("utf-8"),
+            "--summary-memory",
+            "8MiB",
+        ],
+        &[],
+    );
+    let _child = Killed(child);
+    let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+    assert_eq!(status, 413, "{e}");
+    assert!(
+        e["error"].as_str().is_some_and(
+            |m| m.contains("more per byte than traces do") && m.contains("--summary-memory")
+        ),
+        "{e}"
+    );
+    let (status, e) = json(&format!("{base}/api/v1/traces/{real_id}/summary"));
+    assert_eq!(status, 200, "{e}");
 }
 
 /// A PyTorch snapshot stored as it is (`gpucollect view` serves the file it is given) is

@@ -1442,6 +1442,12 @@ impl Loader {
         self.decoder.records_decoded()
     }
 
+    /// The model's heap so far ([`TraceModel::heap_estimate`]; 0 before the header): what a
+    /// caller that holds models within a memory budget of its own checks between pushes.
+    pub fn model_heap_bytes(&self) -> u64 {
+        self.model.as_ref().map_or(0, TraceModel::heap_estimate)
+    }
+
     pub fn header(&self) -> Option<&Header> {
         self.decoder.header()
     }

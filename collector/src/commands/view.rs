@@ -87,11 +87,9 @@ pub fn run(a: ViewArgs) -> Result<u8> {
             demo_events: 20_000,
             limits: Limits::default(),
             // The page opens a file too big for it through this server's summaries: this
-            // machine analyses it whatever its size, as `gpucollect report` would.
-            summary_memory_bytes: meta
-                .len()
-                .saturating_mul(serve::summaries::PEAK_BYTES_PER_TRACE_BYTE)
-                .max(2 << 30),
+            // machine analyses it whatever its size, within the model's own bound, as
+            // `gpucollect report` would.
+            summary_memory_bytes: u64::MAX,
         };
         let listener = serve::listen(a.addr)?;
         let url = format!(

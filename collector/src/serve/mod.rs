@@ -445,7 +445,7 @@ async fn summary_of(
             use summaries::SummaryError as E;
             let status = match &e {
                 E::NotFound(_) => StatusCode::NOT_FOUND,
-                E::TooBig { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                E::TooBig { .. } | E::ModelOverBudget { .. } => StatusCode::PAYLOAD_TOO_LARGE,
                 E::Undecodable(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 E::Storage(_) => {
                     tracing::error!(error = %e, %id, "cannot summarise a stored trace");

@@ -21,10 +21,12 @@ use super::store::Store;
 
 /// Memory a summary takes while it is made, per byte of the trace file: the model and the
 /// analysis' tables at their high-water mark (the trace is decoded as it streams from the
-/// store, never held whole). Measured at 4.9 on a 10 M-event training trace
-/// (docs/benchmarks.md, "Server summaries"), rounded up. A kept summary takes less: what its
-/// model holds, counted once made.
-pub const PEAK_BYTES_PER_TRACE_BYTE: u64 = 8;
+/// store, never held whole). Measured from 2.0 to 3.5 (docs/benchmarks.md, "Summaries"): 2.0
+/// for a 300 M-event training trace, 3.5 for a trace with framework capture, rounded up. A
+/// trace that needs more than this estimate says is stopped while it is decoded, once its
+/// model passes what the budget has room for (`SummaryError::ModelOverBudget`). A kept
+/// summary takes less: what its model holds, counted once made.
+pub const PEAK_BYTES_PER_TRACE_BYTE: u64 = 4;
 
 /// Most columns one timeline request may ask for.
 pub const MAX_COLUMNS: usize = 8192;
@@ -47,6 +49,12 @@ pub enum SummaryError {
          server keeps for summaries ({budget} bytes, --summary-memory); download it instead"
     )]
     TooBig { size: u64, need: u64, budget: u64 },
+    #[error(
+        "the trace's model passed {budget} bytes, what this server has room for in its summaries \
+         (--summary-memory), after {at} of the trace's {size} bytes: the trace holds more per \
+         byte than traces do, so it was stopped there; download it instead"
+    )]
+    ModelOverBudget { at: u64, size: u64, budget: u64 },
     #[error("the stored trace cannot be decoded: {0}")]
     Undecodable(String),
     #[error("cannot read the stored trace: {0}")]
@@ -100,9 +108,13 @@ impl Summaries {
 
     /// Makes room for a summary being made that will need `need` bytes at its peak: the
     /// least recently used go first, all of them if need be.
-    fn make_room(&self, need: u64) {
+    /// Returns what the budget leaves once they are gone: what the new summary's model may
+    /// take at most.
+    fn make_room(&self, need: u64) -> u64 {
         let mut c = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         Self::evict(&mut c, self.budget_bytes.saturating_sub(need), 0);
+        let kept: u64 = c.iter().map(|(_, s)| s.bytes).sum();
+        self.budget_bytes.saturating_sub(kept)
     }
 
     /// The summary of trace `id`, from the cache or made now.
@@ -128,12 +140,12 @@ impl Summaries {
                 budget: self.budget_bytes,
             });
         }
-        self.make_room(need);
+        let room = self.make_room(need);
         // The trace is decoded as it streams from the store, on a blocking thread: the server
         // never holds its bytes whole.
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
         let making = tokio::task::spawn_blocking(move || {
-            let trace = decode_stream(&mut rx, size)?;
+            let trace = decode_stream(&mut rx, size, room)?;
             drop(rx);
             let report = crate::threads::analyze(&trace, &Default::default());
             let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
@@ -175,9 +187,11 @@ impl Summaries {
 
 /// Decodes a stored trace, or a PyTorch snapshot (`gpucollect view` serves those too), as its
 /// chunks arrive; stops taking chunks where the decoder stops.
+/// A trace's model is stopped once it takes more than `room` bytes.
 fn decode_stream(
     rx: &mut tokio::sync::mpsc::Receiver<bytes::Bytes>,
     size: u64,
+    room: u64,
 ) -> Result<LoadedTrace, SummaryError> {
     use analysis_core::torch_snapshot::{SnapshotLoader, looks_like_snapshot};
     let undecodable = |e: &dyn std::fmt::Display| SummaryError::Undecodable(e.to_string());
@@ -196,11 +210,24 @@ fn decode_stream(
             .map_err(|e| undecodable(&e));
     }
     let mut loader = analysis_core::model::Loader::new();
+    let over_budget = |loader: &analysis_core::model::Loader| {
+        (loader.model_heap_bytes() > room).then(|| SummaryError::ModelOverBudget {
+            at: loader.bytes_consumed(),
+            size,
+            budget: room,
+        })
+    };
     // A stopping error is kept and reported by `finish` (as `load` does).
     if loader.push(&first).is_ok() {
+        if let Some(e) = over_budget(&loader) {
+            return Err(e);
+        }
         while let Some(chunk) = rx.blocking_recv() {
             if loader.push(&chunk).is_err() {
                 break;
+            }
+            if let Some(e) = over_budget(&loader) {
+                return Err(e);
             }
         }
     }
