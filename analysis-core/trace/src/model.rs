@@ -18,7 +18,7 @@ pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, TimelineBuilder};
 
 /// Maximum stack depth followed when resolving a stack (guards against cycles in bad traces).
 pub const MAX_STACK_DEPTH: usize = 512;
@@ -283,6 +283,10 @@ pub struct TraceModel {
     last_range_thread: usize,
     any_open_range: bool,
     last_series: usize,
+    /// The points of `total` and of each series while they are replayed, made timelines by
+    /// `finish`.
+    total_points: TimelineBuilder,
+    series_points: Vec<TimelineBuilder>,
     /// While the trace has exactly one device series, its index: its points equal the total's,
     /// so they are kept once (pushed to `total`, shared with the series by `finish`).
     solo_series: Option<usize>,
@@ -454,7 +458,8 @@ impl TraceModel {
         self.table_bytes
             + vectors
             + lists
-            + (self.allocs.heap_bytes() + self.total.heap_bytes()) as u64
+            + (self.allocs.heap_bytes() + self.total.heap_bytes() + self.total_points.heap_bytes())
+                as u64
     }
 
     #[inline]
@@ -468,6 +473,7 @@ impl TraceModel {
             Some(&i) => i,
             None => {
                 self.series.push(Series::empty(key));
+                self.series_points.push(TimelineBuilder::new());
                 let i = self.series.len() - 1;
                 self.series_slots.insert(key, i);
                 self.table_bytes +=
@@ -478,7 +484,7 @@ impl TraceModel {
                         self.solo_series = Some(i);
                     } else if let Some(solo) = self.solo_series.take() {
                         // A second device series: the first one's points so far are the total's.
-                        self.series[solo].timeline = self.total.clone();
+                        self.series_points[solo] = self.total_points.clone();
                     }
                 }
                 i
@@ -488,13 +494,20 @@ impl TraceModel {
         i
     }
 
-    #[inline]
+    /// The index in `procs` of `process`: the last one's at the cost of a comparison (the
+    /// common case, inlined), else looked up.
+    #[inline(always)]
     fn proc_index(&mut self, process: ProcessIdx) -> usize {
         if let Some(p) = self.procs.get(self.last_proc)
             && p.process == process
         {
             return self.last_proc;
         }
+        self.proc_lookup(process)
+    }
+
+    #[inline(never)]
+    fn proc_lookup(&mut self, process: ProcessIdx) -> usize {
         let next = self.procs.len();
         let i = *self.proc_slots.entry(process).or_insert(next);
         if i == next {
@@ -558,26 +571,32 @@ impl TraceModel {
         &mut self.reset_lists[i]
     }
 
-    /// The index in `reset_lists` of (process, device).
-    #[inline]
+    /// The index in `reset_lists` of (process, device): the last one's at the cost of a
+    /// comparison (inlined), else looked up.
+    #[inline(always)]
     fn reset_list_index(&mut self, key: (ProcessIdx, DeviceIdx)) -> usize {
         if self
             .reset_lists
             .get(self.last_reset_list)
             .is_none_or(|l| l.key != key)
         {
-            let next = self.reset_lists.len();
-            let i = *self.reset_slots.entry(key).or_insert(next);
-            if i == next {
-                self.reset_lists.push(ResetList {
-                    key,
-                    ..ResetList::default()
-                });
-                self.table_bytes += map_cost::<(ProcessIdx, DeviceIdx), usize>();
-            }
-            self.last_reset_list = i;
+            self.reset_list_lookup(key);
         }
         self.last_reset_list
+    }
+
+    #[inline(never)]
+    fn reset_list_lookup(&mut self, key: (ProcessIdx, DeviceIdx)) {
+        let next = self.reset_lists.len();
+        let i = *self.reset_slots.entry(key).or_insert(next);
+        if i == next {
+            self.reset_lists.push(ResetList {
+                key,
+                ..ResetList::default()
+            });
+            self.table_bytes += map_cost::<(ProcessIdx, DeviceIdx), usize>();
+        }
+        self.last_reset_list = i;
     }
 
     #[inline]
@@ -590,8 +609,9 @@ impl TraceModel {
         }
     }
 
-    /// Records activity of a thread at `t` (cheap for the common case of one busy thread).
-    #[inline]
+    /// Records activity of a thread at `t` (cheap for the common case of one busy thread:
+    /// inlined, the rest looked up).
+    #[inline(always)]
     fn touch_thread(&mut self, key: (ProcessIdx, ThreadIdx), t: u64) {
         if let Some(e) = self.thread_activity.get_mut(self.last_thread)
             && e.0 == key
@@ -599,6 +619,11 @@ impl TraceModel {
             e.1 = t;
             return;
         }
+        self.touch_thread_lookup(key, t);
+    }
+
+    #[inline(never)]
+    fn touch_thread_lookup(&mut self, key: (ProcessIdx, ThreadIdx), t: u64) {
         let next = self.thread_activity.len();
         let i = *self.thread_slots.entry(key).or_insert(next);
         if i == next {
@@ -612,8 +637,18 @@ impl TraceModel {
 
     /// The aggregate of one stack. Stack ids are interned densely by writers, so small ids live
     /// in a vector; a hostile sparse id falls back to the map (memory stays bounded by input).
-    #[inline]
+    #[inline(always)]
     fn stack_entry(&mut self, stack: StackId) -> &mut StackStats {
+        let i = stack.0 as usize;
+        if i < self.stack_dense.len() {
+            return &mut self.stack_dense[i];
+        }
+        self.stack_lookup(stack)
+    }
+
+    /// [`Self::stack_entry`] of a stack past the dense ones.
+    #[inline(never)]
+    fn stack_lookup(&mut self, stack: StackId) -> &mut StackStats {
         let i = stack.0 as usize;
         if i >= self.stack_dense.len() && i < 1024 + self.allocs.len() {
             let from = self.stack_dense.len();
@@ -645,7 +680,7 @@ impl TraceModel {
         let s = &mut self.series[si];
         s.change(t, add, bytes);
         if self.solo_series != Some(si) {
-            s.timeline.push(t, s.live_bytes);
+            self.series_points[si].push(t, s.live_bytes);
             self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
         }
         if !key.host {
@@ -654,7 +689,7 @@ impl TraceModel {
             } else {
                 self.total_live_bytes = self.total_live_bytes.saturating_sub(bytes);
             }
-            self.total.push(t, self.total_live_bytes);
+            self.total_points.push(t, self.total_live_bytes);
             if self.total_live_bytes > self.peak_bytes {
                 self.peak_bytes = self.total_live_bytes;
                 self.peak_ts_nanos = t;
@@ -1082,16 +1117,17 @@ impl TraceModel {
                 }
             }
         }
-        self.total.build_index();
+        self.total = core::mem::take(&mut self.total_points).build();
         for s in &mut self.allocated {
             s.timeline.build_index();
         }
-        for (i, s) in self.series.iter_mut().enumerate() {
-            if self.solo_series == Some(i) {
-                s.timeline = self.total.clone();
+        let points = core::mem::take(&mut self.series_points);
+        for ((i, s), p) in self.series.iter_mut().enumerate().zip(points) {
+            s.timeline = if self.solo_series == Some(i) {
+                self.total.clone()
             } else {
-                s.timeline.build_index();
-            }
+                p.build()
+            };
         }
         for st in core::mem::take(&mut self.stack_dense) {
             if st.alloc_count > 0 || st.free_count > 0 {
@@ -1155,10 +1191,12 @@ impl TraceModel {
         let allocs = core::mem::take(&mut self.allocs);
         let events = alloc_events(&allocs, |_, a| a.kind.is_tracked());
         self.series.clear();
+        self.series_points.clear();
         self.allocated.clear();
         self.series_slots.clear();
         self.allocated_slots.clear();
         self.total = Timeline::new();
+        self.total_points = TimelineBuilder::new();
         self.total_live_bytes = 0;
         self.peak_bytes = 0;
         self.peak_ts_nanos = 0;

@@ -34,6 +34,23 @@ impl PointsData {
         self.times.len()
     }
 
+    /// [`Timeline::push`].
+    #[inline]
+    fn push(&mut self, t: u64, v: u64) {
+        let t = match self.times.last() {
+            Some(last) if t < last => last,
+            _ => t,
+        };
+        self.times.push(t);
+        self.values.push(v);
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.times.heap_bytes()
+            + self.values.heap_bytes()
+            + self.levels.iter().map(|l| l.capacity() * 16).sum::<usize>()
+    }
+
     #[inline]
     fn time(&self, i: usize) -> u64 {
         self.times.get(i)
@@ -48,6 +65,48 @@ impl PointsData {
     /// which never decrease).
     fn partition_time(&self, pred: impl FnMut(u64) -> bool) -> usize {
         self.times.partition_sorted(0, self.len(), pred)
+    }
+}
+
+/// A timeline being filled by one owner, point by point: [`Timeline::push`] without checking,
+/// at every point, that the points are not shared (an atomic operation the replay of every
+/// allocation and free would otherwise pay). [`Self::build`] makes the timeline.
+#[derive(Clone, Debug, Default)]
+pub struct TimelineBuilder {
+    data: PointsData,
+}
+
+impl TimelineBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`Timeline::push`].
+    #[inline]
+    pub fn push(&mut self, t: u64, v: u64) {
+        self.data.push(t, v);
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.len() == 0
+    }
+
+    /// [`Timeline::heap_bytes`] of the points so far.
+    pub fn heap_bytes(&self) -> usize {
+        self.data.heap_bytes()
+    }
+
+    /// The timeline of the points pushed, its pyramid built.
+    pub fn build(self) -> Timeline {
+        let mut t = Timeline {
+            data: Arc::new(self.data),
+        };
+        t.build_index();
+        t
     }
 }
 
@@ -75,23 +134,14 @@ impl Timeline {
 
     /// Heap bytes held by the points and the pyramid.
     pub fn heap_bytes(&self) -> usize {
-        let d = &self.data;
-        d.times.heap_bytes()
-            + d.values.heap_bytes()
-            + d.levels.iter().map(|l| l.capacity() * 16).sum::<usize>()
+        self.data.heap_bytes()
     }
 
     /// Appends a point. Times must not decrease; a point at the same time as the previous one
     /// still counts for min/max (the intermediate value existed, if only for an instant).
     #[inline]
     pub fn push(&mut self, t: u64, v: u64) {
-        let d = Arc::make_mut(&mut self.data);
-        let t = match d.times.last() {
-            Some(last) if t < last => last,
-            _ => t,
-        };
-        d.times.push(t);
-        d.values.push(v);
+        Arc::make_mut(&mut self.data).push(t, v);
     }
 
     pub fn len(&self) -> usize {
