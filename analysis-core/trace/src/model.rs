@@ -1531,6 +1531,8 @@ pub fn load(bytes: &[u8]) -> Result<LoadedTrace, DecodeError> {
 mod tests {
     use super::*;
     use crate::synth::{Scenario, generate};
+    use alloc::format;
+    use alloc::string::String;
     use proptest::prelude::*;
 
     proptest! {
@@ -1640,6 +1642,50 @@ mod tests {
             prop_assert_eq!(got, counts);
             let got_slots: Vec<u32> = m.allocs.iter().map(|a| a.range_slot).collect();
             prop_assert_eq!(got_slots, slots);
+        }
+    }
+
+    /// What a load gives, for comparing loads: the history, the total's points, the ranges,
+    /// the warnings and the bytes read.
+    fn fingerprint(t: &LoadedTrace) -> String {
+        let m = &t.model;
+        let allocs: Vec<String> = m.allocs.iter().map(|a| format!("{a:?}")).collect();
+        let points: Vec<(u64, u64)> = m.total.points().collect();
+        format!(
+            "{allocs:?} {points:?} {:?} {:?} {:?} {} {} {}",
+            m.ranges, t.warnings, t.fatal, t.bytes, m.records, m.bad_free_count
+        )
+    }
+
+    /// Pushing the bytes in pieces of any size gives the model one push gives: records cut
+    /// off between pushes, pieces shorter than a record, and a trace damaged in the middle.
+    #[test]
+    fn pushes_of_any_size_load_the_same() {
+        let (mut bytes, _) = generate(Scenario::NvtxLeak, 20_000, 4);
+        let whole = |bytes: &[u8]| {
+            let mut l = Loader::new();
+            let _ = l.push(bytes);
+            fingerprint(&l.finish().expect("loads"))
+        };
+        let pieces = |bytes: &[u8], size: usize| {
+            let mut l = Loader::new();
+            for c in bytes.chunks(size) {
+                if l.push(c).is_err() {
+                    break;
+                }
+            }
+            fingerprint(&l.finish().expect("loads"))
+        };
+        let want = whole(&bytes);
+        for size in [1, 2, 3, 7, 100, 255, 256, 257, 300, 513, 4096, 65_536] {
+            assert_eq!(pieces(&bytes, size), want, "pieces of {size}");
+        }
+        let at = bytes.len() / 2;
+        bytes[at..at + 40].fill(0xc1);
+        let damaged = whole(&bytes);
+        assert_ne!(damaged, want);
+        for size in [3, 257, 4096] {
+            assert_eq!(pieces(&bytes, size), damaged, "damaged, pieces of {size}");
         }
     }
 
