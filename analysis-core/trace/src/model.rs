@@ -316,6 +316,8 @@ pub struct TraceModel {
     thread_info_slots: HashMap<(ThreadIdx, ProcessIdx), usize>,
     /// Per (process, device): the allocations that may still be live, for context resets.
     reset_lists: Vec<ResetList>,
+    /// Whether `reset_lists` are kept: from the first context reset on (`start_reset_lists`).
+    reset_lists_on: bool,
     reset_slots: HashMap<(ProcessIdx, DeviceIdx), usize>,
     last_reset_list: usize,
     /// Ranges begun while their process had [`MAX_OPEN_RANGES`] open.
@@ -329,8 +331,9 @@ pub struct TraceModel {
 
 /// The allocations of one (process, device) that may still be live: every allocation is
 /// pushed, and the list is compacted to the live ones once it holds four times as many (plus
-/// 256),
-/// so it stays proportional to what is live and a context reset reads only this list.
+/// 256), so it stays proportional to what is live and a context reset reads only this list.
+/// The lists are made at the first context reset, from the allocations live then, and kept
+/// from there on: a trace without one never pays for them.
 #[derive(Clone, Debug, Default)]
 struct ResetList {
     key: (ProcessIdx, DeviceIdx),
@@ -338,6 +341,18 @@ struct ResetList {
     live: usize,
     /// Allocations past id 2^32 are not listed.
     overflow: bool,
+}
+
+impl ResetList {
+    /// Lists allocation `id`, live.
+    fn add(&mut self, id: usize) {
+        match u32::try_from(id) {
+            Ok(id) => self.ids.push(id),
+            // Past 2^32 allocations a reset reads the whole history instead.
+            Err(_) => self.overflow = true,
+        }
+        self.live += 1;
+    }
 }
 
 /// The heap a vector holds.
@@ -564,6 +579,19 @@ impl TraceModel {
         Some(i)
     }
 
+    /// Makes the reset lists from the allocations live now, and keeps them from now on.
+    fn start_reset_lists(&mut self) {
+        self.reset_lists_on = true;
+        let allocs = core::mem::take(&mut self.allocs);
+        let fields = Fields::PROCESS | Fields::DEVICE | Fields::FREE;
+        for (i, a) in allocs.iter_fields(fields).enumerate() {
+            if a.is_live() {
+                self.reset_list((a.process, a.device)).add(i);
+            }
+        }
+        self.allocs = allocs;
+    }
+
     /// The reset list of (process, device).
     #[inline]
     fn reset_list(&mut self, key: (ProcessIdx, DeviceIdx)) -> &mut ResetList {
@@ -708,8 +736,10 @@ impl TraceModel {
     /// Releases allocation `idx`, whose fields are `a`, at `t`.
     fn release(&mut self, idx: usize, a: Owner, t: u64, kind: FreeKind) {
         self.allocs.set_free(idx, t, kind);
-        let l = self.reset_list((a.process, a.device));
-        l.live = l.live.saturating_sub(1);
+        if self.reset_lists_on {
+            let l = self.reset_list((a.process, a.device));
+            l.live = l.live.saturating_sub(1);
+        }
         self.live_allocs = self.live_allocs.saturating_sub(1);
         let st = self.stack_entry(a.stack);
         st.free_count += 1;
@@ -815,18 +845,15 @@ impl TraceModel {
                 free_kind: FreeKind::Other,
             });
         }
-        let li = self.reset_list_index((a.process, a.device));
-        let list = &mut self.reset_lists[li];
-        if list.ids.len() >= 4 * list.live + 256 {
-            let allocs = &self.allocs;
-            list.ids.retain(|&i| allocs.is_live(i as usize));
+        if self.reset_lists_on {
+            let li = self.reset_list_index((a.process, a.device));
+            let list = &mut self.reset_lists[li];
+            if list.ids.len() >= 4 * list.live + 256 {
+                let allocs = &self.allocs;
+                list.ids.retain(|&i| allocs.is_live(i as usize));
+            }
+            list.add(self.allocs.len());
         }
-        match u32::try_from(self.allocs.len()) {
-            Ok(id) => list.ids.push(id),
-            // Past 2^32 allocations a reset reads the whole history instead.
-            Err(_) => list.overflow = true,
-        }
-        list.live += 1;
         self.live_allocs += 1;
         self.allocs.push(AllocRecord {
             ts_nanos: a.ts_nanos,
@@ -896,6 +923,9 @@ impl TraceModel {
                         .get(&key)
                         .is_some_and(|&i| self.series[i].live_count > 0)
                 });
+                if !self.reset_lists_on {
+                    self.start_reset_lists();
+                }
                 let li = self.reset_list_index((c.process, c.device));
                 let list = &mut self.reset_lists[li];
                 let ids = core::mem::take(&mut list.ids);
@@ -1642,6 +1672,80 @@ mod tests {
             prop_assert_eq!(got, counts);
             let got_slots: Vec<u32> = m.allocs.iter().map(|a| a.range_slot).collect();
             prop_assert_eq!(got_slots, slots);
+        }
+    }
+
+    proptest! {
+        /// A context reset releases exactly the allocations of its process and device live at
+        /// that moment, whether it is the first (the lists are made then from the history) or
+        /// a later one (the lists kept since), with allocations freed before, between and
+        /// after, and enough of them that the lists are compacted.
+        #[test]
+        fn context_resets_release_what_is_live_on_their_device(
+            steps in proptest::collection::vec((0u16..400, 0u32..1, 0u32..2, 0u64..1000), 0..3000),
+        ) {
+            let mut m = TraceModel::new(Header::default());
+            // The reference: what is live, by id.
+            let mut live: Vec<Option<(u32, u32, u64)>> = Vec::new();
+            let mut want: Vec<(u64, u64)> = Vec::new();
+            for (i, &(op, process, device, x)) in steps.iter().enumerate() {
+                let ts_nanos = i as u64;
+                match op {
+                    0 => {
+                        m.observe(Record::ContextReset(ContextReset {
+                            ts_nanos,
+                            process: ProcessIdx(process),
+                            device: DeviceIdx(device),
+                            thread: ThreadIdx(0),
+                        }), 0);
+                        let (mut count, mut bytes) = (0, 0);
+                        for l in live.iter_mut() {
+                            if let Some((p, d, size)) = *l
+                                && p == process
+                                && d == device
+                            {
+                                count += 1;
+                                bytes += size;
+                                *l = None;
+                            }
+                        }
+                        // A reset with nothing live on its device releases nothing.
+                        want.push((count, bytes));
+                    }
+                    1..=220 if live.iter().any(|l| l.is_some_and(|l| l.2 % 8 != 1)) => {
+                        // A live one: most of what is listed is freed, so lists are compacted;
+                        // one in eight lives until a reset.
+                        let ids: Vec<usize> = (0..live.len())
+                            .filter(|&k| live[k].is_some_and(|l| l.2 % 8 != 1))
+                            .collect();
+                        let id = ids[x as usize % ids.len()];
+                        m.observe(Record::Free(Free {
+                            ts_nanos,
+                            alloc: AllocId(id as u64),
+                            ..Free::default()
+                        }), 0);
+                        live[id] = None;
+                    }
+                    _ => {
+                        m.observe(Record::Alloc(Alloc {
+                            ts_nanos,
+                            id: AllocId(live.len() as u64),
+                            size_bytes: x + 1,
+                            address: 4096 * (i as u64 + 1),
+                            process: ProcessIdx(process),
+                            device: DeviceIdx(device),
+                            ..Alloc::default()
+                        }), 0);
+                        live.push(Some((process, device, x + 1)));
+                    }
+                }
+            }
+            m.finish();
+            let got: Vec<(u64, u64)> = m.resets.iter().map(|r| (r.freed_count, r.freed_bytes)).collect();
+            prop_assert_eq!(got, want);
+            let live_now: Vec<bool> = m.allocs.iter().map(|a| a.is_live()).collect();
+            let want_live: Vec<bool> = live.iter().map(Option::is_some).collect();
+            prop_assert_eq!(live_now, want_live);
         }
     }
 
