@@ -13,11 +13,14 @@ use core::fmt;
 use crate::format::*;
 use crate::msgpack::{Kind, ReadErr, ReadResult, Reader};
 
-/// The records that make most of a trace, as [`Decoder::next_hot`] returns them.
+/// The records that make most of a trace, as [`Decoder::next_hot`] returns them: allocs and
+/// frees, and the NVTX ranges that mark a training loop's steps and phases.
 #[derive(Clone, Copy, Debug)]
 pub enum Hot {
     Alloc(Alloc),
     Free(Free),
+    RangeBegin(RangeBegin),
+    RangeEnd(RangeEnd),
 }
 
 impl From<Hot> for Record {
@@ -25,6 +28,8 @@ impl From<Hot> for Record {
         match h {
             Hot::Alloc(a) => Record::Alloc(a),
             Hot::Free(f) => Record::Free(f),
+            Hot::RangeBegin(b) => Record::RangeBegin(b),
+            Hot::RangeEnd(e) => Record::RangeEnd(e),
         }
     }
 }
@@ -807,23 +812,23 @@ impl Decoder {
         }
     }
 
-    /// Returns the next complete record, `Ok(None)` when more input is needed, or the error
-    /// that stopped decoding (returned again on every later call).
-    /// The next record when it is a well-formed alloc or free (the straight-line path of
-    /// [`Self::next_record`], which cannot warn), else `None` and nothing consumed: call
-    /// `next_record`. Saves a consumer that handles those two first from moving a whole
-    /// [`Record`] per event.
+    /// The next record when it is a well-formed alloc, free, range begin or range end (the
+    /// straight-line path of [`Self::next_record`], which cannot warn), else `None` and nothing
+    /// consumed: call `next_record`. Saves a consumer that handles those first from moving a
+    /// whole [`Record`] per event.
     #[inline]
     pub fn next_hot(&mut self) -> Option<Hot> {
         if self.fatal.is_some() || self.header.is_none() {
             return None;
         }
-        let (rec, used) = fast::alloc_or_free(self.buf.get(self.pos..)?, &mut self.state)?;
+        let (rec, used) = fast::hot_record(self.buf.get(self.pos..)?, &mut self.state)?;
         self.pos += used;
         self.records += 1;
         Some(rec)
     }
 
+    /// Returns the next complete record, `Ok(None)` when more input is needed, or the error
+    /// that stopped decoding (returned again on every later call).
     pub fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
         if let Some(e) = &self.fatal {
             return Err(e.clone());
@@ -843,10 +848,10 @@ impl Decoder {
                 return Ok(None);
             }
             let start = self.pos;
-            // The common, well-formed alloc and free records take a straight-line path; anything
+            // The common, well-formed allocs, frees and ranges take a straight-line path; anything
             // unusual (negative deltas, nil fields, short input, errors) falls through to the
             // general parser, which produces the same records and the warnings.
-            if let Some((rec, used)) = fast::alloc_or_free(&self.buf[start..], &mut self.state) {
+            if let Some((rec, used)) = fast::hot_record(&self.buf[start..], &mut self.state) {
                 self.pos += used;
                 self.records += 1;
                 return Ok(Some(rec.into()));
@@ -1056,10 +1061,10 @@ mod fast {
         u32::try_from(uint(b, p)?).ok()
     }
 
-    /// Decodes one alloc or free record at the start of `b`, updating `st` only on success.
-    /// Returns the record and the bytes it used.
+    /// Decodes one alloc, free, range begin or range end record at the start of `b`, updating
+    /// `st` only on success. Returns the record and the bytes it used.
     #[inline]
-    pub(super) fn alloc_or_free(b: &[u8], st: &mut DeltaState) -> Option<(Hot, usize)> {
+    pub(super) fn hot_record(b: &[u8], st: &mut DeltaState) -> Option<(Hot, usize)> {
         let head = *b.first()?;
         if head & 0xf0 != 0x90 {
             return None;
@@ -1122,6 +1127,38 @@ mod fast {
                         thread: ThreadIdx(thread),
                         kind: FreeKind::from_code(kind),
                         stream,
+                    }),
+                    p,
+                ))
+            }
+            tag::RANGE_BEGIN if (2..=7).contains(&n) => {
+                let mut f = [0u64; 6];
+                f[0] = uint(b, &mut p)?;
+                for slot in f.iter_mut().take(n - 1).skip(1) {
+                    *slot = uint(b, &mut p)?;
+                }
+                let ts_nanos = st.last_ts.checked_add(f[0])?;
+                let narrow = |v: u64| u32::try_from(v).ok();
+                let r = RangeBegin {
+                    ts_nanos,
+                    range: RangeId(f[1]),
+                    name: StringId(narrow(f[2])?),
+                    domain: StringId(narrow(f[3])?),
+                    thread: ThreadIdx(narrow(f[4])?),
+                    process: ProcessIdx(narrow(f[5])?),
+                };
+                st.last_ts = ts_nanos;
+                Some((Hot::RangeBegin(r), p))
+            }
+            tag::RANGE_END if (2..=3).contains(&n) => {
+                let dt = uint(b, &mut p)?;
+                let range = if n > 2 { uint(b, &mut p)? } else { 0 };
+                let ts_nanos = st.last_ts.checked_add(dt)?;
+                st.last_ts = ts_nanos;
+                Some((
+                    Hot::RangeEnd(RangeEnd {
+                        ts_nanos,
+                        range: RangeId(range),
                     }),
                     p,
                 ))
@@ -1189,17 +1226,17 @@ mod fast_path_tests {
         /// does and leaves the same delta state.
         #[test]
         fn fast_path_agrees_with_general_parser(
-            alloc in any::<bool>(),
+            which in 0usize..4,
             fields in proptest::collection::vec(field(), 0..12),
             last_ts in prop_oneof![Just(0u64), any::<u64>()],
             last_address in any::<u64>(),
             next_alloc in 0u64..1000,
         ) {
-            let tag = if alloc { tag::ALLOC } else { tag::FREE };
+            let tag = [tag::ALLOC, tag::FREE, tag::RANGE_BEGIN, tag::RANGE_END][which];
             let bytes = record(tag, &fields);
             let st0 = DeltaState { last_ts, last_address, next_alloc };
             let (mut a, mut b) = (st0, st0);
-            if let Some((rec, used)) = fast::alloc_or_free(&bytes, &mut a) {
+            if let Some((rec, used)) = fast::hot_record(&bytes, &mut a) {
                 let rec = Record::from(rec);
                 let (want, want_used) = general(&bytes, &mut b).expect("general parser accepts it");
                 prop_assert_eq!(format!("{rec:?}"), format!("{want:?}"));

@@ -789,7 +789,8 @@ impl TraceModel {
         self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
     }
 
-    /// [`Self::observe`] of an alloc or free record, as [`Decoder::next_hot`] returns them.
+    /// [`Self::observe`] of an alloc, free or range record, as [`Decoder::next_hot`] returns
+    /// them.
     #[inline]
     pub fn observe_hot(&mut self, rec: Hot, offset: u64) {
         self.records += 1;
@@ -801,6 +802,14 @@ impl TraceModel {
             Hot::Free(f) => {
                 self.touch_time(f.ts_nanos);
                 self.free(f, offset);
+            }
+            Hot::RangeBegin(b) => {
+                self.touch_time(b.ts_nanos);
+                self.range_begin(b);
+            }
+            Hot::RangeEnd(e) => {
+                self.touch_time(e.ts_nanos);
+                self.range_end(e);
             }
         }
     }
@@ -901,6 +910,80 @@ impl TraceModel {
         }
     }
 
+    fn range_begin(&mut self, b: RangeBegin) {
+        let pi = self.proc_index(b.process);
+        let tracked = self.procs[pi].open_slots.len() < MAX_OPEN_RANGES;
+        if tracked {
+            self.fold_range_peaks(pi);
+        } else {
+            self.untracked_ranges += 1;
+        }
+        let live = self.procs[pi].live_bytes;
+        let tkey = (b.process, b.thread);
+        let parent_slot = self
+            .thread_ranges_entry(tkey)
+            .open
+            .last()
+            .map_or(0, |o| o.slot);
+        self.table_bytes += map_cost::<RangeId, u32>();
+        self.ranges.push(RangeInstance {
+            range: b.range,
+            name: b.name,
+            domain: b.domain,
+            thread: b.thread,
+            process: b.process,
+            begin_ts_nanos: b.ts_nanos,
+            end_ts_nanos: None,
+            live_before_bytes: live,
+            live_after_bytes: live,
+            peak_bytes: live,
+            alloc_count: 0,
+            alloc_bytes: 0,
+            parent_slot,
+        });
+        let slot = self.ranges.len() as u32;
+        self.open_ranges.insert(b.range, slot);
+        if tracked {
+            self.procs[pi].open_slots.push(slot);
+            let t = self.thread_ranges_entry(tkey);
+            let o = OpenRange {
+                slot,
+                alloc_count: t.alloc_count,
+                alloc_bytes: t.alloc_bytes,
+            };
+            t.open.push(o);
+        }
+        self.any_open_range = true;
+        self.touch_thread(tkey, b.ts_nanos);
+    }
+
+    fn range_end(&mut self, e: RangeEnd) {
+        if let Some(slot) = self.open_ranges.remove(&e.range) {
+            let r = self.ranges[slot as usize - 1];
+            let pi = self.proc_index(r.process);
+            self.fold_range_peaks(pi);
+            let open = &mut self.procs[pi].open_slots;
+            if let Some(pos) = open.iter().rposition(|&s| s == slot) {
+                open.remove(pos);
+            }
+            let live = self.procs[pi].live_bytes;
+            let ri = &mut self.ranges[slot as usize - 1];
+            ri.end_ts_nanos = Some(e.ts_nanos);
+            ri.live_after_bytes = live;
+            // A range past the open limit was not folded: its peak is at least its end.
+            ri.peak_bytes = ri.peak_bytes.max(live);
+            let tkey = (r.process, r.thread);
+            let t = self.thread_ranges_entry(tkey);
+            if let Some(pos) = t.open.iter().rposition(|o| o.slot == slot) {
+                let o = t.open.remove(pos);
+                let t = &self.thread_ranges[self.last_range_thread];
+                t.settle(o, &mut self.ranges[slot as usize - 1]);
+            }
+            self.touch_thread(tkey, e.ts_nanos);
+            self.any_open_range = !self.open_ranges.is_empty();
+        }
+    }
+
     /// Replays one record. `offset` is its byte offset, for warnings.
     pub fn observe(&mut self, rec: Record, offset: u64) {
         self.records += 1;
@@ -978,78 +1061,8 @@ impl TraceModel {
                     live_bytes,
                 });
             }
-            Record::RangeBegin(b) => {
-                let pi = self.proc_index(b.process);
-                let tracked = self.procs[pi].open_slots.len() < MAX_OPEN_RANGES;
-                if tracked {
-                    self.fold_range_peaks(pi);
-                } else {
-                    self.untracked_ranges += 1;
-                }
-                let live = self.procs[pi].live_bytes;
-                let tkey = (b.process, b.thread);
-                let parent_slot = self
-                    .thread_ranges_entry(tkey)
-                    .open
-                    .last()
-                    .map_or(0, |o| o.slot);
-                self.table_bytes += map_cost::<RangeId, u32>();
-                self.ranges.push(RangeInstance {
-                    range: b.range,
-                    name: b.name,
-                    domain: b.domain,
-                    thread: b.thread,
-                    process: b.process,
-                    begin_ts_nanos: b.ts_nanos,
-                    end_ts_nanos: None,
-                    live_before_bytes: live,
-                    live_after_bytes: live,
-                    peak_bytes: live,
-                    alloc_count: 0,
-                    alloc_bytes: 0,
-                    parent_slot,
-                });
-                let slot = self.ranges.len() as u32;
-                self.open_ranges.insert(b.range, slot);
-                if tracked {
-                    self.procs[pi].open_slots.push(slot);
-                    let t = self.thread_ranges_entry(tkey);
-                    let o = OpenRange {
-                        slot,
-                        alloc_count: t.alloc_count,
-                        alloc_bytes: t.alloc_bytes,
-                    };
-                    t.open.push(o);
-                }
-                self.any_open_range = true;
-                self.touch_thread(tkey, b.ts_nanos);
-            }
-            Record::RangeEnd(e) => {
-                if let Some(slot) = self.open_ranges.remove(&e.range) {
-                    let r = self.ranges[slot as usize - 1];
-                    let pi = self.proc_index(r.process);
-                    self.fold_range_peaks(pi);
-                    let open = &mut self.procs[pi].open_slots;
-                    if let Some(pos) = open.iter().rposition(|&s| s == slot) {
-                        open.remove(pos);
-                    }
-                    let live = self.procs[pi].live_bytes;
-                    let ri = &mut self.ranges[slot as usize - 1];
-                    ri.end_ts_nanos = Some(e.ts_nanos);
-                    ri.live_after_bytes = live;
-                    // A range past the open limit was not folded: its peak is at least its end.
-                    ri.peak_bytes = ri.peak_bytes.max(live);
-                    let tkey = (r.process, r.thread);
-                    let t = self.thread_ranges_entry(tkey);
-                    if let Some(pos) = t.open.iter().rposition(|o| o.slot == slot) {
-                        let o = t.open.remove(pos);
-                        let t = &self.thread_ranges[self.last_range_thread];
-                        t.settle(o, &mut self.ranges[slot as usize - 1]);
-                    }
-                    self.touch_thread(tkey, e.ts_nanos);
-                    self.any_open_range = !self.open_ranges.is_empty();
-                }
-            }
+            Record::RangeBegin(b) => self.range_begin(b),
+            Record::RangeEnd(e) => self.range_end(e),
             Record::Mark(m) => {
                 self.marks.push(m);
             }
