@@ -827,6 +827,32 @@ impl Decoder {
         Some(rec)
     }
 
+    /// [`Self::next_hot`] for each record in a row that it returns: calls `f(record, offset,
+    /// end)` with the record's byte offset and the offset after it, until `f` returns false or
+    /// the next record is not one of those (then call `next_record`). The checks that do not
+    /// change from one record to the next are made once.
+    #[inline]
+    pub fn hot_records(&mut self, mut f: impl FnMut(Hot, u64, u64) -> bool) {
+        if self.fatal.is_some() || self.header.is_none() {
+            return;
+        }
+        let base = self.base;
+        let mut pos = self.pos;
+        while let Some((rec, used)) = self
+            .buf
+            .get(pos..)
+            .and_then(|b| fast::hot_record(b, &mut self.state))
+        {
+            let offset = base + pos as u64;
+            pos += used;
+            self.records += 1;
+            if !f(rec, offset, base + pos as u64) {
+                break;
+            }
+        }
+        self.pos = pos;
+    }
+
     /// Returns the next complete record, `Ok(None)` when more input is needed, or the error
     /// that stopped decoding (returned again on every later call).
     pub fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
@@ -1010,10 +1036,13 @@ mod fast {
             _ => return None,
         };
         let s = b.get(*p + 1..*p + 1 + n)?;
-        let mut v: u64 = 0;
-        for &byte in s {
-            v = (v << 8) | u64::from(byte);
-        }
+        let v = match *s {
+            [a] => u64::from(a),
+            [a, b] => u64::from(u16::from_be_bytes([a, b])),
+            [a, b, c, d] => u64::from(u32::from_be_bytes([a, b, c, d])),
+            [a, b, c, d, e, f, g, h] => u64::from_be_bytes([a, b, c, d, e, f, g, h]),
+            _ => return None,
+        };
         if signed && s[0] & 0x80 != 0 {
             return None;
         }

@@ -1437,6 +1437,21 @@ pub const fn model_budget(bytes: u64) -> u64 {
     bytes.saturating_mul(16).saturating_add(32 << 20)
 }
 
+/// [`DecodeError::TooDense`] when `model`, after `consumed` bytes, holds more than its budget:
+/// checked every [`BUDGET_CHECK_RECORDS`] records.
+#[inline]
+fn over_budget(model: &TraceModel, consumed: u64) -> Option<DecodeError> {
+    if !model.records.is_multiple_of(BUDGET_CHECK_RECORDS) {
+        return None;
+    }
+    let used = model.heap_estimate();
+    (used > model_budget(consumed)).then(|| DecodeError::TooDense {
+        offset: consumed,
+        model_bytes: used,
+        limit_bytes: model_budget(consumed),
+    })
+}
+
 /// Records between two checks of the model's heap against its budget.
 const BUDGET_CHECK_RECORDS: u64 = 1024;
 
@@ -1453,15 +1468,20 @@ impl Loader {
         }
         self.decoder.push(bytes);
         loop {
-            let offset = self.decoder.bytes_consumed();
-            // Allocs and frees first, without moving a whole `Record` each.
-            if let Some(model) = self.model.as_mut()
-                && let Some(rec) = self.decoder.next_hot()
-            {
-                model.observe_hot(rec, offset);
-                self.check_budget()?;
-                continue;
+            // Allocs, frees and ranges first, without moving a whole `Record` each.
+            if let Some(model) = self.model.as_mut() {
+                let mut over = None;
+                self.decoder.hot_records(|rec, offset, end| {
+                    model.observe_hot(rec, offset);
+                    over = over_budget(model, end);
+                    over.is_none()
+                });
+                if let Some(e) = over {
+                    self.fatal = Some(e.clone());
+                    return Err(e);
+                }
             }
+            let offset = self.decoder.bytes_consumed();
             match self.decoder.next_record() {
                 Ok(Some(rec)) => {
                     if self.model.is_none() {
@@ -1493,21 +1513,13 @@ impl Loader {
         let Some(model) = self.model.as_ref() else {
             return Ok(());
         };
-        if !model.records.is_multiple_of(BUDGET_CHECK_RECORDS) {
-            return Ok(());
+        match over_budget(model, self.decoder.bytes_consumed()) {
+            Some(e) => {
+                self.fatal = Some(e.clone());
+                Err(e)
+            }
+            None => Ok(()),
         }
-        let used = model.heap_estimate();
-        let consumed = self.decoder.bytes_consumed();
-        if used > model_budget(consumed) {
-            let e = DecodeError::TooDense {
-                offset: consumed,
-                model_bytes: used,
-                limit_bytes: model_budget(consumed),
-            };
-            self.fatal = Some(e.clone());
-            return Err(e);
-        }
-        Ok(())
     }
 
     pub fn bytes_consumed(&self) -> u64 {
