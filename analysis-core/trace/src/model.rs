@@ -355,6 +355,22 @@ impl ResetList {
     }
 }
 
+/// The index of `key` in `items`, found through `slots`; for a key not seen before, `make()` is
+/// pushed. Returns the index and whether it is new.
+fn slot_for<K: Eq + core::hash::Hash, T>(
+    slots: &mut HashMap<K, usize>,
+    items: &mut Vec<T>,
+    key: K,
+    make: impl FnOnce() -> T,
+) -> (usize, bool) {
+    let next = items.len();
+    let i = *slots.entry(key).or_insert(next);
+    if i == next {
+        items.push(make());
+    }
+    (i, i == next)
+}
+
 /// The heap a vector holds.
 fn vec_bytes<T>(v: &Vec<T>) -> u64 {
     (v.capacity() * core::mem::size_of::<T>()) as u64
@@ -523,13 +539,13 @@ impl TraceModel {
 
     #[inline(never)]
     fn proc_lookup(&mut self, process: ProcessIdx) -> usize {
-        let next = self.procs.len();
-        let i = *self.proc_slots.entry(process).or_insert(next);
-        if i == next {
-            self.procs.push(ProcLive {
+        let (i, new) = slot_for(&mut self.proc_slots, &mut self.procs, process, || {
+            ProcLive {
                 process,
                 ..ProcLive::default()
-            });
+            }
+        });
+        if new {
             self.table_bytes += map_cost::<ProcessIdx, usize>();
         }
         self.last_proc = i;
@@ -615,13 +631,13 @@ impl TraceModel {
 
     #[inline(never)]
     fn reset_list_lookup(&mut self, key: (ProcessIdx, DeviceIdx)) {
-        let next = self.reset_lists.len();
-        let i = *self.reset_slots.entry(key).or_insert(next);
-        if i == next {
-            self.reset_lists.push(ResetList {
+        let (i, new) = slot_for(&mut self.reset_slots, &mut self.reset_lists, key, || {
+            ResetList {
                 key,
                 ..ResetList::default()
-            });
+            }
+        });
+        if new {
             self.table_bytes += map_cost::<(ProcessIdx, DeviceIdx), usize>();
         }
         self.last_reset_list = i;
@@ -652,10 +668,13 @@ impl TraceModel {
 
     #[inline(never)]
     fn touch_thread_lookup(&mut self, key: (ProcessIdx, ThreadIdx), t: u64) {
-        let next = self.thread_activity.len();
-        let i = *self.thread_slots.entry(key).or_insert(next);
-        if i == next {
-            self.thread_activity.push((key, t));
+        let (i, new) = slot_for(
+            &mut self.thread_slots,
+            &mut self.thread_activity,
+            key,
+            || (key, t),
+        );
+        if new {
             self.table_bytes += 2 * map_cost::<(ProcessIdx, ThreadIdx), u64>();
         } else {
             self.thread_activity[i].1 = t;
