@@ -13,7 +13,7 @@ use core::fmt;
 use crate::format::*;
 use crate::msgpack::{Kind, ReadErr, ReadResult, Reader};
 
-/// The records that make most of a trace, as [`Decoder::next_hot`] returns them: allocs and
+/// The records that make most of a trace, as [`Decoder::hot_records`] gives them: allocs and
 /// frees, and the NVTX ranges that mark a training loop's steps and phases.
 #[derive(Clone, Copy, Debug)]
 pub enum Hot {
@@ -812,24 +812,11 @@ impl Decoder {
         }
     }
 
-    /// The next record when it is a well-formed alloc, free, range begin or range end (the
-    /// straight-line path of [`Self::next_record`], which cannot warn), else `None` and nothing
-    /// consumed: call `next_record`. Saves a consumer that handles those first from moving a
-    /// whole [`Record`] per event.
-    #[inline]
-    pub fn next_hot(&mut self) -> Option<Hot> {
-        if self.fatal.is_some() || self.header.is_none() {
-            return None;
-        }
-        let (rec, used) = fast::hot_record(self.buf.get(self.pos..)?, &mut self.state)?;
-        self.pos += used;
-        self.records += 1;
-        Some(rec)
-    }
-
-    /// [`Self::next_hot`] for each record in a row that it returns: calls `f(record, offset,
-    /// end)` with the record's byte offset and the offset after it, until `f` returns false or
-    /// the next record is not one of those (then call `next_record`). The checks that do not
+    /// The well-formed allocs, frees, range begins and range ends next in the input (the
+    /// straight-line path of [`Self::next_record`], which cannot warn): calls `f(record, offset,
+    /// end)` for each, with its byte offset and the offset after it, until `f` returns false or
+    /// the next record is not one of those (then call `next_record`). Saves a consumer that
+    /// handles those first from moving a whole [`Record`] per event; the checks that do not
     /// change from one record to the next are made once.
     #[inline]
     pub fn hot_records(&mut self, mut f: impl FnMut(Hot, u64, u64) -> bool) {

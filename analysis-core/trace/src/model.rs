@@ -403,6 +403,21 @@ struct OpenRange {
 }
 
 impl ThreadRanges {
+    /// Opens range `slot` at the thread's counts now.
+    fn begin(&mut self, slot: u32) {
+        self.open.push(OpenRange {
+            slot,
+            alloc_count: self.alloc_count,
+            alloc_bytes: self.alloc_bytes,
+        });
+    }
+
+    /// Closes range `slot`, if open: its counts at its begin, to [`Self::settle`].
+    fn end(&mut self, slot: u32) -> Option<OpenRange> {
+        let pos = self.open.iter().rposition(|o| o.slot == slot)?;
+        Some(self.open.remove(pos))
+    }
+
     /// Writes into `r` the allocations of the thread since `o` began.
     fn settle(&self, o: OpenRange, r: &mut RangeInstance) {
         r.alloc_count = self.alloc_count - o.alloc_count;
@@ -563,23 +578,25 @@ impl TraceModel {
         p.max_since_fold = p.live_bytes;
     }
 
-    /// The open ranges of a thread, made empty on first use.
-    fn thread_ranges_entry(&mut self, key: (ProcessIdx, ThreadIdx)) -> &mut ThreadRanges {
-        let i = match self.thread_range_index(key) {
+    /// The index in `thread_ranges` of a thread, its entry made empty on first use.
+    fn thread_ranges_slot(&mut self, key: (ProcessIdx, ThreadIdx)) -> usize {
+        match self.thread_range_index(key) {
             Some(i) => i,
             None => {
-                self.thread_ranges.push(ThreadRanges {
+                let (i, _) = slot_for(
+                    &mut self.thread_range_slots,
+                    &mut self.thread_ranges,
                     key,
-                    ..ThreadRanges::default()
-                });
-                let i = self.thread_ranges.len() - 1;
-                self.thread_range_slots.insert(key, i);
+                    || ThreadRanges {
+                        key,
+                        ..ThreadRanges::default()
+                    },
+                );
                 self.table_bytes += map_cost::<(ProcessIdx, ThreadIdx), usize>();
                 self.last_range_thread = i;
                 i
             }
-        };
-        &mut self.thread_ranges[i]
+        }
     }
 
     /// The index in `thread_ranges` of a thread that ever opened a range.
@@ -808,7 +825,7 @@ impl TraceModel {
         self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
     }
 
-    /// [`Self::observe`] of an alloc, free or range record, as [`Decoder::next_hot`] returns
+    /// [`Self::observe`] of an alloc, free or range record, as [`Decoder::hot_records`] gives
     /// them.
     #[inline]
     pub fn observe_hot(&mut self, rec: Hot, offset: u64) {
@@ -939,11 +956,8 @@ impl TraceModel {
         }
         let live = self.procs[pi].live_bytes;
         let tkey = (b.process, b.thread);
-        let parent_slot = self
-            .thread_ranges_entry(tkey)
-            .open
-            .last()
-            .map_or(0, |o| o.slot);
+        let ti = self.thread_ranges_slot(tkey);
+        let parent_slot = self.thread_ranges[ti].open.last().map_or(0, |o| o.slot);
         self.table_bytes += map_cost::<RangeId, u32>();
         self.ranges.push(RangeInstance {
             range: b.range,
@@ -964,13 +978,7 @@ impl TraceModel {
         self.open_ranges.insert(b.range, slot);
         if tracked {
             self.procs[pi].open_slots.push(slot);
-            let t = self.thread_ranges_entry(tkey);
-            let o = OpenRange {
-                slot,
-                alloc_count: t.alloc_count,
-                alloc_bytes: t.alloc_bytes,
-            };
-            t.open.push(o);
+            self.thread_ranges[ti].begin(slot);
         }
         self.any_open_range = true;
         self.touch_thread(tkey, b.ts_nanos);
@@ -992,10 +1000,9 @@ impl TraceModel {
             // A range past the open limit was not folded: its peak is at least its end.
             ri.peak_bytes = ri.peak_bytes.max(live);
             let tkey = (r.process, r.thread);
-            let t = self.thread_ranges_entry(tkey);
-            if let Some(pos) = t.open.iter().rposition(|o| o.slot == slot) {
-                let o = t.open.remove(pos);
-                let t = &self.thread_ranges[self.last_range_thread];
+            let i = self.thread_ranges_slot(tkey);
+            let t = &mut self.thread_ranges[i];
+            if let Some(o) = t.end(slot) {
                 t.settle(o, &mut self.ranges[slot as usize - 1]);
             }
             self.touch_thread(tkey, e.ts_nanos);
