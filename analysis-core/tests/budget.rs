@@ -729,7 +729,10 @@ fn ranges_past_the_open_limit_keep_begin_and_end_only() {
         "{:?}",
         t.warnings
     );
-    let (first, last) = (&m.ranges[0], &m.ranges[n - 1]);
+    let (first, last) = (
+        m.ranges.get(0).expect("the first range"),
+        m.ranges.get(n - 1).expect("the last range"),
+    );
     assert_eq!((first.alloc_count, first.peak_bytes), (1, 9), "followed");
     assert_eq!(
         (last.alloc_count, last.peak_bytes),
@@ -737,7 +740,13 @@ fn ranges_past_the_open_limit_keep_begin_and_end_only() {
         "begin and end only"
     );
     assert!(first.end_ts_nanos.is_some() && last.end_ts_nanos.is_some());
-    assert!(m.ranges[1].end_ts_nanos.is_none());
+    assert!(
+        m.ranges
+            .get(1)
+            .expect("the second range")
+            .end_ts_nanos
+            .is_none()
+    );
 }
 
 /// Valid traces of a million allocations and more are read within the budget too (18 to 26

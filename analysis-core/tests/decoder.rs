@@ -214,8 +214,14 @@ fn golden_v1_model_facts() {
     assert_eq!(m.allocs.at(3).free_kind, FreeKind::ContextTeardown);
     assert_eq!(m.resets[0].freed_bytes, 2 << 20);
     // Thread 0 allocated 1 MiB of device memory and 4 KiB of pinned host memory in the range.
-    assert_eq!(m.ranges[0].alloc_bytes, (1 << 20) + 4096);
-    assert_eq!(m.ranges[0].end_ts_nanos, Some(3_200));
+    assert_eq!(
+        m.ranges.get(0).expect("the first range").alloc_bytes,
+        (1 << 20) + 4096
+    );
+    assert_eq!(
+        m.ranges.get(0).expect("the first range").end_ts_nanos,
+        Some(3_200)
+    );
     let frames = m.stack_frames(StackId(2));
     assert_eq!(frames[0].to_string(), "main (app.cu:17)");
     assert_eq!(frames[1].to_string(), "step (train.py:42)");

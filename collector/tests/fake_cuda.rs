@@ -850,18 +850,19 @@ fn default_unwinding_gives_the_same_stacks_as_libgcc() {
 fn nvtx_ranges_and_marks_are_recorded() {
     let r = run("nvtx");
     let m = &r.trace.model;
-    let names: Vec<&str> = m.ranges.iter().map(|x| m.string(x.name)).collect();
+    let ranges: Vec<_> = m.ranges.iter().collect();
+    let names: Vec<&str> = ranges.iter().map(|x| m.string(x.name)).collect();
     assert_eq!(names, ["epoch", "step", "load", "forward"]);
-    assert_eq!(m.string(m.ranges[3].domain), "trainer", "named domain");
-    assert_eq!(m.string(m.ranges[0].domain), "", "default domain");
-    assert_eq!(m.ranges[3].alloc_bytes, 400);
+    assert_eq!(m.string(ranges[3].domain), "trainer", "named domain");
+    assert_eq!(m.string(ranges[0].domain), "", "default domain");
+    assert_eq!(ranges[3].alloc_bytes, 400);
     assert_eq!(
-        m.ranges[0].alloc_bytes, 600,
+        ranges[0].alloc_bytes, 600,
         "epoch encloses every allocation"
     );
-    assert_eq!(m.ranges[1].alloc_bytes, 200);
-    assert_eq!(m.ranges[1].parent_slot, 1, "step is nested in epoch");
-    assert_eq!(m.ranges[2].alloc_bytes, 300);
+    assert_eq!(ranges[1].alloc_bytes, 200);
+    assert_eq!(ranges[1].parent_slot, 1, "step is nested in epoch");
+    assert_eq!(ranges[2].alloc_bytes, 300);
     assert!(m.ranges.iter().all(|x| x.end_ts_nanos.is_some()));
     assert_eq!(m.marks.len(), 1);
     assert_eq!(m.string(m.marks[0].name), "checkpoint");

@@ -5,7 +5,7 @@
 //! `Timeline::downsample` already costs O(columns · log n).)
 
 use analysis_core::format::{ProcessIdx, StringId};
-use analysis_core::model::RangeInstance;
+use analysis_core::model::RangeStore;
 
 /// Fan-out of the max pyramid over range ends.
 const BLOCK: usize = 64;
@@ -168,7 +168,7 @@ pub struct RangeRows {
 }
 
 impl RangeRows {
-    pub fn new(ranges: &[RangeInstance]) -> Self {
+    pub fn new(ranges: &RangeStore) -> Self {
         let mut rows = Self::default();
         let mut processes: Vec<ProcessIdx> = ranges.iter().map(|r| r.process).collect();
         processes.sort();
@@ -186,7 +186,9 @@ impl RangeRows {
             let mut parent = r.parent_slot;
             while parent != 0 && depth < 8 {
                 depth += 1;
-                parent = ranges.get(parent as usize - 1).map_or(0, |p| p.parent_slot);
+                parent = ranges
+                    .end_and_parent(parent as usize - 1)
+                    .map_or(0, |(_, p)| p);
             }
             if depth >= RANGE_ROWS {
                 continue;
@@ -231,6 +233,7 @@ impl RangeRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use analysis_core::model::RangeInstance;
 
     /// A small deterministic generator (no dependency needed).
     struct Lcg(u64);
@@ -272,7 +275,7 @@ mod tests {
             ranges.push(instance(0, b, Some(b + len), 1));
         }
         ranges.push(instance(0, 5, None, 0));
-        let rows = RangeRows::new(&ranges);
+        let rows = RangeRows::new(&RangeStore::from(ranges));
         let all = rows.bands(None, 0, 1_000_000_000);
         assert!(all.len() <= 3 * 2000, "{} bands", all.len());
         // The epoch, and the range that never ended (too long to merge with it).
@@ -333,7 +336,7 @@ mod tests {
             instance(1, 200, Some(300), 0),
             instance(1, 250, Some(260), 2),
         ];
-        let rows = RangeRows::new(&ranges);
+        let rows = RangeRows::new(&RangeStore::from(ranges));
         assert_eq!(rows.bands(None, 0, 1_000).len(), 3);
         assert_eq!(rows.bands(Some(ProcessIdx(0)), 0, 1_000).len(), 1);
         let p1 = rows.bands(Some(ProcessIdx(1)), 0, 1_000);

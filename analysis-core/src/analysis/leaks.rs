@@ -820,9 +820,9 @@ fn range_of(m: &TraceModel, causes: &Causes, members: &[usize]) -> Option<String
         if a.is_live()
             && a.range_slot != 0
             && members.contains(&causes.of(i))
-            && let Some(r) = m.ranges.get(a.range_slot as usize - 1)
+            && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
         {
-            *by.entry(r.name).or_default() += a.size_bytes;
+            *by.entry(name).or_default() += a.size_bytes;
         }
     }
     by.into_iter()

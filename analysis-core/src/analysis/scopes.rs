@@ -138,10 +138,10 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
         let mut slot = a.range_slot;
         let mut depth = 0;
         while slot != 0 && depth < 64 {
-            let Some(r) = m.ranges.get(slot as usize - 1) else {
+            let Some((end, parent)) = m.ranges.end_and_parent(slot as usize - 1) else {
                 break;
             };
-            match r.end_ts_nanos {
+            match end {
                 Some(end) if a.free_ts_nanos == LIVE || a.free_ts_nanos > end => {
                     let e = kept
                         .entry((scope_of[slot as usize - 1], a.stack))
@@ -150,7 +150,7 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
                 }
                 _ => {}
             }
-            slot = r.parent_slot;
+            slot = parent;
             depth += 1;
         }
     }

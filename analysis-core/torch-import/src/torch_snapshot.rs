@@ -448,7 +448,6 @@ impl<'a> Load<'a> {
             let mut m = TraceModel::new(header());
             m.pool_samples.reserve(hint.pool_samples);
             m.marks.reserve(hint.marks);
-            m.ranges.reserve(hint.ranges);
             m.failed.reserve(hint.failed);
             m
         })?;
@@ -474,7 +473,6 @@ struct SinkHint {
     changes: usize,
     pool_samples: usize,
     marks: usize,
-    ranges: usize,
     failed: usize,
 }
 
@@ -1728,7 +1726,6 @@ impl Plan {
         let mut reserved_delta: Vec<i128> = alloc::vec![0; devices as usize];
         let mut hint = SinkHint {
             marks: 1,
-            ranges: annotations.len(),
             ..SinkHint::default()
         };
         let (mut frees, mut segment_changes) = (0, 0);

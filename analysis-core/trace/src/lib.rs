@@ -26,6 +26,7 @@ pub mod layers;
 pub mod model;
 pub mod msgpack;
 pub mod packed;
+pub mod range_store;
 pub mod synth;
 pub mod timeline;
 

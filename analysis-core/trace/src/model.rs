@@ -18,6 +18,7 @@ pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
+pub use crate::range_store::{RangeInstance, RangeStore};
 use crate::timeline::{Timeline, TimelineBuilder};
 
 /// Maximum stack depth followed when resolving a stack (guards against cycles in bad traces).
@@ -180,42 +181,6 @@ pub struct StackStats {
     pub peak_bytes: u64,
 }
 
-/// One NVTX range instance.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct RangeInstance {
-    pub range: RangeId,
-    pub name: StringId,
-    pub domain: StringId,
-    pub thread: ThreadIdx,
-    pub process: ProcessIdx,
-    pub begin_ts_nanos: u64,
-    /// `None` when the range never ended.
-    pub end_ts_nanos: Option<u64>,
-    /// Device live bytes of the process at begin and at end.
-    pub live_before_bytes: u64,
-    pub live_after_bytes: u64,
-    /// Highest device live bytes of the process while the range was open.
-    pub peak_bytes: u64,
-    pub alloc_count: u64,
-    pub alloc_bytes: u64,
-    /// Parent instance slot (index + 1), 0 for a top-level range.
-    pub parent_slot: u32,
-}
-
-impl RangeInstance {
-    pub const fn growth_bytes(&self) -> i64 {
-        // Saturates for hostile values instead of overflowing.
-        let d = self.live_after_bytes as i128 - self.live_before_bytes as i128;
-        if d > i64::MAX as i128 {
-            i64::MAX
-        } else if d < i64::MIN as i128 {
-            i64::MIN
-        } else {
-            d as i64
-        }
-    }
-}
-
 /// A failed allocation with the state at that moment.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct FailedAllocation {
@@ -249,7 +214,8 @@ pub struct TraceModel {
     pub failed: Vec<FailedAllocation>,
     pub free_unknown: Vec<FreeUnknown>,
     pub resets: Vec<ResetEvent>,
-    pub ranges: Vec<RangeInstance>,
+    /// Every NVTX range instance in the order they began, stored by column (`range_store`).
+    pub ranges: RangeStore,
     pub marks: Vec<Mark>,
     pub device_samples: Vec<DeviceSample>,
     pub pool_samples: Vec<PoolSample>,
@@ -482,7 +448,6 @@ impl TraceModel {
         let vectors = vec_bytes(&self.failed)
             + vec_bytes(&self.free_unknown)
             + vec_bytes(&self.resets)
-            + vec_bytes(&self.ranges)
             + vec_bytes(&self.marks)
             + vec_bytes(&self.device_samples)
             + vec_bytes(&self.pool_samples)
@@ -504,8 +469,10 @@ impl TraceModel {
         self.table_bytes
             + vectors
             + lists
-            + (self.allocs.heap_bytes() + self.total.heap_bytes() + self.total_points.heap_bytes())
-                as u64
+            + (self.allocs.heap_bytes()
+                + self.ranges.heap_bytes()
+                + self.total.heap_bytes()
+                + self.total_points.heap_bytes()) as u64
     }
 
     #[inline]
@@ -570,10 +537,10 @@ impl TraceModel {
     /// Credits the highest live bytes since the last fold to every open range of the process.
     fn fold_range_peaks(&mut self, pi: usize) {
         let p = &mut self.procs[pi];
+        let peak = p.max_since_fold;
         for &slot in &p.open_slots {
-            if let Some(r) = self.ranges.get_mut(slot as usize - 1) {
-                r.peak_bytes = r.peak_bytes.max(p.max_since_fold);
-            }
+            self.ranges
+                .update(slot as usize - 1, |r| r.peak_bytes = r.peak_bytes.max(peak));
         }
         p.max_since_fold = p.live_bytes;
     }
@@ -986,7 +953,9 @@ impl TraceModel {
 
     fn range_end(&mut self, e: RangeEnd) {
         if let Some(slot) = self.open_ranges.remove(&e.range) {
-            let r = self.ranges[slot as usize - 1];
+            let Some(r) = self.ranges.get(slot as usize - 1) else {
+                return;
+            };
             let pi = self.proc_index(r.process);
             self.fold_range_peaks(pi);
             let open = &mut self.procs[pi].open_slots;
@@ -994,17 +963,19 @@ impl TraceModel {
                 open.remove(pos);
             }
             let live = self.procs[pi].live_bytes;
-            let ri = &mut self.ranges[slot as usize - 1];
-            ri.end_ts_nanos = Some(e.ts_nanos);
-            ri.live_after_bytes = live;
-            // A range past the open limit was not folded: its peak is at least its end.
-            ri.peak_bytes = ri.peak_bytes.max(live);
             let tkey = (r.process, r.thread);
             let i = self.thread_ranges_slot(tkey);
             let t = &mut self.thread_ranges[i];
-            if let Some(o) = t.end(slot) {
-                t.settle(o, &mut self.ranges[slot as usize - 1]);
-            }
+            let opened = t.end(slot);
+            self.ranges.update(slot as usize - 1, |ri| {
+                ri.end_ts_nanos = Some(e.ts_nanos);
+                ri.live_after_bytes = live;
+                // A range past the open limit was not folded: its peak is at least its end.
+                ri.peak_bytes = ri.peak_bytes.max(live);
+                if let Some(o) = opened {
+                    t.settle(o, ri);
+                }
+            });
             self.touch_thread(tkey, e.ts_nanos);
             self.any_open_range = !self.open_ranges.is_empty();
         }
@@ -1181,11 +1152,10 @@ impl TraceModel {
         // Ranges still open at the end hold the allocations up to it.
         for t in &self.thread_ranges {
             for &o in &t.open {
-                if let Some(r) = self.ranges.get_mut(o.slot as usize - 1) {
-                    t.settle(o, r);
-                }
+                self.ranges.update(o.slot as usize - 1, |r| t.settle(o, r));
             }
         }
+        self.ranges.pack_all();
         self.total = core::mem::take(&mut self.total_points).build();
         for s in &mut self.allocated {
             s.timeline.build_index();
@@ -1305,24 +1275,15 @@ impl TraceModel {
         }
         self.finished = false;
         let _ = self.finish();
-        for r in &mut self.ranges {
-            let Some((_, tl)) = per_process.iter().find(|p| p.0 == r.process) else {
-                r.live_before_bytes = 0;
-                r.live_after_bytes = 0;
-                r.peak_bytes = 0;
-                continue;
-            };
-            let end = r.end_ts_nanos.unwrap_or(u64::MAX);
-            r.live_before_bytes = tl.value_at(r.begin_ts_nanos);
-            r.live_after_bytes = tl.value_at(end);
-            let from = tl.partition_point(|x| x <= r.begin_ts_nanos);
-            let to = tl.partition_point(|x| x <= end);
-            r.peak_bytes = tl
-                .points_from(from)
-                .take(to.saturating_sub(from))
-                .map(|p| p.1)
-                .fold(r.live_before_bytes, u64::max);
-        }
+        let ranges = core::mem::take(&mut self.ranges);
+        self.ranges = ranges
+            .iter()
+            .map(|mut r| {
+                replay_range(&per_process, &mut r);
+                r
+            })
+            .collect();
+        self.ranges.pack_all();
         for f in &mut self.failed {
             let r = f.record;
             f.live_bytes = self
@@ -1590,6 +1551,27 @@ impl Loader {
             bytes,
         })
     }
+}
+
+/// A range's live bytes before, after and at its peak, from its process's device live bytes
+/// over time (`replay_series`); zeros for a process with none.
+fn replay_range(per_process: &[(ProcessIdx, Timeline)], r: &mut RangeInstance) {
+    let Some((_, tl)) = per_process.iter().find(|p| p.0 == r.process) else {
+        r.live_before_bytes = 0;
+        r.live_after_bytes = 0;
+        r.peak_bytes = 0;
+        return;
+    };
+    let end = r.end_ts_nanos.unwrap_or(u64::MAX);
+    r.live_before_bytes = tl.value_at(r.begin_ts_nanos);
+    r.live_after_bytes = tl.value_at(end);
+    let from = tl.partition_point(|x| x <= r.begin_ts_nanos);
+    let to = tl.partition_point(|x| x <= end);
+    r.peak_bytes = tl
+        .points_from(from)
+        .take(to.saturating_sub(from))
+        .map(|p| p.1)
+        .fold(r.live_before_bytes, u64::max);
 }
 
 /// Chunk size `load` feeds the decoder with.
