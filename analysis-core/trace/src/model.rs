@@ -243,6 +243,9 @@ pub struct TraceModel {
     pub records: u64,
     // replay state
     open_ranges: HashMap<RangeId, u32>,
+    /// The most ranges open at once: the map's size, which removals do not shrink, is counted
+    /// in `table_bytes` as it grows.
+    open_ranges_most: usize,
     /// Per (process, thread): its open ranges and its allocations while any range was open.
     thread_ranges: Vec<ThreadRanges>,
     /// The index in `thread_ranges` looked up last.
@@ -925,7 +928,6 @@ impl TraceModel {
         let tkey = (b.process, b.thread);
         let ti = self.thread_ranges_slot(tkey);
         let parent_slot = self.thread_ranges[ti].open.last().map_or(0, |o| o.slot);
-        self.table_bytes += map_cost::<RangeId, u32>();
         self.ranges.push(RangeInstance {
             range: b.range,
             name: b.name,
@@ -943,6 +945,10 @@ impl TraceModel {
         });
         let slot = self.ranges.len() as u32;
         self.open_ranges.insert(b.range, slot);
+        if self.open_ranges.len() > self.open_ranges_most {
+            self.open_ranges_most = self.open_ranges.len();
+            self.table_bytes += map_cost::<RangeId, u32>();
+        }
         if tracked {
             self.procs[pi].open_slots.push(slot);
             self.thread_ranges[ti].begin(slot);
