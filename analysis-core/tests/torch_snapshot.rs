@@ -157,7 +157,7 @@ fn a_real_pytorch_snapshot_matches_torch_cuda_memory_counters() {
         m.peak_bytes,
         expect["max_memory_allocated"].as_u64().expect("n")
     );
-    let last = m.pool_samples.last().expect("pool samples");
+    let last = m.pool_samples.iter().last().expect("pool samples");
     assert_eq!(
         last.reserved_bytes,
         expect["memory_reserved"].as_u64().expect("n")

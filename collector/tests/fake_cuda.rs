@@ -406,7 +406,7 @@ fn pool_and_graph_memory_are_polled_outside_the_callbacks() {
     // The distinct (reserved, used) states of one pool, in time order.
     let states = |device: u32, pool: &dyn Fn(u64) -> bool| {
         let mut out: Vec<(u64, u64)> = Vec::new();
-        for s in &m.pool_samples {
+        for s in m.pool_samples.iter() {
             if s.device == DeviceIdx(device) && pool(s.pool) {
                 let v = (s.reserved_bytes / MIB, s.used_bytes / MIB);
                 if out.last() != Some(&v) {

@@ -142,15 +142,15 @@ fn summaries_refuse_in_words() {
     assert_eq!(status, 400, "{e}");
 }
 
-/// A trace whose model takes far more per byte than traces do (device samples of 3 bytes, 56
-/// in the model) passes the estimate made from its size, and is stopped while it is decoded,
+/// A trace whose model takes far more per byte than traces do (failed allocations of 3 bytes,
+/// 56 in the model) passes the estimate made from its size, and is stopped while it is decoded,
 /// once its model passes the summaries' budget: a refusal that says so, not a server holding 16
 /// times the trace. A real trace of the same size in the same budget is summarised.
 #[test]
 fn a_trace_denser_than_its_size_says_is_stopped_at_the_budget() {
     let store = store_dir("summaries", "dense");
     std::fs::create_dir_all(store.join("traces")).expect("traces dir");
-    // The header of a version 1.0 trace, then 400,000 device samples `[22, 0]`: 1.2 MB.
+    // The header of a version 1.0 trace, then 400,000 failed allocations `[18, 0]`: 1.2 MB.
     let dense = {
         let mut b = Vec::new();
         b.push(0x94);
@@ -158,7 +158,7 @@ fn a_trace_denser_than_its_size_says_is_stopped_at_the_budget() {
         b.extend_from_slice(analysis_core::format::MAGIC.as_bytes());
         b.extend_from_slice(&[0x01, 0x00, 0x80]);
         for _ in 0..400_000 {
-            b.extend_from_slice(&[0x92, 22, 0x00]);
+            b.extend_from_slice(&[0x92, 18, 0x00]);
         }
         b
     };

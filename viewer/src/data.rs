@@ -309,7 +309,7 @@ impl TraceData {
             })
             .collect();
         let mut device_used: BTreeMap<DeviceIdx, Timeline> = BTreeMap::new();
-        let mut dsamples: Vec<_> = m.device_samples.iter().collect();
+        let mut dsamples: Vec<_> = m.device_samples.iter_fixed().collect();
         dsamples.sort_by_key(|s| s.ts_nanos);
         for s in dsamples {
             device_used
@@ -823,7 +823,7 @@ impl TraceData {
                 let r = &f.record;
                 let device_free_bytes = m
                     .device_samples
-                    .iter()
+                    .iter_fixed()
                     .filter(|s| s.device == r.device && s.ts_nanos <= r.ts_nanos)
                     .max_by_key(|s| s.ts_nanos)
                     .map(|s| s.free_bytes);

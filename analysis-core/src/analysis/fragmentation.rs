@@ -41,9 +41,9 @@ pub fn analyze(
     // Each pool's samples with reserve, in one pass (pools in key order).
     let mut pools: alloc::collections::BTreeMap<
         (ProcessIdx, DeviceIdx, u64),
-        Vec<&crate::format::PoolSample>,
+        Vec<crate::format::PoolSample>,
     > = alloc::collections::BTreeMap::new();
-    for s in &m.pool_samples {
+    for s in m.pool_samples.iter() {
         let e = pools.entry((s.process, s.device, s.pool)).or_default();
         if s.reserved_bytes > 0 {
             e.push(s);
@@ -58,7 +58,7 @@ pub fn analyze(
             s.reserved_bytes.saturating_sub(s.used_bytes) as f64 / s.reserved_bytes as f64
         };
         let mut sum = 0.0;
-        let mut worst = samples[0];
+        let mut worst = &samples[0];
         for s in &samples {
             let r = ratio(s);
             sum += r;
@@ -123,7 +123,7 @@ pub fn analyze(
         // Over the steady state, the reserve may grow as much as the peak demand does (a leak
         // grows both); only growth beyond it is forced. Samples land at any phase of an
         // iteration, so one sample's demand can be lower than the last while a leak still grows.
-        let steady: Vec<&&crate::format::PoolSample> = samples
+        let steady: Vec<&crate::format::PoolSample> = samples
             .iter()
             .filter(|s| s.ts_nanos >= steady_from)
             .collect();

@@ -30,7 +30,7 @@ pub fn analyze(
     found: &mut Found,
 ) -> (Vec<HiddenMemory>, Vec<OomForensics>) {
     let pids: Vec<u32> = m.processes.iter().map(|p| p.pid).collect();
-    let mut devices: Vec<DeviceIdx> = m.device_samples.iter().map(|s| s.device).collect();
+    let mut devices: Vec<DeviceIdx> = m.device_samples.iter_fixed().map(|s| s.device).collect();
     devices.sort_unstable();
     devices.dedup();
     let mut hidden = Vec::new();
@@ -47,9 +47,8 @@ pub fn analyze(
         let r = &f.record;
         let sample = m
             .device_samples
-            .iter()
-            .rev()
-            .find(|s| s.device == r.device && s.ts_nanos <= r.ts_nanos);
+            .last_where(|s| s.device == r.device && s.ts_nanos <= r.ts_nanos);
+        let sample = sample.as_ref();
         let mut others: Vec<ProcessUsage> = sample
             .map(|s| {
                 s.processes
@@ -186,7 +185,7 @@ struct GapSeries {
 }
 
 impl GapSeries {
-    fn of(m: &TraceModel, d: DeviceIdx, pids: &[u32], samples: &[&DeviceSample]) -> Self {
+    fn of(m: &TraceModel, d: DeviceIdx, pids: &[u32], samples: &[DeviceSample]) -> Self {
         let reserve = reserved_steps(m, d);
         let mut g = Self {
             ts: Vec::with_capacity(samples.len()),
@@ -234,7 +233,7 @@ fn device_gap(
 ) -> HiddenMemory {
     // A sample without the device's total (an imported snapshot's OOM, which knows only the
     // free bytes) says nothing about what is used.
-    let samples: Vec<&DeviceSample> = m
+    let samples: Vec<DeviceSample> = m
         .device_samples
         .iter()
         .filter(|s| s.device == d && s.total_bytes > 0)

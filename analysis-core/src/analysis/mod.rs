@@ -304,7 +304,7 @@ pub(crate) fn device_capacity(m: &TraceModel, device: crate::format::DeviceIdx) 
         .filter(|&b| b > 0)
         .or_else(|| {
             m.device_samples
-                .iter()
+                .iter_fixed()
                 .rev()
                 .find(|d| d.device == device)
                 .map(|d| d.total_bytes)
@@ -322,7 +322,7 @@ pub(crate) fn device_used_at_end(m: &TraceModel, device: crate::format::DeviceId
         .map(|s| s.live_bytes)
         .fold(0u64, u64::saturating_add);
     m.device_samples
-        .iter()
+        .iter_fixed()
         .rev()
         .find(|d| d.device == device)
         .map_or(ours, |d| d.used_bytes.max(ours))

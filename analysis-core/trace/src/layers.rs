@@ -40,8 +40,9 @@ pub fn tensor_view(m: &TraceModel) -> Option<TraceModel> {
         }
     });
     if !reserve.is_empty() {
-        v.pool_samples.extend(reserve);
-        v.pool_samples.sort_by_key(|p| p.ts_nanos);
+        let mut samples: Vec<PoolSample> = v.pool_samples.iter().chain(reserve).collect();
+        samples.sort_by_key(|p| p.ts_nanos);
+        v.pool_samples = samples.into_iter().collect();
     }
     v.replay_series();
     Some(v)

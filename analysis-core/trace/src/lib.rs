@@ -27,6 +27,7 @@ pub mod model;
 pub mod msgpack;
 pub mod packed;
 pub mod range_store;
+pub mod samples;
 pub mod synth;
 pub mod timeline;
 

@@ -19,6 +19,7 @@ use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
 pub use crate::range_store::{RangeInstance, RangeStore};
+pub use crate::samples::{DeviceSamples, PoolSamples};
 use crate::timeline::{Timeline, TimelineBuilder};
 
 /// Maximum stack depth followed when resolving a stack (guards against cycles in bad traces).
@@ -217,8 +218,9 @@ pub struct TraceModel {
     /// Every NVTX range instance in the order they began, stored by column (`range_store`).
     pub ranges: RangeStore,
     pub marks: Vec<Mark>,
-    pub device_samples: Vec<DeviceSample>,
-    pub pool_samples: Vec<PoolSample>,
+    /// NVML's device samples and the pools' samples, stored by column (`samples`).
+    pub device_samples: DeviceSamples,
+    pub pool_samples: PoolSamples,
     pub process_exits: Vec<ProcessExit>,
     pub dropped_events: u64,
     /// The collector's notices about the capture itself (untraced processes).
@@ -452,8 +454,6 @@ impl TraceModel {
             + vec_bytes(&self.free_unknown)
             + vec_bytes(&self.resets)
             + vec_bytes(&self.marks)
-            + vec_bytes(&self.device_samples)
-            + vec_bytes(&self.pool_samples)
             + vec_bytes(&self.process_exits)
             + vec_bytes(&self.notices)
             + vec_bytes(&self.processes)
@@ -474,6 +474,8 @@ impl TraceModel {
             + lists
             + (self.allocs.heap_bytes()
                 + self.ranges.heap_bytes()
+                + self.device_samples.heap_bytes()
+                + self.pool_samples.heap_bytes()
                 + self.total.heap_bytes()
                 + self.total_points.heap_bytes()) as u64
     }
