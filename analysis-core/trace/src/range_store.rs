@@ -7,6 +7,7 @@
 //! iterations, a range never ended). An instance of a training trace takes about 21 bytes,
 //! against 96 as a struct.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::format::{ProcessIdx, RangeId, StringId, ThreadIdx};
@@ -157,8 +158,8 @@ pub struct RangeStore {
     late_mask: Vec<u64>,
     /// Packed instances whose later fields changed, or could change, after packing, by index.
     late: Vec<(u32, Later)>,
-    /// The instances after the packed blocks.
-    plain: Vec<RangeInstance>,
+    /// The instances after the packed blocks (a ring: packing takes from its front).
+    plain: VecDeque<RangeInstance>,
 }
 
 impl PartialEq for RangeStore {
@@ -173,7 +174,7 @@ impl RangeStore {
             cols: [const { PackedColumn::new() }; COLUMNS],
             late_mask: Vec::new(),
             late: Vec::new(),
-            plain: Vec::new(),
+            plain: VecDeque::new(),
         }
     }
 
@@ -195,7 +196,7 @@ impl RangeStore {
 
     /// Appends an instance; its index is `len()` before the call.
     pub fn push(&mut self, r: RangeInstance) {
-        self.plain.push(r);
+        self.plain.push_back(r);
         if self.plain.len() >= KEEP + BLOCK {
             self.pack_front();
         }
@@ -212,7 +213,8 @@ impl RangeStore {
     /// Packs the oldest [`BLOCK`] plain instances.
     fn pack_front(&mut self) {
         let first = self.packed();
-        let block = &self.plain[..BLOCK];
+        let block: [RangeInstance; BLOCK] = core::array::from_fn(|k| self.plain[k]);
+        let block = &block;
         let mut mask = 0u64;
         for (k, r) in block.iter().enumerate() {
             // Still open (its end and peaks may change), or an end no code holds.
