@@ -184,7 +184,7 @@ impl AllocStore {
     fn pack_tail(&mut self) {
         let t = &self.tail;
         Arc::make_mut(&mut self.ts).append(|k| t[k].ts_nanos);
-        Arc::make_mut(&mut self.size).append(|k| t[k].size_bytes);
+        Arc::make_mut(&mut self.size).append_repeating(|k| t[k].size_bytes);
         Arc::make_mut(&mut self.address).append(|k| t[k].address);
         Arc::make_mut(&mut self.stack).append(|k| u64::from(t[k].stack.0));
         Arc::make_mut(&mut self.thread).append(|k| u64::from(t[k].thread.0));
