@@ -21,8 +21,9 @@ use super::store::Store;
 
 /// Memory a summary takes while it is made, per byte of the trace file: the model and the
 /// analysis' tables at their high-water mark (the trace is decoded as it streams from the
-/// store, never held whole). Measured from 2.0 to 3.5 (docs/benchmarks.md, "Summaries"): 2.0
-/// for a 300 M-event training trace, 3.5 for a trace with framework capture, rounded up. A
+/// store, never held whole). Measured from 1.7 to 3.0 (docs/benchmarks.md, "Summaries"): 1.7
+/// for a 300 M-event training trace, 3.0 for a trace with framework capture, rounded up with
+/// a margin. A
 /// trace that needs more than this estimate says is stopped while it is decoded, once its
 /// model passes what the budget has room for (`SummaryError::ModelOverBudget`). A kept
 /// summary takes less: what its model holds, counted once made.
