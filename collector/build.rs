@@ -2,6 +2,10 @@
 //! needs no files beside it. Build the viewer first with `trunk build --release` at the
 //! repository root. Without it the binary still builds (for lint and test jobs) and the server
 //! explains how to add the viewer. `GPUCOLLECT_VIEWER_DIST` points at another folder.
+//!
+//! Also fingerprints the analysis' sources (`GPUCOLLECT_ANALYSIS_FINGERPRINT`): the server keeps
+//! the summaries it makes next to the traces, and serves one again only to a build that
+//! analyses the same way.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -50,8 +54,40 @@ fn main() {
         );
     }
     code.push_str("];\n");
+    fingerprint_analysis(&manifest.join("..").join("analysis-core"));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("viewer_assets.rs");
     if let Err(e) = std::fs::write(&out, code) {
         println!("cargo:warning=cannot write {}: {e}", out.display());
     }
+}
+
+/// FNV-1a over the paths and bytes of every source file of the analysis crates (in path
+/// order), as `GPUCOLLECT_ANALYSIS_FINGERPRINT`; the build reruns when one changes.
+fn fingerprint_analysis(root: &Path) {
+    let mut files = Vec::new();
+    for sub in ["src", "trace/src", "torch-import/src"] {
+        collect(&root.join(sub), &mut files);
+    }
+    for toml in ["Cargo.toml", "trace/Cargo.toml", "torch-import/Cargo.toml"] {
+        files.push(root.join(toml));
+    }
+    files.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+        let rel = f
+            .strip_prefix(root)
+            .unwrap_or(f)
+            .to_string_lossy()
+            .replace('\\', "/");
+        eat(rel.as_bytes());
+        eat(&std::fs::read(f).unwrap_or_default());
+    }
+    println!("cargo:rustc-env=GPUCOLLECT_ANALYSIS_FINGERPRINT={h:016x}");
 }

@@ -218,3 +218,58 @@ fn a_stored_snapshot_is_summarised_as_its_conversion() {
     );
     assert!(report.peak_bytes > 0);
 }
+
+/// A summary once made is kept in the store next to its trace, and a server started later on
+/// that store answers `summary` from it without decoding the trace: here the trace's bytes are
+/// replaced by damage once the first server has gone, and the summary is still the same
+/// (while the timeline, which needs the trace, is refused). One kept by another build, or
+/// damaged, is made again from the trace.
+#[test]
+fn a_kept_summary_is_served_after_a_restart_without_decoding() {
+    let store = store_dir("summaries", "kept");
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    let trace_path = store.join("traces").join(format!("{ID}.msgpack"));
+    let kept = store.join("summaries").join(format!("{ID}.summary"));
+    std::fs::write(&trace_path, trace(20_000)).expect("write");
+    let args = ["--store", store.to_str().expect("utf-8")];
+    let first = {
+        let (child, base) = spawn_serve(&args, &[]);
+        let _child = Killed(child);
+        let (status, s) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+        assert_eq!(status, 200, "{s}");
+        s
+    };
+    let on_disk = std::fs::read(&kept).expect("the summary is kept next to the trace");
+    assert!(
+        on_disk.starts_with(b"gpucollect "),
+        "its first line says what made it"
+    );
+
+    std::fs::write(&trace_path, [0xc1u8; 4096]).expect("damage the trace");
+    let (child, base) = spawn_serve(&args, &[]);
+    let child = Killed(child);
+    let (status, again) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again, first, "the kept summary, not a new one");
+    let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/timeline"));
+    assert_eq!(status, 422, "the timeline needs the trace: {e}");
+    drop(child);
+
+    // Another build's summary, or a damaged one, is not served: the trace is decoded again.
+    let other = [
+        b"gpucollect 0.0.0 analysis 0\n".as_slice(),
+        &on_disk[on_disk
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("a key line")
+            + 1..],
+    ]
+    .concat();
+    for bad in [other, on_disk[..on_disk.len() / 2].to_vec()] {
+        std::fs::write(&kept, &bad).expect("write");
+        let (child, base) = spawn_serve(&args, &[]);
+        let _child = Killed(child);
+        let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+        assert_eq!(status, 422, "made again from the damaged trace: {e}");
+    }
+}

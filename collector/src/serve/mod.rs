@@ -422,6 +422,39 @@ struct SummaryQuery {
     limit: Option<usize>,
 }
 
+/// The trace a summaries request names, or the answer that refuses it (no read token, a bad
+/// id).
+fn summary_request(
+    state: &AppState,
+    id: &str,
+    q: &SummaryQuery,
+    headers: &HeaderMap,
+) -> Result<TraceId, Box<Response>> {
+    let tq = TokenQuery {
+        token: q.token.clone(),
+        view: None,
+    };
+    if let Some(r) = read_denied(state, headers, &tq) {
+        return Err(Box::new(r));
+    }
+    TraceId::parse(id).map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e.to_string())))
+}
+
+/// The answer to a summary that could not be made.
+fn summary_refused(e: &summaries::SummaryError, id: &TraceId) -> Response {
+    use summaries::SummaryError as E;
+    let status = match e {
+        E::NotFound(_) => StatusCode::NOT_FOUND,
+        E::TooBig { .. } | E::ModelOverBudget { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        E::Undecodable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        E::Storage(_) => {
+            tracing::error!(error = %e, %id, "cannot summarise a stored trace");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    };
+    error(status, e.to_string())
+}
+
 /// The summary of trace `id` for a request, or the answer that refuses it.
 async fn summary_of(
     state: &AppState,
@@ -429,43 +462,29 @@ async fn summary_of(
     q: &SummaryQuery,
     headers: &HeaderMap,
 ) -> Result<Arc<summaries::Summary>, Response> {
-    let tq = TokenQuery {
-        token: q.token.clone(),
-        view: None,
-    };
-    if let Some(r) = read_denied(state, headers, &tq) {
-        return Err(r);
-    }
-    let id = TraceId::parse(id).map_err(|e| error(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let id = summary_request(state, id, q, headers).map_err(|r| *r)?;
     state
         .summaries
         .get(&state.cfg.store, &id)
         .await
-        .map_err(|e| {
-            use summaries::SummaryError as E;
-            let status = match &e {
-                E::NotFound(_) => StatusCode::NOT_FOUND,
-                E::TooBig { .. } | E::ModelOverBudget { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                E::Undecodable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                E::Storage(_) => {
-                    tracing::error!(error = %e, %id, "cannot summarise a stored trace");
-                    StatusCode::INTERNAL_SERVER_ERROR
-                }
-            };
-            error(status, e.to_string())
-        })
+        .map_err(|e| summary_refused(&e, &id))
 }
 
-/// `GET /api/v1/traces/<id>/summary`: the report, the time extent and the series.
+/// `GET /api/v1/traces/<id>/summary`: the report, the time extent and the series; from the
+/// summary kept in the store when the trace is not in memory.
 async fn summary_overview(
     State(state): State<Shared>,
     Path(id): Path<String>,
     Query(q): Query<SummaryQuery>,
     headers: HeaderMap,
 ) -> Response {
-    match summary_of(&state, &id, &q, &headers).await {
-        Ok(s) => axum::Json(s.overview()).into_response(),
-        Err(r) => r,
+    let id = match summary_request(&state, &id, &q, &headers) {
+        Ok(id) => id,
+        Err(r) => return *r,
+    };
+    match state.summaries.overview_json(&state.cfg.store, &id).await {
+        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Err(e) => summary_refused(&e, &id),
     }
 }
 

@@ -27,12 +27,14 @@ use super::ids::TraceId;
 /// Where traces live.
 #[derive(Clone, Debug)]
 pub enum Store {
-    /// `<root>/traces/<id>.msgpack`, with uploads staged in `<root>/tmp/<instance>/`.
+    /// `<root>/traces/<id>.msgpack`, with uploads staged in `<root>/tmp/<instance>/`, and the
+    /// summaries made of them in `<root>/summaries/<id>.summary`.
     Local {
         root: PathBuf,
         instance: Arc<Instance>,
     },
-    /// `<prefix>/<id>.msgpack` in an object store.
+    /// `<prefix>/<id>.msgpack` in an object store, and the summaries made of them in
+    /// `<prefix>/summaries/<id>.summary`.
     Object {
         store: Arc<dyn ObjectStore>,
         prefix: ObjectPath,
@@ -238,7 +240,7 @@ impl Store {
     /// live staging folder is left alone.
     pub async fn local(root: &Path) -> anyhow::Result<Self> {
         use anyhow::Context;
-        for sub in ["traces", "tmp"] {
+        for sub in ["traces", "tmp", "summaries"] {
             tokio::fs::create_dir_all(root.join(sub))
                 .await
                 .with_context(|| {
@@ -516,22 +518,117 @@ impl Store {
         Ok(out)
     }
 
-    /// Deletes a trace. One already gone (another server sharing the store deleted it) is
-    /// not an error.
+    /// Deletes a trace and the summary kept of it. One already gone (another server sharing
+    /// the store deleted it) is not an error.
     pub async fn delete(&self, id: &TraceId) -> anyhow::Result<()> {
         match self {
             Self::Local { root, .. } => {
-                match tokio::fs::remove_file(root.join("traces").join(format!("{id}.msgpack")))
-                    .await
-                {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                    _ => {}
+                for path in [
+                    root.join("traces").join(format!("{id}.msgpack")),
+                    root.join("summaries").join(format!("{id}.summary")),
+                ] {
+                    match tokio::fs::remove_file(path).await {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(e.into());
+                        }
+                        _ => {}
+                    }
                 }
             }
             Self::Object { store, prefix, .. } => {
-                store.delete(&Self::object_path(prefix, id)).await?
+                store.delete(&Self::object_path(prefix, id)).await?;
+                match store.delete(&Self::summary_path(prefix, id)).await {
+                    Err(object_store::Error::NotFound { .. }) | Ok(()) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Ok(())
+    }
+
+    fn summary_path(prefix: &ObjectPath, id: &TraceId) -> ObjectPath {
+        prefix.child("summaries").child(format!("{id}.summary"))
+    }
+
+    /// Keeps the summary made of trace `id` (`summaries.rs`), replacing one kept before. It is
+    /// visible whole or not at all: a local one is written beside and renamed into place, an
+    /// object is put in one request.
+    pub async fn put_summary(&self, id: &TraceId, bytes: Vec<u8>) -> anyhow::Result<()> {
+        match self {
+            Self::Local { root, instance } => {
+                let staged = instance.dir.join(format!("{id}.summary"));
+                tokio::fs::write(&staged, &bytes).await?;
+                let to = root.join("summaries").join(format!("{id}.summary"));
+                if let Err(e) = tokio::fs::rename(&staged, &to).await {
+                    let _ = tokio::fs::remove_file(&staged).await;
+                    return Err(e.into());
+                }
+            }
+            Self::Object { store, prefix, .. } => {
+                store
+                    .put(&Self::summary_path(prefix, id), Bytes::from(bytes).into())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The summary kept of trace `id`, if any.
+    pub async fn get_summary(&self, id: &TraceId) -> anyhow::Result<Option<Vec<u8>>> {
+        match self {
+            Self::Local { root, .. } => {
+                match tokio::fs::read(root.join("summaries").join(format!("{id}.summary"))).await {
+                    Ok(b) => Ok(Some(b)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Self::Object { store, prefix, .. } => {
+                match store.get(&Self::summary_path(prefix, id)).await {
+                    Ok(r) => Ok(Some(r.bytes().await?.to_vec())),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kept summary is read back as written, replaced by the next, and deleted with its
+    /// trace.
+    #[test]
+    fn a_kept_summary_goes_with_its_trace() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let root = std::env::temp_dir().join(format!(
+                "gpucollect-store-test-{}",
+                TraceId::random().expect("id")
+            ));
+            let store = Store::local(&root).await.expect("store");
+            let id = TraceId::random().expect("id");
+            let trace = root.join("traces").join(format!("{id}.msgpack"));
+            std::fs::write(&trace, b"trace").expect("write");
+            assert_eq!(store.get_summary(&id).await.expect("read"), None);
+            store.put_summary(&id, b"one".to_vec()).await.expect("keep");
+            store.put_summary(&id, b"two".to_vec()).await.expect("keep");
+            assert_eq!(
+                store.get_summary(&id).await.expect("read").as_deref(),
+                Some(&b"two"[..])
+            );
+            store.delete(&id).await.expect("delete");
+            assert!(!trace.exists());
+            assert_eq!(store.get_summary(&id).await.expect("read"), None);
+            // Deleting again, or a trace that never had a summary, is not an error.
+            store.delete(&id).await.expect("delete again");
+            drop(store);
+            let _ = std::fs::remove_dir_all(&root);
+        });
     }
 }

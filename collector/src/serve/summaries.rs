@@ -118,6 +118,33 @@ impl Summaries {
         self.budget_bytes.saturating_sub(kept)
     }
 
+    /// The `summary` answer for trace `id` as JSON: from the summary in memory, else from the
+    /// one kept in the store by a build that analyses the same way (no decoding: a restarted
+    /// server answers at once), else from a summary made now (and kept).
+    pub async fn overview_json(
+        &self,
+        store: &Store,
+        id: &TraceId,
+    ) -> Result<Vec<u8>, SummaryError> {
+        if let Some(s) = self.lookup(id) {
+            return Ok(s.overview_json());
+        }
+        match store.exists(id).await {
+            Ok(true) => {}
+            Ok(false) => return Err(SummaryError::NotFound(id.to_string())),
+            Err(e) => return Err(SummaryError::Storage(e.to_string())),
+        }
+        match store.get_summary(id).await {
+            Ok(Some(kept)) => match kept_overview(&kept) {
+                Some(o) => return Ok(o),
+                None => tracing::info!(%id, "the kept summary is another build's: made again"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::warn!(%id, error = %e, "cannot read the kept summary: made again"),
+        }
+        Ok(self.get(store, id).await?.overview_json())
+    }
+
     /// The summary of trace `id`, from the cache or made now.
     pub async fn get(&self, store: &Store, id: &TraceId) -> Result<Arc<Summary>, SummaryError> {
         if let Some(s) = self.lookup(id) {
@@ -181,6 +208,9 @@ impl Summaries {
         }
         let s = Arc::new(made?);
         tracing::info!(%id, trace_bytes = size, summary_bytes = s.bytes, "summarised a trace");
+        if let Err(e) = store.put_summary(id, kept_bytes(&s.overview_json())).await {
+            tracing::warn!(%id, error = %e, "cannot keep the summary in the store");
+        }
         self.insert(id.clone(), s.clone());
         Ok(s)
     }
@@ -238,6 +268,35 @@ fn decode_stream(
 /// Chunks of the stored trace read ahead of the decoder.
 const STREAM_CHUNKS_AHEAD: usize = 8;
 
+/// What a kept summary was made by: this build's version and the fingerprint of the
+/// analysis' sources (`build.rs`). A summary kept by a build with another key is made again,
+/// so a store shared across upgrades never serves an older analysis.
+pub const ANALYSIS_KEY: &str = concat!(
+    "gpucollect ",
+    env!("CARGO_PKG_VERSION"),
+    " analysis ",
+    env!("GPUCOLLECT_ANALYSIS_FINGERPRINT")
+);
+
+/// A summary as the store keeps it: a line with the [`ANALYSIS_KEY`] that made it, then the
+/// summary answer's JSON as it was served.
+fn kept_bytes(overview_json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ANALYSIS_KEY.len() + 1 + overview_json.len());
+    out.extend_from_slice(ANALYSIS_KEY.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(overview_json);
+    out
+}
+
+/// The summary answer of a kept summary made with this build's [`ANALYSIS_KEY`]; `None` for
+/// another build's, or bytes that are not one.
+fn kept_overview(bytes: &[u8]) -> Option<Vec<u8>> {
+    let (key, json) = bytes.split_at(bytes.iter().position(|&b| b == b'\n')?);
+    let json = &json[1..];
+    let whole = serde_json::from_slice::<serde::de::IgnoredAny>(json).is_ok();
+    (key == ANALYSIS_KEY.as_bytes() && json.first() == Some(&b'{') && whole).then(|| json.to_vec())
+}
+
 /// `GET …/summary`: the report and what the timeline can show.
 #[derive(Debug, Serialize)]
 pub struct Overview<'a> {
@@ -250,6 +309,12 @@ pub struct Overview<'a> {
 }
 
 impl Summary {
+    /// [`Self::overview`] as JSON.
+    pub fn overview_json(&self) -> Vec<u8> {
+        // Serialising plain data into a vector cannot fail.
+        serde_json::to_vec(&self.overview()).unwrap_or_default()
+    }
+
     pub fn overview(&self) -> Overview<'_> {
         let m = &self.trace.model;
         Overview {
