@@ -54,22 +54,33 @@ fn main() {
         );
     }
     code.push_str("];\n");
-    fingerprint_analysis(&manifest.join("..").join("analysis-core"));
+    fingerprint_analysis(&manifest.join(".."));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("viewer_assets.rs");
     if let Err(e) = std::fs::write(&out, code) {
         println!("cargo:warning=cannot write {}: {e}", out.display());
     }
 }
 
-/// FNV-1a over the paths and bytes of every source file of the analysis crates (in path
-/// order), as `GPUCOLLECT_ANALYSIS_FINGERPRINT`; the build reruns when one changes.
+/// FNV-1a over the paths and bytes of every source file of the analysis crates and of the
+/// server's code that makes a summary (in path order), as `GPUCOLLECT_ANALYSIS_FINGERPRINT`;
+/// the build reruns when one changes. `root` is the workspace.
 fn fingerprint_analysis(root: &Path) {
     let mut files = Vec::new();
-    for sub in ["src", "trace/src", "torch-import/src"] {
+    for sub in [
+        "analysis-core/src",
+        "analysis-core/trace/src",
+        "analysis-core/torch-import/src",
+    ] {
         collect(&root.join(sub), &mut files);
     }
-    for toml in ["Cargo.toml", "trace/Cargo.toml", "torch-import/Cargo.toml"] {
-        files.push(root.join(toml));
+    for file in [
+        "analysis-core/Cargo.toml",
+        "analysis-core/trace/Cargo.toml",
+        "analysis-core/torch-import/Cargo.toml",
+        "collector/src/serve/summaries.rs",
+        "collector/src/threads.rs",
+    ] {
+        files.push(root.join(file));
     }
     files.sort();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
