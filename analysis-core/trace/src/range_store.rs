@@ -162,12 +162,6 @@ pub struct RangeStore {
     plain: VecDeque<RangeInstance>,
 }
 
-impl PartialEq for RangeStore {
-    fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
-    }
-}
-
 impl RangeStore {
     pub const fn new() -> Self {
         Self {
@@ -389,32 +383,7 @@ impl RangeStore {
     }
 }
 
-/// As the sequence of instances (as a vector of them would be).
-impl serde::Serialize for RangeStore {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
-
-impl From<Vec<RangeInstance>> for RangeStore {
-    fn from(v: Vec<RangeInstance>) -> Self {
-        let mut s = Self::new();
-        for r in v {
-            s.push(r);
-        }
-        s
-    }
-}
-
-impl FromIterator<RangeInstance> for RangeStore {
-    fn from_iter<I: IntoIterator<Item = RangeInstance>>(iter: I) -> Self {
-        let mut s = Self::new();
-        for r in iter {
-            s.push(r);
-        }
-        s
-    }
-}
+crate::samples::sequence_traits!(RangeStore, RangeInstance);
 
 /// [`RangeStore::iter`].
 pub struct Iter<'a> {

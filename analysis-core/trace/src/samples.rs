@@ -10,6 +10,49 @@ use alloc::vec::Vec;
 use crate::format::{DeviceIdx, DeviceSample, PoolSample, ProcessIdx, ProcessUsage};
 use crate::packed::Column;
 
+/// The traits a store by column shares with a vector of its records: built from and
+/// extended by records (pushed in order), compared and serialised as the sequence of them
+/// (`iter()` in order, `push`, `new`, `len`).
+macro_rules! sequence_traits {
+    ($store:ty, $item:ty) => {
+        impl Extend<$item> for $store {
+            fn extend<I: IntoIterator<Item = $item>>(&mut self, iter: I) {
+                for x in iter {
+                    self.push(x);
+                }
+            }
+        }
+
+        impl FromIterator<$item> for $store {
+            fn from_iter<I: IntoIterator<Item = $item>>(iter: I) -> Self {
+                let mut s = Self::new();
+                s.extend(iter);
+                s
+            }
+        }
+
+        impl From<alloc::vec::Vec<$item>> for $store {
+            fn from(v: alloc::vec::Vec<$item>) -> Self {
+                v.into_iter().collect()
+            }
+        }
+
+        impl PartialEq for $store {
+            fn eq(&self, other: &Self) -> bool {
+                self.len() == other.len() && self.iter().eq(other.iter())
+            }
+        }
+
+        /// As the sequence of its records (as a vector of them would be).
+        impl serde::Serialize for $store {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.iter())
+            }
+        }
+    };
+}
+pub(crate) use sequence_traits;
+
 /// Pool samples in the order they were added.
 #[derive(Clone, Debug, Default)]
 pub struct PoolSamples {
@@ -90,34 +133,7 @@ impl PoolSamples {
     }
 }
 
-impl Extend<PoolSample> for PoolSamples {
-    fn extend<I: IntoIterator<Item = PoolSample>>(&mut self, iter: I) {
-        for s in iter {
-            self.push(s);
-        }
-    }
-}
-
-impl FromIterator<PoolSample> for PoolSamples {
-    fn from_iter<I: IntoIterator<Item = PoolSample>>(iter: I) -> Self {
-        let mut s = Self::new();
-        s.extend(iter);
-        s
-    }
-}
-
-impl PartialEq for PoolSamples {
-    fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
-    }
-}
-
-/// As the sequence of samples (as a vector of them would be).
-impl serde::Serialize for PoolSamples {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
+sequence_traits!(PoolSamples, PoolSample);
 
 /// Device samples in the order they were added; each sample's processes in two columns of
 /// their own, `processes_end` saying where each sample's end.
@@ -252,34 +268,7 @@ impl DeviceSamples {
     }
 }
 
-impl Extend<DeviceSample> for DeviceSamples {
-    fn extend<I: IntoIterator<Item = DeviceSample>>(&mut self, iter: I) {
-        for s in iter {
-            self.push(s);
-        }
-    }
-}
-
-impl FromIterator<DeviceSample> for DeviceSamples {
-    fn from_iter<I: IntoIterator<Item = DeviceSample>>(iter: I) -> Self {
-        let mut s = Self::new();
-        s.extend(iter);
-        s
-    }
-}
-
-impl PartialEq for DeviceSamples {
-    fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
-    }
-}
-
-/// As the sequence of samples (as a vector of them would be).
-impl serde::Serialize for DeviceSamples {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
+sequence_traits!(DeviceSamples, DeviceSample);
 
 #[cfg(test)]
 mod tests {
