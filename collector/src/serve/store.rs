@@ -472,7 +472,8 @@ impl Store {
         }
     }
 
-    /// Every stored trace (for retention only; never exposed over HTTP).
+    /// Every stored trace (for retention only; never exposed over HTTP), its size with the
+    /// summary kept of it.
     pub async fn list(&self) -> anyhow::Result<Vec<StoredTrace>> {
         let mut out = Vec::new();
         match self {
@@ -488,20 +489,29 @@ impl Store {
                         continue;
                     };
                     let m = e.metadata().await?;
+                    let kept = root.join("summaries").join(format!("{id}.summary"));
+                    let kept = tokio::fs::metadata(kept).await.map_or(0, |k| k.len());
                     out.push(StoredTrace {
                         id,
-                        size_bytes: m.len(),
+                        size_bytes: m.len().saturating_add(kept),
                         modified: m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                     });
                 }
             }
             Self::Object { store, prefix, .. } => {
+                let mut kept: std::collections::HashMap<TraceId, u64> = Default::default();
                 let mut s = store.list(Some(prefix));
                 while let Some(meta) = s.next().await {
                     let meta = meta?;
-                    let Some(id) = meta
-                        .location
-                        .filename()
+                    let name = meta.location.filename();
+                    if let Some(id) = name
+                        .and_then(|n| n.strip_suffix(".summary"))
+                        .and_then(|n| TraceId::parse(n).ok())
+                    {
+                        kept.insert(id, meta.size);
+                        continue;
+                    }
+                    let Some(id) = name
                         .and_then(|n| n.strip_suffix(".msgpack"))
                         .and_then(|n| TraceId::parse(n).ok())
                     else {
@@ -512,6 +522,10 @@ impl Store {
                         size_bytes: meta.size,
                         modified: meta.last_modified.into(),
                     });
+                }
+                for t in &mut out {
+                    let k = kept.get(&t.id).copied().unwrap_or(0);
+                    t.size_bytes = t.size_bytes.saturating_add(k);
                 }
             }
         }
@@ -616,12 +630,16 @@ mod tests {
             let trace = root.join("traces").join(format!("{id}.msgpack"));
             std::fs::write(&trace, b"trace").expect("write");
             assert_eq!(store.get_summary(&id).await.expect("read"), None);
+            let listed = |l: Vec<StoredTrace>| l.iter().find(|t| t.id == id).map(|t| t.size_bytes);
+            assert_eq!(listed(store.list().await.expect("list")), Some(5));
             store.put_summary(&id, b"one".to_vec()).await.expect("keep");
             store.put_summary(&id, b"two".to_vec()).await.expect("keep");
             assert_eq!(
                 store.get_summary(&id).await.expect("read").as_deref(),
                 Some(&b"two"[..])
             );
+            // Retention counts the kept summary with its trace.
+            assert_eq!(listed(store.list().await.expect("list")), Some(8));
             store.delete(&id).await.expect("delete");
             assert!(!trace.exists());
             assert_eq!(store.get_summary(&id).await.expect("read"), None);
