@@ -146,7 +146,7 @@ impl Head {
         ((self.start_width >> 48) & 0xff) as usize
     }
     fn new(base: u64, start: usize, dict: usize, width: usize) -> Self {
-        debug_assert!(start < 1 << 48 && dict <= BLOCK && width <= 8);
+        debug_assert!((start as u64) < 1 << 48 && dict <= BLOCK && width <= 8);
         Self {
             base,
             start_width: start as u64 | ((dict as u64) << 48) | ((width as u64) << 56),
