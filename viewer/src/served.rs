@@ -10,11 +10,11 @@ use analysis_core::timeline::{Bucket, Timeline};
 use serde::Deserialize;
 
 /// The largest trace a page downloads and opens itself, unless the page's address says
-/// otherwise (`?max_download=`): the viewer's WebAssembly memory reaches about 2.9 bytes per
+/// otherwise (`?max_download=`): the viewer's WebAssembly memory reaches about 2.5 bytes per
 /// trace byte (docs/benchmarks.md, "Browser viewer"), so 192 MiB (about 17 M events) takes
-/// some 560 MiB of a page's 4 GiB, and its first chart about 3 s of reading, where server
-/// mode's comes in a fraction of a second. `gpucollect serve` summarises up to 512 MiB by
-/// default (`--summary-memory 4GiB`).
+/// some 480 MiB of a page's 4 GiB, and its first chart about 3 s of reading, where server
+/// mode's comes in a fraction of a second. `gpucollect serve` summarises traces up to 1 GiB
+/// by default (`--summary-memory 4GiB`).
 pub const DEFAULT_MAX_DOWNLOAD: u64 = 192 << 20;
 
 /// How a trace at a URL is opened.
