@@ -75,6 +75,30 @@ test('a trace larger than the page takes opens through the server: verdict, time
   assert.deepEqual(v.errors, []);
 });
 
+test('while the first window is slow to come (a server reading a large trace), the page says why, and the note goes once it is drawn', async (ctx) => {
+  const { trace } = await upload('training-leak');
+  const v = await Viewer.open(ctx);
+  // The server's first timeline answer held back, as a restarted server's is while it decodes
+  // the trace (its summary already kept in the store).
+  let release;
+  const held = new Promise((r) => { release = r; });
+  await v.page.route((url) => url.pathname.endsWith('/timeline'), async (route) => {
+    await held;
+    await route.continue();
+  });
+  await v.goto(new URL(`?trace=${encodeURIComponent(trace)}&mode=server`, SERVE_URL).href);
+  await v.page.locator('[data-testid="mode"][data-mode="server"]').waitFor({ timeout: LOAD_TIMEOUT });
+  await v.el('served-waiting').waitFor({ timeout: LOAD_TIMEOUT });
+  const note = await v.text('served-waiting');
+  assert.match(note, /reading the trace to draw its timeline/, note);
+  assert.ok((await v.served.verdict()).length > 0, 'the verdict is shown while the timeline waits');
+  release();
+  await v.served.waitShown();
+  await v.el('served-waiting').waitFor({ state: 'detached', timeout: LOAD_TIMEOUT });
+  assert.equal(await v.count('served-waiting'), 0);
+  assert.deepEqual(v.errors, []);
+});
+
 test('a trace within the limit is downloaded and analysed in the page, which says so; mode=server forces the server', async (ctx) => {
   const { trace } = await upload('spikes');
   const { v, requests } = await openServed(ctx, trace, '');

@@ -250,6 +250,9 @@ fn spec<'a>(d: &'a Drawn, t0: u64, t1: u64, origin: u64, pin: Option<u64>) -> Ch
     }
 }
 
+/// How long the first window may take before the page says the server is reading the trace.
+const WAITING_NOTE_MS: u64 = 400;
+
 /// Everything shown for a trace in server mode.
 #[component]
 pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
@@ -264,6 +267,17 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
     // The last window asked for: an answer to an older one is dropped.
     let asked = StoredValue::new(0u64);
     let failed = RwSignal::new(None::<String>);
+    // Until the first window is drawn: after a server restart the summary comes from the store
+    // at once, but the timeline needs the trace decoded, which takes a while for a large one.
+    let no_window = RwSignal::new(true);
+    let slow = RwSignal::new(false);
+    set_timeout(
+        // The view may be gone by then: its signal disposed, which `try_set` allows.
+        move || {
+            let _ = slow.try_set(true);
+        },
+        std::time::Duration::from_millis(WAITING_NOTE_MS),
+    );
     let drawn: StoredValue<Option<(Arc<Drawn>, u64, u64)>, LocalStorage> =
         StoredValue::new_local(None);
 
@@ -310,6 +324,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
             match answer {
                 Ok(w) => {
                     failed.set(None);
+                    no_window.set(false);
                     drawn.set_value(Some((Arc::new(timelines_of(&s.summary, &w)), t0, t1)));
                     redraw(vs.with_untracked(|v| v.pin_nanos));
                     if let Some(el) = canvas.get_untracked() {
@@ -323,7 +338,10 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
                     }
                     dom::mark("gpucollect:served-window");
                 }
-                Err(e) => failed.set(Some(e)),
+                Err(e) => {
+                    no_window.set(false);
+                    failed.set(Some(e));
+                }
             }
         });
     });
@@ -397,6 +415,9 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
                     aria-label="Live device memory over time, as the server summarised it"
                     on:wheel=on_wheel on:click=on_click></canvas>
             </div>
+            {move || (no_window.get() && slow.get()).then(|| view! {
+                <p class="muted" role="status" data-testid="served-waiting">"The server is reading the trace to draw its timeline: it decodes a trace once, which takes tens of seconds for a trace of a few GB. The verdict and tables above are complete already."</p>
+            })}
             {move || failed.get().map(|e| view! {
                 <p class="error" role="alert" data-testid="served-error">{format!("The timeline could not be updated: {e}")}</p>
             })}
