@@ -822,7 +822,9 @@ fn range_of(m: &TraceModel, causes: &Causes, members: &[usize]) -> Option<String
             && members.contains(&causes.of(i))
             && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
         {
-            *by.entry(name).or_default() += a.size_bytes;
+            let e = by.entry(name).or_default();
+            // Hostile sizes saturate instead of overflowing.
+            *e = e.saturating_add(a.size_bytes);
         }
     }
     by.into_iter()
