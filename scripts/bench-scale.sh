@@ -10,7 +10,8 @@
 #   SCALE_DIR=dir        where the traces are written (default: a temporary directory)
 #
 # `gpucollect synth` builds the whole trace in memory before writing it (about 12 bytes per
-# event), and the report keeps the replayed model in memory: check free disk and memory before
+# event), and the report keeps the replayed model's history past 128 MiB in a temporary file in
+# TMPDIR (about 1.3 times the trace): check free memory and disk, there and in SCALE_DIR, before
 # asking for 300000000 events.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -42,7 +42,8 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         }
         _ => None,
     };
-    let mut loader = Loader::new();
+    // A long trace's history goes to disk past a budget (`spill`).
+    let mut loader = Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut first = true;
     loop {

@@ -18,6 +18,7 @@ mod output;
 mod render_text;
 #[cfg(feature = "serve")]
 mod serve;
+mod spill;
 mod threads;
 
 use std::process::ExitCode;

@@ -593,14 +593,16 @@ fn upload_treats_a_redirect_as_an_error() {
             let _ = c.write_all(answer.as_bytes());
         }
     });
-    let path = std::env::temp_dir().join(format!(
-        "gpucollect-redirect-{}.msgpack",
-        std::process::id()
-    ));
-    std::fs::write(&path, trace(200)).expect("trace");
+    // Removed when the test ends, whatever way it ends.
+    let file = tempfile::Builder::new()
+        .prefix("gpucollect-redirect-")
+        .suffix(".msgpack")
+        .tempfile()
+        .expect("temporary file");
+    std::fs::write(file.path(), trace(200)).expect("trace");
     let out = Command::new(env!("CARGO_BIN_EXE_gpucollect"))
         .args(["upload", "--server", &format!("http://{addr}")])
-        .arg(&path)
+        .arg(file.path())
         .env_remove("GPUCOLLECT_UPLOAD_TOKEN")
         .output()
         .expect("runs");

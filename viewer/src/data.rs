@@ -540,7 +540,7 @@ impl TraceData {
     pub fn live_sites_at(&self, t: u64, f: &Filter, limit: usize) -> Vec<SiteBytes> {
         let m = self.model();
         // Allocations are in time order: only those made by `t` can be live at `t`.
-        let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
+        let made = m.allocs.partition_ts(|x| x <= t);
         group_by_stack(
             m,
             m.allocs
@@ -1035,7 +1035,7 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
     spikes.dedup();
     for (ts, size, stack) in spikes {
         // The allocation itself says which process and device the spike is on.
-        let first = m.allocs.partition_point(|a| a.ts_nanos < ts);
+        let first = m.allocs.partition_ts(|t| t < ts);
         let Some(a) = m
             .allocs
             .iter_from(first)

@@ -93,7 +93,7 @@ pub fn analyze(
                 continue;
             }
             let free_before = p.reserved_bytes.saturating_sub(p.used_bytes);
-            let lo = m.allocs.partition_point(|a| a.ts_nanos <= p.ts_nanos);
+            let lo = m.allocs.partition_ts(|t| t <= p.ts_nanos);
             let request = m
                 .allocs
                 .iter_from(lo)

@@ -221,7 +221,7 @@ fn timeline_spikes(
         let (a, b) = it.span(i, end);
         // The largest allocation of this iteration live at its peak, freed again (a spike is
         // transient: what stays is growth).
-        let start = m.allocs.partition_point(|x| x.ts_nanos < a);
+        let start = m.allocs.partition_ts(|t| t < a);
         let culprit = m
             .allocs
             .iter_from(start)

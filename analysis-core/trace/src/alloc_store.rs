@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::format::{AllocKind, DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
 use crate::free_times::{FreeTimes, LiveIn};
-use crate::packed::{BLOCK, PackedColumn};
+use crate::packed::{BLOCK, PackedColumn, Spill};
 
 /// Sentinel for "not freed".
 pub use crate::free_times::LIVE;
@@ -157,6 +157,25 @@ impl AllocStore {
         }
     }
 
+    /// Full chunks of every column's packed bytes from now on go to `spill` where it takes
+    /// them (`packed::Spill`).
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        for c in [
+            &mut self.ts,
+            &mut self.size,
+            &mut self.address,
+            &mut self.stack,
+            &mut self.thread,
+            &mut self.device,
+            &mut self.process,
+            &mut self.range_slot,
+        ] {
+            Arc::make_mut(c).set_spill(spill.clone());
+        }
+        self.kind.set_spill(spill.clone());
+        self.free.set_spill(spill);
+    }
+
     /// Allocations in packed blocks.
     #[inline]
     fn packed(&self) -> usize {
@@ -206,6 +225,7 @@ impl AllocStore {
     /// others stay shared with the store this was cloned from.
     pub fn map_kinds(&mut self, f: impl Fn(usize, AllocKind) -> AllocKind) {
         let mut kinds = PackedColumn::new();
+        kinds.set_spill(self.kind.spill());
         let mut buf = [0u64; BLOCK];
         for b in 0..self.kind.blocks() {
             self.kind.decode(b, &mut buf);
@@ -238,6 +258,37 @@ impl AllocStore {
             process: ProcessIdx(self.process.get(i) as u32),
             range_slot: self.range_slot.get(i) as u32,
             kind: AllocKind::from_code(self.kind.get(i)),
+            free_kind: FreeKind::from_code(u64::from(free_kind)),
+        }
+    }
+
+    /// [`Self::at`] reading only `fields` (with [`Fields::TS`] and [`Fields::FREE`]); the
+    /// others hold no meaningful value (a marker in debug builds, as a pass's do).
+    pub fn at_fields(&self, i: usize, fields: Fields) -> AllocRecord {
+        if fields == Fields::ALL || i >= self.packed() {
+            return self.at(i);
+        }
+        let (wide, narrow) = if cfg!(debug_assertions) {
+            (0xa5a5_a5a5_a5a5_a5a5u64, 0xa5a5_a5a5u64)
+        } else {
+            (0, 0)
+        };
+        let read = |on: Fields, col: &PackedColumn, off: u64| {
+            if fields.has(on) { col.get(i) } else { off }
+        };
+        let ts_nanos = self.ts.get(i);
+        let (free_ts_nanos, free_kind) = self.free.get(i, |_| ts_nanos);
+        AllocRecord {
+            ts_nanos,
+            free_ts_nanos,
+            size_bytes: read(Fields::SIZE, &self.size, wide),
+            address: read(Fields::ADDRESS, &self.address, wide),
+            stack: StackId(read(Fields::STACK, &self.stack, narrow) as u32),
+            thread: ThreadIdx(read(Fields::THREAD, &self.thread, narrow) as u32),
+            device: DeviceIdx(read(Fields::DEVICE, &self.device, narrow) as u32),
+            process: ProcessIdx(read(Fields::PROCESS, &self.process, narrow) as u32),
+            range_slot: read(Fields::RANGE_SLOT, &self.range_slot, narrow) as u32,
+            kind: AllocKind::from_code(read(Fields::KIND, &self.kind, 0xa5)),
             free_kind: FreeKind::from_code(u64::from(free_kind)),
         }
     }
@@ -375,19 +426,17 @@ impl AllocStore {
         LiveAt { all, t }
     }
 
-    /// The first id whose allocation does not satisfy `pred`, where `pred` holds for a prefix of
-    /// the history and not after it (as `slice::partition_point`), e.g. `|a| a.ts_nanos < t`.
-    pub fn partition_point(&self, mut pred: impl FnMut(&AllocRecord) -> bool) -> usize {
-        let (mut lo, mut hi) = (0usize, self.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if pred(&self.at(mid)) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
+    /// The first id whose allocation time does not satisfy `pred`, where `pred` holds for a
+    /// prefix of the history and not after it (as `slice::partition_point` over the times),
+    /// e.g. `|t| t < at`. Reads the times' column only, narrowed by its blocks' minimums
+    /// (`PackedColumn::search_sorted`), so a search reads a chunk or two wherever they lie.
+    pub fn partition_ts(&self, mut pred: impl FnMut(u64) -> bool) -> usize {
+        let packed = self.packed();
+        let r = self.ts.search_sorted(0, packed, &mut pred, false);
+        if r < packed {
+            return r;
         }
-        lo
+        packed + self.tail.partition_point(|a| pred(a.ts_nanos))
     }
 
     /// Heap bytes held.
@@ -599,7 +648,7 @@ impl Iterator for LiveAt<'_> {
                     }
                     LiveIn::Late(id) => {
                         it.next = id + 1;
-                        let a = store.at(id);
+                        let a = store.at_fields(id, it.fields);
                         if a.live_at(t) {
                             return Some(a);
                         }
@@ -723,7 +772,7 @@ mod tests {
                 prop_assert_eq!(s.iter().nth(n / 2).map(|a| a.free_kind), Some(FreeKind::ContextTeardown));
             }
             let t = 1000 * (n as u64 / 2);
-            prop_assert_eq!(s.partition_point(|a| a.ts_nanos < t), want.partition_point(|a| a.ts_nanos < t));
+            prop_assert_eq!(s.partition_ts(|x| x < t), want.partition_point(|a| a.ts_nanos < t));
             // A clone with other kinds: the clone changes, the original does not.
             let kind = |i: usize, k: AllocKind| if i.is_multiple_of(3) { AllocKind::Other } else { k };
             let before: Vec<AllocRecord> = s.iter().collect();
@@ -782,6 +831,9 @@ mod tests {
                 let plain: Vec<&AllocRecord> = want[..to].iter().filter(|a| a.live_at(t)).collect();
                 let got: Vec<AllocRecord> = s.live_at(t, to).collect();
                 prop_assert_eq!(got.len(), plain.len(), "t {}", t);
+                let key = |a: &AllocRecord| (a.ts_nanos, a.free_ts_nanos, a.size_bytes, a.stack);
+                let some: Vec<_> = s.live_at_fields(t, to, Fields::SIZE.and(Fields::STACK)).map(|a| key(&a)).collect();
+                prop_assert_eq!(some, plain.iter().map(|a| key(a)).collect::<Vec<_>>(), "t {}", t);
                 prop_assert!(got.iter().zip(plain).all(|(a, b)| same(a, b)), "t {}", t);
             }
         }
@@ -814,6 +866,9 @@ mod tests {
                 prop_assert!(got.iter().zip(&want).all(|(a, b)| same(a, b)), "t {}", t);
                 let sizes: Vec<u64> = s.live_at_fields(t, to, Fields::SIZE).map(|a| a.size_bytes).collect();
                 prop_assert_eq!(sizes, want.iter().map(|a| a.size_bytes).collect::<Vec<_>>());
+                let key = |a: &AllocRecord| (a.ts_nanos, a.free_ts_nanos, a.stack, a.process);
+                let some: Vec<_> = s.live_at_fields(t, to, Fields::STACK.and(Fields::PROCESS)).map(|a| key(&a)).collect();
+                prop_assert_eq!(some, want.iter().map(key).collect::<Vec<_>>());
             }
         }
 

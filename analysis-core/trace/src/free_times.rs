@@ -9,9 +9,10 @@
 //! a small part of the history, and at worst (nothing ever freed) 2 bytes more per allocation
 //! than plain columns.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::packed::{BLOCK, PackedColumn};
+use crate::packed::{BLOCK, PackedColumn, Spill};
 
 /// Free time of an allocation not freed (re-exported as `alloc_store::LIVE`).
 pub const LIVE: u64 = u64::MAX;
@@ -88,6 +89,12 @@ impl FreeTimes {
             open_free: Vec::new(),
             open_kind: Vec::new(),
         }
+    }
+
+    /// Full chunks of the packed lifetimes and kinds from now on go to `spill`.
+    pub(crate) fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        self.life.set_spill(spill.clone());
+        self.kinds.set_spill(spill);
     }
 
     /// Appends a block's free times and kinds; `ts` is the allocation times' column, which

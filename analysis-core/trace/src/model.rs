@@ -8,6 +8,7 @@
 //! context reset releases every live allocation of that process on that device.
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 use serde::Serialize;
@@ -18,6 +19,7 @@ pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
+use crate::packed::Spill;
 pub use crate::range_store::{RangeInstance, RangeStore};
 pub use crate::samples::{DeviceSamples, PoolSamples};
 use crate::timeline::{Timeline, TimelineBuilder};
@@ -258,6 +260,8 @@ pub struct TraceModel {
     /// `finish`.
     total_points: TimelineBuilder,
     series_points: Vec<TimelineBuilder>,
+    /// Where full chunks of the history and the timelines' points go (`set_spill`).
+    spill: Option<Arc<dyn Spill>>,
     /// While the trace has exactly one device series, its index: its points equal the total's,
     /// so they are kept once (pushed to `total`, shared with the series by `finish`).
     solo_series: Option<usize>,
@@ -432,6 +436,25 @@ impl TraceModel {
         }
     }
 
+    /// Sends the full chunks of the allocation history and of the timelines' points to
+    /// `spill` from now on (where it takes them), so that their bytes lie outside memory: the
+    /// model reads them back through it. Results are the same either way.
+    pub fn set_spill(&mut self, spill: Arc<dyn Spill>) {
+        let spill = Some(spill);
+        self.allocs.set_spill(spill.clone());
+        self.total_points.set_spill(spill.clone());
+        for p in &mut self.series_points {
+            p.set_spill(spill.clone());
+        }
+        self.spill = spill;
+    }
+
+    /// [`Self::heap_estimate`] less the bytes the spill holds: what lies in memory.
+    pub fn resident_heap_estimate(&self) -> u64 {
+        let away = self.spill.as_ref().map_or(0, |s| s.held_bytes());
+        self.heap_estimate().saturating_sub(away)
+    }
+
     pub fn string(&self, id: StringId) -> &str {
         self.strings.get(&id).map(String::as_str).unwrap_or("")
     }
@@ -491,7 +514,8 @@ impl TraceModel {
             Some(&i) => i,
             None => {
                 self.series.push(Series::empty(key));
-                self.series_points.push(TimelineBuilder::new());
+                self.series_points
+                    .push(TimelineBuilder::spilling(self.spill.clone()));
                 let i = self.series.len() - 1;
                 self.series_slots.insert(key, i);
                 self.table_bytes +=
@@ -1243,7 +1267,7 @@ impl TraceModel {
         self.series_slots.clear();
         self.allocated_slots.clear();
         self.total = Timeline::new();
-        self.total_points = TimelineBuilder::new();
+        self.total_points = TimelineBuilder::spilling(self.spill.clone());
         self.total_live_bytes = 0;
         self.peak_bytes = 0;
         self.peak_ts_nanos = 0;
@@ -1422,6 +1446,8 @@ pub struct Loader {
     model: Option<TraceModel>,
     /// Set when the model went over its budget ([`DecodeError::TooDense`]).
     fatal: Option<DecodeError>,
+    /// Given to the model when it is made ([`TraceModel::set_spill`]).
+    spill: Option<Arc<dyn Spill>>,
 }
 
 /// Heap the model may take for a trace of `bytes` (FORMAT.md, "Robustness"): 16 times its
@@ -1455,6 +1481,23 @@ impl Loader {
         Self::default()
     }
 
+    /// A loader whose model sends its history's full chunks to `spill`
+    /// ([`TraceModel::set_spill`]).
+    pub fn with_spill(spill: Arc<dyn Spill>) -> Self {
+        Self {
+            spill: Some(spill),
+            ..Self::default()
+        }
+    }
+
+    fn new_model(&self, h: Header) -> TraceModel {
+        let mut m = TraceModel::new(h);
+        if let Some(s) = &self.spill {
+            m.set_spill(s.clone());
+        }
+        m
+    }
+
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
     /// if it stopped (the same error is reported by `finish`).
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
@@ -1481,7 +1524,7 @@ impl Loader {
                 Ok(Some(rec)) => {
                     if self.model.is_none() {
                         let h = self.decoder.header().cloned().unwrap_or_default();
-                        self.model = Some(TraceModel::new(h));
+                        self.model = Some(self.new_model(h));
                     }
                     if let Some(model) = self.model.as_mut() {
                         model.observe(rec, offset);
@@ -1492,7 +1535,7 @@ impl Loader {
                     if self.model.is_none()
                         && let Some(h) = self.decoder.header()
                     {
-                        self.model = Some(TraceModel::new(h.clone()));
+                        self.model = Some(self.new_model(h.clone()));
                     }
                     return Ok(());
                 }
@@ -1530,10 +1573,13 @@ impl Loader {
         self.decoder.records_decoded()
     }
 
-    /// The model's heap so far ([`TraceModel::heap_estimate`]; 0 before the header): what a
-    /// caller that holds models within a memory budget of its own checks between pushes.
+    /// The model's heap so far, less what its spill holds
+    /// ([`TraceModel::resident_heap_estimate`]; 0 before the header): what a caller that holds
+    /// models within a memory budget of its own checks between pushes.
     pub fn model_heap_bytes(&self) -> u64 {
-        self.model.as_ref().map_or(0, TraceModel::heap_estimate)
+        self.model
+            .as_ref()
+            .map_or(0, TraceModel::resident_heap_estimate)
     }
 
     pub fn header(&self) -> Option<&Header> {

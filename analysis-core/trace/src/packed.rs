@@ -9,29 +9,64 @@
 //! 128 or 256 with SIMD for search indexes; this needs `u64` values (addresses, nanoseconds),
 //! O(1) reads of a single value, `no_std` and WebAssembly, in about two hundred lines.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 /// Values per packed block.
 pub const BLOCK: usize = 64;
-/// Elements per storage chunk once a column is large: chunks are allocated at this size, so
-/// growth never copies a column or leaves more than one chunk unused.
-const CHUNK_LEN: usize = 1 << 15;
+/// Bytes per storage chunk once a column is large: chunks are allocated at this size, so
+/// growth never copies a column or leaves more than one chunk unused, and a full chunk is what
+/// a [`Spill`] takes.
+pub const CHUNK_BYTES: usize = 1 << 15;
+/// The most bytes one read of a block takes: a dictionary block of 8-byte entries and its
+/// padding.
+const MAX_RUN: usize = BLOCK + BLOCK * 8 + PAD;
 
-/// Elements in chunks that never move once full.
-#[derive(Clone, Debug, Default)]
-pub struct Chunked<T> {
-    chunks: Vec<Vec<T>>,
-    len: usize,
+/// Where full chunks of packed bytes can go instead of memory. The front ends with a disk
+/// (`gpucollect report`, the server) keep them in a temporary file past a resident budget, so
+/// a long trace's history costs disk rather than memory; the page keeps everything in memory
+/// (no spill). This crate does no I/O itself: it hands chunks over and asks for bytes back.
+pub trait Spill: Send + Sync + core::fmt::Debug {
+    /// Takes a full chunk ([`CHUNK_BYTES`] bytes, never changed afterwards): the handle to
+    /// read it back by, or `None` to keep it in memory (under the budget, or where it cannot
+    /// be stored).
+    fn put(&self, chunk: &[u8]) -> Option<u64>;
+    /// Calls `f` once with the `len` bytes from `at` of the chunk stored as `handle`
+    /// (`at + len <= CHUNK_BYTES`).
+    fn read(&self, handle: u64, at: usize, len: usize, f: &mut dyn FnMut(&[u8]));
+    /// Bytes of chunks it holds (not in the model's heap).
+    fn held_bytes(&self) -> u64;
 }
 
-impl<T: Copy> Chunked<T> {
-    const CHUNK: usize = CHUNK_LEN;
+/// A chunk of bytes: in memory, or handed to the [`Spill`] once full.
+#[derive(Clone, Debug)]
+enum Chunk {
+    Here(Vec<u8>),
+    Away(u64),
+}
+
+/// Bytes in chunks that never move once full; full chunks may go to a [`Spill`].
+#[derive(Clone, Debug, Default)]
+pub struct Chunked {
+    chunks: Vec<Chunk>,
+    len: usize,
+    spill: Option<Arc<dyn Spill>>,
+}
+
+impl Chunked {
+    const CHUNK: usize = CHUNK_BYTES;
 
     pub const fn new() -> Self {
         Self {
             chunks: Vec::new(),
             len: 0,
+            spill: None,
         }
+    }
+
+    /// Full chunks from now on go to `spill` where it takes them.
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        self.spill = spill;
     }
 
     #[inline]
@@ -44,81 +79,84 @@ impl<T: Copy> Chunked<T> {
         self.len == 0
     }
 
+    /// Appends every byte of `vs`, which [`Self::start_run`] made room for in the last chunk.
     #[inline]
-    pub fn push(&mut self, v: T) {
-        match self.chunks.last_mut() {
-            Some(c) if c.len() < Self::CHUNK => c.push(v),
-            _ => {
-                // The first chunk grows as a vector does (small columns stay small); later ones
-                // are made whole.
-                let mut c = if self.chunks.is_empty() {
-                    Vec::new()
-                } else {
-                    Vec::with_capacity(Self::CHUNK)
-                };
-                c.push(v);
-                self.chunks.push(c);
-            }
+    fn extend_from_slice(&mut self, vs: &[u8]) {
+        if let Some(Chunk::Here(c)) = self.chunks.last_mut() {
+            debug_assert!(c.len() + vs.len() <= Self::CHUNK);
+            c.extend_from_slice(vs);
+            self.len += vs.len();
         }
-        self.len += 1;
     }
 
-    /// Appends every element of `vs`.
-    #[inline]
-    pub fn extend_from_slice(&mut self, vs: &[T]) {
-        match self.chunks.last_mut() {
-            Some(c) if c.len() + vs.len() <= Self::CHUNK => {
-                c.extend_from_slice(vs);
-                self.len += vs.len();
-            }
-            _ => {
-                for &v in vs {
-                    self.push(v);
+    /// The index the next `n` bytes appended will start at, with all `n` in one chunk: when
+    /// fewer than `n` remain in the last chunk, it is padded to its end (bytes never read),
+    /// offered to the spill, and a new chunk begun.
+    fn start_run(&mut self, n: usize) -> usize {
+        let room = match self.chunks.last() {
+            Some(Chunk::Here(c)) => c.len() + n <= Self::CHUNK,
+            _ => false,
+        };
+        if !room {
+            if let Some(Chunk::Here(c)) = self.chunks.last_mut() {
+                self.len += Self::CHUNK - c.len();
+                c.resize(Self::CHUNK, 0);
+                if let Some(h) = self.spill.as_ref().and_then(|s| s.put(c))
+                    && let Some(last) = self.chunks.last_mut()
+                {
+                    *last = Chunk::Away(h);
                 }
             }
-        }
-    }
-
-    /// The index the next `n` elements pushed will start at, with all `n` in one chunk: when
-    /// fewer than `n` remain in the current chunk, it is padded to its end (slots never read).
-    fn start_run(&mut self, n: usize) -> usize
-    where
-        T: Default,
-    {
-        if let Some(c) = self.chunks.last_mut()
-            && c.len() + n > Self::CHUNK
-        {
-            self.len += Self::CHUNK - c.len();
-            c.resize(Self::CHUNK, T::default());
+            // The first chunk grows as a vector does (small columns stay small); later ones
+            // are made whole.
+            let c = if self.chunks.is_empty() {
+                Vec::new()
+            } else {
+                Vec::with_capacity(Self::CHUNK)
+            };
+            self.chunks.push(Chunk::Here(c));
         }
         self.len
     }
 
-    /// The `n` elements from `from`, which [`Self::start_run`] placed in one chunk.
+    /// Calls `f` with the `n` bytes from `from`, which [`Self::start_run`] placed in one
+    /// chunk (`n` at most [`MAX_RUN`]).
     #[inline]
-    pub(crate) fn run(&self, from: usize, n: usize) -> &[T] {
+    fn with_run<R: Default>(&self, from: usize, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
-        &self.chunks[c][o..o + n]
+        match &self.chunks[c] {
+            Chunk::Here(bytes) => f(&bytes[o..o + n]),
+            &Chunk::Away(h) => {
+                let (mut f, mut r) = (Some(f), R::default());
+                if let Some(s) = &self.spill {
+                    s.read(h, o, n.min(MAX_RUN), &mut |b| {
+                        if let Some(f) = f.take() {
+                            r = f(b);
+                        }
+                    });
+                }
+                r
+            }
+        }
     }
 
-    /// The element at `i`. Panics when `i >= len()`, as indexing a slice does.
+    /// The byte at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
-    pub fn get(&self, i: usize) -> T {
-        self.chunks[i / Self::CHUNK][i % Self::CHUNK]
+    pub fn get(&self, i: usize) -> u8 {
+        self.with_run(i, 1, |b| b[0])
     }
 
-    #[inline]
-    pub fn set(&mut self, i: usize, v: T) {
-        self.chunks[i / Self::CHUNK][i % Self::CHUNK] = v;
-    }
-
-    /// Heap bytes held (capacity, not length).
+    /// Bytes held, in memory or spilled (a spilled chunk counts whole): what the model's
+    /// history takes, wherever it lies.
     pub fn heap_bytes(&self) -> usize {
         // Every chunk but the last was made at, or grew by doubling to, exactly `CHUNK`.
-        let last = self.chunks.last().map_or(0, Vec::capacity);
+        let last = match self.chunks.last() {
+            Some(Chunk::Here(c)) => c.capacity(),
+            Some(Chunk::Away(_)) => Self::CHUNK,
+            None => 0,
+        };
         let full = self.chunks.len().saturating_sub(1) * Self::CHUNK;
-        self.chunks.capacity() * core::mem::size_of::<Vec<T>>()
-            + (full + last) * core::mem::size_of::<T>()
+        self.chunks.capacity() * core::mem::size_of::<Chunk>() + full + last
     }
 }
 
@@ -154,6 +192,11 @@ impl Head {
     }
 }
 
+/// Bytes of a [`Head`] as stored: its two words, little-endian.
+const HEAD_BYTES: usize = 16;
+/// Blocks per entry of a column's in-memory index of block minimums.
+const GROUP: usize = 16;
+
 /// A column of `u64` values packed in blocks of [`BLOCK`]: each block its minimum and the
 /// offsets from it in the fewest whole bytes that hold them (0 when all are equal). Whole
 /// bytes rather than bits: a block decodes with one fixed-size load per value, which a pass
@@ -162,8 +205,13 @@ impl Head {
 /// block once full.
 #[derive(Clone, Debug, Default)]
 pub struct PackedColumn {
-    heads: Vec<Head>,
-    bytes: Chunked<u8>,
+    /// Each block's [`Head`], 16 bytes, in chunks as the values' bytes are (they may spill).
+    heads: Chunked,
+    blocks: usize,
+    /// The minimum of every [`GROUP`]-th block, kept in memory (8 bytes per 1,024 values) so a
+    /// search of a sorted column reads one chunk of heads, not one per halving.
+    coarse: Vec<u64>,
+    bytes: Chunked,
 }
 
 /// The first index in `[lo, hi)` where `holds` is false, or `hi` (`holds` true for a prefix
@@ -275,7 +323,9 @@ fn distinct(
 impl PackedColumn {
     pub const fn new() -> Self {
         Self {
-            heads: Vec::new(),
+            heads: Chunked::new(),
+            blocks: 0,
+            coarse: Vec::new(),
             bytes: Chunked::new(),
         }
     }
@@ -283,18 +333,47 @@ impl PackedColumn {
     /// Number of blocks.
     #[inline]
     pub fn blocks(&self) -> usize {
-        self.heads.len()
+        self.blocks
     }
 
     /// Values held (a multiple of [`BLOCK`]).
     #[inline]
     pub fn len(&self) -> usize {
-        self.heads.len() * BLOCK
+        self.blocks * BLOCK
     }
 
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.heads.is_empty()
+        self.blocks == 0
+    }
+
+    /// Block `b`'s head. Panics when `b >= blocks()`.
+    #[inline]
+    fn head(&self, b: usize) -> Head {
+        assert!(b < self.blocks, "block {b} of {}", self.blocks);
+        self.heads.with_run(b * HEAD_BYTES, HEAD_BYTES, |s| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&s[..8]);
+            let base = u64::from_le_bytes(w);
+            w.copy_from_slice(&s[8..16]);
+            Head {
+                base,
+                start_width: u64::from_le_bytes(w),
+            }
+        })
+    }
+
+    #[inline]
+    fn push_head(&mut self, h: Head) {
+        let mut out = [0u8; HEAD_BYTES];
+        out[..8].copy_from_slice(&h.base.to_le_bytes());
+        out[8..].copy_from_slice(&h.start_width.to_le_bytes());
+        self.heads.start_run(HEAD_BYTES);
+        self.heads.extend_from_slice(&out);
+        if self.blocks.is_multiple_of(GROUP) {
+            self.coarse.push(h.base);
+        }
+        self.blocks += 1;
     }
 
     /// Packs a full block of values, `value(k)` for `k` in `0..BLOCK`.
@@ -325,7 +404,7 @@ impl PackedColumn {
                     out[at..at + 8].copy_from_slice(&(v - lo).to_le_bytes());
                 }
                 self.bytes.extend_from_slice(&out[..n + PAD]);
-                self.heads.push(Head::new(lo, start, d, width));
+                self.push_head(Head::new(lo, start, d, width));
                 return;
             }
         }
@@ -346,13 +425,13 @@ impl PackedColumn {
             }
             self.bytes.extend_from_slice(&out[..BLOCK * width + PAD]);
         }
-        self.heads.push(Head::new(lo, start, 0, width));
+        self.push_head(Head::new(lo, start, 0, width));
     }
 
     /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub fn get(&self, i: usize) -> u64 {
-        let h = self.heads[i / BLOCK];
+        let h = self.head(i / BLOCK);
         let width = h.width();
         if width == 0 {
             return h.base;
@@ -361,10 +440,12 @@ impl PackedColumn {
             0 => h.start() + (i % BLOCK) * width,
             _ => h.start() + BLOCK + usize::from(self.bytes.get(h.start() + i % BLOCK)) * width,
         };
-        let mut w = [0u8; 8];
-        w.copy_from_slice(self.bytes.run(at, 8));
-        h.base
-            .wrapping_add(u64::from_le_bytes(w) & (u64::MAX >> (64 - 8 * width)))
+        let w = self.bytes.with_run(at, 8, |b| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            u64::from_le_bytes(w)
+        });
+        h.base.wrapping_add(w & (u64::MAX >> (64 - 8 * width)))
     }
 
     /// Decodes block `b` into `out`. Panics when `b >= blocks()`.
@@ -376,7 +457,7 @@ impl PackedColumn {
     /// `b >= blocks()`.
     #[inline(always)]
     pub fn decode_with(&self, b: usize, mut f: impl FnMut(usize, u64)) {
-        let h = self.heads[b];
+        let h = self.head(b);
         let width = h.width();
         if width == 0 {
             for k in 0..BLOCK {
@@ -386,37 +467,39 @@ impl PackedColumn {
         }
         let d = h.dict();
         if d > 0 {
-            let src = self.bytes.run(h.start(), BLOCK + d * width + PAD);
-            let (index, entries) = src.split_at(BLOCK);
-            let mask = u64::MAX >> (64 - 8 * width);
-            let mut dict = [0u64; BLOCK];
-            for (j, e) in dict.iter_mut().enumerate().take(d) {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&entries[j * width..j * width + 8]);
-                *e = h.base.wrapping_add(u64::from_le_bytes(w) & mask);
-            }
-            for (k, &x) in index.iter().enumerate() {
-                f(k, dict[usize::from(x) % BLOCK]);
-            }
+            self.bytes
+                .with_run(h.start(), BLOCK + d * width + PAD, |src| {
+                    let (index, entries) = src.split_at(BLOCK);
+                    let mask = u64::MAX >> (64 - 8 * width);
+                    let mut dict = [0u64; BLOCK];
+                    for (j, e) in dict.iter_mut().enumerate().take(d) {
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(&entries[j * width..j * width + 8]);
+                        *e = h.base.wrapping_add(u64::from_le_bytes(w) & mask);
+                    }
+                    for (k, &x) in index.iter().enumerate() {
+                        f(k, dict[usize::from(x) % BLOCK]);
+                    }
+                });
             return;
         }
-        let src = self.bytes.run(h.start(), BLOCK * width + PAD);
-        match width {
-            1 => unpack::<1>(src, h.base, f),
-            2 => unpack::<2>(src, h.base, f),
-            3 => unpack::<3>(src, h.base, f),
-            4 => unpack::<4>(src, h.base, f),
-            5 => unpack::<5>(src, h.base, f),
-            6 => unpack::<6>(src, h.base, f),
-            7 => unpack::<7>(src, h.base, f),
-            _ => unpack::<8>(src, h.base, f),
-        }
+        self.bytes
+            .with_run(h.start(), BLOCK * width + PAD, |src| match width {
+                1 => unpack::<1>(src, h.base, f),
+                2 => unpack::<2>(src, h.base, f),
+                3 => unpack::<3>(src, h.base, f),
+                4 => unpack::<4>(src, h.base, f),
+                5 => unpack::<5>(src, h.base, f),
+                6 => unpack::<6>(src, h.base, f),
+                7 => unpack::<7>(src, h.base, f),
+                _ => unpack::<8>(src, h.base, f),
+            });
     }
 
     /// The smallest value of block `b` (its first, in a column whose values never decrease).
     #[inline]
     pub(crate) fn block_min(&self, b: usize) -> u64 {
-        self.heads[b].base
+        self.head(b).base
     }
 
     /// In block `b`, whose values never decrease: the first index in `[from, to)` (indices in
@@ -428,7 +511,7 @@ impl PackedColumn {
         to: usize,
         mut pred: impl FnMut(u64) -> bool,
     ) -> usize {
-        let h = self.heads[b];
+        let h = self.head(b);
         let width = h.width();
         if width == 0 {
             return if from < to && pred(h.base) { to } else { from };
@@ -436,20 +519,72 @@ impl PackedColumn {
         if h.dict() > 0 {
             return first_failing(from, to, |i| pred(self.get(i)));
         }
-        let src = self.bytes.run(h.start(), BLOCK * width + PAD);
-        let mask = u64::MAX >> (64 - 8 * width);
-        let at = |i: usize| {
-            let k = (i % BLOCK) * width;
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&src[k..k + 8]);
-            h.base.wrapping_add(u64::from_le_bytes(w) & mask)
+        self.bytes.with_run(h.start(), BLOCK * width + PAD, |src| {
+            let mask = u64::MAX >> (64 - 8 * width);
+            let at = |i: usize| {
+                let k = (i % BLOCK) * width;
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&src[k..k + 8]);
+                h.base.wrapping_add(u64::from_le_bytes(w) & mask)
+            };
+            first_failing(from, to, |i| pred(at(i)))
+        })
+    }
+
+    /// For a column whose values never decrease: the first index in `[lo, hi)` (`hi` at most
+    /// [`Self::len`]) whose value does not satisfy `pred`, or `hi`; `gallop` searches onwards
+    /// from `lo` ([`Column::gallop_sorted`]). Narrows by the in-memory index of every
+    /// [`GROUP`]-th block's minimum, then by the blocks' minimums within one group, then
+    /// within one block, so a search reads one chunk of heads and one of values.
+    pub(crate) fn search_sorted(
+        &self,
+        lo: usize,
+        hi: usize,
+        mut pred: impl FnMut(u64) -> bool,
+        gallop: bool,
+    ) -> usize {
+        if lo >= hi {
+            return lo.min(hi);
+        }
+        let search = |from: usize, to: usize, holds: &mut dyn FnMut(usize) -> bool| {
+            if gallop {
+                gallop_first_failing(from, to, holds)
+            } else {
+                first_failing(from, to, holds)
+            }
         };
-        first_failing(from, to, |i| pred(at(i)))
+        // Blocks that start inside (lo, hi): the first whose first value fails `pred`, `a`.
+        let (from, to) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
+        // Groups whose first block is in [from, to): the first whose minimum fails bounds `a`.
+        let (gfrom, gto) = (from.div_ceil(GROUP), to.div_ceil(GROUP));
+        let (from, to) = if gfrom < gto {
+            let g = search(gfrom, gto, &mut |g| pred(self.coarse[g]));
+            let f = if g > gfrom { (g - 1) * GROUP + 1 } else { from };
+            let t = if g < gto { g * GROUP + 1 } else { to };
+            (f.max(from), t.min(to))
+        } else {
+            (from, to)
+        };
+        let a = search(from, to, &mut |b| pred(self.block_min(b)));
+        // The answer lies in block a - 1, or is block a's first index.
+        let b = a - 1;
+        self.partition_in_block(b, lo.max(b * BLOCK), hi.min(a * BLOCK), pred)
+    }
+
+    /// Full chunks of this column's bytes from now on go to `spill` where it takes them.
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        self.heads.set_spill(spill.clone());
+        self.bytes.set_spill(spill);
+    }
+
+    /// The spill this column's full chunks go to.
+    pub fn spill(&self) -> Option<Arc<dyn Spill>> {
+        self.bytes.spill.clone()
     }
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.heads.capacity() * core::mem::size_of::<Head>() + self.bytes.heap_bytes()
+        self.heads.heap_bytes() + self.bytes.heap_bytes() + self.coarse.capacity() * 8
     }
 }
 
@@ -487,6 +622,11 @@ impl Column {
             self.packed.append(|k| t[k]);
             self.tail.clear();
         }
+    }
+
+    /// Full chunks of packed bytes from now on go to `spill` where it takes them.
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        self.packed.set_spill(spill);
     }
 
     /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
@@ -528,8 +668,8 @@ impl Column {
         self.search_sorted(lo, hi, pred, true)
     }
 
-    /// The search of [`Self::partition_sorted`] over the blocks' first values, by halves or
-    /// galloping from `lo`, then within one block.
+    /// The search of [`Self::partition_sorted`]: in the packed values
+    /// ([`PackedColumn::search_sorted`]), then in the tail where they all hold.
     #[inline]
     fn search_sorted(
         &self,
@@ -542,29 +682,16 @@ impl Column {
         if lo >= hi {
             return lo.min(hi);
         }
-        let first = |b: usize| {
-            if b < self.packed.blocks() {
-                self.packed.block_min(b)
-            } else {
-                self.tail[0]
+        let packed = self.packed.len();
+        if lo < packed {
+            let end = hi.min(packed);
+            let r = self.packed.search_sorted(lo, end, &mut pred, gallop);
+            if r < end || hi <= packed {
+                return r;
             }
-        };
-        // Blocks that start inside (lo, hi): the first whose first value fails `pred`.
-        let (from, to) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
-        let a = if gallop {
-            gallop_first_failing(from, to, |b| pred(first(b)))
-        } else {
-            first_failing(from, to, |b| pred(first(b)))
-        };
-        // The answer lies in block a - 1, or is block a's first index.
-        let b = a - 1;
-        let (from, to) = (lo.max(b * BLOCK), hi.min(a * BLOCK));
-        if b < self.packed.blocks() {
-            self.packed.partition_in_block(b, from, to, pred)
-        } else {
-            let base = self.packed.len();
-            from + self.tail[from - base..to - base].partition_point(|&v| pred(v))
         }
+        let from = lo.max(packed);
+        from + self.tail[from - packed..hi - packed].partition_point(|&v| pred(v))
     }
 
     /// Decodes block `b` into `out`; returns how many values it holds (fewer than [`BLOCK`]
@@ -592,8 +719,49 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A spill that keeps chunks in a vector and counts its reads.
+    #[derive(Debug, Default)]
+    pub(crate) struct VecSpill {
+        chunks: std::sync::Mutex<Vec<Vec<u8>>>,
+        pub(crate) reads: core::sync::atomic::AtomicUsize,
+    }
+
+    impl Spill for VecSpill {
+        fn put(&self, chunk: &[u8]) -> Option<u64> {
+            assert_eq!(chunk.len(), CHUNK_BYTES);
+            let mut c = self.chunks.lock().expect("lock");
+            c.push(chunk.to_vec());
+            Some(c.len() as u64 - 1)
+        }
+        fn read(&self, handle: u64, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+            self.reads
+                .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            let c = self.chunks.lock().expect("lock");
+            f(&c[handle as usize][at..at + len]);
+        }
+        fn held_bytes(&self) -> u64 {
+            (self.chunks.lock().expect("lock").len() * CHUNK_BYTES) as u64
+        }
+    }
+
     fn check(values: &[u64]) {
+        check_with(values, None);
+        let spill = Arc::new(VecSpill::default());
+        let bytes = check_with(values, Some(spill.clone()));
+        // Every full chunk went to the spill, and reads came back from it.
+        assert_eq!(
+            spill.held_bytes() as usize,
+            bytes / CHUNK_BYTES * CHUNK_BYTES
+        );
+        if bytes > CHUNK_BYTES {
+            assert!(spill.reads.load(core::sync::atomic::Ordering::Relaxed) > 0);
+        }
+    }
+
+    /// [`check`] on a column spilling to `spill`; the packed bytes it held.
+    fn check_with(values: &[u64], spill: Option<Arc<dyn Spill>>) -> usize {
         let mut c = Column::new();
+        c.set_spill(spill);
         for &v in values {
             c.push(v);
         }
@@ -609,6 +777,57 @@ mod tests {
         }
         assert_eq!(all, values);
         assert_eq!(c.last(), values.last().copied());
+        if values.is_sorted() {
+            for &probe in values.iter().step_by(97) {
+                let got = c.partition_sorted(0, values.len(), |v| v < probe);
+                assert_eq!(got, values.partition_point(|&v| v < probe));
+            }
+        }
+        c.packed.bytes.len()
+    }
+
+    /// Dictionary and offset blocks over many chunks, spilled, read back by index, by block
+    /// and by search as they were written; a spill that declines keeps chunks in memory.
+    #[test]
+    fn spilled_chunks_read_back() {
+        let sizes = [4096u64, 1 << 20, 3 << 20, 512, 64 << 20, 8192, 96, 1 << 24];
+        let blocks: Vec<Vec<u64>> = (0..2000u64)
+            .map(|b| {
+                (0..BLOCK as u64)
+                    .map(|k| match b % 3 {
+                        0 => sizes[((k * 7 + b) % 8) as usize],
+                        1 => (b << 40) + k * 1_000_003,
+                        _ => (b << 40) + ((k * 2_654_435_761) % (1 << 30)),
+                    })
+                    .collect()
+            })
+            .collect();
+        let spill = Arc::new(VecSpill::default());
+        let mut c = PackedColumn::new();
+        c.set_spill(Some(spill.clone()));
+        for vals in &blocks {
+            c.append_repeating(|k| vals[k]);
+        }
+        assert!(spill.held_bytes() >= 4 * CHUNK_BYTES as u64);
+        let mut out = [0u64; BLOCK];
+        for (b, vals) in blocks.iter().enumerate() {
+            c.decode(b, &mut out);
+            assert_eq!(&out[..], &vals[..], "block {b}");
+            for k in [0, 1, 31, 63] {
+                assert_eq!(c.get(b * BLOCK + k), vals[k]);
+            }
+            if b % 3 == 1 {
+                let probe = vals[40];
+                let got = c.partition_in_block(b, b * BLOCK, (b + 1) * BLOCK, |v| v < probe);
+                assert_eq!(got, b * BLOCK + 40);
+            }
+        }
+        // Bytes count wherever they lie.
+        let mut here = PackedColumn::new();
+        for vals in &blocks {
+            here.append_repeating(|k| vals[k]);
+        }
+        assert_eq!(here.heap_bytes(), c.heap_bytes());
     }
 
     #[test]
@@ -671,8 +890,8 @@ mod tests {
         let mut c = PackedColumn::new();
         c.append_repeating(|k| sizes[k % 8]);
         c.append(|k| sizes[k % 8]);
-        assert_eq!(c.heads[0].dict(), 8);
-        assert_eq!(c.heads[1].start() - c.heads[0].start(), BLOCK + 8 * 4 + PAD);
+        assert_eq!(c.head(0).dict(), 8);
+        assert_eq!(c.head(1).start() - c.head(0).start(), BLOCK + 8 * 4 + PAD);
         assert_eq!(c.get(13), sizes[5]);
     }
 
@@ -689,11 +908,11 @@ mod tests {
     #[test]
     fn blocks_never_straddle_chunks() {
         // Blocks of 3-byte values take 192 bytes, which do not divide a chunk.
-        let values: Vec<u64> = (0..(CHUNK_LEN / 192 + 3) * BLOCK)
+        let values: Vec<u64> = (0..(CHUNK_BYTES / 192 + 3) * BLOCK)
             .map(|i| if i % 2 == 0 { 0 } else { (1 << 23) + i as u64 })
             .collect();
         check(&values);
-        let values: Vec<u64> = (0..(CHUNK_LEN / 63 + 3) * BLOCK)
+        let values: Vec<u64> = (0..(CHUNK_BYTES / 63 + 3) * BLOCK)
             .map(|i| if i % 2 == 0 { 0 } else { (1 << 62) + i as u64 })
             .collect();
         check(&values);
@@ -708,7 +927,7 @@ mod tests {
 
         #[test]
         fn sorted_search_matches_the_slice(
-            steps in proptest::collection::vec(0u64..1000, 0..700),
+            steps in proptest::collection::vec(0u64..1000, 0..5000),
             shift in 0u32..40,
             probes in proptest::collection::vec((any::<usize>(), any::<usize>(), any::<u64>()), 1..40),
         ) {

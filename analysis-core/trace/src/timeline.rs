@@ -5,7 +5,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
 
-use crate::packed::{BLOCK, Column};
+use crate::packed::{BLOCK, Column, Spill};
 
 /// Pyramid fan-out: each level summarises blocks of `FANOUT` entries of the level below.
 const FANOUT: usize = 16;
@@ -79,6 +79,20 @@ pub struct TimelineBuilder {
 impl TimelineBuilder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A builder whose points' full chunks go to `spill` where it takes them
+    /// (`packed::Spill`).
+    pub fn spilling(spill: Option<Arc<dyn Spill>>) -> Self {
+        let mut b = Self::new();
+        b.set_spill(spill);
+        b
+    }
+
+    /// Full chunks of the points from now on go to `spill` where it takes them.
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        self.data.times.set_spill(spill.clone());
+        self.data.values.set_spill(spill);
     }
 
     /// [`Timeline::push`].
@@ -264,29 +278,21 @@ impl Timeline {
         loop {
             let next_block = block * FANOUT;
             let has_next = level < self.data.levels.len();
+            // `i` and `end` are multiples of `block` here.
+            let mut take = |from: usize, to: usize| {
+                let (a, b) = self.entries_min_max(level, from / block, to / block);
+                lo = lo.min(a);
+                hi = hi.max(b);
+            };
             if !has_next || end - i < 2 * next_block {
                 // Finish at this level.
-                let mut k = i;
-                while k < end {
-                    let (a, b) = self.entry(level, k / block);
-                    lo = lo.min(a);
-                    hi = hi.max(b);
-                    k += block;
-                }
+                take(i, end);
                 return Some((lo, hi));
             }
-            while !i.is_multiple_of(next_block) {
-                let (a, b) = self.entry(level, i / block);
-                lo = lo.min(a);
-                hi = hi.max(b);
-                i += block;
-            }
-            while !end.is_multiple_of(next_block) {
-                end -= block;
-                let (a, b) = self.entry(level, end / block);
-                lo = lo.min(a);
-                hi = hi.max(b);
-            }
+            let (i2, end2) = (i.next_multiple_of(next_block), end - end % next_block);
+            take(i, i2);
+            take(end2, end);
+            (i, end) = (i2, end2);
             level += 1;
             block = next_block;
         }
@@ -310,20 +316,90 @@ impl Timeline {
                 level -= 1;
                 block /= FANOUT;
             }
+            if block == 1 {
+                // Points up to where a larger block may start (or to `j`), a block of them
+                // decoded at a time rather than read one by one.
+                let stop = if k.is_multiple_of(FANOUT) {
+                    j
+                } else {
+                    k.next_multiple_of(FANOUT).min(j)
+                };
+                let mut found = None;
+                self.scan_values(k, stop, |i, v| {
+                    if v >= target {
+                        found = Some(i);
+                    }
+                    found.is_none()
+                });
+                if found.is_some() {
+                    return found;
+                }
+                k = stop;
+                continue;
+            }
             if self.entry(level, k / block).1 >= target {
                 // Down to the first point of this block that reaches `target`.
-                while level > 0 {
+                while level > 1 {
                     level -= 1;
                     block /= FANOUT;
                     while self.entry(level, k / block).1 < target {
                         k += block;
                     }
                 }
+                if level == 1 {
+                    // The points, a block of them decoded at a time.
+                    let mut found = k;
+                    self.scan_values(k, k + FANOUT, |i, v| {
+                        found = i;
+                        v < target
+                    });
+                    k = found;
+                }
                 return Some(k);
             }
             k += block;
         }
         None
+    }
+
+    /// The lowest and highest of entries `[from, to)` of `level` (`(u64::MAX, 0)` when
+    /// empty); level 0's points are decoded a block at a time rather than read one by one.
+    fn entries_min_max(&self, level: usize, from: usize, to: usize) -> (u64, u64) {
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        if level == 0 {
+            self.scan_values(from, to, |_, v| {
+                lo = lo.min(v);
+                hi = hi.max(v);
+                true
+            });
+        } else if from < to {
+            for &(a, b) in &self.data.levels[level - 1][from..to] {
+                lo = lo.min(a);
+                hi = hi.max(b);
+            }
+        }
+        (lo, hi)
+    }
+
+    /// Calls `f(i, value)` for the points `i` in `[from, to)` in order (`to` at most the
+    /// length) until it returns false.
+    fn scan_values(&self, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> bool) {
+        let mut buf = [0u64; BLOCK];
+        let mut i = from;
+        while i < to {
+            let b = i / BLOCK;
+            let n = self.data.values.decode_block(b, &mut buf);
+            let stop = to.min(b * BLOCK + n);
+            if stop <= i {
+                return;
+            }
+            for (k, &v) in buf[i % BLOCK..stop - b * BLOCK].iter().enumerate() {
+                if !f(i + k, v) {
+                    return;
+                }
+            }
+            i = stop;
+        }
     }
 
     #[inline]

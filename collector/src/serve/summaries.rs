@@ -177,7 +177,11 @@ impl Summaries {
             drop(rx);
             let report = crate::threads::analyze(&trace, &Default::default());
             let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
-            let bytes = trace.model.heap_estimate().saturating_add(report_bytes);
+            // What lies in memory: a long history's chunks past the spill's budget are on disk.
+            let bytes = trace
+                .model
+                .resident_heap_estimate()
+                .saturating_add(report_bytes);
             Ok::<_, SummaryError>(Summary {
                 trace,
                 report,
@@ -240,7 +244,9 @@ fn decode_stream(
             .map(|(trace, _)| trace)
             .map_err(|e| undecodable(&e));
     }
-    let mut loader = analysis_core::model::Loader::new();
+    // A long trace's history goes to disk past a budget (`spill`), as `report` does.
+    let mut loader =
+        analysis_core::model::Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
     let over_budget = |loader: &analysis_core::model::Loader| {
         (loader.model_heap_bytes() > room).then(|| SummaryError::ModelOverBudget {
             at: loader.bytes_consumed(),
@@ -358,7 +364,7 @@ impl Summary {
     pub fn live_at(&self, t: u64, limit: usize) -> LiveAt {
         let m = &self.trace.model;
         // Allocations are in time order: only those made by `t` can be live at `t`.
-        let made = m.allocs.partition_point(|a| a.ts_nanos <= t);
+        let made = m.allocs.partition_ts(|x| x <= t);
         let live = || {
             m.allocs
                 .live_at_fields(t, made, GROUP_FIELDS | Fields::KIND)

@@ -1,0 +1,107 @@
+//! A model whose history and timelines go to a spill gives the same report as one that keeps
+//! them in memory, on every synthetic scenario, and holds less in memory for it.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use analysis_core::packed::{CHUNK_BYTES, Spill};
+use analysis_core::synth::{Scenario, generate};
+use analysis_core::*;
+
+/// Takes every chunk (or every `every`-th, declining the others) and counts reads.
+#[derive(Debug, Default)]
+struct VecSpill {
+    chunks: Mutex<Vec<Vec<u8>>>,
+    offered: AtomicUsize,
+    every: usize,
+    reads: AtomicUsize,
+}
+
+impl Spill for VecSpill {
+    fn put(&self, chunk: &[u8]) -> Option<u64> {
+        assert_eq!(chunk.len(), CHUNK_BYTES);
+        let n = self.offered.fetch_add(1, Ordering::Relaxed);
+        if self.every > 1 && !n.is_multiple_of(self.every) {
+            return None;
+        }
+        let mut c = self.chunks.lock().expect("lock");
+        c.push(chunk.to_vec());
+        Some(c.len() as u64 - 1)
+    }
+    fn read(&self, handle: u64, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let c = self.chunks.lock().expect("lock");
+        f(&c[handle as usize][at..at + len]);
+    }
+    fn held_bytes(&self) -> u64 {
+        (self.chunks.lock().expect("lock").len() * CHUNK_BYTES) as u64
+    }
+}
+
+fn load_with(bytes: &[u8], spill: Option<Arc<VecSpill>>) -> LoadedTrace {
+    let mut l = match spill {
+        Some(s) => Loader::with_spill(s),
+        None => Loader::new(),
+    };
+    for piece in bytes.chunks(1 << 16) {
+        l.push(piece).expect("synthetic trace decodes");
+    }
+    l.finish().expect("synthetic trace loads")
+}
+
+#[test]
+fn a_spilled_model_reports_the_same_on_every_scenario() {
+    let mut spilled = 0;
+    for s in Scenario::ALL {
+        let (bytes, _) = generate(s, 60_000, 11);
+        let plain = load_with(&bytes, None);
+        let want = serde_json::to_string(&summarize(&plain)).expect("report serializes");
+        for every in [1, 3] {
+            let spill = Arc::new(VecSpill {
+                every,
+                ..VecSpill::default()
+            });
+            let t = load_with(&bytes, Some(spill.clone()));
+            let got = serde_json::to_string(&summarize(&t)).expect("report serializes");
+            assert_eq!(got, want, "{s:?}, every {every}");
+            let held = spill.held_bytes();
+            if plain.model.allocs.heap_bytes() > 4 * CHUNK_BYTES {
+                spilled += 1;
+                assert!(held > 0, "{s:?}: nothing spilled");
+                assert!(
+                    spill.reads.load(Ordering::Relaxed) > 0,
+                    "{s:?}: nothing read back"
+                );
+            }
+            // The history counts whole wherever it lies; what lies in memory is less by what the
+            // spill holds.
+            assert_eq!(
+                t.model.heap_estimate(),
+                plain.model.heap_estimate(),
+                "{s:?}"
+            );
+            assert_eq!(
+                t.model.resident_heap_estimate(),
+                plain.model.heap_estimate() - held,
+                "{s:?}"
+            );
+            // The history and the total's points read back the same, one by one.
+            assert_eq!(t.model.allocs.len(), plain.model.allocs.len());
+            for (a, b) in t.model.allocs.iter().zip(plain.model.allocs.iter()) {
+                assert_eq!(format!("{a:?}"), format!("{b:?}"), "{s:?}");
+            }
+            let (x, y) = (&t.model.total, &plain.model.total);
+            assert_eq!(x.len(), y.len());
+            for i in (0..x.len()).step_by(7) {
+                assert_eq!(
+                    (x.time(i), x.value(i)),
+                    (y.time(i), y.value(i)),
+                    "{s:?} point {i}"
+                );
+            }
+        }
+    }
+    // Most scenarios are long enough to spill.
+    assert!(spilled >= Scenario::ALL.len(), "{spilled} spilled");
+}

@@ -1,0 +1,233 @@
+//! The replay model's history on disk. A model keeps its allocation history and timelines in
+//! chunks of packed bytes (`analysis_core::packed`); past a resident budget, each full chunk is
+//! written to an unnamed temporary file and read back through a small cache, so the memory
+//! `report`, `check`, `diff` and the server take for a long trace stays near what is live
+//! rather than growing with the history.
+//!
+//! The file is made with the first chunk past the budget, in `TMPDIR` (or `/tmp`), with no
+//! name: it is gone when the model is dropped or the process ends, whatever way it ends. Where
+//! it cannot be made or written (a full or read-only disk), chunks stay in memory, as they
+//! would without a spill. Reads are of bytes this process wrote; one that fails ends the
+//! process with a message, since the model cannot go on without its history.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use analysis_core::packed::{CHUNK_BYTES, Spill};
+
+/// History kept in memory before chunks go to disk: a trace of a few million events never
+/// touches the disk.
+pub const RESIDENT_BYTES: u64 = 128 << 20;
+
+/// Full chunks of a model's packed history past `resident` bytes, in a temporary file.
+#[derive(Debug)]
+pub struct FileSpill {
+    /// Tells this spill's chunks apart in the threads' caches.
+    id: u64,
+    resident: u64,
+    offered: AtomicU64,
+    dir: PathBuf,
+    file: OnceLock<File>,
+    /// The file could not be made or written: chunks stay in memory from then on.
+    failed: AtomicBool,
+    written: AtomicU64,
+    /// Held while a chunk is written (writes come from the thread replaying the trace).
+    writing: Mutex<()>,
+}
+
+impl FileSpill {
+    /// A spill that keeps the first `resident` bytes offered in memory and writes the rest to
+    /// a file in `dir`.
+    pub fn new(resident: u64, dir: PathBuf) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            resident,
+            offered: AtomicU64::new(0),
+            dir,
+            file: OnceLock::new(),
+            failed: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            writing: Mutex::new(()),
+        }
+    }
+
+    /// [`Self::new`] with [`RESIDENT_BYTES`], in the system's temporary directory.
+    pub fn in_temp_dir() -> Arc<Self> {
+        Arc::new(Self::new(RESIDENT_BYTES, std::env::temp_dir()))
+    }
+
+    /// Reads the chunk at `handle` into `buf`; a failure ends the process (the module's
+    /// comment says why).
+    fn load(&self, handle: u64, buf: &mut [u8]) {
+        let read = match self.file.get() {
+            Some(f) => f.read_exact_at(buf, handle),
+            None => Err(std::io::Error::other("no file was made")),
+        };
+        if let Err(e) = read {
+            eprintln!(
+                "gpucollect: reading back the trace's history from its temporary file in {} \
+                 failed ({e}); check that disk, or set TMPDIR to another directory",
+                self.dir.display()
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+impl Spill for FileSpill {
+    fn put(&self, chunk: &[u8]) -> Option<u64> {
+        let before = self
+            .offered
+            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        if before < self.resident || self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let _g = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let file = match self.file.get() {
+            Some(f) => f,
+            None => match tempfile::tempfile_in(&self.dir) {
+                Ok(f) => self.file.get_or_init(|| f),
+                Err(_) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    return None;
+                }
+            },
+        };
+        let at = self.written.load(Ordering::Relaxed);
+        match file.write_all_at(chunk, at) {
+            Ok(()) => {
+                self.written
+                    .store(at + chunk.len() as u64, Ordering::Relaxed);
+                Some(at)
+            }
+            Err(_) => {
+                self.failed.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    fn read(&self, handle: u64, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+        CACHE.with(|c| match c.try_borrow_mut() {
+            Ok(mut c) => f(&c.chunk(self, handle)[at..at + len]),
+            // A read from inside another's callback: straight from the file.
+            Err(_) => {
+                let mut buf = vec![0u8; CHUNK_BYTES];
+                self.load(handle, &mut buf);
+                f(&buf[at..at + len]);
+            }
+        });
+    }
+
+    fn held_bytes(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+}
+
+/// Sets of the chunk cache, each of [`WAYS`] chunks.
+const SETS: usize = 64;
+const WAYS: usize = 4;
+
+thread_local! {
+    /// Chunks read back, per thread, so reads take no lock: a pass over the history reads each
+    /// column's chunks in order, so a few per column in use are enough. At most
+    /// `SETS * WAYS` chunks (8 MiB), allocated as they are first needed.
+    static CACHE: RefCell<ChunkCache> = RefCell::new(ChunkCache::default());
+}
+
+#[derive(Default)]
+struct ChunkCache {
+    /// (spill id, handle, last use, bytes) per way; empty ways have no bytes.
+    ways: Vec<(u64, u64, u64, Box<[u8]>)>,
+    tick: u64,
+    /// The way read last: a pass reads a chunk many times in a row.
+    last: usize,
+}
+
+impl ChunkCache {
+    /// The chunk `handle` of `spill`, read from its file unless cached.
+    fn chunk(&mut self, spill: &FileSpill, handle: u64) -> &[u8] {
+        if let Some(w) = self.ways.get(self.last)
+            && w.0 == spill.id
+            && w.1 == handle
+            && !w.3.is_empty()
+        {
+            return &self.ways[self.last].3;
+        }
+        if self.ways.is_empty() {
+            self.ways
+                .resize_with(SETS * WAYS, || (0, 0, 0, Box::default()));
+        }
+        self.tick += 1;
+        let index = (handle / CHUNK_BYTES as u64) ^ spill.id.wrapping_mul(0x9e37_79b9);
+        let set = (index as usize % SETS) * WAYS;
+        let ways = &mut self.ways[set..set + WAYS];
+        let hit = ways
+            .iter()
+            .position(|w| w.0 == spill.id && w.1 == handle && !w.3.is_empty());
+        let k = match hit {
+            Some(k) => k,
+            None => {
+                let k = (0..WAYS).min_by_key(|&k| ways[k].2).unwrap_or(0);
+                let w = &mut ways[k];
+                if w.3.is_empty() {
+                    w.3 = vec![0u8; CHUNK_BYTES].into_boxed_slice();
+                }
+                // Marked empty until it holds the chunk.
+                w.1 = u64::MAX;
+                spill.load(handle, &mut w.3);
+                (w.0, w.1) = (spill.id, handle);
+                k
+            }
+        };
+        ways[k].2 = self.tick;
+        self.last = set + k;
+        &self.ways[set + k].3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(seed: u8) -> Vec<u8> {
+        (0..CHUNK_BYTES)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn chunks_past_the_budget_go_to_the_file_and_read_back() {
+        let s = FileSpill::new(2 * CHUNK_BYTES as u64, std::env::temp_dir());
+        assert_eq!(s.put(&chunk(0)), None);
+        assert_eq!(s.put(&chunk(1)), None);
+        let handles: Vec<u64> = (2..=255u8)
+            .map(|k| s.put(&chunk(k)).expect("past the budget, spilled"))
+            .collect();
+        assert_eq!(s.held_bytes(), (handles.len() * CHUNK_BYTES) as u64);
+        // More chunks than the cache holds, read twice over in two orders.
+        for round in 0..2 {
+            for k in 0..handles.len() {
+                let j = if round == 0 { k } else { handles.len() - 1 - k };
+                let want = chunk(j as u8 + 2);
+                let at = (j * 997) % (CHUNK_BYTES - 100);
+                let mut got = Vec::new();
+                s.read(handles[j], at, 100, &mut |b| got.extend_from_slice(b));
+                assert_eq!(&got[..], &want[at..at + 100], "chunk {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_directory_that_cannot_hold_the_file_keeps_chunks_in_memory() {
+        let s = FileSpill::new(0, PathBuf::from("/nonexistent/gpucollect-spill"));
+        assert_eq!(s.put(&chunk(0)), None);
+        assert_eq!(s.put(&chunk(1)), None);
+        assert_eq!(s.held_bytes(), 0);
+    }
+}
