@@ -169,11 +169,19 @@ impl Summaries {
             });
         }
         let room = self.make_room(need);
+        // A server with a budget keeps in memory what its budget has room for, as before the
+        // spill (its summaries are within the budget, and served fastest from memory); one
+        // without (`gpucollect view`, a file of any size) keeps the spill's default.
+        let resident = if self.budget_bytes == u64::MAX {
+            crate::spill::RESIDENT_BYTES
+        } else {
+            room
+        };
         // The trace is decoded as it streams from the store, on a blocking thread: the server
         // never holds its bytes whole.
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
         let making = tokio::task::spawn_blocking(move || {
-            let trace = decode_stream(&mut rx, size, room)?;
+            let trace = decode_stream(&mut rx, size, room, resident)?;
             drop(rx);
             let report = crate::threads::analyze(&trace, &Default::default());
             let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
@@ -227,6 +235,7 @@ fn decode_stream(
     rx: &mut tokio::sync::mpsc::Receiver<bytes::Bytes>,
     size: u64,
     room: u64,
+    resident: u64,
 ) -> Result<LoadedTrace, SummaryError> {
     use analysis_core::torch_snapshot::{SnapshotLoader, looks_like_snapshot};
     let undecodable = |e: &dyn std::fmt::Display| SummaryError::Undecodable(e.to_string());
@@ -244,9 +253,9 @@ fn decode_stream(
             .map(|(trace, _)| trace)
             .map_err(|e| undecodable(&e));
     }
-    // A long trace's history goes to disk past a budget (`spill`), as `report` does.
-    let mut loader =
-        analysis_core::model::Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
+    // The history past `resident` bytes goes to disk (`spill`).
+    let spill = crate::spill::FileSpill::new(resident, std::env::temp_dir());
+    let mut loader = analysis_core::model::Loader::with_spill(std::sync::Arc::new(spill));
     let over_budget = |loader: &analysis_core::model::Loader| {
         (loader.model_heap_bytes() > room).then(|| SummaryError::ModelOverBudget {
             at: loader.bytes_consumed(),
