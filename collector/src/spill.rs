@@ -133,6 +133,9 @@ impl Spill for FileSpill {
 const SETS: usize = 64;
 const WAYS: usize = 4;
 
+/// The most a thread's cache of chunks read back holds.
+pub const CACHE_BYTES_PER_THREAD: u64 = (SETS * WAYS * CHUNK_BYTES) as u64;
+
 thread_local! {
     /// Chunks read back, per thread, so reads take no lock: a pass over the history reads each
     /// column's chunks in order, so a few per column in use are enough. At most

@@ -89,6 +89,65 @@ fn summaries_equal_the_analysis_of_the_whole_trace() {
     assert_eq!(live["sites"][0]["bytes"], report.peak_sites[0].bytes);
 }
 
+/// A trace too big for the budget at 4 bytes per byte, but not with its history on disk, is
+/// summarised that way, to the same answers as the whole trace analysed in memory.
+#[test]
+fn a_trace_too_big_to_hold_is_summarised_with_its_history_on_disk() {
+    let store = store_dir("summaries", "spilled");
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    let bytes = trace(850_000);
+    let size = bytes.len() as u64;
+    // 4 bytes per byte would pass 32 MiB; 1 per byte, 4 MiB in memory and two 8 MiB read
+    // caches do not.
+    assert!(
+        size * 4 > 32 << 20 && size + (4 << 20) + (16 << 20) < 32 << 20,
+        "{size}"
+    );
+    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &bytes).expect("write");
+    let loaded = analysis_core::load(&bytes).expect("loads");
+    let report = analysis_core::analyze(&loaded, &Default::default());
+    let (child, base) = spawn_serve(
+        &[
+            "--store",
+            store.to_str().expect("utf-8"),
+            "--summary-memory",
+            "32MiB",
+        ],
+        &[],
+    );
+    let _child = Killed(child);
+    let (status, s) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
+    assert_eq!(status, 200, "{s}");
+    // Both parsed from text, as floats read back from JSON may differ in their last digit from
+    // the values written.
+    let want: serde_json::Value =
+        serde_json::from_str(&serde_json::to_string(&report).expect("report as JSON"))
+            .expect("JSON");
+    assert_eq!(s["report"], want);
+    let (t0, t1) = (s["t0"].as_u64().expect("t0"), s["t1"].as_u64().expect("t1"));
+    let (z0, z1) = (t0 + (t1 - t0) / 3, t0 + (t1 - t0) / 2);
+    let (_, zoom) = json(&format!(
+        "{base}/api/v1/traces/{ID}/timeline?t0={z0}&t1={z1}&columns=64"
+    ));
+    let got: Vec<u64> = zoom["total"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .map(|b| b["max"].as_u64().expect("number"))
+        .collect();
+    let want: Vec<u64> = loaded
+        .model
+        .total
+        .downsample(z0, z1, 64)
+        .iter()
+        .map(|b| b.max)
+        .collect();
+    assert_eq!(got, want);
+    let (status, live) = json(&format!("{base}/api/v1/traces/{ID}/live?t={t1}"));
+    assert_eq!(status, 200, "{live}");
+    assert_eq!(live["bytes"], loaded.model.live_at_end_bytes());
+}
+
 #[test]
 fn summaries_refuse_in_words() {
     let store = store_dir("summaries", "refuse");

@@ -29,6 +29,14 @@ use super::store::Store;
 /// summary takes less: what its model holds, counted once made.
 pub const PEAK_BYTES_PER_TRACE_BYTE: u64 = 4;
 
+/// Memory a summary whose history lies on disk (`spill`) takes while it is made, per byte of
+/// the trace, besides the chunks it keeps in memory and the readers' caches: the timelines'
+/// pyramids, the tables by call site and range, the analysis' own. Measured 0.39 in all on the
+/// 300 M-event training trace (docs/benchmarks.md, "Summaries"), rounded up with a margin. A
+/// trace too big for [`PEAK_BYTES_PER_TRACE_BYTE`] in the budget is summarised this way when
+/// this fits.
+pub const SPILLED_PEAK_BYTES_PER_TRACE_BYTE: u64 = 1;
+
 /// Most columns one timeline request may ask for.
 pub const MAX_COLUMNS: usize = 8192;
 
@@ -118,6 +126,36 @@ impl Summaries {
         self.budget_bytes.saturating_sub(kept)
     }
 
+    /// What making the summary of a trace of `size` bytes needs at its peak, and how much of
+    /// its history it keeps in memory before the rest goes to disk (`None`: what the budget
+    /// has room for). A trace that fits the budget at [`PEAK_BYTES_PER_TRACE_BYTE`] is kept in
+    /// memory, as its summary is served fastest from there; a larger one keeps an eighth of the
+    /// budget (at most the spill's default) and the rest on disk, when that fits at
+    /// [`SPILLED_PEAK_BYTES_PER_TRACE_BYTE`] with two threads' read caches; `gpucollect view`
+    /// (no budget) keeps the spill's default, whatever the file's size.
+    fn plan(&self, size: u64) -> Result<(u64, Option<u64>), SummaryError> {
+        let in_memory = size.saturating_mul(PEAK_BYTES_PER_TRACE_BYTE);
+        if self.budget_bytes == u64::MAX {
+            return Ok((in_memory, Some(crate::spill::RESIDENT_BYTES)));
+        }
+        if in_memory <= self.budget_bytes {
+            return Ok((in_memory, None));
+        }
+        let resident = (self.budget_bytes / 8).min(crate::spill::RESIDENT_BYTES);
+        let need = size
+            .saturating_mul(SPILLED_PEAK_BYTES_PER_TRACE_BYTE)
+            .saturating_add(resident)
+            .saturating_add(2 * crate::spill::CACHE_BYTES_PER_THREAD);
+        if need > self.budget_bytes {
+            return Err(SummaryError::TooBig {
+                size,
+                need,
+                budget: self.budget_bytes,
+            });
+        }
+        Ok((need, Some(resident)))
+    }
+
     /// The `summary` answer for trace `id` as JSON: from the summary in memory, else from the
     /// one kept in the store by a build that analyses the same way (no decoding: a restarted
     /// server answers at once), else from a summary made now (and kept).
@@ -160,23 +198,9 @@ impl Summaries {
             Ok(None) => return Err(SummaryError::NotFound(id.to_string())),
             Err(e) => return Err(SummaryError::Storage(e.to_string())),
         };
-        let need = size.saturating_mul(PEAK_BYTES_PER_TRACE_BYTE);
-        if need > self.budget_bytes {
-            return Err(SummaryError::TooBig {
-                size,
-                need,
-                budget: self.budget_bytes,
-            });
-        }
+        let (need, resident) = self.plan(size)?;
         let room = self.make_room(need);
-        // A server with a budget keeps in memory what its budget has room for, as before the
-        // spill (its summaries are within the budget, and served fastest from memory); one
-        // without (`gpucollect view`, a file of any size) keeps the spill's default.
-        let resident = if self.budget_bytes == u64::MAX {
-            crate::spill::RESIDENT_BYTES
-        } else {
-            room
-        };
+        let resident = resident.unwrap_or(room);
         // The trace is decoded as it streams from the store, on a blocking thread: the server
         // never holds its bytes whole.
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
