@@ -1,8 +1,9 @@
 //! The replay model's history on disk. A model keeps its allocation history and timelines in
 //! chunks of packed bytes (`analysis_core::packed`); past a resident budget, each full chunk is
 //! written to an unnamed temporary file and read back through a small cache, so the memory
-//! `report`, `check`, `diff` and the server take for a long trace stays near what is live
-//! rather than growing with the history.
+//! `report`, `check`, `diff` and `view` take for a long trace (and the server, for a summary
+//! too big for its budget in memory) stays near what is live rather than growing with the
+//! history.
 //!
 //! The file is made with the first chunk past the budget, in `TMPDIR` (or `/tmp`), with no
 //! name: it is gone when the model is dropped or the process ends, whatever way it ends. Where
@@ -113,15 +114,21 @@ impl Spill for FileSpill {
     }
 
     fn read(&self, handle: u64, at: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
-        CACHE.with(|c| match c.try_borrow_mut() {
-            Ok(mut c) => f(&c.chunk(self, handle)[at..at + len]),
-            // A read from inside another's callback: straight from the file.
-            Err(_) => {
-                let mut buf = vec![0u8; CHUNK_BYTES];
-                self.load(handle, &mut buf);
-                f(&buf[at..at + len]);
+        let mut f = Some(f);
+        // Without the cache (a read from inside another's callback, or from a thread whose
+        // cache is gone at its exit), `f` is left for a read straight from the file.
+        let _ = CACHE.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut()
+                && let Some(f) = f.take()
+            {
+                f(&c.chunk(self, handle)[at..at + len]);
             }
         });
+        if let Some(f) = f {
+            let mut buf = vec![0u8; CHUNK_BYTES];
+            self.load(handle, &mut buf);
+            f(&buf[at..at + len]);
+        }
     }
 
     fn held_bytes(&self) -> u64 {
@@ -224,6 +231,19 @@ mod tests {
                 assert_eq!(&got[..], &want[at..at + 100], "chunk {j}");
             }
         }
+    }
+
+    #[test]
+    fn a_read_inside_another_reads_the_file() {
+        let s = FileSpill::new(0, std::env::temp_dir());
+        let (a, b) = (s.put(&chunk(1)).expect("a"), s.put(&chunk(2)).expect("b"));
+        let mut got = Vec::new();
+        s.read(a, 10, 4, &mut |outer| {
+            s.read(b, 20, 4, &mut |inner| got.extend_from_slice(inner));
+            got.extend_from_slice(outer);
+        });
+        let (x, y) = (chunk(1), chunk(2));
+        assert_eq!(got, [&y[20..24], &x[10..14]].concat());
     }
 
     #[test]
