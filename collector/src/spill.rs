@@ -5,16 +5,16 @@
 //! too big for its budget in memory) stays near what is live rather than growing with the
 //! history.
 //!
-//! The file is made with the first chunk past the budget, in `TMPDIR` (or `/tmp`), with no
-//! name: it is gone when the model is dropped or the process ends, whatever way it ends. Where
-//! it cannot be made or written (a full or read-only disk), chunks stay in memory, as they
-//! would without a spill. Reads are of bytes this process wrote; one that fails ends the
+//! The file is made with the first chunk past the budget, in [`spill_dir`], with no name: it is
+//! gone when the model is dropped or the process ends, whatever way it ends. Where it cannot be
+//! made or written (a full or read-only disk), chunks stay in memory, as they would without a
+//! spill. Reads are of bytes this process wrote; one that fails ends the
 //! process with a message, since the model cannot go on without its history.
 
 use std::cell::RefCell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -57,9 +57,9 @@ impl FileSpill {
         }
     }
 
-    /// [`Self::new`] with [`RESIDENT_BYTES`], in the system's temporary directory.
+    /// [`Self::new`] with [`RESIDENT_BYTES`], in [`spill_dir`].
     pub fn in_temp_dir() -> Arc<Self> {
-        Arc::new(Self::new(RESIDENT_BYTES, std::env::temp_dir()))
+        Arc::new(Self::new(RESIDENT_BYTES, spill_dir()))
     }
 
     /// Reads the chunk at `handle` into `buf`; a failure ends the process (the module's
@@ -78,6 +78,45 @@ impl FileSpill {
             std::process::exit(1);
         }
     }
+}
+
+/// Where the history goes: `TMPDIR` when it is set; otherwise `/tmp`, unless `/tmp` is a RAM
+/// disk (tmpfs, the default of several distributions), where the file would take memory after
+/// all, and `/var/tmp` (meant for large temporary files) is not: then `/var/tmp`.
+pub fn spill_dir() -> PathBuf {
+    if std::env::var_os("TMPDIR").is_some_and(|d| !d.is_empty()) {
+        return std::env::temp_dir();
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let in_ram = |dir: &str| {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| PathBuf::from(dir));
+        matches!(fs_type(&mounts, &dir), Some("tmpfs" | "ramfs"))
+    };
+    let var_tmp = Path::new("/var/tmp");
+    if in_ram("/tmp") && var_tmp.is_dir() && !in_ram("/var/tmp") {
+        return var_tmp.to_path_buf();
+    }
+    std::env::temp_dir()
+}
+
+/// The type of the filesystem `path` (absolute, without symbolic links) lies on, from the
+/// text of `/proc/self/mounts`: that of the longest mount point above it, the last mounted
+/// where several share one.
+fn fs_type<'a>(mounts: &'a str, path: &Path) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for line in mounts.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(_), Some(point), Some(kind)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        // Spaces and the like in mount points are written as octal escapes.
+        let point = point.replace("\\040", " ");
+        let len = Path::new(&point).components().count();
+        if path.starts_with(&point) && best.is_none_or(|(l, _)| len >= l) {
+            best = Some((len, kind));
+        }
+    }
+    best.map(|(_, kind)| kind)
 }
 
 impl Spill for FileSpill {
@@ -231,6 +270,30 @@ mod tests {
                 assert_eq!(&got[..], &want[at..at + 100], "chunk {j}");
             }
         }
+    }
+
+    #[test]
+    fn the_filesystem_of_a_path_is_that_of_its_deepest_mount() {
+        let mounts = "/dev/vda / ext4 rw 0 0\n\
+                      tmpfs /tmp tmpfs rw 0 0\n\
+                      /dev/vdb /var ext4 rw 0 0\n\
+                      tmpfs /var/tmp tmpfs rw 0 0\n\
+                      /dev/vdc /var/tmp xfs rw 0 0\n\
+                      /dev/vdd /mnt/my\\040disk xfs rw 0 0\n\
+                      garbage\n";
+        let of = |p: &str| fs_type(mounts, Path::new(p));
+        assert_eq!(of("/tmp"), Some("tmpfs"));
+        assert_eq!(of("/tmp/x/y"), Some("tmpfs"));
+        assert_eq!(of("/tmpfoo"), Some("ext4"));
+        assert_eq!(of("/var/log"), Some("ext4"));
+        assert_eq!(
+            of("/var/tmp/a"),
+            Some("xfs"),
+            "the last mounted over the same point"
+        );
+        assert_eq!(of("/mnt/my disk/t"), Some("xfs"));
+        assert_eq!(of("/home"), Some("ext4"));
+        assert_eq!(fs_type("", Path::new("/tmp")), None);
     }
 
     #[test]

@@ -278,7 +278,7 @@ fn decode_stream(
             .map_err(|e| undecodable(&e));
     }
     // The history past `resident` bytes goes to disk (`spill`).
-    let spill = crate::spill::FileSpill::new(resident, std::env::temp_dir());
+    let spill = crate::spill::FileSpill::new(resident, crate::spill::spill_dir());
     let mut loader = analysis_core::model::Loader::with_spill(std::sync::Arc::new(spill));
     let over_budget = |loader: &analysis_core::model::Loader| {
         (loader.model_heap_bytes() > room).then(|| SummaryError::ModelOverBudget {
