@@ -179,7 +179,8 @@ impl Spill for FileSpill {
 const SETS: usize = 64;
 const WAYS: usize = 4;
 
-/// The most a thread's cache of chunks read back holds.
+/// The most a thread's cache of chunks read back holds (the server counts it for a summary).
+#[cfg(feature = "serve")]
 pub const CACHE_BYTES_PER_THREAD: u64 = (SETS * WAYS * CHUNK_BYTES) as u64;
 
 thread_local! {
