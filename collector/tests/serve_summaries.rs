@@ -15,24 +15,32 @@ fn json(url: &str) -> (u16, serde_json::Value) {
     (status, serde_json::from_slice(&body).expect("JSON"))
 }
 
+/// A store of this suite named `name` holding `traces`, each `(id, bytes)` as a stored trace.
+fn store_with(name: &str, traces: &[(&str, &[u8])]) -> std::path::PathBuf {
+    let store = store_dir("summaries", name);
+    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
+    for (id, bytes) in traces {
+        std::fs::write(store.join("traces").join(format!("{id}.msgpack")), bytes).expect("write");
+    }
+    store
+}
+
+/// `gpucollect serve` on `store`, with `args` besides: the server (stopped when dropped) and
+/// its base URL.
+fn serve(store: &std::path::Path, args: &[&str]) -> (Killed, String) {
+    let mut all = vec!["--store", store.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    let (child, base) = spawn_serve(&all, &[]);
+    (Killed(child), base)
+}
+
 #[test]
 fn summaries_equal_the_analysis_of_the_whole_trace() {
-    let store = store_dir("summaries", "equal");
-    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
     let bytes = trace(20_000);
-    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &bytes).expect("write");
+    let store = store_with("equal", &[(ID, &bytes)]);
     let loaded = analysis_core::load(&bytes).expect("loads");
     let report = analysis_core::analyze(&loaded, &Default::default());
-    let (child, base) = spawn_serve(
-        &[
-            "--store",
-            store.to_str().expect("utf-8"),
-            "--read-token",
-            "secret",
-        ],
-        &[],
-    );
-    let _child = Killed(child);
+    let (_server, base) = serve(&store, &["--read-token", "secret"]);
 
     let (status, _) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
     assert_eq!(status, 401, "the read token is needed");
@@ -93,8 +101,6 @@ fn summaries_equal_the_analysis_of_the_whole_trace() {
 /// summarised that way, to the same answers as the whole trace analysed in memory.
 #[test]
 fn a_trace_too_big_to_hold_is_summarised_with_its_history_on_disk() {
-    let store = store_dir("summaries", "spilled");
-    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
     let bytes = trace(850_000);
     let size = bytes.len() as u64;
     // 4 bytes per byte would pass 32 MiB; 1 per byte, 4 MiB in memory and two 8 MiB read
@@ -103,19 +109,10 @@ fn a_trace_too_big_to_hold_is_summarised_with_its_history_on_disk() {
         size * 4 > 32 << 20 && size + (4 << 20) + (16 << 20) < 32 << 20,
         "{size}"
     );
-    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &bytes).expect("write");
+    let store = store_with("spilled", &[(ID, &bytes)]);
     let loaded = analysis_core::load(&bytes).expect("loads");
     let report = analysis_core::analyze(&loaded, &Default::default());
-    let (child, base) = spawn_serve(
-        &[
-            "--store",
-            store.to_str().expect("utf-8"),
-            "--summary-memory",
-            "32MiB",
-        ],
-        &[],
-    );
-    let _child = Killed(child);
+    let (_server, base) = serve(&store, &["--summary-memory", "32MiB"]);
     let (status, s) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
     assert_eq!(status, 200, "{s}");
     // Both parsed from text, as floats read back from JSON may differ in their last digit from
@@ -150,29 +147,12 @@ fn a_trace_too_big_to_hold_is_summarised_with_its_history_on_disk() {
 
 #[test]
 fn summaries_refuse_in_words() {
-    let store = store_dir("summaries", "refuse");
-    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
-    std::fs::write(
-        store.join("traces").join(format!("{ID}.msgpack")),
-        trace(20_000),
-    )
-    .expect("write");
     let not_a_trace = "fedcba9876543210fedcba9876543210";
-    std::fs::write(
-        store.join("traces").join(format!("{not_a_trace}.msgpack")),
-        b"this is not a trace",
-    )
-    .expect("write");
-    let (child, base) = spawn_serve(
-        &[
-            "--store",
-            store.to_str().expect("utf-8"),
-            "--summary-memory",
-            "512KiB",
-        ],
-        &[],
+    let store = store_with(
+        "refuse",
+        &[(ID, &trace(20_000)), (not_a_trace, b"this is not a trace")],
     );
-    let _child = Killed(child);
+    let (_server, base) = serve(&store, &["--summary-memory", "512KiB"]);
     let missing = "00000000000000000000000000000000";
     let (status, e) = json(&format!("{base}/api/v1/traces/{missing}/summary"));
     assert_eq!(status, 404, "{e}");
@@ -207,8 +187,6 @@ fn summaries_refuse_in_words() {
 /// times the trace. A real trace of the same size in the same budget is summarised.
 #[test]
 fn a_trace_denser_than_its_size_says_is_stopped_at_the_budget() {
-    let store = store_dir("summaries", "dense");
-    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
     // The header of a version 1.0 trace, then 400,000 failed allocations `[18, 0]`: 1.2 MB.
     let dense = {
         let mut b = Vec::new();
@@ -223,23 +201,9 @@ fn a_trace_denser_than_its_size_says_is_stopped_at_the_budget() {
     };
     let real = trace(100_000);
     let real_id = "fedcba9876543210fedcba9876543210";
-    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &dense).expect("write");
-    std::fs::write(
-        store.join("traces").join(format!("{real_id}.msgpack")),
-        &real,
-    )
-    .expect("write");
+    let store = store_with("dense", &[(ID, &dense), (real_id, &real)]);
     assert!(dense.len() as u64 * 4 <= 8 << 20 && real.len() as u64 * 4 <= 8 << 20);
-    let (child, base) = spawn_serve(
-        &[
-            "--store",
-            store.to_str().expect("utf-8"),
-            "--summary-memory",
-            "8MiB",
-        ],
-        &[],
-    );
-    let _child = Killed(child);
+    let (_server, base) = serve(&store, &["--summary-memory", "8MiB"]);
     let (status, e) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
     assert_eq!(status, 413, "{e}");
     assert!(
@@ -256,18 +220,15 @@ fn a_trace_denser_than_its_size_says_is_stopped_at_the_budget() {
 /// summarised as its conversion: the report `gpucollect report` gives the snapshot.
 #[test]
 fn a_stored_snapshot_is_summarised_as_its_conversion() {
-    let store = store_dir("summaries", "snapshot");
-    std::fs::create_dir_all(store.join("traces")).expect("traces dir");
     let pickle = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../analysis-core/tests/assets/torch/two-devices.pickle"),
     )
     .expect("fixture");
-    std::fs::write(store.join("traces").join(format!("{ID}.msgpack")), &pickle).expect("write");
+    let store = store_with("snapshot", &[(ID, &pickle)]);
     let (trace, _) = analysis_core::torch_snapshot::load(&pickle).expect("converts");
     let report = analysis_core::analyze(&trace, &Default::default());
-    let (child, base) = spawn_serve(&["--store", store.to_str().expect("utf-8")], &[]);
-    let _child = Killed(child);
+    let (_server, base) = serve(&store, &[]);
     let (status, s) = json(&format!("{base}/api/v1/traces/{ID}/summary"));
     assert_eq!(status, 200, "{s}");
     assert_eq!(s["report"]["peak_bytes"], report.peak_bytes);

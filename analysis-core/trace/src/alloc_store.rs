@@ -242,31 +242,14 @@ impl AllocStore {
     /// The allocation with id `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub fn at(&self, i: usize) -> AllocRecord {
-        if let Some(k) = i.checked_sub(self.packed()) {
-            return self.tail[k];
-        }
-        let ts_nanos = self.ts.get(i);
-        let (free_ts_nanos, free_kind) = self.free.get(i, |_| ts_nanos);
-        AllocRecord {
-            ts_nanos,
-            free_ts_nanos,
-            size_bytes: self.size.get(i),
-            address: self.address.get(i),
-            stack: StackId(self.stack.get(i) as u32),
-            thread: ThreadIdx(self.thread.get(i) as u32),
-            device: DeviceIdx(self.device.get(i) as u32),
-            process: ProcessIdx(self.process.get(i) as u32),
-            range_slot: self.range_slot.get(i) as u32,
-            kind: AllocKind::from_code(self.kind.get(i)),
-            free_kind: FreeKind::from_code(u64::from(free_kind)),
-        }
+        self.at_fields(i, Fields::ALL)
     }
 
     /// [`Self::at`] reading only `fields` (with [`Fields::TS`] and [`Fields::FREE`]); the
     /// others hold no meaningful value (a marker in debug builds, as a pass's do).
     pub fn at_fields(&self, i: usize, fields: Fields) -> AllocRecord {
-        if fields == Fields::ALL || i >= self.packed() {
-            return self.at(i);
+        if let Some(k) = i.checked_sub(self.packed()) {
+            return self.tail[k];
         }
         let (wide, narrow) = if cfg!(debug_assertions) {
             (0xa5a5_a5a5_a5a5_a5a5u64, 0xa5a5_a5a5u64)
