@@ -10,18 +10,20 @@ use analysis_core::{LoadedTrace, Loader};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::read_ahead::ReadAhead;
+
 const CHUNK_BYTES: usize = 1 << 20;
 
 /// Loads a trace from `path`, or from stdin when `path` is `-`. Shows a progress bar for large
 /// files when stderr is a terminal. Fails only when nothing could be decoded at all.
 pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
-    let (mut reader, len): (Box<dyn Read>, Option<u64>) = if path == Path::new("-") {
+    let (reader, len): (Box<dyn Read + Send>, Option<u64>) = if path == Path::new("-") {
         if std::io::stdin().is_terminal() {
             bail!(
                 "no trace on stdin: pipe one in (`gpucollect report - < run.msgpack`) or give a path"
             );
         }
-        (Box::new(std::io::stdin().lock()), None)
+        (Box::new(std::io::stdin()), None)
     } else {
         let f = File::open(path)
             .with_context(|| format!("cannot open the trace {}", path.display()))?;
@@ -44,26 +46,20 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
     };
     // A long trace's history goes to disk past a budget (`spill`).
     let mut loader = Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
-    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut reader = ReadAhead::new(reader).context("cannot start a thread to read the trace")?;
+    let cannot_read = || format!("cannot read the trace {}", path.display());
     let mut first = true;
-    loop {
-        let n = match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot read the trace {}", path.display()));
-            }
-        };
-        if first && analysis_core::torch_snapshot::looks_like_snapshot(&buf[..n]) {
+    while let Some(bytes) = reader.next_chunk().with_context(cannot_read)? {
+        if first && analysis_core::torch_snapshot::looks_like_snapshot(bytes) {
             // A PyTorch memory snapshot (pickle or JSON), parsed as it is read, then converted
             // straight into the model: the same one the viewer builds (and the same as decoding
             // the bytes `gpucollect import` writes).
             let mut snapshot = SnapshotLoader::new(len.and_then(|l| usize::try_from(l).ok()));
             let read = snapshot
-                .push(&buf[..n])
+                .push(bytes)
                 .with_context(|| not_a_snapshot(path))
                 .and_then(|()| {
+                    let mut buf = vec![0u8; CHUNK_BYTES];
                     feed_snapshot(&mut snapshot, &mut reader, &mut buf, bar.as_ref(), path)
                 })
                 .and_then(|()| snapshot.finish().with_context(|| not_a_snapshot(path)));
@@ -73,7 +69,7 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
             return read.map(|(trace, _)| trace);
         }
         first = false;
-        if loader.push(&buf[..n]).is_err() {
+        if loader.push(bytes).is_err() {
             // The decoder keeps the error; finish() reports it with everything decoded before it.
             break;
         }

@@ -15,6 +15,7 @@ mod commands;
 mod export_html;
 mod input;
 mod output;
+mod read_ahead;
 mod render_text;
 #[cfg(feature = "serve")]
 mod serve;

@@ -1,4 +1,4 @@
-//! The analysis' independent halves on two threads (`analysis_core::Join`): the core starts
+//! The analysis' independent parts on two threads (`analysis_core::Join`): the core starts
 //! none itself, so the front ends that may pass this.
 
 /// Runs the second part on a scoped thread while the caller's runs the first.

@@ -108,23 +108,22 @@ pub fn analyze_view_with(
     config: &Config,
     join: &impl Join,
 ) -> Report {
-    let mut report = facts::summary_facts(trace);
     let m = view.unwrap_or(&trace.model);
     let mut found = Found::default();
     let sites = SiteIndex::new(m);
     let end = history::classify(m);
-    let its = iterations::detect(m);
-    let causes = causes::Causes::new(m, config);
+    // The iterations beside the causes, which do not need them.
+    let (its, causes) = join.join(|| iterations::detect(m), || causes::Causes::new(m, config));
     let mut a = Analysis {
         config: config.clone(),
         history: end,
         ..Analysis::default()
     };
-    // Each process's samples (its own iterations for the busiest), for growth and trends.
-    let sampling = sampling::sampling_by_process(m, &its);
     // Two independent halves, of about equal work; their findings are merged in this order.
     let growth = || {
         let mut found = Found::default();
+        // Each process's samples (its own iterations for the busiest), for growth and trends.
+        let sampling = sampling::sampling_by_process(m, &its);
         let sections = leaks::analyze(m, config, &its, end, &causes, &sampling, &mut found);
         let scopes = scopes::analyze(m, config, &sites);
         let trends = trend::analyze(
@@ -139,15 +138,16 @@ pub fn analyze_view_with(
     };
     let shape = || {
         let mut found = Found::default();
+        let report = facts::summary_facts(trace);
         let spikes = spikes::analyze(m, config, &sites, &its, &causes, &mut found);
         let fragmentation = fragmentation::analyze(m, config, &its, &mut found);
         let churn = churn::analyze(m, config, &sites, &mut found);
         let hidden = hidden::analyze(m, config, &mut found);
-        (spikes, fragmentation, churn, hidden, found)
+        (report, (spikes, fragmentation, churn, hidden), found)
     };
-    let ((sections, scopes, trends, growth_found), (spikes, frag, churn, hidden, shape_found)) =
+    let ((sections, scopes, trends, growth_found), (mut report, shape, shape_found)) =
         join.join(growth, shape);
-    drop(sampling);
+    let (spikes, frag, churn, hidden) = shape;
     for part in [growth_found, shape_found] {
         found.findings.extend(part.findings);
         found.notes.extend(part.notes);
