@@ -617,10 +617,15 @@ fn push_end_findings(
 
 /// Notes for memory released only by a context teardown, by site.
 fn teardown_notes(m: &TraceModel, found: &mut Found) -> Vec<SiteBytes> {
+    // Only a context reset releases allocations so; none did in most traces, and the history
+    // need not be read for them.
+    if m.resets.iter().all(|r| r.freed_count == 0) {
+        return Vec::new();
+    }
     let teardown = group_by_stack(
         m,
         m.allocs
-            .iter()
+            .iter_fields(super::facts::GROUP_FIELDS | Fields::FREE)
             .filter(|a| a.free_kind == FreeKind::ContextTeardown && !a.is_live()),
         super::MAX_SITES,
     );

@@ -119,7 +119,9 @@ pub fn analyze_view_with(
         history: end,
         ..Analysis::default()
     };
-    // Two independent halves, of about equal work; their findings are merged in this order.
+    // Two independent halves, of about equal work. Their findings are merged in the order the
+    // detectors ran in on one thread: growth's, shape's, then hidden memory's (run with growth
+    // to even out the halves).
     let growth = || {
         let mut found = Found::default();
         // Each process's samples (its own iterations for the busiest), for growth and trends.
@@ -134,7 +136,9 @@ pub fn analyze_view_with(
             &sampling,
             &mut found,
         );
-        (sections, scopes, trends, found)
+        let mut hidden_found = Found::default();
+        let hidden = hidden::analyze(m, config, &mut hidden_found);
+        ((sections, scopes, trends, found), (hidden, hidden_found))
     };
     let shape = || {
         let mut found = Found::default();
@@ -142,13 +146,12 @@ pub fn analyze_view_with(
         let spikes = spikes::analyze(m, config, &sites, &its, &causes, &mut found);
         let fragmentation = fragmentation::analyze(m, config, &its, &mut found);
         let churn = churn::analyze(m, config, &sites, &mut found);
-        let hidden = hidden::analyze(m, config, &mut found);
-        (report, (spikes, fragmentation, churn, hidden), found)
+        (report, (spikes, fragmentation, churn), found)
     };
-    let ((sections, scopes, trends, growth_found), (mut report, shape, shape_found)) =
+    let (((sections, scopes, trends, growth_found), (hidden, hidden_found)), shape) =
         join.join(growth, shape);
-    let (spikes, frag, churn, hidden) = shape;
-    for part in [growth_found, shape_found] {
+    let (mut report, (spikes, frag, churn), shape_found) = shape;
+    for part in [growth_found, shape_found, hidden_found] {
         found.findings.extend(part.findings);
         found.notes.extend(part.notes);
     }

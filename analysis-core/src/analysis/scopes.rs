@@ -118,6 +118,43 @@ pub(crate) fn nvtx_scope_index(m: &TraceModel) -> NvtxScopes {
     NvtxScopes { scope_of, names }
 }
 
+/// Bytes each call site kept beyond the end of an instance of each scope it was allocated in
+/// (the instance itself or one it runs inside), by (scope, stack).
+fn kept_beyond_instances(m: &TraceModel, scope_of: &[u32]) -> HashMap<(u32, StackId), u64> {
+    let mut kept: HashMap<(u32, StackId), u64> = HashMap::new();
+    let fields = Fields::RANGE_SLOT | Fields::KIND | Fields::FREE | Fields::STACK | Fields::SIZE;
+    // The instances an allocation's instance runs in (itself first, at most 64), as (end, scope):
+    // kept for the last instance, since allocations come in runs from one instance.
+    let (mut chain_of, mut chain) = (0u32, Vec::<(Option<u64>, u32)>::new());
+    for a in m.allocs.iter_fields(fields) {
+        if a.range_slot == 0 || !a.kind.is_device_memory() {
+            continue;
+        }
+        if a.range_slot != chain_of {
+            chain.clear();
+            chain_of = a.range_slot;
+            let mut slot = a.range_slot;
+            while slot != 0 && chain.len() < 64 {
+                let Some((end, parent)) = m.ranges.end_and_parent(slot as usize - 1) else {
+                    break;
+                };
+                chain.push((end, scope_of[slot as usize - 1]));
+                slot = parent;
+            }
+        }
+        for &(end, scope) in &chain {
+            match end {
+                Some(end) if a.free_ts_nanos == LIVE || a.free_ts_nanos > end => {
+                    let e = kept.entry((scope, a.stack)).or_default();
+                    *e = e.saturating_add(a.size_bytes);
+                }
+                _ => {}
+            }
+        }
+    }
+    kept
+}
+
 fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
     let NvtxScopes { scope_of, names } = nvtx_scope_index(m);
     let mut diffs: Vec<Vec<i64>> = alloc::vec![Vec::new(); names.len()];
@@ -128,32 +165,7 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
             peaks[k as usize] = peaks[k as usize].max(r.peak_bytes);
         }
     }
-    // Which call sites kept bytes beyond the end of an instance of each scope.
-    let mut kept: HashMap<(u32, StackId), u64> = HashMap::new();
-    let fields = Fields::RANGE_SLOT | Fields::KIND | Fields::FREE | Fields::STACK | Fields::SIZE;
-    for a in m.allocs.iter_fields(fields) {
-        if a.range_slot == 0 || !a.kind.is_device_memory() {
-            continue;
-        }
-        let mut slot = a.range_slot;
-        let mut depth = 0;
-        while slot != 0 && depth < 64 {
-            let Some((end, parent)) = m.ranges.end_and_parent(slot as usize - 1) else {
-                break;
-            };
-            match end {
-                Some(end) if a.free_ts_nanos == LIVE || a.free_ts_nanos > end => {
-                    let e = kept
-                        .entry((scope_of[slot as usize - 1], a.stack))
-                        .or_default();
-                    *e = e.saturating_add(a.size_bytes);
-                }
-                _ => {}
-            }
-            slot = parent;
-            depth += 1;
-        }
-    }
+    let kept = kept_beyond_instances(m, &scope_of);
     let mut top: Vec<Option<(StackId, u64)>> = alloc::vec![None; diffs.len()];
     for ((k, stack), bytes) in kept {
         let t = &mut top[k as usize];
@@ -442,6 +454,87 @@ mod tests {
         assert!(growth_by_sweep(&n, calls.iter().copied(), 1).is_none());
         assert_eq!(g[0], Growth::of(&[100, 50 - 100 - 50]));
         assert_eq!(g[1], Growth::of(&[0]));
+    }
+
+    /// What `kept_beyond_instances` gives, allocation by allocation: the walk up its
+    /// instances.
+    fn kept_walked(m: &TraceModel, scope_of: &[u32]) -> HashMap<(u32, StackId), u64> {
+        let mut kept: HashMap<(u32, StackId), u64> = HashMap::new();
+        for a in m.allocs.iter() {
+            if a.range_slot == 0 || !a.kind.is_device_memory() {
+                continue;
+            }
+            let (mut slot, mut depth) = (a.range_slot, 0);
+            while slot != 0 && depth < 64 {
+                let Some((end, parent)) = m.ranges.end_and_parent(slot as usize - 1) else {
+                    break;
+                };
+                if let Some(end) = end
+                    && (a.free_ts_nanos == LIVE || a.free_ts_nanos > end)
+                {
+                    *kept
+                        .entry((scope_of[slot as usize - 1], a.stack))
+                        .or_default() += a.size_bytes;
+                }
+                (slot, depth) = (parent, depth + 1);
+            }
+        }
+        kept
+    }
+
+    proptest! {
+        /// Nested instances of a few scopes, allocations in runs from one instance and freed
+        /// before or after its end (or never): each keeps the bytes the walk up its instances
+        /// gives.
+        #[test]
+        fn kept_bytes_are_those_of_each_allocations_walk(
+            ops in proptest::collection::vec((0u8..6, 0u8..4, 1u8..200), 0..300),
+        ) {
+            use crate::encode::Encoder;
+            use crate::format::{Alloc, Free, RangeBegin, RangeEnd, RangeId, Record, StringId};
+            let mut enc = Encoder::new(&Encoder::header_v1());
+            let (mut t, mut next_range) = (0u64, 1u64);
+            let (mut open, mut live) = (Vec::new(), Vec::new());
+            for &(op, k, size) in &ops {
+                t += 10;
+                match op {
+                    0 => {
+                        let range = RangeId(next_range);
+                        next_range += 1;
+                        open.push(range);
+                        enc.record(&Record::RangeBegin(RangeBegin {
+                            ts_nanos: t,
+                            range,
+                            name: StringId(u32::from(k)),
+                            ..RangeBegin::default()
+                        }));
+                    }
+                    1 => {
+                        if let Some(range) = open.pop() {
+                            enc.record(&Record::RangeEnd(RangeEnd { ts_nanos: t, range }));
+                        }
+                    }
+                    2 if !live.is_empty() => {
+                        let id = live.swap_remove(usize::from(size) % live.len());
+                        enc.record(&Record::Free(Free { ts_nanos: t, alloc: id, ..Free::default() }));
+                    }
+                    _ => {
+                        let id = enc.alloc(&Alloc {
+                            ts_nanos: t,
+                            size_bytes: u64::from(size),
+                            address: t << 8,
+                            stack: StackId(u32::from(k)),
+                            ..Alloc::default()
+                        });
+                        live.push(id);
+                    }
+                }
+            }
+            let trace = crate::load(&enc.into_bytes()).expect("the trace loads");
+            let m = &trace.model;
+            let NvtxScopes { scope_of, .. } = nvtx_scope_index(m);
+            prop_assert_eq!(kept_beyond_instances(m, &scope_of), kept_walked(m, &scope_of));
+        }
     }
 
     proptest! {

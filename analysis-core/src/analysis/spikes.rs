@@ -23,6 +23,7 @@ use crate::format::StackId;
 use crate::model::{Fields, TraceModel};
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
 use crate::stats::{Counts, quantile_select};
+use crate::timeline::Timeline;
 use crate::units::fmt_bytes;
 
 /// Events kept per scope, and timeline spikes kept in total.
@@ -159,6 +160,81 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
     out
 }
 
+/// The peak of each iteration, as (bytes, when first reached): the highest point of `t` in its
+/// span (`Iterations::span`), or the value at its start where no point in it is higher. With
+/// the starts in order (as iterations are found), one pass over the points; otherwise each
+/// iteration searches the timeline ([`peak_between`]).
+fn iteration_peaks(t: &Timeline, starts: &[u64], end: u64) -> Vec<(u64, u64)> {
+    let span = |i: usize| {
+        let a = starts[i];
+        (a, starts.get(i + 1).copied().unwrap_or(end).max(a))
+    };
+    if !starts.is_sorted() {
+        return (0..starts.len())
+            .map(|i| {
+                let (a, b) = span(i);
+                peak_between(t, a, b, 0)
+            })
+            .collect();
+    }
+    let mut peaks = Vec::with_capacity(starts.len());
+    let mut points = t.points().peekable();
+    // Points read (all before the next start), and the value of the last.
+    let (mut read, mut last) = (0usize, 0u64);
+    for i in 0..starts.len() {
+        let (a, b) = span(i);
+        while let Some(&(time, value)) = points.peek()
+            && time < a
+        {
+            (read, last) = (read + 1, value);
+            points.next();
+        }
+        if b == a {
+            // An empty span (a start repeated): its points at `a` are the next span's too.
+            peaks.push(peak_between(t, a, b, read));
+            continue;
+        }
+        // The value at `a` (its last point at or before it) unless a higher one follows.
+        let mut best = (last, a);
+        let mut high: Option<(u64, u64)> = None;
+        while let Some(&(time, value)) = points.peek()
+            && time < b
+        {
+            if time == a {
+                best.0 = value;
+            }
+            if high.is_none_or(|(h, _)| value > h) {
+                high = Some((value, time));
+            }
+            (read, last) = (read + 1, value);
+            points.next();
+        }
+        if let Some(h) = high
+            && h.0 > best.0
+        {
+            best = h;
+        }
+        peaks.push(best);
+    }
+    peaks
+}
+
+/// The peak of `t` in `[a, b)` as [`iteration_peaks`] gives it, by searching from point `from`
+/// (at most the first at `a` or after).
+fn peak_between(t: &Timeline, a: u64, b: u64, from: usize) -> (u64, u64) {
+    let i0 = t.partition_point_from(from, |x| x < a);
+    let after_a = t.partition_point_from(i0, |x| x <= a);
+    let mut best = (after_a.checked_sub(1).map_or(0, |k| t.value(k)), a);
+    let i1 = t.partition_point_from(i0, |x| x < b);
+    if let Some((_, hi)) = t.range_min_max(i0, i1)
+        && hi > best.0
+    {
+        let k = t.first_at_least(i0, i1, hi).unwrap_or(i0);
+        best = (hi, t.time(k));
+    }
+    best
+}
+
 fn timeline_spikes(
     m: &TraceModel,
     c: &Config,
@@ -171,29 +247,9 @@ fn timeline_spikes(
     if m.total.is_empty() || n_it <= first + 2 {
         return Vec::new();
     }
-    // Peak of every iteration and when it was reached.
     let end = m.last_ts_nanos;
-    let mut peaks: Vec<(u64, u64)> = Vec::with_capacity(n_it); // (peak bytes, at)
-    let t = &m.total;
-    // The previous iteration's start and first point at it: starts come in order, so each
-    // search goes on from there.
-    let mut prev = (0u64, 0usize);
-    for i in 0..n_it {
-        let (a, b) = it.span(i, end);
-        let from = if a >= prev.0 { prev.1 } else { 0 };
-        let i0 = t.partition_point_from(from, |x| x < a);
-        prev = (a, i0);
-        let after_a = t.partition_point_from(i0, |x| x <= a);
-        let mut best = (after_a.checked_sub(1).map_or(0, |k| t.value(k)), a);
-        let i1 = t.partition_point_from(i0, |x| x < b);
-        if let Some((_, hi)) = m.total.range_min_max(i0, i1)
-            && hi > best.0
-        {
-            let k = m.total.first_at_least(i0, i1, hi).unwrap_or(i0);
-            best = (hi, m.total.time(k));
-        }
-        peaks.push(best);
-    }
+    // Peak of every iteration and when it was reached.
+    let peaks = iteration_peaks(&m.total, &it.starts_nanos, m.last_ts_nanos);
     // The working set around each iteration: the median peak of the steady-state iterations
     // within `NEIGHBOURS` on either side (a program that grows or changes phase has a moving
     // working set), and that of all steady-state iterations for the sentences.
@@ -341,4 +397,52 @@ fn timeline_spikes(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::TimelineBuilder;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The one pass finds every iteration's peak where the searches of each span do: points
+        /// that share a time, spans without points, repeated starts, starts out of order, and
+        /// an end before the last start.
+        #[test]
+        fn one_pass_finds_the_peaks_the_searches_do(
+            steps in proptest::collection::vec((0u64..4, 0u64..50), 0..400),
+            gaps in proptest::collection::vec(0u64..30, 1..60),
+            shuffle in any::<bool>(),
+            end_cut in 0u64..40,
+        ) {
+            let mut b = TimelineBuilder::new();
+            let mut time = 5;
+            for &(dt, v) in &steps {
+                time += dt;
+                b.push(time, v);
+            }
+            let t = b.build();
+            let mut starts: Vec<u64> = gaps
+                .iter()
+                .scan(0, |at, g| {
+                    *at += g;
+                    Some(*at)
+                })
+                .collect();
+            if shuffle {
+                starts.reverse();
+            }
+            let end = (time + 3).saturating_sub(end_cut);
+            let one_pass = iteration_peaks(&t, &starts, end);
+            let searched: Vec<(u64, u64)> = (0..starts.len())
+                .map(|i| {
+                    let a = starts[i];
+                    let b = starts.get(i + 1).copied().unwrap_or(end).max(a);
+                    peak_between(&t, a, b, 0)
+                })
+                .collect();
+            prop_assert_eq!(one_pass, searched);
+        }
+    }
 }
