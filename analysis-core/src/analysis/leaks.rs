@@ -395,27 +395,11 @@ impl LeakBytes {
         let is_leak = |i: usize, a: &crate::model::AllocRecord| {
             a.size_bytes > 0 && a.kind.is_tracked() && leaking[causes.pair_of(i)]
         };
+        // One pass: the lifetimes of the first freed allocations of each cause (their median
+        // tells an allocation in flight at the last sample from a kept one), and what each
+        // allocation live at the last sample adds. One freed after it waits for the median.
         let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
-        for (i, a) in m
-            .allocs
-            .iter_fields(Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS)
-            .enumerate()
-        {
-            if is_leak(i, &a)
-                && !a.is_live()
-                && a.free_ts_nanos <= at(a.process)
-                && lifetimes[causes.of(i)].len() < 4096
-            {
-                lifetimes[causes.of(i)].push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
-            }
-        }
-        let typical: Vec<Option<u64>> = lifetimes
-            .iter_mut()
-            .map(|l| {
-                l.sort_unstable();
-                l.get(l.len() / 2).copied()
-            })
-            .collect();
+        let mut freed_later: Vec<(usize, u64, u64)> = Vec::new();
         for (i, a) in m
             .allocs
             .iter_fields(Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS)
@@ -426,13 +410,34 @@ impl LeakBytes {
             }
             let ci = causes.of(i);
             allocated[ci] += 1;
-            let in_flight = typical[ci].is_some_and(|t| {
-                !a.is_live()
-                    && a.free_ts_nanos.saturating_sub(a.ts_nanos) <= t.saturating_mul(10).max(1)
-            });
-            if a.live_at(at(a.process)) && !in_flight {
+            let at = at(a.process);
+            let lifetime = a.free_ts_nanos.saturating_sub(a.ts_nanos);
+            if !a.is_live() && a.free_ts_nanos <= at && lifetimes[ci].len() < 4096 {
+                lifetimes[ci].push(lifetime);
+            }
+            if !a.live_at(at) {
+                continue;
+            }
+            if a.is_live() {
                 let e = &mut end[ci];
                 e.0 = e.0.saturating_add(a.size_bytes);
+                e.1 += 1;
+            } else {
+                freed_later.push((ci, lifetime, a.size_bytes));
+            }
+        }
+        let typical: Vec<Option<u64>> = lifetimes
+            .iter_mut()
+            .map(|l| {
+                l.sort_unstable();
+                l.get(l.len() / 2).copied()
+            })
+            .collect();
+        for (ci, lifetime, size) in freed_later {
+            let in_flight = typical[ci].is_some_and(|t| lifetime <= t.saturating_mul(10).max(1));
+            if !in_flight {
+                let e = &mut end[ci];
+                e.0 = e.0.saturating_add(size);
                 e.1 += 1;
             }
         }

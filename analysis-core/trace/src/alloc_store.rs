@@ -605,6 +605,10 @@ impl Block {
     }
 }
 
+/// Late entries live at a moment, in a block whose other allocations were freed by then, from
+/// which [`LiveAt`] decodes the block rather than read each by id.
+const DECODE_LATE_FROM: usize = 3;
+
 /// Allocations live at a moment ([`AllocStore::live_at`]).
 #[derive(Clone)]
 pub struct LiveAt<'a> {
@@ -629,7 +633,9 @@ impl Iterator for LiveAt<'_> {
                         it.next = ((b + 1) * BLOCK).min(it.end);
                         continue;
                     }
-                    LiveIn::Late(id) => {
+                    // Several to read: the block decoded costs less than each read by id.
+                    LiveIn::Late(_, n) if n >= DECODE_LATE_FROM => {}
+                    LiveIn::Late(id, _) => {
                         it.next = id + 1;
                         let a = store.at_fields(id, it.fields);
                         if a.live_at(t) {

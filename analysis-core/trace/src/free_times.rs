@@ -31,8 +31,9 @@ const IN_LATE: u64 = 0;
 pub(crate) enum LiveIn {
     /// None: all were freed by then.
     None,
-    /// Only some in the late table, the first of them this id: the others were freed by then.
-    Late(usize),
+    /// Only some in the late table: the first of them this id, and how many there are. The
+    /// others were freed by then.
+    Late(usize, usize),
     /// Any of them.
     Any,
 }
@@ -282,29 +283,30 @@ impl FreeTimes {
             None if self.block_max[b] != LIVE && self.block_max[b] <= t => LiveIn::None,
             None if self.packed_max[b] > t => LiveIn::Any,
             None => match self.next_late_outliving(first + from, first + to, t) {
-                Some(id) => LiveIn::Late(id),
+                Some((id, n)) => LiveIn::Late(id, n),
                 None => LiveIn::None,
             },
         }
     }
 
     /// The first sealed allocation of ids `from..to` (within one run) in the late table that
-    /// is not freed by `t`.
-    fn next_late_outliving(&self, from: usize, to: usize, t: u64) -> Option<usize> {
+    /// is not freed by `t`, and how many of them there are.
+    fn next_late_outliving(&self, from: usize, to: usize, t: u64) -> Option<(usize, usize)> {
         let (mut l, end) = self.late_from(from);
         let run_start = from - from % self.seal;
+        let mut found: Option<(usize, usize)> = None;
         while l < end {
             let id = run_start + usize::from(self.late_ids[l]);
             if id >= to {
-                return None;
+                break;
             }
             let f = self.late_free[l];
             if f == LIVE || f > t {
-                return Some(id);
+                found = Some(found.map_or((id, 1), |(first, n)| (first, n + 1)));
             }
             l += 1;
         }
-        None
+        found
     }
 
     /// Heap bytes held.
