@@ -504,12 +504,13 @@ fn push_growth_findings(
     for &ci in &kept.lines {
         is_line[ci] = true;
     }
-    for (i, a) in m.allocs.iter_fields(Fields::STACK).enumerate() {
-        let ci = causes.of(i);
+    // A cause's (cause, stack) pairs are its stacks in the order the history first used them.
+    for p in 0..causes.pair_count() {
+        let (ci, stack) = causes.pair(p);
         if is_line[ci] {
             let s = stacks_by_line.entry(ci).or_default();
-            if !s.contains(&a.stack) && s.len() < 64 {
-                s.push(a.stack);
+            if s.len() < 64 {
+                s.push(stack);
             }
         }
     }

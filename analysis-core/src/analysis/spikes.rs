@@ -22,7 +22,7 @@ use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::{Fields, TraceModel};
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
-use crate::stats::{Counts, quantile_select};
+use crate::stats::{Counts, quantile_select, quantile_select_u64};
 use crate::timeline::Timeline;
 use crate::units::fmt_bytes;
 
@@ -160,6 +160,27 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
     out
 }
 
+/// The highest working set a peak `p` can be a spike over (`p >= local * ratio` and
+/// `p - local >= min_excess`), rounded up so that a working set above it is surely not one.
+fn spike_bound(p: f64, ratio: f64, min_excess: f64) -> f64 {
+    let bound = if ratio > 0.0 {
+        (p - min_excess).min(p / ratio)
+    } else {
+        p - min_excess
+    };
+    bound + bound.abs() * 1e-6 + 1.0
+}
+
+/// Whether the median of `xs` ([`quantile_select_u64`] at 0.5) can be `bound` or less: it is at
+/// least the lower of the middle values, so not when fewer than half the values are.
+fn median_may_be_at_most(xs: &[u64], bound: f64) -> bool {
+    let Some(last) = xs.len().checked_sub(1) else {
+        return false;
+    };
+    let lower_middle = last / 2;
+    xs.iter().filter(|&&x| x as f64 <= bound).count() > lower_middle
+}
+
 /// The peak of each iteration, as (bytes, when first reached): the highest point of `t` in its
 /// span (`Iterations::span`), or the value at its start where no point in it is higher. With
 /// the starts in order (as iterations are found), one pass over the points; otherwise each
@@ -261,16 +282,19 @@ fn timeline_spikes(
     let min_excess = c.spike_min_excess_bytes.max(capacity / 100) as f64;
     // (iteration, responsible allocation index, local working set)
     let mut spikes: Vec<(usize, usize, f64)> = Vec::new();
-    let mut window: Vec<f64> = Vec::with_capacity(2 * NEIGHBOURS + 1);
+    let mut window: Vec<u64> = Vec::with_capacity(2 * NEIGHBOURS + 1);
     for (i, &(peak, at)) in peaks.iter().enumerate().skip(first) {
         window.clear();
         let lo = i.saturating_sub(NEIGHBOURS).max(first);
         let hi = (i + NEIGHBOURS + 1).min(n_it);
-        window.extend((lo..hi).filter(|&j| j != i).map(|j| peaks[j].0 as f64));
-        let Some(local) = quantile_select(&mut window, 0.5) else {
+        window.extend((lo..hi).filter(|&j| j != i).map(|j| peaks[j].0));
+        let p = peak as f64;
+        if !median_may_be_at_most(&window, spike_bound(p, c.spike_peak_ratio, min_excess)) {
+            continue;
+        }
+        let Some(local) = quantile_select_u64(&mut window, 0.5) else {
             continue;
         };
-        let p = peak as f64;
         if p < local * c.spike_peak_ratio || p - local < min_excess {
             continue;
         }
@@ -404,6 +428,27 @@ mod tests {
     use super::*;
     use crate::timeline::TimelineBuilder;
     use proptest::prelude::*;
+
+    proptest! {
+        /// A window the pre-test passes over holds no spike: the working set its median gives
+        /// fails the spike test, whatever the ratio (zero and negative ones included).
+        #[test]
+        fn a_window_passed_over_holds_no_spike(
+            window in proptest::collection::vec(0u64..40, 0..9),
+            peak in 0u64..90,
+            ratio in prop_oneof![Just(1.5), Just(0.5), Just(1.0), Just(0.0), Just(-1.0), 0.25f64..4.0],
+            min_excess in 0u64..30,
+            scale in prop_oneof![Just(1u64), Just(1u64 << 30)],
+        ) {
+            let window: Vec<u64> = window.iter().map(|x| x * scale).collect();
+            let (p, min_excess) = ((peak * scale) as f64, (min_excess * scale) as f64);
+            let spike = quantile_select_u64(&mut window.clone(), 0.5)
+                .is_some_and(|local| !(p < local * ratio || p - local < min_excess));
+            if !median_may_be_at_most(&window, spike_bound(p, ratio, min_excess)) {
+                prop_assert!(!spike);
+            }
+        }
+    }
 
     proptest! {
         /// The one pass finds every iteration's peak where the searches of each span do: points
