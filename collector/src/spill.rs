@@ -29,6 +29,11 @@ pub const RESIDENT_BYTES: u64 = 128 << 20;
 /// Chunks queued for the writer thread before `put` waits for it: 512 KiB.
 const QUEUED_CHUNKS: usize = 16;
 
+/// The most the writer's queue holds: the chunks queued, the one being written and the one
+/// being handed over (the server counts it for a summary).
+#[cfg(feature = "serve")]
+pub const QUEUE_BYTES: u64 = ((QUEUED_CHUNKS + 2) * CHUNK_BYTES) as u64;
+
 /// The writer's queue: chunks by the handle (offset) each will have in the file.
 type Queue = SyncSender<(u64, Arc<[u8]>)>;
 

@@ -131,7 +131,8 @@ impl Summaries {
     /// has room for). A trace that fits the budget at [`PEAK_BYTES_PER_TRACE_BYTE`] is kept in
     /// memory, as its summary is served fastest from there; a larger one keeps an eighth of the
     /// budget (at most the spill's default) and the rest on disk, when that fits at
-    /// [`SPILLED_PEAK_BYTES_PER_TRACE_BYTE`] with two threads' read caches; `gpucollect view`
+    /// [`SPILLED_PEAK_BYTES_PER_TRACE_BYTE`] with two threads' read caches and the writer's
+    /// queue; `gpucollect view`
     /// (no budget) keeps the spill's default, whatever the file's size.
     fn plan(&self, size: u64) -> Result<(u64, Option<u64>), SummaryError> {
         let in_memory = size.saturating_mul(PEAK_BYTES_PER_TRACE_BYTE);
@@ -145,7 +146,8 @@ impl Summaries {
         let need = size
             .saturating_mul(SPILLED_PEAK_BYTES_PER_TRACE_BYTE)
             .saturating_add(resident)
-            .saturating_add(2 * crate::spill::CACHE_BYTES_PER_THREAD);
+            .saturating_add(2 * crate::spill::CACHE_BYTES_PER_THREAD)
+            .saturating_add(crate::spill::QUEUE_BYTES);
         if need > self.budget_bytes {
             return Err(SummaryError::TooBig {
                 size,
