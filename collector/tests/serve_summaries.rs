@@ -104,9 +104,9 @@ fn a_trace_too_big_to_hold_is_summarised_with_its_history_on_disk() {
     let bytes = trace(850_000);
     let size = bytes.len() as u64;
     // 4 bytes per byte would pass 32 MiB; 1 per byte, 4 MiB in memory, two 8 MiB read caches
-    // and the spill writer's queue (576 KiB) do not.
+    // and the spill writer's queue (1 MiB) do not.
     assert!(
-        size * 4 > 32 << 20 && size + (4 << 20) + (16 << 20) + (576 << 10) < 32 << 20,
+        size * 4 > 32 << 20 && size + (4 << 20) + (16 << 20) + (1 << 20) < 32 << 20,
         "{size}"
     );
     let store = store_with("spilled", &[(ID, &bytes)]);
