@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
+use analysis_core::split_load::LoadReplay;
 use analysis_core::torch_snapshot::{ImportSummary, SnapshotLoader};
 use analysis_core::units::fmt_duration;
 use analysis_core::{LoadedTrace, Loader};
@@ -45,12 +46,17 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         _ => None,
     };
     // A long trace's history goes to disk past a budget (`spill`).
-    let mut loader = Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
+    let loader = Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
     let mut reader = ReadAhead::new(reader).context("cannot start a thread to read the trace")?;
     let cannot_read = || format!("cannot read the trace {}", path.display());
-    let mut first = true;
-    while let Some(bytes) = reader.next_chunk().with_context(cannot_read)? {
-        if first && analysis_core::torch_snapshot::looks_like_snapshot(bytes) {
+    let first = reader
+        .next_chunk()
+        .with_context(cannot_read)?
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    {
+        let bytes = &first[..];
+        if analysis_core::torch_snapshot::looks_like_snapshot(bytes) {
             // A PyTorch memory snapshot (pickle or JSON), parsed as it is read, then converted
             // straight into the model: the same one the viewer builds (and the same as decoding
             // the bytes `gpucollect import` writes).
@@ -68,22 +74,19 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
             }
             return read.map(|(trace, _)| trace);
         }
-        first = false;
-        if loader.push(bytes).is_err() {
-            // The decoder keeps the error; finish() reports it with everything decoded before it.
-            break;
-        }
-        if let Some(b) = &bar {
-            b.set_position(loader.bytes_consumed());
-            b.set_message(format!("{} records", loader.records_decoded()));
-        }
     }
+    // Decoded on another thread, replayed on this one.
+    let loaded = crate::decode_ahead::load(&first, reader, LoadReplay::new(loader), |at, n| {
+        if let Some(b) = &bar {
+            b.set_position(at);
+            b.set_message(format!("{n} records"));
+        }
+    })
+    .with_context(cannot_read)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let trace = loader
-        .finish()
-        .with_context(|| format!("cannot decode {}", path.display()))?;
+    let trace = loaded.with_context(|| format!("cannot decode {}", path.display()))?;
     if !trace.model.clean_end
         && let Some(age) = written_within(path, STILL_WRITTEN)
     {

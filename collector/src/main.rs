@@ -12,6 +12,7 @@ mod assets;
 mod capture;
 mod cli;
 mod commands;
+mod decode_ahead;
 mod export_html;
 mod input;
 mod output;

@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 
 use crate::format::*;
-use crate::model::{AllocRecord, Fields, LoadedTrace, Series, TraceModel};
+use crate::model::{AllocRecord, Fields, LoadedTrace, PEAK_STACK_THREADS, Series, TraceModel};
 use crate::report::{
     AllocatedSummary, DeviceSummary, FailedSummary, PinnedHostSummary, ProcessSummary, Report,
     SiteBytes,
@@ -57,7 +57,8 @@ pub const TOP_SITES: usize = 10;
 /// The fields of each allocation [`group_by_stack`] reads.
 pub const GROUP_FIELDS: Fields = Fields::STACK.and(Fields::SIZE).and(Fields::THREAD);
 
-/// Groups allocations by stack: (bytes, count, threads), largest first, at most `limit`.
+/// Groups allocations by stack: (bytes, count, threads: the first [`PEAK_STACK_THREADS`]
+/// met), largest first, at most `limit`.
 pub fn group_by_stack(
     model: &TraceModel,
     allocs: impl Iterator<Item = AllocRecord>,
@@ -70,7 +71,7 @@ pub fn group_by_stack(
         let e = by.entry(a.stack).or_default();
         e.0 = e.0.saturating_add(a.size_bytes);
         e.1 += 1;
-        if !e.2.contains(&a.thread) && e.2.len() < 16 {
+        if !e.2.contains(&a.thread) && e.2.len() < PEAK_STACK_THREADS {
             e.2.push(a.thread);
         }
     }
@@ -80,20 +81,31 @@ pub fn group_by_stack(
     v.into_iter()
         .map(|(stack, (bytes, count, mut threads))| {
             threads.sort();
-            SiteBytes {
-                stack,
-                site: model.stack_label(stack),
-                frames: model
-                    .stack_frames(stack)
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                bytes,
-                count,
-                threads,
-            }
+            site_bytes(model, stack, bytes, count, threads)
         })
         .collect()
+}
+
+/// A call site's row of a summary table.
+fn site_bytes(
+    model: &TraceModel,
+    stack: StackId,
+    bytes: u64,
+    count: u64,
+    threads: Vec<ThreadIdx>,
+) -> SiteBytes {
+    SiteBytes {
+        stack,
+        site: model.stack_label(stack),
+        frames: model
+            .stack_frames(stack)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        bytes,
+        count,
+        threads,
+    }
 }
 
 /// The full report with the default thresholds.
@@ -105,18 +117,13 @@ pub fn summarize(trace: &LoadedTrace) -> Report {
 pub fn summary_facts(trace: &LoadedTrace) -> Report {
     let m = &trace.model;
     let h = &m.header;
-    let peak_t = m.peak_ts_nanos;
-    let peak_sites = if m.peak_bytes > 0 {
-        group_by_stack(
-            m,
-            m.allocs
-                .live_at_fields(peak_t, m.allocs.len(), GROUP_FIELDS | Fields::KIND)
-                .filter(|a| a.kind.is_device_memory()),
-            TOP_SITES,
-        )
-    } else {
-        Vec::new()
-    };
+    // Grouped by the model's pass over what is live at the peak (`TraceModel::finish`).
+    let peak_sites = m
+        .peak_stacks
+        .iter()
+        .take(TOP_SITES)
+        .map(|p| site_bytes(m, p.stack, p.bytes, p.count, p.threads.clone()))
+        .collect();
     // One pass: the freed allocations counted, the device memory live at the end grouped.
     let (mut free_count, mut live_at_end_count) = (0u64, 0u64);
     let fields = GROUP_FIELDS | Fields::FREE | Fields::KIND;

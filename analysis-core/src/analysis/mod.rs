@@ -120,8 +120,9 @@ pub fn analyze_view_with(
         ..Analysis::default()
     };
     // Two independent halves, of about equal work. Their findings are merged in the order the
-    // detectors ran in on one thread: growth's, shape's, then hidden memory's (run with growth
-    // to even out the halves).
+    // detectors ran in on one thread: growth's, shape's, then hidden memory's (run with shape
+    // to even out the halves: 10 and 10 s of the 300M-event trace's analysis rather than 11.4
+    // and 8.8).
     let growth = || {
         let mut found = Found::default();
         // Each process's samples (its own iterations for the busiest), for growth and trends.
@@ -136,9 +137,7 @@ pub fn analyze_view_with(
             &sampling,
             &mut found,
         );
-        let mut hidden_found = Found::default();
-        let hidden = hidden::analyze(m, config, &mut hidden_found);
-        ((sections, scopes, trends, found), (hidden, hidden_found))
+        (sections, scopes, trends, found)
     };
     let shape = || {
         let mut found = Found::default();
@@ -146,11 +145,17 @@ pub fn analyze_view_with(
         let spikes = spikes::analyze(m, config, &sites, &its, &causes, &mut found);
         let fragmentation = fragmentation::analyze(m, config, &its, &mut found);
         let churn = churn::analyze(m, config, &sites, &mut found);
-        (report, (spikes, fragmentation, churn), found)
+        let mut hidden_found = Found::default();
+        let hidden = hidden::analyze(m, config, &mut hidden_found);
+        (
+            report,
+            (spikes, fragmentation, churn),
+            found,
+            (hidden, hidden_found),
+        )
     };
-    let (((sections, scopes, trends, growth_found), (hidden, hidden_found)), shape) =
-        join.join(growth, shape);
-    let (mut report, (spikes, frag, churn), shape_found) = shape;
+    let ((sections, scopes, trends, growth_found), shape) = join.join(growth, shape);
+    let (mut report, (spikes, frag, churn), shape_found, (hidden, hidden_found)) = shape;
     for part in [growth_found, shape_found, hidden_found] {
         found.findings.extend(part.findings);
         found.notes.extend(part.notes);

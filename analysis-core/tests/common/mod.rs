@@ -289,3 +289,50 @@ fn every_record_kind_with(extra: &[Record]) -> Vec<u8> {
     }
     e.into_bytes()
 }
+
+/// Everything a replayed model holds, in a form that compares (maps sorted by key).
+pub fn model_digest(t: &analysis_core::LoadedTrace) -> serde_json::Value {
+    use std::collections::BTreeMap;
+    let m = &t.model;
+    let sorted = |v: Vec<(String, serde_json::Value)>| -> BTreeMap<String, serde_json::Value> {
+        v.into_iter().collect()
+    };
+    let points = |tl: &analysis_core::timeline::Timeline| {
+        let (times, values): (Vec<u64>, Vec<u64>) = tl.points().unzip();
+        serde_json::json!([times, values])
+    };
+    serde_json::json!({
+        "header": m.header,
+        "processes": m.processes,
+        "devices": m.devices,
+        "strings": sorted(m.strings.iter().map(|(k, v)| (format!("{:08}", k.0), v.as_str().into())).collect()),
+        "frames": sorted(m.frames.iter().map(|(k, v)| (format!("{:08}", k.0), serde_json::json!(v))).collect()),
+        "stacks": sorted(m.stacks.iter().map(|(k, v)| (format!("{:08}", k.0), serde_json::json!(v))).collect()),
+        "stack_stats": sorted(m.stack_stats.iter().map(|(k, v)| (format!("{:08}", k.0), serde_json::json!(v))).collect()),
+        "threads": m.threads,
+        "thread_last_ts": sorted(m.thread_last_ts.iter().map(|(k, v)| (format!("{:?}", k), serde_json::json!(v))).collect()),
+        "allocs": m.allocs,
+        "failed": m.failed,
+        "free_unknown": m.free_unknown,
+        "resets": m.resets,
+        "ranges": m.ranges,
+        "marks": m.marks,
+        "device_samples": m.device_samples,
+        "pool_samples": m.pool_samples,
+        "process_exits": m.process_exits,
+        "notices": m.notices,
+        "series": m.series.iter().map(|s| serde_json::json!({
+            "key": s.key, "live": s.live_bytes, "count": s.live_count, "peak": s.peak_bytes,
+            "peak_ts": s.peak_ts_nanos, "points": points(&s.timeline),
+        })).collect::<Vec<_>>(),
+        "total": points(&m.total),
+        "total_live": m.total_live_bytes,
+        "peak": [m.peak_bytes, m.peak_ts_nanos],
+        "extent": [m.first_ts_nanos, m.last_ts_nanos],
+        "clean_end": m.clean_end,
+        "records": m.records,
+        "dropped": m.dropped_events,
+        "warnings": format!("{:?}", t.warnings),
+        "fatal": format!("{:?}", t.fatal),
+    })
+}

@@ -28,6 +28,7 @@ pub mod msgpack;
 pub mod packed;
 pub mod range_store;
 pub mod samples;
+pub mod split_load;
 pub mod synth;
 pub mod timeline;
 

@@ -184,6 +184,19 @@ pub struct StackStats {
     pub peak_bytes: u64,
 }
 
+/// A call stack's device allocations live at the global peak.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PeakStack {
+    pub stack: StackId,
+    pub bytes: u64,
+    pub count: u64,
+    /// The threads that made them, sorted: the first 16 met in id order.
+    pub threads: Vec<ThreadIdx>,
+}
+
+/// Threads [`PeakStack::threads`] keeps.
+pub const PEAK_STACK_THREADS: usize = 16;
+
 /// A failed allocation with the state at that moment.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct FailedAllocation {
@@ -239,6 +252,9 @@ pub struct TraceModel {
     pub peak_bytes: u64,
     pub peak_ts_nanos: u64,
     pub stack_stats: HashMap<StackId, StackStats>,
+    /// The stacks with device allocations live at the peak, most bytes first (then by stack);
+    /// made by `finish`, in the pass that sets [`StackStats::peak_bytes`].
+    pub peak_stacks: Vec<PeakStack>,
     /// Last thread activity (any record naming the thread), for "thread went idle" analysis.
     pub thread_last_ts: HashMap<(ProcessIdx, ThreadIdx), u64>,
     pub first_ts_nanos: u64,
@@ -1209,16 +1225,36 @@ impl TraceModel {
         for (key, t) in core::mem::take(&mut self.thread_activity) {
             self.thread_last_ts.insert(key, t);
         }
-        // Bytes per stack live at the global peak.
+        // Bytes, count and threads per stack live at the global peak.
         let t = self.peak_ts_nanos;
+        self.peak_stacks = Vec::new();
         if self.peak_bytes > 0 {
-            let fields = Fields::KIND | Fields::STACK | Fields::SIZE;
+            let fields = Fields::KIND | Fields::STACK | Fields::SIZE | Fields::THREAD;
+            let mut slots: HashMap<StackId, usize> = HashMap::new();
             for a in self.allocs.live_at_fields(t, self.allocs.len(), fields) {
                 if a.kind.is_device_memory() {
-                    let e = self.stack_stats.entry(a.stack).or_default();
-                    e.peak_bytes = e.peak_bytes.saturating_add(a.size_bytes);
+                    let i = *slots.entry(a.stack).or_insert_with(|| {
+                        self.peak_stacks.push(PeakStack {
+                            stack: a.stack,
+                            ..PeakStack::default()
+                        });
+                        self.peak_stacks.len() - 1
+                    });
+                    let p = &mut self.peak_stacks[i];
+                    p.bytes = p.bytes.saturating_add(a.size_bytes);
+                    p.count += 1;
+                    if p.threads.len() < PEAK_STACK_THREADS && !p.threads.contains(&a.thread) {
+                        p.threads.push(a.thread);
+                    }
                 }
             }
+            for p in &mut self.peak_stacks {
+                p.threads.sort();
+                let e = self.stack_stats.entry(p.stack).or_default();
+                e.peak_bytes = e.peak_bytes.saturating_add(p.bytes);
+            }
+            self.peak_stacks
+                .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
         }
         if self.bad_free_count > 0 {
             w.push(Warning::BadFree {
@@ -1461,7 +1497,7 @@ pub const fn model_budget(bytes: u64) -> u64 {
 /// [`DecodeError::TooDense`] when `model`, after `consumed` bytes, holds more than its budget:
 /// checked every [`BUDGET_CHECK_RECORDS`] records.
 #[inline]
-fn over_budget(model: &TraceModel, consumed: u64) -> Option<DecodeError> {
+pub(crate) fn over_budget(model: &TraceModel, consumed: u64) -> Option<DecodeError> {
     if !model.records.is_multiple_of(BUDGET_CHECK_RECORDS) {
         return None;
     }
@@ -1491,11 +1527,21 @@ impl Loader {
     }
 
     fn new_model(&self, h: Header) -> TraceModel {
+        Self::model_for(h, self.spill.as_ref())
+    }
+
+    /// The model for a trace with header `h`, sending its full chunks to `spill`.
+    pub(crate) fn model_for(h: Header, spill: Option<&Arc<dyn Spill>>) -> TraceModel {
         let mut m = TraceModel::new(h);
-        if let Some(s) = &self.spill {
+        if let Some(s) = spill {
             m.set_spill(s.clone());
         }
         m
+    }
+
+    /// The spill given to [`Self::with_spill`].
+    pub(crate) fn into_spill(self) -> Option<Arc<dyn Spill>> {
+        self.spill
     }
 
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
@@ -1588,22 +1634,40 @@ impl Loader {
 
     /// Ends the input. Fails only when not even the header could be read.
     pub fn finish(mut self) -> Result<LoadedTrace, DecodeError> {
-        let mut warnings = self.decoder.finish()?;
+        let warnings = self.decoder.finish()?;
         let bytes = self.decoder.bytes_consumed();
-        let mut model = match self.model.take() {
-            Some(m) => m,
-            None => TraceModel::new(self.decoder.header().cloned().unwrap_or_default()),
-        };
-        // Model warnings are one per kind except notices, which are one per record: capped too.
-        let mut model_warnings = WarningLog::new();
-        model_warnings.extend(model.finish());
-        warnings.extend(model_warnings.into_vec());
-        Ok(LoadedTrace {
-            model,
+        let fatal = self.fatal.or_else(|| self.decoder.fatal().cloned());
+        Ok(finish_load(
+            self.model,
+            &self.decoder,
             warnings,
-            fatal: self.fatal.or_else(|| self.decoder.fatal().cloned()),
+            fatal,
             bytes,
-        })
+        ))
+    }
+}
+
+/// The end of a load, fused ([`Loader::finish`]) or split
+/// ([`crate::split_load::LoadReplay::finish`]): finishes the model (one with the decoder's
+/// header, or the default, when no record made one) and gathers the warnings.
+pub(crate) fn finish_load(
+    model: Option<TraceModel>,
+    decoder: &Decoder,
+    mut warnings: Vec<Warning>,
+    fatal: Option<DecodeError>,
+    bytes: u64,
+) -> LoadedTrace {
+    let mut model =
+        model.unwrap_or_else(|| TraceModel::new(decoder.header().cloned().unwrap_or_default()));
+    // Model warnings are one per kind except notices, which are one per record: capped too.
+    let mut model_warnings = WarningLog::new();
+    model_warnings.extend(model.finish());
+    warnings.extend(model_warnings.into_vec());
+    LoadedTrace {
+        model,
+        warnings,
+        fatal,
+        bytes,
     }
 }
 

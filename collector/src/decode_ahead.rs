@@ -1,0 +1,120 @@
+//! Decoding a trace on a thread of its own, ahead of the replay: the decoder
+//! (`analysis_core::split_load::LoadDecoder`) turns the bytes [`ReadAhead`] reads into batches
+//! of records, and the calling thread replays them into the model (`LoadReplay`). The model is
+//! the one the fused `Loader` builds (a test in analysis-core compares them); decoding was
+//! about a sixth of the load's time on the replaying thread.
+
+use std::io;
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
+use std::thread::JoinHandle;
+
+use analysis_core::split_load::{Decoded, LoadDecoder, LoadReplay};
+use analysis_core::{DecodeError, LoadedTrace};
+use anyhow::{Result, anyhow};
+
+use crate::read_ahead::ReadAhead;
+
+/// Bytes decoded into one batch: about 5,000 records of a collector's trace, a batch of
+/// about half a megabyte, so the batches in flight stay in the processor's cache.
+const PIECE_BYTES: usize = 64 << 10;
+
+/// Records a new batch has room for (a record is 12 bytes in a typical trace).
+const BATCH_RECORDS: usize = PIECE_BYTES / 8;
+
+/// Batches decoded and not yet replayed.
+const AHEAD: usize = 2;
+
+/// Replays `first` (the bytes of `reader` already taken) and everything `reader` reads after
+/// it, decoded on another thread, into `replay`. `progress` is told the bytes and records
+/// replayed after each batch. A stop of the decoder or of the replay (a damaged or too dense
+/// trace) is not an error here: the inner result reports it with everything before it, as the
+/// fused `Loader` does; the outer error is a read that failed.
+pub fn load(
+    first: &[u8],
+    reader: ReadAhead,
+    mut replay: LoadReplay,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Result<LoadedTrace, DecodeError>> {
+    let mut decoder = LoadDecoder::new();
+    let mut batch = Decoded::with_capacity(BATCH_RECORDS);
+    let mut stopped = false;
+    for piece in first.chunks(PIECE_BYTES) {
+        let decoded = decoder.push(piece, &mut batch);
+        stopped = decoded.is_err() | replay.replay(&mut batch).is_err();
+        if stopped {
+            break;
+        }
+    }
+    if !stopped {
+        let ahead = DecodeThread::start(decoder, reader)?;
+        while let Ok(next) = ahead.batches.recv() {
+            let mut batch = next?;
+            let replayed = replay.replay(&mut batch);
+            // A full or closed channel (the decoder has stopped) drops the batch instead.
+            let _ = ahead.empties.send(batch);
+            progress(replay.bytes_replayed(), replay.records_replayed());
+            if replayed.is_err() {
+                break;
+            }
+        }
+        decoder = ahead.finish()?;
+    }
+    Ok(replay.finish(decoder))
+}
+
+/// The decoding thread and the channels to and from it.
+struct DecodeThread {
+    /// Batches decoded, in order; the channel closes at the end of the input, at a read error
+    /// (its last message) or when the decoder stops.
+    batches: Receiver<io::Result<Decoded>>,
+    /// Batches replayed, back to the decoder to fill again.
+    empties: Sender<Decoded>,
+    thread: JoinHandle<LoadDecoder>,
+}
+
+impl DecodeThread {
+    fn start(mut decoder: LoadDecoder, mut reader: ReadAhead) -> io::Result<Self> {
+        let (to_replay, batches) = sync_channel(AHEAD);
+        let (empties, emptied) = channel::<Decoded>();
+        let thread = std::thread::Builder::new()
+            .name("gpucollect-decode".into())
+            .spawn(move || {
+                loop {
+                    let chunk = match reader.next_chunk() {
+                        Ok(Some(chunk)) => chunk,
+                        Ok(None) => return decoder,
+                        Err(e) => {
+                            let _ = to_replay.send(Err(e));
+                            return decoder;
+                        }
+                    };
+                    for piece in chunk.chunks(PIECE_BYTES) {
+                        let mut batch = emptied
+                            .try_recv()
+                            .unwrap_or_else(|_| Decoded::with_capacity(BATCH_RECORDS));
+                        let decoded = decoder.push(piece, &mut batch);
+                        // A send fails once the replay has stopped and dropped the receiver.
+                        if (!batch.is_empty() && to_replay.send(Ok(batch)).is_err())
+                            || decoded.is_err()
+                        {
+                            return decoder;
+                        }
+                    }
+                }
+            })?;
+        Ok(Self {
+            batches,
+            empties,
+            thread,
+        })
+    }
+
+    /// Stops the thread (if the replay stopped first, its next send fails) and takes its
+    /// decoder back.
+    fn finish(self) -> Result<LoadDecoder> {
+        drop(self.batches);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the thread decoding the trace failed"))
+    }
+}
