@@ -1,6 +1,7 @@
 //! Decoding a trace on a thread of its own, ahead of the replay: the decoder
-//! (`analysis_core::split_load::LoadDecoder`) turns the bytes [`ReadAhead`] reads into batches
-//! of records, and the calling thread replays them into the model (`LoadReplay`). The model is
+//! (`analysis_core::split_load::LoadDecoder`) turns the bytes a [`Source`] gives (a file or
+//! stdin through [`ReadAhead`], the server's store stream) into batches of records, and the
+//! calling thread replays them into the model (`LoadReplay`). The model is
 //! the one the fused `Loader` builds (a test in analysis-core compares them); decoding was
 //! about a sixth of the load's time on the replaying thread.
 
@@ -24,36 +25,48 @@ const BATCH_RECORDS: usize = PIECE_BYTES / 8;
 /// Batches decoded and not yet replayed.
 const AHEAD: usize = 2;
 
-/// Replays `first` (the bytes of `reader` already taken) and everything `reader` reads after
-/// it, decoded on another thread, into `replay`. `progress` is told the bytes and records
-/// replayed after each batch. A stop of the decoder or of the replay (a damaged or too dense
-/// trace) is not an error here: the inner result reports it with everything before it, as the
-/// fused `Loader` does; the outer error is a read that failed.
+/// Where the decoding thread takes a trace's bytes from.
+pub trait Source: Send + 'static {
+    /// The next bytes, or `None` at the end.
+    fn next_chunk(&mut self) -> io::Result<Option<&[u8]>>;
+}
+
+impl Source for ReadAhead {
+    fn next_chunk(&mut self) -> io::Result<Option<&[u8]>> {
+        ReadAhead::next_chunk(self)
+    }
+}
+
+/// Replays `first` (the bytes of `source` already taken) and everything `source` gives after
+/// it, decoded on another thread, into `replay`. `after_batch` sees the replay after each
+/// batch and stops the load by returning `false` (the model is then finished as far as it
+/// went). A stop of the decoder or of the replay (a damaged or too dense trace) is not an
+/// error here: the inner result reports it with everything before it, as the fused `Loader`
+/// does; the outer error is a read that failed.
 pub fn load(
     first: &[u8],
-    reader: ReadAhead,
+    source: impl Source,
     mut replay: LoadReplay,
-    mut progress: impl FnMut(u64, u64),
+    mut after_batch: impl FnMut(&LoadReplay) -> bool,
 ) -> Result<Result<LoadedTrace, DecodeError>> {
     let mut decoder = LoadDecoder::new();
     let mut batch = Decoded::with_capacity(BATCH_RECORDS);
     let mut stopped = false;
     for piece in first.chunks(PIECE_BYTES) {
         let decoded = decoder.push(piece, &mut batch);
-        stopped = decoded.is_err() | replay.replay(&mut batch).is_err();
+        stopped = decoded.is_err() | replay.replay(&mut batch).is_err() || !after_batch(&replay);
         if stopped {
             break;
         }
     }
     if !stopped {
-        let ahead = DecodeThread::start(decoder, reader)?;
+        let ahead = DecodeThread::start(decoder, source)?;
         while let Ok(next) = ahead.batches.recv() {
             let mut batch = next?;
             let replayed = replay.replay(&mut batch);
             // A full or closed channel (the decoder has stopped) drops the batch instead.
             let _ = ahead.empties.send(batch);
-            progress(replay.bytes_replayed(), replay.records_replayed());
-            if replayed.is_err() {
+            if replayed.is_err() || !after_batch(&replay) {
                 break;
             }
         }
@@ -73,14 +86,14 @@ struct DecodeThread {
 }
 
 impl DecodeThread {
-    fn start(mut decoder: LoadDecoder, mut reader: ReadAhead) -> io::Result<Self> {
+    fn start(mut decoder: LoadDecoder, mut source: impl Source) -> io::Result<Self> {
         let (to_replay, batches) = sync_channel(AHEAD);
         let (empties, emptied) = channel::<Decoded>();
         let thread = std::thread::Builder::new()
             .name("gpucollect-decode".into())
             .spawn(move || {
                 loop {
-                    let chunk = match reader.next_chunk() {
+                    let chunk = match source.next_chunk() {
                         Ok(Some(chunk)) => chunk,
                         Ok(None) => return decoder,
                         Err(e) => {

@@ -76,11 +76,12 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         }
     }
     // Decoded on another thread, replayed on this one.
-    let loaded = crate::decode_ahead::load(&first, reader, LoadReplay::new(loader), |at, n| {
+    let loaded = crate::decode_ahead::load(&first, reader, LoadReplay::new(loader), |r| {
         if let Some(b) = &bar {
-            b.set_position(at);
-            b.set_message(format!("{n} records"));
+            b.set_position(r.bytes_replayed());
+            b.set_message(format!("{} records", r.records_replayed()));
         }
+        true
     })
     .with_context(cannot_read)?;
     if let Some(b) = bar {

@@ -189,6 +189,13 @@ impl LoadReplay {
         self.replayed_to
     }
 
+    /// The model's heap so far, less what its spill holds ([`Loader::model_heap_bytes`]).
+    pub fn model_heap_bytes(&self) -> u64 {
+        self.model
+            .as_ref()
+            .map_or(0, TraceModel::resident_heap_estimate)
+    }
+
     /// Records replayed so far.
     pub fn records_replayed(&self) -> u64 {
         self.model.as_ref().map_or(0, |m| m.records)

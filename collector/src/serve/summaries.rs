@@ -205,10 +205,9 @@ impl Summaries {
         let resident = resident.unwrap_or(room);
         // The trace is decoded as it streams from the store, on a blocking thread: the server
         // never holds its bytes whole.
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
+        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
         let making = tokio::task::spawn_blocking(move || {
-            let trace = decode_stream(&mut rx, size, room, resident)?;
-            drop(rx);
+            let trace = decode_stream(rx, size, room, resident)?;
             let report = crate::threads::analyze(&trace, &Default::default());
             let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
             // What lies in memory: a long history's chunks past the spill's budget are on disk.
@@ -255,10 +254,11 @@ impl Summaries {
 }
 
 /// Decodes a stored trace, or a PyTorch snapshot (`gpucollect view` serves those too), as its
-/// chunks arrive; stops taking chunks where the decoder stops.
-/// A trace's model is stopped once it takes more than `room` bytes.
+/// chunks arrive; stops taking chunks (and drops `rx`) where the decoder stops. A trace is
+/// decoded on a thread of its own and replayed on this one (`decode_ahead`); its model is
+/// stopped once it takes more than `room` bytes.
 fn decode_stream(
-    rx: &mut tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
     size: u64,
     room: u64,
     resident: u64,
@@ -281,29 +281,44 @@ fn decode_stream(
     }
     // The history past `resident` bytes goes to disk (`spill`).
     let spill = crate::spill::FileSpill::new(resident, crate::spill::spill_dir());
-    let mut loader = analysis_core::model::Loader::with_spill(std::sync::Arc::new(spill));
-    let over_budget = |loader: &analysis_core::model::Loader| {
-        (loader.model_heap_bytes() > room).then(|| SummaryError::ModelOverBudget {
-            at: loader.bytes_consumed(),
-            size,
-            budget: room,
-        })
+    let loader = analysis_core::model::Loader::with_spill(std::sync::Arc::new(spill));
+    let replay = analysis_core::split_load::LoadReplay::new(loader);
+    let mut over = None;
+    let source = Received {
+        rx,
+        current: bytes::Bytes::new(),
     };
-    // A stopping error is kept and reported by `finish` (as `load` does).
-    if loader.push(&first).is_ok() {
-        if let Some(e) = over_budget(&loader) {
-            return Err(e);
+    // A stopping error is kept and reported with everything before it (as `load` does).
+    let loaded = crate::decode_ahead::load(&first, source, replay, |r| {
+        if r.model_heap_bytes() > room {
+            over = Some(SummaryError::ModelOverBudget {
+                at: r.bytes_replayed(),
+                size,
+                budget: room,
+            });
         }
-        while let Some(chunk) = rx.blocking_recv() {
-            if loader.push(&chunk).is_err() {
-                break;
-            }
-            if let Some(e) = over_budget(&loader) {
-                return Err(e);
-            }
-        }
+        over.is_none()
+    })
+    .map_err(|e| SummaryError::Storage(format!("{e:#}")))?;
+    match over {
+        Some(e) => Err(e),
+        None => loaded.map_err(|e| undecodable(&e)),
     }
-    loader.finish().map_err(|e| undecodable(&e))
+}
+
+/// The store's chunks as the decoding thread takes them.
+struct Received {
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    current: bytes::Bytes,
+}
+
+impl crate::decode_ahead::Source for Received {
+    fn next_chunk(&mut self) -> std::io::Result<Option<&[u8]>> {
+        Ok(self.rx.blocking_recv().map(|c| {
+            self.current = c;
+            &self.current[..]
+        }))
+    }
 }
 
 /// Chunks of the stored trace read ahead of the decoder.
