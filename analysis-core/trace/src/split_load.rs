@@ -47,6 +47,7 @@ impl Decoded {
         self.records.len()
     }
 
+    /// Neither a record nor the header: nothing for the replay.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty() && self.header.is_none()
     }
