@@ -295,3 +295,60 @@ proptest! {
         prop_assert!(r.score <= 100);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// What the model keeps per stack at the peak (`TraceModel::peak_stacks`, which the
+    /// summary's sites at the peak read) is what grouping the allocations live at the peak
+    /// gives: bytes, count and up to 16 threads, in the same order.
+    #[test]
+    fn the_peak_stacks_are_the_live_set_at_the_peak_grouped(
+        ops in proptest::collection::vec(
+            (0u64..64, 1u32..=4, 0u32..24, any::<bool>(), any::<usize>()),
+            1..300,
+        ),
+    ) {
+        let mut enc = Encoder::new(&Encoder::header_v1());
+        let mut live: Vec<AllocId> = Vec::new();
+        let mut t = 0u64;
+        for (size_kib, stack, thread, free, pick) in ops {
+            t += 1000;
+            if free && !live.is_empty() {
+                let id = live.swap_remove(pick % live.len());
+                enc.record(&Record::Free(Free { ts_nanos: t, alloc: id, ..Free::default() }));
+            } else {
+                live.push(enc.alloc(&Alloc {
+                    ts_nanos: t,
+                    size_bytes: size_kib * 1024,
+                    address: t << 20,
+                    stack: StackId(stack),
+                    thread: ThreadIdx(thread),
+                    kind: if size_kib % 7 == 0 { AllocKind::PinnedHost } else { AllocKind::Device },
+                    ..Alloc::default()
+                }));
+            }
+        }
+        let loaded = load(&enc.into_bytes()).expect("loads");
+        let m = &loaded.model;
+        let fields = analysis::GROUP_FIELDS | model::Fields::KIND;
+        let want = analysis::group_by_stack(
+            m,
+            m.allocs
+                .live_at_fields(m.peak_ts_nanos, m.allocs.len(), fields)
+                .filter(|a| a.kind.is_device_memory()),
+            usize::MAX,
+        );
+        let want: Vec<_> = if m.peak_bytes > 0 {
+            want.into_iter().map(|s| (s.stack, s.bytes, s.count, s.threads)).collect()
+        } else {
+            Vec::new()
+        };
+        let got: Vec<_> = m
+            .peak_stacks
+            .iter()
+            .map(|p| (p.stack, p.bytes, p.count, p.threads.clone()))
+            .collect();
+        prop_assert_eq!(got, want);
+    }
+}
