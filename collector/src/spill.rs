@@ -386,6 +386,30 @@ mod tests {
         }
     }
 
+    /// Chunks go to the writer a batch at a time: once written, only the batch still filling
+    /// is held in memory.
+    #[test]
+    fn written_batches_leave_memory_and_only_the_filling_one_stays() {
+        let s = FileSpill::new(0, std::env::temp_dir());
+        let n = 5 * BATCH_CHUNKS + 3;
+        let handles: Vec<u64> = (0..n)
+            .map(|k| s.put(&chunk(k as u8)).expect("spilled"))
+            .collect();
+        let file = s.file.get().expect("a file");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while lock(&file.queued).len() > 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut left: Vec<u64> = lock(&file.queued).keys().copied().collect();
+        left.sort_unstable();
+        assert_eq!(left, handles[n - 3..], "the batch still filling");
+        for (k, &h) in handles.iter().enumerate() {
+            let mut buf = vec![0u8; CHUNK_BYTES];
+            s.load(h, &mut buf);
+            assert!(buf == chunk(k as u8), "chunk {k}");
+        }
+    }
+
     #[test]
     fn the_filesystem_of_a_path_is_that_of_its_deepest_mount() {
         let mounts = "/dev/vda / ext4 rw 0 0\n\
