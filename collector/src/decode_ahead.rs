@@ -131,3 +131,82 @@ impl DecodeThread {
             .map_err(|_| anyhow!("the thread decoding the trace failed"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use analysis_core::model::Loader;
+    use analysis_core::synth::{Scenario, generate};
+
+    /// Chunks of a trace, then (optionally) a read error.
+    struct Pieces {
+        rest: Vec<Vec<u8>>,
+        current: Vec<u8>,
+        fail_at_end: bool,
+    }
+
+    impl Source for Pieces {
+        fn next_chunk(&mut self) -> io::Result<Option<&[u8]>> {
+            if self.rest.is_empty() {
+                return if std::mem::take(&mut self.fail_at_end) {
+                    Err(io::Error::other("the disk went away"))
+                } else {
+                    Ok(None)
+                };
+            }
+            self.current = self.rest.remove(0);
+            Ok(Some(&self.current))
+        }
+    }
+
+    fn pieces(bytes: &[u8], fail_at_end: bool) -> (Vec<u8>, Pieces) {
+        let mut chunks: Vec<Vec<u8>> = bytes.chunks(100_003).map(<[u8]>::to_vec).collect();
+        let first = chunks.remove(0);
+        let p = Pieces {
+            rest: chunks,
+            current: Vec::new(),
+            fail_at_end,
+        };
+        (first, p)
+    }
+
+    #[test]
+    fn a_trace_decoded_ahead_gives_the_report_of_one_loaded_whole() {
+        let (bytes, _) = generate(Scenario::TrainingLeak, 200_000, 3);
+        let (first, source) = pieces(&bytes, false);
+        let mut batches = 0;
+        let got = load(&first, source, LoadReplay::new(Loader::new()), |_| {
+            batches += 1;
+            true
+        })
+        .expect("reads")
+        .expect("decodes");
+        let want = analysis_core::load(&bytes).expect("loads");
+        assert!(batches > 10, "{batches} batches");
+        assert_eq!(got.bytes, want.bytes);
+        assert_eq!(got.model.records, want.model.records);
+        assert_eq!(
+            analysis_core::summarize(&got),
+            analysis_core::summarize(&want)
+        );
+    }
+
+    #[test]
+    fn a_read_error_is_an_error_and_a_stop_keeps_what_came_before() {
+        let (bytes, _) = generate(Scenario::TrainingLeak, 200_000, 3);
+        let (first, source) = pieces(&bytes, true);
+        let e = load(&first, source, LoadReplay::new(Loader::new()), |_| true)
+            .expect_err("the read failed");
+        assert!(format!("{e:#}").contains("the disk went away"), "{e:#}");
+
+        let (first, source) = pieces(&bytes, false);
+        let stopped = load(&first, source, LoadReplay::new(Loader::new()), |r| {
+            r.bytes_replayed() < 500_000
+        })
+        .expect("reads")
+        .expect("decodes");
+        let whole = analysis_core::load(&bytes).expect("loads");
+        assert!(stopped.bytes >= 500_000 && stopped.bytes < whole.bytes);
+        assert!(stopped.model.records < whole.model.records);
+    }
+}
