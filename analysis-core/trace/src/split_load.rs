@@ -3,8 +3,9 @@
 //! [`LoadReplay`] replays them into the model. This crate starts no threads; the halves are
 //! `Send`, and what goes between them is the batch. Each record is decoded and replayed
 //! exactly as [`Loader::push`] does it, so the model is the same; only a replay stopped by the
-//! model's budget ([`DecodeError::TooDense`]) may leave the decoder further on than the fused
-//! loader would have been (warnings of the records decoded past the stop are kept).
+//! model's budget ([`DecodeError::TooDense`]) or by its caller may leave the decoder further on
+//! than the fused loader would have been (the bytes counted are those replayed; warnings of the
+//! records decoded past the stop are kept).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -203,13 +204,17 @@ impl LoadReplay {
     }
 
     /// Ends the load, with the decoding half that fed it. Fails only when not even the header
-    /// could be read.
+    /// could be read. Where the replay stopped before the decoder (over its budget, or its
+    /// caller stopped giving it batches), the bytes read are those replayed, and a decoding
+    /// error past them is not reported.
     pub fn finish(self, decoder: LoadDecoder) -> Result<LoadedTrace, DecodeError> {
+        let all_replayed = self.records_replayed() == decoder.records_decoded();
         let mut d = decoder.decoder;
         let warnings = d.finish()?;
         let (fatal, bytes) = match self.stopped {
             Some((e, at)) => (Some(e), at),
-            None => (d.fatal().cloned(), d.bytes_consumed()),
+            None if all_replayed => (d.fatal().cloned(), d.bytes_consumed()),
+            None => (None, self.replayed_to),
         };
         Ok(finish_load(self.model, &d, warnings, fatal, bytes))
     }
