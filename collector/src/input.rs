@@ -13,7 +13,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::read_ahead::ReadAhead;
 
-const CHUNK_BYTES: usize = 1 << 20;
+/// Bytes read at a time: the read-ahead's buffer, for the readers that do not go through it.
+const CHUNK_BYTES: usize = crate::read_ahead::BUFFER_BYTES;
 
 /// Loads a trace from `path`, or from stdin when `path` is `-`. Shows a progress bar for large
 /// files when stderr is a terminal. Fails only when nothing could be decoded at all.
