@@ -27,7 +27,7 @@ fn fused(bytes: &[u8], cuts: &[usize]) -> Option<LoadedTrace> {
 /// threads.
 fn split(bytes: &[u8], cuts: &[usize]) -> Option<LoadedTrace> {
     let mut decoder = LoadDecoder::new();
-    let mut replay = LoadReplay::new(Loader::new());
+    let mut replay = LoadReplay::new();
     let mut batch = Decoded::default();
     for piece in pieces(bytes, cuts) {
         let decoded = decoder.push(piece, &mut batch);

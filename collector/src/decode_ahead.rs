@@ -38,41 +38,28 @@ impl Source for ReadAhead {
 }
 
 /// Replays `first` (the bytes of `source` already taken) and everything `source` gives after
-/// it, decoded on another thread, into `replay`. `after_batch` sees the replay after each
+/// it, both decoded on another thread, into `replay`. `after_batch` sees the replay after each
 /// batch and stops the load by returning `false` (the model is then finished as far as it
 /// went). A stop of the decoder or of the replay (a damaged or too dense trace) is not an
 /// error here: the inner result reports it with everything before it, as the fused `Loader`
 /// does; the outer error is a read that failed.
 pub fn load(
-    first: &[u8],
+    first: Vec<u8>,
     source: impl Source,
     mut replay: LoadReplay,
     mut after_batch: impl FnMut(&LoadReplay) -> bool,
 ) -> Result<Result<LoadedTrace, DecodeError>> {
-    let mut decoder = LoadDecoder::new();
-    let mut batch = Decoded::with_capacity(BATCH_RECORDS);
-    let mut stopped = false;
-    for piece in first.chunks(PIECE_BYTES) {
-        let decoded = decoder.push(piece, &mut batch);
-        stopped = decoded.is_err() | replay.replay(&mut batch).is_err() || !after_batch(&replay);
-        if stopped {
+    let ahead = DecodeThread::start(first, source)?;
+    while let Ok(next) = ahead.batches.recv() {
+        let mut batch = next?;
+        let replayed = replay.replay(&mut batch);
+        // A full or closed channel (the decoder has stopped) drops the batch instead.
+        let _ = ahead.empties.send(batch);
+        if replayed.is_err() || !after_batch(&replay) {
             break;
         }
     }
-    if !stopped {
-        let ahead = DecodeThread::start(decoder, source)?;
-        while let Ok(next) = ahead.batches.recv() {
-            let mut batch = next?;
-            let replayed = replay.replay(&mut batch);
-            // A full or closed channel (the decoder has stopped) drops the batch instead.
-            let _ = ahead.empties.send(batch);
-            if replayed.is_err() || !after_batch(&replay) {
-                break;
-            }
-        }
-        decoder = ahead.finish()?;
-    }
-    Ok(replay.finish(decoder))
+    Ok(replay.finish(ahead.finish()?))
 }
 
 /// The decoding thread and the channels to and from it.
@@ -86,34 +73,38 @@ struct DecodeThread {
 }
 
 impl DecodeThread {
-    fn start(mut decoder: LoadDecoder, mut source: impl Source) -> io::Result<Self> {
+    /// Starts decoding `first`, then what `source` gives.
+    fn start(first: Vec<u8>, mut source: impl Source) -> io::Result<Self> {
         let (to_replay, batches) = sync_channel(AHEAD);
         let (empties, emptied) = channel::<Decoded>();
         let thread = std::thread::Builder::new()
             .name("gpucollect-decode".into())
             .spawn(move || {
-                loop {
-                    let chunk = match source.next_chunk() {
-                        Ok(Some(chunk)) => chunk,
-                        Ok(None) => return decoder,
-                        Err(e) => {
-                            let _ = to_replay.send(Err(e));
-                            return decoder;
-                        }
-                    };
-                    for piece in chunk.chunks(PIECE_BYTES) {
+                let mut decoder = LoadDecoder::new();
+                // Decodes a chunk into batches for the replay: `false` once decoding or the
+                // replay has stopped (a send fails once the replay has dropped the receiver).
+                let mut decode = |chunk: &[u8]| {
+                    chunk.chunks(PIECE_BYTES).all(|piece| {
                         let mut batch = emptied
                             .try_recv()
                             .unwrap_or_else(|_| Decoded::with_capacity(BATCH_RECORDS));
                         let decoded = decoder.push(piece, &mut batch);
-                        // A send fails once the replay has stopped and dropped the receiver.
-                        if (!batch.is_empty() && to_replay.send(Ok(batch)).is_err())
-                            || decoded.is_err()
-                        {
-                            return decoder;
+                        (batch.is_empty() || to_replay.send(Ok(batch)).is_ok()) && decoded.is_ok()
+                    })
+                };
+                if decode(&first) {
+                    loop {
+                        match source.next_chunk() {
+                            Ok(Some(chunk)) if decode(chunk) => {}
+                            Ok(_) => break,
+                            Err(e) => {
+                                let _ = to_replay.send(Err(e));
+                                break;
+                            }
                         }
                     }
                 }
+                decoder
             })?;
         Ok(Self {
             batches,
@@ -135,7 +126,6 @@ impl DecodeThread {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use analysis_core::model::Loader;
     use analysis_core::synth::{Scenario, generate};
 
     /// Chunks of a trace, then (optionally) a read error.
@@ -175,7 +165,7 @@ mod tests {
         let (bytes, _) = generate(Scenario::TrainingLeak, 200_000, 3);
         let (first, source) = pieces(&bytes, false);
         let mut batches = 0;
-        let got = load(&first, source, LoadReplay::new(Loader::new()), |_| {
+        let got = load(first, source, LoadReplay::new(), |_| {
             batches += 1;
             true
         })
@@ -195,13 +185,12 @@ mod tests {
     fn a_read_error_is_an_error_and_a_stop_keeps_what_came_before() {
         let (bytes, _) = generate(Scenario::TrainingLeak, 200_000, 3);
         let (first, source) = pieces(&bytes, true);
-        let e = load(&first, source, LoadReplay::new(Loader::new()), |_| true)
-            .expect_err("the read failed");
+        let e = load(first, source, LoadReplay::new(), |_| true).expect_err("the read failed");
         assert!(format!("{e:#}").contains("the disk went away"), "{e:#}");
 
         let (first, source) = pieces(&bytes, false);
         let mut last = 0;
-        let stopped = load(&first, source, LoadReplay::new(Loader::new()), |r| {
+        let stopped = load(first, source, LoadReplay::new(), |r| {
             last = r.bytes_replayed();
             last < 500_000
         })

@@ -46,8 +46,6 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         }
         _ => None,
     };
-    // A long trace's history goes to disk past a budget (`spill`).
-    let loader = Loader::with_spill(crate::spill::FileSpill::in_temp_dir());
     let mut reader = ReadAhead::new(reader).context("cannot start a thread to read the trace")?;
     let cannot_read = || format!("cannot read the trace {}", path.display());
     let first = reader
@@ -55,29 +53,28 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace> {
         .with_context(cannot_read)?
         .map(<[u8]>::to_vec)
         .unwrap_or_default();
-    {
-        let bytes = &first[..];
-        if analysis_core::torch_snapshot::looks_like_snapshot(bytes) {
-            // A PyTorch memory snapshot (pickle or JSON), parsed as it is read, then converted
-            // straight into the model: the same one the viewer builds (and the same as decoding
-            // the bytes `gpucollect import` writes).
-            let mut snapshot = SnapshotLoader::new(len.and_then(|l| usize::try_from(l).ok()));
-            let read = snapshot
-                .push(bytes)
-                .with_context(|| not_a_snapshot(path))
-                .and_then(|()| {
-                    let mut buf = vec![0u8; CHUNK_BYTES];
-                    feed_snapshot(&mut snapshot, &mut reader, &mut buf, bar.as_ref(), path)
-                })
-                .and_then(|()| snapshot.finish().with_context(|| not_a_snapshot(path)));
-            if let Some(b) = &bar {
-                b.finish_and_clear();
-            }
-            return read.map(|(trace, _)| trace);
+    if analysis_core::torch_snapshot::looks_like_snapshot(&first) {
+        // A PyTorch memory snapshot (pickle or JSON), parsed as it is read, then converted
+        // straight into the model: the same one the viewer builds (and the same as decoding
+        // the bytes `gpucollect import` writes).
+        let mut snapshot = SnapshotLoader::new(len.and_then(|l| usize::try_from(l).ok()));
+        let read = snapshot
+            .push(&first)
+            .with_context(|| not_a_snapshot(path))
+            .and_then(|()| {
+                let mut buf = vec![0u8; CHUNK_BYTES];
+                feed_snapshot(&mut snapshot, &mut reader, &mut buf, bar.as_ref(), path)
+            })
+            .and_then(|()| snapshot.finish().with_context(|| not_a_snapshot(path)));
+        if let Some(b) = &bar {
+            b.finish_and_clear();
         }
+        return read.map(|(trace, _)| trace);
     }
-    // Decoded on another thread, replayed on this one.
-    let loaded = crate::decode_ahead::load(&first, reader, LoadReplay::new(loader), |r| {
+    // Decoded on another thread, replayed on this one; a long trace's history goes to disk
+    // past a budget (`spill`).
+    let replay = LoadReplay::with_spill(crate::spill::FileSpill::in_temp_dir());
+    let loaded = crate::decode_ahead::load(first, reader, replay, |r| {
         if let Some(b) = &bar {
             b.set_position(r.bytes_replayed());
             b.set_message(format!("{} records", r.records_replayed()));

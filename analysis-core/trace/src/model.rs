@@ -1539,11 +1539,6 @@ impl Loader {
         m
     }
 
-    /// The spill given to [`Self::with_spill`].
-    pub(crate) fn into_spill(self) -> Option<Arc<dyn Spill>> {
-        self.spill
-    }
-
     /// Pushes bytes and replays every complete record. Returns the error that stopped decoding,
     /// if it stopped (the same error is reported by `finish`).
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {

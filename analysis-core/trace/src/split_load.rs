@@ -8,11 +8,13 @@
 //! records decoded past the stop are kept).
 
 use alloc::boxed::Box;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::decode::{DecodeError, Decoder, Hot};
 use crate::format::{Header, Record};
 use crate::model::{LoadedTrace, Loader, TraceModel, finish_load, over_budget};
+use crate::packed::Spill;
 
 /// Records decoded from pushed bytes, in input order, with the header once it is known: what
 /// [`LoadDecoder::push`] fills and [`LoadReplay::replay`] reads. Reused batch after batch
@@ -126,15 +128,19 @@ pub struct LoadReplay {
     stopped: Option<(DecodeError, u64)>,
     /// The offset just past the last record replayed.
     replayed_to: u64,
-    spill: Option<alloc::sync::Arc<dyn crate::packed::Spill>>,
+    spill: Option<Arc<dyn Spill>>,
 }
 
 impl LoadReplay {
-    /// The replaying half of `loader`, whose decoder must not have been pushed yet; its spill,
-    /// if it has one, goes to the model.
-    pub fn new(loader: Loader) -> Self {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A replay whose model sends its history's full chunks to `spill`
+    /// ([`Loader::with_spill`]).
+    pub fn with_spill(spill: Arc<dyn Spill>) -> Self {
         Self {
-            spill: loader.into_spill(),
+            spill: Some(spill),
             ..Self::default()
         }
     }

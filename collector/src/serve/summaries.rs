@@ -281,15 +281,14 @@ fn decode_stream(
     }
     // The history past `resident` bytes goes to disk (`spill`).
     let spill = crate::spill::FileSpill::new(resident, crate::spill::spill_dir());
-    let loader = analysis_core::model::Loader::with_spill(std::sync::Arc::new(spill));
-    let replay = analysis_core::split_load::LoadReplay::new(loader);
+    let replay = analysis_core::split_load::LoadReplay::with_spill(std::sync::Arc::new(spill));
     let mut over = None;
     let source = Received {
         rx,
         current: bytes::Bytes::new(),
     };
     // A stopping error is kept and reported with everything before it (as `load` does).
-    let loaded = crate::decode_ahead::load(&first, source, replay, |r| {
+    let loaded = crate::decode_ahead::load(first.into(), source, replay, |r| {
         if r.model_heap_bytes() > room {
             over = Some(SummaryError::ModelOverBudget {
                 at: r.bytes_replayed(),
