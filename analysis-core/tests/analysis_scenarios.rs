@@ -818,3 +818,40 @@ fn equal_leaks_of_several_processes_keep_one_order() {
         assert_eq!(report(), first);
     }
 }
+
+/// A growth finding's time is when the first allocation it counts was made: it is the time of
+/// an allocation left live at the end, and no allocation of the finding's stack on its device
+/// that is left live is older.
+#[test]
+fn a_growth_finding_starts_at_its_oldest_live_allocation() {
+    let mut checked = 0;
+    for s in Scenario::ALL {
+        let (bytes, _) = generate(s, 20_000, 7);
+        let t = load(&bytes).expect("synthetic trace loads");
+        let r = summarize(&t);
+        let m = &t.model;
+        for f in r
+            .findings
+            .iter()
+            .filter(|f| matches!(f.kind, FindingKind::LeakGrowth | FindingKind::MissedFree))
+        {
+            let ts = f.ts_nanos.expect("a growth finding has a time");
+            let stack = f.stack.expect("a growth finding names a stack");
+            assert!(
+                m.allocs.iter().any(|a| a.is_live() && a.ts_nanos == ts),
+                "{s:?}: {ts} is no live allocation's time"
+            );
+            let oldest = m
+                .allocs
+                .iter()
+                .filter(|a| a.is_live() && a.stack == stack)
+                .filter(|a| f.device.is_none_or(|d| a.device == d))
+                .map(|a| a.ts_nanos)
+                .min()
+                .expect("the finding's stack has live allocations");
+            assert!(ts <= oldest, "{s:?}: {ts} after {oldest}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "{checked} growth findings");
+}

@@ -71,7 +71,11 @@ pub(crate) fn analyze(
         }
     }
     v.leak_stacks.sort_unstable();
-    let kept = LeakBytes::new(m, causes, sampling, &v.leak_stacks);
+    let mut grouped = alloc::vec![false; causes.keys.len()];
+    for &ci in groups.iter().flat_map(|(members, _)| members) {
+        grouped[ci] = true;
+    }
+    let kept = LeakBytes::new(m, causes, sampling, &v.leak_stacks, &grouped);
     v.rows.sort_by(|a, b| {
         b.leaking
             .cmp(&a.leaking)
@@ -360,6 +364,11 @@ struct LeakBytes {
     allocated: Vec<u64>,
     /// Causes with a leaking stack.
     lines: Vec<usize>,
+    /// Of the causes in a growth finding's group, the bytes of their allocations live at the
+    /// end (never freed) per cause and NVTX range name, for the finding's scope.
+    live_by_range: HashMap<(usize, crate::format::StringId), u64>,
+    /// Of those causes, the index and time of each one's first allocation live at the end.
+    first_live: Vec<Option<(usize, u64)>>,
 }
 
 impl LeakBytes {
@@ -368,6 +377,7 @@ impl LeakBytes {
         causes: &Causes,
         sampling: &ProcessSampling,
         leak_stacks: &[(usize, StackId)],
+        grouped: &[bool],
     ) -> Self {
         let k = causes.keys.len();
         let at = |p: ProcessIdx| sampling.of(p).last_time().unwrap_or(m.last_ts_nanos);
@@ -375,12 +385,17 @@ impl LeakBytes {
         let mut lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
         lines.dedup();
         let (mut end, mut allocated) = (alloc::vec![(0, 0); k], alloc::vec![0; k]);
-        if lines.is_empty() {
+        let mut live_by_range = HashMap::new();
+        let mut first_live = alloc::vec![None; k];
+        let any_grouped = grouped.contains(&true);
+        if lines.is_empty() && !any_grouped {
             // No leaking line: no allocation is a leak's, so the passes below would find none.
             return Self {
                 end,
                 allocated,
                 lines,
+                live_by_range,
+                first_live,
             };
         }
         // Per (cause, stack) pair: a leaking stack's, or blocks from before a snapshot's
@@ -398,13 +413,30 @@ impl LeakBytes {
         // One pass: the lifetimes of the first freed allocations of each cause (their median
         // tells an allocation in flight at the last sample from a kept one), and what each
         // allocation live at the last sample adds. One freed after it waits for the median.
+        // The same pass finds what the grouped causes leave live, for their findings (it took
+        // a pass per finding).
         let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
         let mut freed_later: Vec<(usize, u64, u64)> = Vec::new();
-        for (i, a) in m
-            .allocs
-            .iter_fields(Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS)
-            .enumerate()
-        {
+        let mut fields = Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS;
+        let ranges = !m.ranges.is_empty();
+        if any_grouped && ranges {
+            fields = fields | Fields::RANGE_SLOT;
+        }
+        for (i, a) in m.allocs.iter_fields(fields).enumerate() {
+            if any_grouped && a.is_live() {
+                let ci = causes.of(i);
+                if grouped[ci] {
+                    first_live[ci].get_or_insert((i, a.ts_nanos));
+                    if ranges
+                        && a.range_slot != 0
+                        && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
+                    {
+                        let e = live_by_range.entry((ci, name)).or_default();
+                        // Hostile sizes saturate instead of overflowing.
+                        *e = u64::saturating_add(*e, a.size_bytes);
+                    }
+                }
+            }
             if !is_leak(i, &a) {
                 continue;
             }
@@ -445,6 +477,8 @@ impl LeakBytes {
             end,
             allocated,
             lines,
+            live_by_range,
+            first_live,
         }
     }
 }
@@ -520,7 +554,7 @@ fn push_growth_findings(
             common = separating_frame(m, c, members[0], &v.leak_stacks, &stacks_by_line);
         }
         let allocs: u64 = members.iter().map(|&ci| kept.allocated[ci]).sum();
-        let mut f = growth_finding(m, c, it, causes, &members, &v.rows, &kept.end, allocs, end);
+        let mut f = growth_finding(m, c, it, causes, &members, &v.rows, kept, allocs, end);
         if let Some(common) = common {
             let loc = format!("{}:{}", common.file, common.line);
             f.evidence.insert(
@@ -664,10 +698,11 @@ fn growth_finding(
     causes: &Causes,
     members: &[usize],
     rows: &[Growth],
-    live_end: &[(u64, u64)],
+    kept: &LeakBytes,
     allocated: u64,
     end: HistoryEnd,
 ) -> Finding {
+    let live_end = &kept.end;
     let row = |ci: usize| {
         let (p, d, h, label) = &causes.keys[ci];
         rows.iter()
@@ -724,7 +759,7 @@ fn growth_finding(
     };
     let mut f = Finding::new(kind, severity, label.clone());
     f.device = (!*host).then_some(*device);
-    f.scope = range_of(m, causes, members);
+    f.scope = range_of(m, kept, members);
     f.location = causes.locations[main].clone();
     f.stack = Some(causes.top_stack[main].0);
     f.bytes = bytes;
@@ -733,12 +768,12 @@ fn growth_finding(
     f.bytes_per_hour = Some(per_hour);
     f.seconds_to_full = to_full;
     f.harm_bytes = harm;
-    f.ts_nanos = m
-        .allocs
+    // When the first allocation the finding counts was made.
+    f.ts_nanos = members
         .iter()
-        .enumerate()
-        .find(|(i, a)| a.is_live() && members.contains(&causes.of(*i)))
-        .map(|(_, a)| a.ts_nanos);
+        .filter_map(|&ci| kept.first_live[ci])
+        .min_by_key(|&(i, _)| i)
+        .map(|(_, ts)| ts);
     let full = to_full.map(super::full_in).unwrap_or_default();
     f.headline = format!(
         "leaks {} per {unit} at {loc}{full}",
@@ -817,25 +852,13 @@ fn growth_finding(
     f
 }
 
-/// The NVTX range most of a cause's live allocations were made in.
-fn range_of(m: &TraceModel, causes: &Causes, members: &[usize]) -> Option<String> {
-    if m.ranges.is_empty() {
-        return None;
-    }
+/// The NVTX range most of the members' allocations live at the end were made in.
+fn range_of(m: &TraceModel, kept: &LeakBytes, members: &[usize]) -> Option<String> {
     let mut by: HashMap<crate::format::StringId, u64> = HashMap::new();
-    for (i, a) in m
-        .allocs
-        .iter_fields(Fields::FREE | Fields::RANGE_SLOT | Fields::SIZE)
-        .enumerate()
-    {
-        if a.is_live()
-            && a.range_slot != 0
-            && members.contains(&causes.of(i))
-            && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
-        {
+    for (&(ci, name), &bytes) in &kept.live_by_range {
+        if members.contains(&ci) {
             let e = by.entry(name).or_default();
-            // Hostile sizes saturate instead of overflowing.
-            *e = e.saturating_add(a.size_bytes);
+            *e = e.saturating_add(bytes);
         }
     }
     by.into_iter()
