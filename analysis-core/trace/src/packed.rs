@@ -629,6 +629,11 @@ impl Column {
         self.packed.set_spill(spill);
     }
 
+    /// The spill this column's full chunks go to.
+    pub fn spill(&self) -> Option<Arc<dyn Spill>> {
+        self.packed.spill()
+    }
+
     /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub fn get(&self, i: usize) -> u64 {
@@ -715,7 +720,7 @@ impl Column {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 

@@ -1,6 +1,7 @@
 //! Step-function timelines (live bytes over time) with a min/max pyramid, so a chart of any
 //! zoom range costs O(pixels · log n) regardless of how many events the trace has.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::Serialize;
@@ -24,8 +25,115 @@ pub struct Timeline {
 struct PointsData {
     times: Column,
     values: Column,
-    /// `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points.
-    levels: Vec<Vec<(u64, u64)>>,
+    /// The pyramid's level 0: (min, max) per block of `FANOUT` points.
+    bottom: Bottom,
+    /// `upper[k]` holds (min, max) per block of `FANOUT^(k+2)` points.
+    upper: Vec<Vec<(u64, u64)>>,
+}
+
+/// The pyramid's lowest level, a sixteenth as many entries as points. A timeline whose points
+/// may spill (a long trace's, natively) packs it by column with the same spill, so that it
+/// goes to disk with them rather than staying in memory (300 MB at 300M events); otherwise
+/// (the page, short traces) it is a plain vector, the fastest to read.
+#[derive(Clone, Debug)]
+enum Bottom {
+    Here(Vec<(u64, u64)>),
+    Packed(Box<MinMax>),
+}
+
+/// Level 0 packed: its minima and maxima, each a column.
+#[derive(Clone, Debug)]
+struct MinMax {
+    min: Column,
+    max: Column,
+}
+
+impl Default for Bottom {
+    fn default() -> Self {
+        Self::Here(Vec::new())
+    }
+}
+
+impl Bottom {
+    /// An empty level for points that spill to `spill`.
+    fn new(spill: Option<Arc<dyn Spill>>, capacity: usize) -> Self {
+        match spill {
+            None => Self::Here(Vec::with_capacity(capacity)),
+            Some(s) => {
+                let (mut min, mut max) = (Column::new(), Column::new());
+                min.set_spill(Some(Arc::clone(&s)));
+                max.set_spill(Some(s));
+                Self::Packed(Box::new(MinMax { min, max }))
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Here(v) => v.len(),
+            Self::Packed(p) => p.min.len(),
+        }
+    }
+
+    fn push(&mut self, (lo, hi): (u64, u64)) {
+        match self {
+            Self::Here(v) => v.push((lo, hi)),
+            Self::Packed(p) => {
+                p.min.push(lo);
+                p.max.push(hi);
+            }
+        }
+    }
+
+    /// Entry `i`'s highest value.
+    fn max_at(&self, i: usize) -> u64 {
+        match self {
+            Self::Here(v) => v[i].1,
+            Self::Packed(p) => p.max.get(i),
+        }
+    }
+
+    /// The lowest and highest of entries `[from, to)` (`(u64::MAX, 0)` when empty).
+    fn min_max(&self, from: usize, to: usize) -> (u64, u64) {
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        match self {
+            Self::Here(v) => {
+                for &(a, b) in &v[from.min(to)..to] {
+                    lo = lo.min(a);
+                    hi = hi.max(b);
+                }
+            }
+            Self::Packed(p) => {
+                let MinMax { min, max } = &**p;
+                // A block of each column decoded at a time.
+                let mut buf = [0u64; BLOCK];
+                let mut i = from;
+                while i < to {
+                    let b = i / BLOCK;
+                    let n = min.decode_block(b, &mut buf);
+                    let stop = to.min(b * BLOCK + n);
+                    if stop <= i {
+                        break;
+                    }
+                    let run = i % BLOCK..stop - b * BLOCK;
+                    lo = buf[run.clone()].iter().fold(lo, |x, &y| x.min(y));
+                    max.decode_block(b, &mut buf);
+                    hi = buf[run].iter().fold(hi, |x, &y| x.max(y));
+                    i = stop;
+                }
+            }
+        }
+        (lo, hi)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Here(v) => v.capacity() * 16,
+            Self::Packed(p) => {
+                p.min.heap_bytes() + p.max.heap_bytes() + core::mem::size_of::<MinMax>()
+            }
+        }
+    }
 }
 
 impl PointsData {
@@ -48,7 +156,17 @@ impl PointsData {
     fn heap_bytes(&self) -> usize {
         self.times.heap_bytes()
             + self.values.heap_bytes()
-            + self.levels.iter().map(|l| l.capacity() * 16).sum::<usize>()
+            + self.bottom.heap_bytes()
+            + self.upper.iter().map(|l| l.capacity() * 16).sum::<usize>()
+    }
+
+    /// Levels of the pyramid.
+    fn levels(&self) -> usize {
+        if self.bottom.len() == 0 {
+            0
+        } else {
+            1 + self.upper.len()
+        }
     }
 
     #[inline]
@@ -233,24 +351,41 @@ impl Timeline {
     /// Builds the min/max pyramid. Call once all points are pushed.
     pub fn build_index(&mut self) {
         let d = Arc::make_mut(&mut self.data);
-        d.levels.clear();
+        d.bottom = Bottom::default();
+        d.upper.clear();
         if d.len() <= FANOUT {
             return;
         }
-        let mut first: Vec<(u64, u64)> = Vec::with_capacity(d.len().div_ceil(FANOUT));
+        let entries = d.len().div_ceil(FANOUT);
+        let mut bottom = Bottom::new(d.values.spill(), entries);
+        // Level 1 made beside level 0, which is not read back.
+        let mut second: Vec<(u64, u64)> = Vec::with_capacity(entries.div_ceil(FANOUT));
+        let fold = |(lo, hi): (u64, u64), (a, b): (u64, u64)| (lo.min(a), hi.max(b));
         let mut buf = [0u64; BLOCK];
         for b in 0.. {
             let n = d.values.decode_block(b, &mut buf);
             if n == 0 {
                 break;
             }
-            first.extend(buf[..n].chunks(FANOUT).map(|c| {
-                c.iter()
-                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
-            }));
+            for c in buf[..n].chunks(FANOUT) {
+                let e = c
+                    .iter()
+                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                if bottom.len().is_multiple_of(FANOUT) {
+                    second.push(e);
+                } else if let Some(last) = second.last_mut() {
+                    *last = fold(*last, e);
+                }
+                bottom.push(e);
+            }
         }
-        d.levels.push(first);
-        while let Some(prev) = d.levels.last()
+        let more = bottom.len() > FANOUT;
+        d.bottom = bottom;
+        if !more {
+            return;
+        }
+        d.upper.push(second);
+        while let Some(prev) = d.upper.last()
             && prev.len() > FANOUT
         {
             let next: Vec<(u64, u64)> = prev
@@ -260,7 +395,7 @@ impl Timeline {
                         .fold((u64::MAX, 0), |(lo, hi), &(a, b)| (lo.min(a), hi.max(b)))
                 })
                 .collect();
-            d.levels.push(next);
+            d.upper.push(next);
         }
     }
 
@@ -277,7 +412,7 @@ impl Timeline {
         let mut end = j;
         loop {
             let next_block = block * FANOUT;
-            let has_next = level < self.data.levels.len();
+            let has_next = level < self.data.levels();
             // `i` and `end` are multiples of `block` here.
             let mut take = |from: usize, to: usize| {
                 let (a, b) = self.entries_min_max(level, from / block, to / block);
@@ -304,7 +439,7 @@ impl Timeline {
     /// level at a time, so a call reads O(FANOUT · levels) entries, not the range's points.
     pub fn first_at_least(&self, i: usize, j: usize, target: u64) -> Option<usize> {
         let j = j.min(self.data.len());
-        let levels = self.data.levels.len();
+        let levels = self.data.levels();
         let (mut k, mut level, mut block) = (i, 0usize, 1usize);
         while k < j {
             // The largest block that starts at `k` and ends within `j`.
@@ -337,12 +472,12 @@ impl Timeline {
                 k = stop;
                 continue;
             }
-            if self.entry(level, k / block).1 >= target {
+            if self.entry_max(level, k / block) >= target {
                 // Down to the first point of this block that reaches `target`.
                 while level > 1 {
                     level -= 1;
                     block /= FANOUT;
-                    while self.entry(level, k / block).1 < target {
+                    while self.entry_max(level, k / block) < target {
                         k += block;
                     }
                 }
@@ -372,8 +507,10 @@ impl Timeline {
                 hi = hi.max(v);
                 true
             });
+        } else if level == 1 {
+            (lo, hi) = self.data.bottom.min_max(from, to);
         } else if from < to {
-            for &(a, b) in &self.data.levels[level - 1][from..to] {
+            for &(a, b) in &self.data.upper[level - 2][from..to] {
                 lo = lo.min(a);
                 hi = hi.max(b);
             }
@@ -402,13 +539,13 @@ impl Timeline {
         }
     }
 
+    /// The highest value of entry `idx` of `level` (level 0: the points).
     #[inline]
-    fn entry(&self, level: usize, idx: usize) -> (u64, u64) {
-        if level == 0 {
-            let v = self.data.value(idx);
-            (v, v)
-        } else {
-            self.data.levels[level - 1][idx]
+    fn entry_max(&self, level: usize, idx: usize) -> u64 {
+        match level {
+            0 => self.data.value(idx),
+            1 => self.data.bottom.max_at(idx),
+            _ => self.data.upper[level - 2][idx].1,
         }
     }
 
@@ -609,6 +746,100 @@ mod tests {
                 prop_assert_eq!((b.min, b.max, b.last), (lo, hi, last));
             }
         }
+    }
+
+    /// The same points with and without a spill: the spilling one packs the pyramid's level 0
+    /// with its points.
+    fn both(values: &[u64], spill: Arc<dyn Spill>) -> (Timeline, Timeline) {
+        let (mut here, mut away) = (
+            TimelineBuilder::new(),
+            TimelineBuilder::spilling(Some(spill)),
+        );
+        for (k, &v) in values.iter().enumerate() {
+            here.push(k as u64 * 3, v);
+            away.push(k as u64 * 3, v);
+        }
+        (here.build(), away.build())
+    }
+
+    /// Ranges, maxima and downsampling agree between the two, over `ranges` and windows.
+    fn agree(here: &Timeline, away: &Timeline, ranges: &[(usize, usize)]) {
+        let n = here.len();
+        for &(a, b) in ranges {
+            let (i, j) = (a.min(b).min(n), a.max(b).min(n));
+            let mm = here.range_min_max(i, j);
+            assert_eq!(mm, away.range_min_max(i, j), "[{i}, {j})");
+            if let Some((_, hi)) = mm {
+                for target in [hi, hi / 2, hi + 1] {
+                    assert_eq!(
+                        here.first_at_least(i, j, target),
+                        away.first_at_least(i, j, target),
+                        "[{i}, {j}) at least {target}"
+                    );
+                }
+            }
+            let (t0, t1) = (i as u64 * 3, j as u64 * 3 + 1);
+            assert_eq!(here.downsample(t0, t1, 97), away.downsample(t0, t1, 97));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_spilling_pyramid_answers_as_one_in_memory(
+            values in proptest::collection::vec(0u64..1000, 0..3000),
+            ranges in proptest::collection::vec((0usize..3000, 0usize..3000), 1..40),
+        ) {
+            let spill = Arc::new(crate::packed::tests::VecSpill::default());
+            let (here, away) = both(&values, spill);
+            if values.len() > FANOUT {
+                let packed = matches!(away.data.bottom, Bottom::Packed(_));
+                prop_assert!(packed, "a spilling timeline packs its level 0");
+                let plain = matches!(here.data.bottom, Bottom::Here(_));
+                prop_assert!(plain, "one without a spill keeps a vector");
+            }
+            agree(&here, &away, &ranges);
+        }
+    }
+
+    /// A level 0 long enough to fill chunks of the spill is read back from it.
+    #[test]
+    fn a_spilled_pyramid_is_read_back_from_the_spill() {
+        let mut seed = 7u64;
+        let values: Vec<u64> = (0..400_000)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                seed >> 8
+            })
+            .collect();
+        let spill = Arc::new(crate::packed::tests::VecSpill::default());
+        let mut points = TimelineBuilder::spilling(Some(spill.clone()));
+        for (k, &v) in values.iter().enumerate() {
+            points.push(k as u64 * 3, v);
+        }
+        let held = spill.held_bytes();
+        drop(points);
+        let (here, away) = both(&values, spill.clone());
+        // `both` spills the points again, and level 0 with them.
+        assert!(
+            spill.held_bytes() > 2 * held,
+            "{} of {held}",
+            spill.held_bytes()
+        );
+        let ranges: Vec<(usize, usize)> = (0..300)
+            .map(|k| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let a = (seed >> 20) as usize % values.len();
+                (a, a + [17, 300, 5_000, 120_000][k % 4])
+            })
+            .chain([(0, values.len())])
+            .collect();
+        let before = spill.reads.load(core::sync::atomic::Ordering::Relaxed);
+        agree(&here, &away, &ranges);
+        let Bottom::Packed(p) = &away.data.bottom else {
+            panic!("a spilling timeline packs its level 0");
+        };
+        assert!(p.min.spill().is_some());
+        assert!(spill.reads.load(core::sync::atomic::Ordering::Relaxed) > before);
     }
 
     #[test]
