@@ -104,23 +104,14 @@ impl Bottom {
                 }
             }
             Self::Packed(p) => {
-                let MinMax { min, max } = &**p;
-                // A block of each column decoded at a time.
-                let mut buf = [0u64; BLOCK];
-                let mut i = from;
-                while i < to {
-                    let b = i / BLOCK;
-                    let n = min.decode_block(b, &mut buf);
-                    let stop = to.min(b * BLOCK + n);
-                    if stop <= i {
-                        break;
-                    }
-                    let run = i % BLOCK..stop - b * BLOCK;
-                    lo = buf[run.clone()].iter().fold(lo, |x, &y| x.min(y));
-                    max.decode_block(b, &mut buf);
-                    hi = buf[run].iter().fold(hi, |x, &y| x.max(y));
-                    i = stop;
-                }
+                runs(&p.min, from, to, |_, run| {
+                    lo = run.iter().fold(lo, |x, &y| x.min(y));
+                    true
+                });
+                runs(&p.max, from, to, |_, run| {
+                    hi = run.iter().fold(hi, |x, &y| x.max(y));
+                    true
+                });
             }
         }
         (lo, hi)
@@ -133,6 +124,22 @@ impl Bottom {
                 p.min.heap_bytes() + p.max.heap_bytes() + core::mem::size_of::<MinMax>()
             }
         }
+    }
+}
+
+/// Calls `f(i, values)` with the values of `col` from index `i` on, over `[from, to)` (`to` at
+/// most its length), a block decoded at a time, until it returns false.
+fn runs(col: &Column, from: usize, to: usize, mut f: impl FnMut(usize, &[u64]) -> bool) {
+    let mut buf = [0u64; BLOCK];
+    let mut i = from;
+    while i < to {
+        let b = i / BLOCK;
+        let n = col.decode_block(b, &mut buf);
+        let stop = to.min(b * BLOCK + n);
+        if stop <= i || !f(i, &buf[i % BLOCK..stop - b * BLOCK]) {
+            return;
+        }
+        i = stop;
     }
 }
 
@@ -390,10 +397,7 @@ impl Timeline {
         {
             let next: Vec<(u64, u64)> = prev
                 .chunks(FANOUT)
-                .map(|c| {
-                    c.iter()
-                        .fold((u64::MAX, 0), |(lo, hi), &(a, b)| (lo.min(a), hi.max(b)))
-                })
+                .map(|c| c.iter().fold((u64::MAX, 0), |acc, &e| fold(acc, e)))
                 .collect();
             d.upper.push(next);
         }
@@ -521,22 +525,9 @@ impl Timeline {
     /// Calls `f(i, value)` for the points `i` in `[from, to)` in order (`to` at most the
     /// length) until it returns false.
     fn scan_values(&self, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> bool) {
-        let mut buf = [0u64; BLOCK];
-        let mut i = from;
-        while i < to {
-            let b = i / BLOCK;
-            let n = self.data.values.decode_block(b, &mut buf);
-            let stop = to.min(b * BLOCK + n);
-            if stop <= i {
-                return;
-            }
-            for (k, &v) in buf[i % BLOCK..stop - b * BLOCK].iter().enumerate() {
-                if !f(i + k, v) {
-                    return;
-                }
-            }
-            i = stop;
-        }
+        runs(&self.data.values, from, to, |i, run| {
+            run.iter().enumerate().all(|(k, &v)| f(i + k, v))
+        });
     }
 
     /// The highest value of entry `idx` of `level` (level 0: the points).
