@@ -8,7 +8,7 @@ use hashbrown::HashMap;
 
 use super::Config;
 use crate::format::{AllocKind, DeviceIdx, ProcessIdx, StackId};
-use crate::model::{Fields, TraceModel};
+use crate::model::{AllocRecord, Fields, TraceModel};
 
 /// A cause: (process, device, pinned host, label).
 pub type CauseKey = (ProcessIdx, DeviceIdx, bool, String);
@@ -32,11 +32,23 @@ struct StackFacts {
 /// What every allocation of one (process, device, pinned host, stack) reads.
 #[derive(Clone, Copy)]
 struct Seen {
-    pair: u32,
     cause: u32,
     allocator: bool,
     prehistory: bool,
 }
+
+/// A stack's first (process, device, pinned host) and its pair: most stacks allocate in one
+/// process on one device, so the pair is found by the stack's id and one comparison.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FirstPair {
+    process: ProcessIdx,
+    device: DeviceIdx,
+    host: bool,
+    pair: u32,
+}
+
+/// No pair yet (`FirstPair::pair`).
+const NO_PAIR: u32 = u32::MAX;
 
 /// Causes of every stack, built once.
 pub struct Causes {
@@ -55,60 +67,19 @@ pub struct Causes {
     pub top_stack: Vec<(StackId, u64)>,
     /// Stacks of blocks that predate a snapshot's history, sorted.
     pub prehistory: Vec<StackId>,
-    /// The (cause, stack) pair of each allocation, as a dense index: a cause is one line in
-    /// one process, on one device or in pinned host memory, so each pair is one (process,
-    /// device, pinned host, stack), numbered in order of first allocation.
-    by_alloc: PairIds,
+    /// The pair of each stack's first (process, device, pinned host), by the stack's id (ids
+    /// below the model's count of stacks and a margin: writers intern them densely).
+    first: Vec<FirstPair>,
+    /// The pair of every other (process, device, pinned host, stack): a stack allocating on
+    /// several devices or in several processes, or a sparse id.
+    other: HashMap<(ProcessIdx, DeviceIdx, bool, StackId), u32>,
     /// The cause and the stack of each pair.
     pairs: Vec<(u32, StackId)>,
 }
 
-/// The pair of each allocation, in the narrowest integers that hold every pair so far: a
-/// trace has few call sites, so this is a byte per allocation rather than 4.
-enum PairIds {
-    U8(Vec<u8>),
-    U16(Vec<u16>),
-    U32(Vec<u32>),
-}
-
-impl PairIds {
-    #[inline]
-    fn push(&mut self, pair: u32) {
-        match self {
-            Self::U8(v) => match u8::try_from(pair) {
-                Ok(p) => v.push(p),
-                Err(_) => {
-                    *self = Self::U16(widened(v, v.capacity()));
-                    self.push(pair);
-                }
-            },
-            Self::U16(v) => match u16::try_from(pair) {
-                Ok(p) => v.push(p),
-                Err(_) => {
-                    *self = Self::U32(widened(v, v.capacity()));
-                    self.push(pair);
-                }
-            },
-            Self::U32(v) => v.push(pair),
-        }
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> usize {
-        match self {
-            Self::U8(v) => usize::from(v[i]),
-            Self::U16(v) => usize::from(v[i]),
-            Self::U32(v) => v[i] as usize,
-        }
-    }
-}
-
-/// `v`'s ids in a wider integer, in a vector of `capacity`.
-fn widened<A: Copy, B: From<A>>(v: &[A], capacity: usize) -> Vec<B> {
-    let mut w = Vec::with_capacity(capacity.max(v.len()));
-    w.extend(v.iter().map(|&p| B::from(p)));
-    w
-}
+/// Stack ids past the model's count of stacks that still get a slot of [`Causes::first`]:
+/// a trace whose allocations name stacks it never defines.
+const DENSE_MARGIN: usize = 1024;
 
 fn through_caching_allocator(m: &TraceModel, stack: StackId) -> bool {
     m.stack_frames(stack).iter().any(|f| {
@@ -157,12 +128,19 @@ fn stack_facts(m: &TraceModel, c: &Config, stack: StackId) -> StackFacts {
 }
 
 impl Causes {
+    /// The fields of an allocation its pair is found by ([`Self::pair_of`]).
+    pub const FIELDS: Fields = Fields::PROCESS
+        .and(Fields::DEVICE)
+        .and(Fields::KIND)
+        .and(Fields::STACK);
+
     pub fn new(m: &TraceModel, c: &Config) -> Self {
         let mut facts: HashMap<StackId, StackFacts> = HashMap::new();
         let mut index: HashMap<CauseKey, u32> = HashMap::new();
-        // Each (process, device, pinned host, stack) seen: its pair and the stack's facts that
-        // every allocation reads. Only a new one builds the cause's key (a label string).
-        let mut seen: HashMap<(ProcessIdx, DeviceIdx, bool, StackId), Seen> = HashMap::new();
+        // What each pair's allocations read. Only a new pair builds the cause's key (a label
+        // string).
+        let mut seen: Vec<Seen> = Vec::new();
+        let dense = m.stacks.len().saturating_add(DENSE_MARGIN);
         let mut out = Causes {
             keys: Vec::new(),
             locations: Vec::new(),
@@ -172,15 +150,16 @@ impl Causes {
             library: Vec::new(),
             top_stack: Vec::new(),
             prehistory: Vec::new(),
-            by_alloc: PairIds::U8(Vec::with_capacity(m.allocs.len())),
+            first: Vec::new(),
+            other: HashMap::new(),
             pairs: Vec::new(),
         };
-        let fields = Fields::KIND | Fields::PROCESS | Fields::DEVICE | Fields::STACK | Fields::SIZE;
+        let fields = Self::FIELDS | Fields::SIZE;
         for a in m.allocs.iter_fields(fields) {
-            let host = a.kind == AllocKind::PinnedHost;
-            let s = *seen
-                .entry((a.process, a.device, host, a.stack))
-                .or_insert_with(|| {
+            let pair = match out.find(&a) {
+                Some(p) => p,
+                None => {
+                    let host = a.kind == AllocKind::PinnedHost;
                     let f = facts
                         .entry(a.stack)
                         .or_insert_with(|| stack_facts(m, c, a.stack));
@@ -198,13 +177,17 @@ impl Causes {
                     }
                     out.python[i as usize] |= f.python;
                     out.pairs.push((i, a.stack));
-                    Seen {
-                        pair: out.pairs.len() as u32 - 1,
+                    seen.push(Seen {
                         cause: i,
                         allocator: f.allocator,
                         prehistory: f.prehistory,
-                    }
-                });
+                    });
+                    let pair = out.pairs.len() as u32 - 1;
+                    out.insert(&a, pair, dense);
+                    pair as usize
+                }
+            };
+            let s = seen[pair];
             let ci = s.cause as usize;
             out.allocator[ci] |= s.allocator || a.kind == AllocKind::StreamOrderedPool;
             let t = &mut out.top_stack[ci];
@@ -213,7 +196,6 @@ impl Causes {
             } else if a.size_bytes > t.1 && !s.prehistory {
                 *t = (a.stack, a.size_bytes);
             }
-            out.by_alloc.push(s.pair);
         }
         out.prehistory = facts
             .iter()
@@ -224,17 +206,73 @@ impl Causes {
         out
     }
 
-    /// The cause of allocation `alloc_index`.
+    /// The pair of `a`'s (process, device, pinned host, stack), if it has one yet.
     #[inline]
-    pub fn of(&self, alloc_index: usize) -> usize {
-        self.pairs[self.pair_of(alloc_index)].0 as usize
+    fn find(&self, a: &AllocRecord) -> Option<usize> {
+        let host = a.kind == AllocKind::PinnedHost;
+        if let Some(f) = self.first.get(a.stack.0 as usize)
+            && f.process == a.process
+            && f.device == a.device
+            && f.host == host
+            && f.pair != NO_PAIR
+        {
+            return Some(f.pair as usize);
+        }
+        self.find_other(a, host)
     }
 
-    /// The (cause, stack) pair of allocation `alloc_index`, a dense index below
-    /// [`Self::pair_count`]: per-pair tables are vectors, not maps.
+    /// [`Self::find`] past the stack's first pair.
+    #[inline(never)]
+    fn find_other(&self, a: &AllocRecord, host: bool) -> Option<usize> {
+        self.other
+            .get(&(a.process, a.device, host, a.stack))
+            .map(|&p| p as usize)
+    }
+
+    /// Gives `a`'s (process, device, pinned host, stack) pair `pair`: the stack's first slot
+    /// when it is free and its id is below `dense`, the map otherwise.
+    fn insert(&mut self, a: &AllocRecord, pair: u32, dense: usize) {
+        let host = a.kind == AllocKind::PinnedHost;
+        let i = a.stack.0 as usize;
+        if i < dense {
+            if i >= self.first.len() {
+                self.first.resize(
+                    i + 1,
+                    FirstPair {
+                        process: ProcessIdx(0),
+                        device: DeviceIdx(0),
+                        host: false,
+                        pair: NO_PAIR,
+                    },
+                );
+            }
+            let f = &mut self.first[i];
+            if f.pair == NO_PAIR {
+                *f = FirstPair {
+                    process: a.process,
+                    device: a.device,
+                    host,
+                    pair,
+                };
+                return;
+            }
+        }
+        self.other
+            .insert((a.process, a.device, host, a.stack), pair);
+    }
+
+    /// The cause of allocation `a`, read with at least [`Self::FIELDS`].
     #[inline]
-    pub fn pair_of(&self, alloc_index: usize) -> usize {
-        self.by_alloc.get(alloc_index)
+    pub fn of(&self, a: &AllocRecord) -> usize {
+        self.pairs[self.pair_of(a)].0 as usize
+    }
+
+    /// The (cause, stack) pair of allocation `a`, read with at least [`Self::FIELDS`]: a dense
+    /// index below [`Self::pair_count`], so per-pair tables are vectors, not maps. Every
+    /// allocation of the model has one ([`Self::new`] saw them all).
+    #[inline]
+    pub fn pair_of(&self, a: &AllocRecord) -> usize {
+        self.find(a).unwrap_or(0)
     }
 
     pub fn pair_count(&self) -> usize {
@@ -255,25 +293,70 @@ impl Causes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::synth::{Scenario, generate};
+    use proptest::prelude::*;
 
-    /// Pair ids read back as pushed while the storage widens from bytes to 16 and 32 bits.
-    #[test]
-    fn pair_ids_widen_and_keep_every_id() {
-        let ids: Vec<u32> = (0..70_000u32)
-            .map(|i| if i % 3 == 0 { i } else { i % 200 })
-            .collect();
-        let mut p = PairIds::U8(Vec::new());
-        for (n, &id) in ids.iter().enumerate() {
-            p.push(id);
-            if n == 255 || n == 65_535 || n == 69_999 {
-                assert!(
-                    ids[..=n]
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &x)| p.get(i) == x as usize)
-                );
-            }
+    /// Every allocation's pair is its (process, device, pinned host, stack) numbered in order of
+    /// first allocation, the pair's stack is the allocation's, and its cause is in the
+    /// allocation's process, on its device and in its kind of memory.
+    fn assert_pairs_of_every_allocation(m: &TraceModel) {
+        let causes = Causes::new(m, &Config::default());
+        let mut reference: HashMap<(ProcessIdx, DeviceIdx, bool, StackId), usize> = HashMap::new();
+        for a in m.allocs.iter() {
+            let host = a.kind == AllocKind::PinnedHost;
+            let next = reference.len();
+            let want = *reference
+                .entry((a.process, a.device, host, a.stack))
+                .or_insert(next);
+            let pair = causes.pair_of(&a);
+            assert_eq!(pair, want);
+            let (ci, stack) = causes.pair(pair);
+            assert_eq!(stack, a.stack);
+            assert_eq!(causes.of(&a), ci);
+            let key = &causes.keys[ci];
+            assert_eq!((key.0, key.1, key.2), (a.process, a.device, host));
         }
-        assert!(matches!(p, PairIds::U32(_)));
+        assert_eq!(causes.pair_count(), reference.len());
+    }
+
+    #[test]
+    fn every_scenario_allocation_has_its_pair() {
+        for s in Scenario::ALL {
+            let (bytes, _) = generate(s, 4_000, 3);
+            let t = crate::load(&bytes).expect("synthetic trace loads");
+            assert_pairs_of_every_allocation(&t.model);
+        }
+    }
+
+    proptest! {
+        /// Stacks shared by processes, devices and kinds of memory, dense ids and sparse ones
+        /// (past the ids the stack's slot is kept for): each allocation finds its own pair.
+        #[test]
+        fn shared_and_sparse_stacks_find_their_pairs(
+            allocs in proptest::collection::vec(
+                (0u32..3, 0u32..3, any::<bool>(), 0u32..6, any::<bool>()),
+                1..200,
+            ),
+        ) {
+            use crate::encode::Encoder;
+            use crate::format::Alloc;
+            let mut enc = Encoder::new(&Encoder::header_v1());
+            for (t, &(process, device, host, stack, sparse)) in allocs.iter().enumerate() {
+                let stack = if sparse { 4_000_000_000 + stack } else { stack };
+                enc.alloc(&Alloc {
+                    ts_nanos: t as u64 + 1,
+                    size_bytes: 256,
+                    address: (t as u64 + 1) << 12,
+                    stack: StackId(stack),
+                    process: ProcessIdx(process),
+                    device: DeviceIdx(device),
+                    kind: if host { AllocKind::PinnedHost } else { AllocKind::Device },
+                    ..Alloc::default()
+                });
+            }
+            let t = crate::load(&enc.into_bytes()).expect("trace loads");
+            prop_assert_eq!(t.model.allocs.len(), allocs.len());
+            assert_pairs_of_every_allocation(&t.model);
+        }
     }
 }

@@ -125,17 +125,9 @@ impl StackSeries {
         // time order, so the next one's samples are searched from there.
         let mut last: Option<(ProcessIdx, u64, usize)> = None;
         let mut samples = None;
-        for (i, a) in m
+        for a in m
             .allocs
-            .iter_fields(
-                Fields::PROCESS
-                    | Fields::SIZE
-                    | Fields::KIND
-                    | Fields::TS
-                    | Fields::FREE
-                    | Fields::STACK,
-            )
-            .enumerate()
+            .iter_fields(Causes::FIELDS | Fields::SIZE | Fields::TS | Fields::FREE)
         {
             let sm = match samples {
                 Some((p, sm)) if p == a.process => sm,
@@ -145,7 +137,6 @@ impl StackSeries {
             if a.size_bytes == 0 || !a.kind.is_tracked() || n == 0 {
                 continue;
             }
-            let ci = causes.of(i);
             let i0 = match last {
                 Some((p, t, k)) if p == a.process && t <= a.ts_nanos => {
                     sm.count_before_from(k, a.ts_nanos)
@@ -161,7 +152,9 @@ impl StackSeries {
             if i0 >= i1 {
                 continue;
             }
-            let slot = &mut index[causes.pair_of(i)];
+            let pair = causes.pair_of(&a);
+            let ci = causes.pair(pair).0;
+            let slot = &mut index[pair];
             if *slot == u32::MAX {
                 owner.push((ci, a.stack));
                 diff.push(alloc::vec![0i64; n + 1]);
@@ -407,9 +400,6 @@ impl LeakBytes {
                     || (causes.prehistory.binary_search(&stack).is_ok() && lines.contains(&ci))
             })
             .collect();
-        let is_leak = |i: usize, a: &crate::model::AllocRecord| {
-            a.size_bytes > 0 && a.kind.is_tracked() && leaking[causes.pair_of(i)]
-        };
         // One pass: the lifetimes of the first freed allocations of each cause (their median
         // tells an allocation in flight at the last sample from a kept one), and what each
         // allocation live at the last sample adds. One freed after it waits for the median.
@@ -417,30 +407,28 @@ impl LeakBytes {
         // a pass per finding).
         let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
         let mut freed_later: Vec<(usize, u64, u64)> = Vec::new();
-        let mut fields = Fields::SIZE | Fields::KIND | Fields::TS | Fields::FREE | Fields::PROCESS;
+        let mut fields = Causes::FIELDS | Fields::SIZE | Fields::TS | Fields::FREE;
         let ranges = !m.ranges.is_empty();
         if any_grouped && ranges {
             fields = fields | Fields::RANGE_SLOT;
         }
         for (i, a) in m.allocs.iter_fields(fields).enumerate() {
-            if any_grouped && a.is_live() {
-                let ci = causes.of(i);
-                if grouped[ci] {
-                    first_live[ci].get_or_insert((i, a.ts_nanos));
-                    if ranges
-                        && a.range_slot != 0
-                        && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
-                    {
-                        let e = live_by_range.entry((ci, name)).or_default();
-                        // Hostile sizes saturate instead of overflowing.
-                        *e = u64::saturating_add(*e, a.size_bytes);
-                    }
+            let pair = causes.pair_of(&a);
+            let ci = causes.pair(pair).0;
+            if any_grouped && a.is_live() && grouped[ci] {
+                first_live[ci].get_or_insert((i, a.ts_nanos));
+                if ranges
+                    && a.range_slot != 0
+                    && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
+                {
+                    let e = live_by_range.entry((ci, name)).or_default();
+                    // Hostile sizes saturate instead of overflowing.
+                    *e = u64::saturating_add(*e, a.size_bytes);
                 }
             }
-            if !is_leak(i, &a) {
+            if a.size_bytes == 0 || !a.kind.is_tracked() || !leaking[pair] {
                 continue;
             }
-            let ci = causes.of(i);
             allocated[ci] += 1;
             let at = at(a.process);
             let lifetime = a.free_ts_nanos.saturating_sub(a.ts_nanos);
@@ -892,22 +880,15 @@ fn end_groups(
     let leaking: Vec<bool> = (0..causes.pair_count())
         .map(|p| leak_stacks.binary_search(&causes.pair(p)).is_ok())
         .collect();
-    for (i, a) in m
+    for a in m
         .allocs
-        .iter_fields(
-            Fields::SIZE
-                | Fields::KIND
-                | Fields::FREE
-                | Fields::TS
-                | Fields::THREAD
-                | Fields::STACK,
-        )
-        .enumerate()
+        .iter_fields(Causes::FIELDS | Fields::SIZE | Fields::FREE | Fields::TS | Fields::THREAD)
     {
         if a.size_bytes == 0 || !a.kind.is_tracked() {
             continue;
         }
-        let ci = causes.of(i);
+        let pair = causes.pair_of(&a);
+        let ci = causes.pair(pair).0;
         let e = &mut counts[ci];
         e.0 += 1;
         if !a.is_live() {
@@ -917,7 +898,7 @@ fn end_groups(
             }
             continue;
         }
-        if leaking[causes.pair_of(i)] {
+        if leaking[pair] {
             continue;
         }
         let g = by[ci].get_or_insert(Acc {

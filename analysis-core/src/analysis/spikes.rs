@@ -269,8 +269,8 @@ fn timeline_spikes(
     };
     let capacity = m.devices.iter().map(|d| d.total_bytes).max().unwrap_or(0);
     let min_excess = c.spike_min_excess_bytes.max(capacity / 100) as f64;
-    // (iteration, responsible allocation index, local working set)
-    let mut spikes: Vec<(usize, usize, f64)> = Vec::new();
+    // (iteration, responsible allocation index, its cause, local working set)
+    let mut spikes: Vec<(usize, usize, usize, f64)> = Vec::new();
     let mut window: Vec<u64> = Vec::with_capacity(2 * NEIGHBOURS + 1);
     for (i, &(peak, at)) in peaks.iter().enumerate().skip(first) {
         window.clear();
@@ -298,15 +298,14 @@ fn timeline_spikes(
             .take_while(|(_, x)| x.ts_nanos < b)
             .filter(|(_, x)| x.kind.is_device_memory() && x.live_at(at) && !x.is_live())
             .max_by(|x, y| x.1.size_bytes.cmp(&y.1.size_bytes).then(y.0.cmp(&x.0)))
-            .map(|(k, _)| start + k);
-        if let Some(k) = culprit {
-            spikes.push((i, k, local));
+            .map(|(k, x)| (start + k, causes.of(&x)));
+        if let Some((k, ci)) = culprit {
+            spikes.push((i, k, ci, local));
         }
     }
     // One finding per cause.
     let mut by: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
-    for &(i, k, _) in &spikes {
-        let ci = causes.of(k);
+    for &(i, k, ci, _) in &spikes {
         match by.iter_mut().find(|e| e.0 == ci) {
             Some(e) => e.1.push((i, k)),
             None => by.push((ci, alloc::vec![(i, k)])),
@@ -323,7 +322,7 @@ fn timeline_spikes(
         let excess = list
             .iter()
             .map(|&(i, _)| {
-                let local = spikes.iter().find(|s| s.0 == i).map_or(baseline, |s| s.2);
+                let local = spikes.iter().find(|s| s.0 == i).map_or(baseline, |s| s.3);
                 (peaks[i].0 as f64 - local).max(0.0) as u64
             })
             .max()
@@ -395,7 +394,7 @@ fn timeline_spikes(
     spikes
         .iter()
         .take(MAX_EVENTS)
-        .map(|&(i, k, _)| {
+        .map(|&(i, k, _, _)| {
             let x = m.allocs.at(k);
             TimelineSpikeEvent {
                 ts_nanos: x.ts_nanos,
