@@ -109,3 +109,61 @@ fn a_spilled_model_reports_the_same_on_every_scenario() {
     // Most scenarios are long enough to spill.
     assert!(spilled >= Scenario::ALL.len(), "{spilled} spilled");
 }
+
+/// A long run of NVTX ranges (one per step, with a few allocations in each) spills its range
+/// instances with the history, and reads them back as the model without a spill holds them.
+#[test]
+fn range_instances_go_to_the_spill_and_read_back_the_same() {
+    use analysis_core::encode::Encoder;
+    use analysis_core::format::{
+        Alloc, Free, RangeBegin, RangeEnd, RangeId, Record, StringId, ThreadIdx,
+    };
+    let mut enc = Encoder::new(&Encoder::header_v1());
+    let mut t = 0u64;
+    for step in 0..200_000u64 {
+        t += 1_000;
+        enc.record(&Record::RangeBegin(RangeBegin {
+            ts_nanos: t,
+            range: RangeId(step + 1),
+            name: StringId(0),
+            thread: ThreadIdx((step % 3) as u32),
+            ..RangeBegin::default()
+        }));
+        if step % 4 == 0 {
+            let id = enc.alloc(&Alloc {
+                ts_nanos: t + 10,
+                size_bytes: 4096 + step % 7,
+                address: (step + 1) << 16,
+                ..Alloc::default()
+            });
+            enc.record(&Record::Free(Free {
+                ts_nanos: t + 20 + step % 900,
+                alloc: id,
+                ..Free::default()
+            }));
+        }
+        enc.record(&Record::RangeEnd(RangeEnd {
+            ts_nanos: t + 500 + step % 400,
+            range: RangeId(step + 1),
+        }));
+    }
+    let bytes = enc.into_bytes();
+    let plain = load_with(&bytes, None);
+    let spill = Arc::new(VecSpill::default());
+    let t = load_with(&bytes, Some(spill.clone()));
+    let (x, y) = (&t.model.ranges, &plain.model.ranges);
+    assert_eq!(x.len(), 200_000);
+    assert_eq!(x.len(), y.len());
+    assert!(x.iter().eq(y.iter()), "range instances differ");
+    // The allocation history alone is too small to fill a chunk of every column; the ranges
+    // fill many.
+    let alloc_bytes = plain.model.allocs.heap_bytes() as u64;
+    assert!(
+        spill.held_bytes() > alloc_bytes + 8 * CHUNK_BYTES as u64,
+        "{} held, the allocations take {alloc_bytes}",
+        spill.held_bytes()
+    );
+    assert!(t.model.resident_heap_estimate() < plain.model.heap_estimate() / 2);
+    let report = |l: &LoadedTrace| serde_json::to_string(&summarize(l)).expect("serializes");
+    assert_eq!(report(&t), report(&plain));
+}

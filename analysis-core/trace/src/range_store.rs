@@ -8,10 +8,11 @@
 //! against 96 as a struct.
 
 use alloc::collections::VecDeque;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::format::{ProcessIdx, RangeId, StringId, ThreadIdx};
-use crate::packed::{BLOCK, PackedColumn};
+use crate::packed::{BLOCK, PackedColumn, Spill};
 
 /// One NVTX range instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -169,6 +170,13 @@ impl RangeStore {
             late_mask: Vec::new(),
             late: Vec::new(),
             plain: VecDeque::new(),
+        }
+    }
+
+    /// Full chunks of the packed columns from now on go to `spill` (where it takes them).
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        for c in &mut self.cols {
+            c.set_spill(spill.clone());
         }
     }
 
