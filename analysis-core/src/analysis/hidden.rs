@@ -31,9 +31,13 @@ pub fn analyze(
     found: &mut Found,
 ) -> (Vec<HiddenMemory>, Vec<OomForensics>) {
     let pids: Vec<u32> = m.processes.iter().map(|p| p.pid).collect();
-    let mut devices: Vec<DeviceIdx> = m.device_samples.iter_fixed().map(|s| s.device).collect();
-    devices.sort_unstable();
-    devices.dedup();
+    // The devices sampled, without a vector of every sample's.
+    let mut devices: Vec<DeviceIdx> = Vec::new();
+    for s in m.device_samples.iter_fixed() {
+        if let Err(at) = devices.binary_search(&s.device) {
+            devices.insert(at, s.device);
+        }
+    }
     let mut hidden = Vec::new();
     for d in devices {
         hidden.push(device_gap(m, c, d, &pids, found));
@@ -228,12 +232,19 @@ struct GapSeries {
 }
 
 impl GapSeries {
-    fn of(m: &TraceModel, d: DeviceIdx, pids: &[u32], samples: &[DeviceSample]) -> Self {
+    /// Read from `samples` one at a time (each holds a vector of its processes: all of a
+    /// long trace's at once took 70 bytes a sample).
+    fn of(
+        m: &TraceModel,
+        d: DeviceIdx,
+        pids: &[u32],
+        samples: impl Iterator<Item = DeviceSample>,
+    ) -> Self {
         let reserve = reserved_steps(m, d);
         let mut traced = TracedLive::new(m, d);
         let mut g = Self {
-            ts: Vec::with_capacity(samples.len()),
-            gaps: Vec::with_capacity(samples.len()),
+            ts: Vec::new(),
+            gaps: Vec::new(),
             total: 0,
             others_max: 0,
             other_pids: Vec::new(),
@@ -277,19 +288,18 @@ fn device_gap(
 ) -> HiddenMemory {
     // A sample without the device's total (an imported snapshot's OOM, which knows only the
     // free bytes) says nothing about what is used.
-    let samples: Vec<DeviceSample> = m
+    let samples = m
         .device_samples
         .iter()
-        .filter(|s| s.device == d && s.total_bytes > 0)
-        .collect();
-    let g = GapSeries::of(m, d, pids, &samples);
+        .filter(|s| s.device == d && s.total_bytes > 0);
+    let g = GapSeries::of(m, d, pids, samples);
     if let Some(f) = other_processes_finding(d, g.other_pids, g.others_max) {
         found.push(f);
     }
     let gf: Vec<f64> = g.gaps.iter().map(|&x| x as f64).collect();
     let mut h = HiddenMemory {
         device: d,
-        samples: samples.len() as u64,
+        samples: g.ts.len() as u64,
         mean_gap_bytes: mean(&gf).unwrap_or(0.0),
         max_gap_bytes: g.gaps.iter().copied().max().unwrap_or(0),
         other_processes_max_bytes: g.others_max,
