@@ -626,7 +626,13 @@ impl Iterator for LiveAt<'_> {
             let b = it.next / BLOCK;
             if b != it.block && b < store.ts.blocks() {
                 // A packed block not decoded: skip it whole when every allocation in it was
-                // freed by `t`, and read only its late entries when the others were.
+                // made after `t` (its least time is past it: after the peak, a moment early in
+                // a long history) or freed by `t`, and read only its late entries when the
+                // others were.
+                if store.ts.block_min(b) > t {
+                    it.next = ((b + 1) * BLOCK).min(it.end);
+                    continue;
+                }
                 let (from, to) = (it.next % BLOCK, (it.end - b * BLOCK).min(BLOCK));
                 match store.free.live_in(b, from, to, t) {
                     LiveIn::None => {
