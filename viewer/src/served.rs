@@ -1,6 +1,7 @@
 //! Server mode: a trace too big for the page is not downloaded; `gpucollect serve` analyses it
-//! and the page shows what it answers (API.md, "Summaries"): the verdict, the timeline at the
-//! zoomed window's resolution and the live memory by call site at a moment. This module holds
+//! and the page shows what it answers (API.md, "Summaries"): the verdict, the report's call-site
+//! table and growth per scope, the timeline at the zoomed window's resolution and the live
+//! memory by call site at a moment. This module holds
 //! the page's side of that API, apart from the DOM: the decision by size, the answers' shapes
 //! and the timelines rebuilt from the server's buckets for the chart.
 
@@ -127,6 +128,82 @@ pub struct ReportDigest {
     /// What was live at the end, by call site, largest first.
     #[serde(default)]
     pub live_at_end_sites: Vec<LiveSite>,
+    /// The report's call-site table and growth per scope.
+    #[serde(default)]
+    pub analysis: AnalysisDigest,
+}
+
+/// The report's tables the page shows as the report has them (`analysis.sites`,
+/// `analysis.scopes`): the page in server mode has no history to build its own from.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AnalysisDigest {
+    /// The call sites with the most bytes at the peak, then live at the end, then allocated.
+    #[serde(default)]
+    pub sites: Vec<SiteDigest>,
+    /// Growth per NVTX range or call site, largest first.
+    #[serde(default)]
+    pub scopes: Vec<ScopeDigest>,
+}
+
+/// One row of the report's call-site table.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct SiteDigest {
+    pub site: String,
+    #[serde(default)]
+    pub frames: Vec<String>,
+    #[serde(default)]
+    pub alloc_count: u64,
+    #[serde(default)]
+    pub alloc_bytes: u64,
+    #[serde(default)]
+    pub max_size_bytes: u64,
+    /// Bytes of this site live at the peak.
+    #[serde(default)]
+    pub peak_bytes: u64,
+    #[serde(default)]
+    pub live_at_end_bytes: u64,
+}
+
+/// One scope's growth across its calls (an NVTX range's instances, or a call site's
+/// allocations in a trace without ranges).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct ScopeDigest {
+    pub scope: String,
+    /// `nvtx_range` or `call_site`.
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub total_growth_bytes: i64,
+    #[serde(default)]
+    pub avg_growth_bytes: f64,
+    /// The reference rule holds for its growth.
+    #[serde(default)]
+    pub reference_leak: bool,
+    /// Growth that stopped: a cache or a warm-up, not a leak.
+    #[serde(default)]
+    pub bounded: bool,
+    /// An enclosed scope that accounts for this one's growth.
+    #[serde(default)]
+    pub explained_by: Option<String>,
+    /// The call site that kept the most bytes beyond the calls.
+    #[serde(default)]
+    pub top_site: Option<String>,
+    #[serde(default)]
+    pub top_site_bytes: u64,
+}
+
+impl ScopeDigest {
+    /// The report's judgement of this scope, in words.
+    pub fn verdict(&self) -> String {
+        match (self.reference_leak, self.bounded, &self.explained_by) {
+            (true, _, Some(inner)) => format!("flagged; explained by `{inner}`"),
+            (true, false, None) => "flagged: grows across its calls".to_string(),
+            (_, true, _) => "bounded: growth that stopped".to_string(),
+            _ => "not flagged".to_string(),
+        }
+    }
 }
 
 /// One finding of the report.
@@ -270,5 +347,103 @@ mod tests {
         assert_eq!(s.report.peak_bytes, 10);
         let err = parse::<Summary>("summary", "<html>").expect_err("not JSON");
         assert!(err.contains("reload the page"), "{err}");
+    }
+
+    /// The report's call-site table and growth per scope come through a summary answer
+    /// whole, row for row, as `gpucollect report --format json` writes them.
+    #[test]
+    fn a_reports_tables_come_through_the_summary() {
+        for s in [Scenario::TrainingLeak, Scenario::ShortLived] {
+            let (bytes, _) = generate(s, 20_000, 5);
+            let trace = analysis_core::load(&bytes).expect("synthetic trace loads");
+            let report = analysis_core::summarize(&trace);
+            let body = format!(
+                r#"{{"api_version":1,"t0":0,"t1":1,"series":[],"report":{}}}"#,
+                serde_json::to_string(&report).expect("report serializes")
+            );
+            let got: Summary = parse("summary", &body).expect("parses");
+            let a = &report.analysis;
+            let sites: Vec<(String, Vec<String>, [u64; 5])> = a
+                .sites
+                .iter()
+                .map(|x| {
+                    let n = [
+                        x.alloc_count,
+                        x.alloc_bytes,
+                        x.max_size_bytes,
+                        x.peak_bytes,
+                        x.live_at_end_bytes,
+                    ];
+                    (x.site.clone(), x.frames.clone(), n)
+                })
+                .collect();
+            let digest: Vec<(String, Vec<String>, [u64; 5])> = got
+                .report
+                .analysis
+                .sites
+                .iter()
+                .map(|x| {
+                    let n = [
+                        x.alloc_count,
+                        x.alloc_bytes,
+                        x.max_size_bytes,
+                        x.peak_bytes,
+                        x.live_at_end_bytes,
+                    ];
+                    (x.site.clone(), x.frames.clone(), n)
+                })
+                .collect();
+            assert!(!sites.is_empty(), "{}", s.name());
+            assert_eq!(digest, sites, "{}", s.name());
+            let scopes: Vec<(String, u64, i64, bool, bool)> = a
+                .scopes
+                .iter()
+                .map(|x| {
+                    (
+                        x.scope.clone(),
+                        x.calls,
+                        x.total_growth_bytes,
+                        x.reference_leak,
+                        x.bounded,
+                    )
+                })
+                .collect();
+            let digest: Vec<(String, u64, i64, bool, bool)> = got
+                .report
+                .analysis
+                .scopes
+                .iter()
+                .map(|x| {
+                    (
+                        x.scope.clone(),
+                        x.calls,
+                        x.total_growth_bytes,
+                        x.reference_leak,
+                        x.bounded,
+                    )
+                })
+                .collect();
+            assert_eq!(digest, scopes, "{}", s.name());
+            assert!(s != Scenario::TrainingLeak || !scopes.is_empty());
+        }
+        let leak = ScopeDigest {
+            scope: "train_step".into(),
+            kind: "nvtx_range".into(),
+            calls: 10,
+            total_growth_bytes: 40,
+            avg_growth_bytes: 4.0,
+            reference_leak: true,
+            bounded: false,
+            explained_by: None,
+            top_site: None,
+            top_site_bytes: 0,
+        };
+        assert_eq!(leak.verdict(), "flagged: grows across its calls");
+        let cache = ScopeDigest {
+            reference_leak: false,
+            bounded: true,
+            ..leak.clone()
+        };
+        assert_eq!(cache.verdict(), "bounded: growth that stopped");
     }
 }

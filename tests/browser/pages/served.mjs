@@ -1,6 +1,7 @@
 // Page object of server mode: a trace the page does not download, shown from the answers of
 // the `gpucollect serve` that stores it (the mode banner, the verdict, the timeline asked for
-// at each window, the live set at a pinned moment).
+// at each window, the live set at a pinned moment, the report's call-site table and growth per
+// scope).
 import { LOAD_TIMEOUT } from '../harness.mjs';
 
 /** `[data-testid="id"]` */
@@ -49,6 +50,24 @@ export class ServedPage {
     return this.page.$$eval(`${testid(id)} [data-testid="served-site-row"]`, (rows) => rows.map((r) => ({
       site: r.querySelector('td').textContent.trim(),
       bytes: Number(r.dataset.bytes),
+    })));
+  }
+
+  /** The report's call-site table: `{ site, allocated, peak }` per row. */
+  async callSites() {
+    return this.page.$$eval(`${testid('served-callsites')} [data-testid="served-callsite-row"]`, (rows) => rows.map((r) => ({
+      site: r.querySelector('td').textContent.trim(),
+      allocated: Number(r.dataset.allocated),
+      peak: Number(r.dataset.peak),
+    })));
+  }
+
+  /** The report's growth per scope: `{ scope, total, verdict }` per row. */
+  async scopes() {
+    return this.page.$$eval(`${testid('served-scopes')} [data-testid="served-scope-row"]`, (rows) => rows.map((r) => ({
+      scope: r.querySelector('td').textContent.trim(),
+      total: Number(r.dataset.total),
+      verdict: r.querySelectorAll('td')[5].textContent.trim(),
     })));
   }
 

@@ -25,7 +25,7 @@ async function openServed(ctx, trace, extra) {
   return { v, requests };
 }
 
-test('a trace larger than the page takes opens through the server: verdict, timeline per window, live set at a pin, and nothing downloaded', async (ctx) => {
+test('a trace larger than the page takes opens through the server: verdict, call-site tables, timeline per window, live set at a pin, and nothing downloaded', async (ctx) => {
   const { size, trace } = await upload('training-leak');
   const want = report('training-leak');
   // The page's limit set below this trace's size: the decision a 4 GiB trace gets by default.
@@ -44,6 +44,11 @@ test('a trace larger than the page takes opens through the server: verdict, time
   assert.deepEqual(await v.served.sites('served-peak-sites'), pick(want.peak_sites));
   assert.deepEqual(await v.served.sites('served-end-sites'), pick(want.live_at_end_sites));
   assert.ok(want.peak_sites.length > 0);
+  // The report's call-site table and its growth per scope, row for row.
+  assert.deepEqual(await v.served.callSites(), want.analysis.sites.map((r) => ({ site: r.site, allocated: r.alloc_bytes, peak: r.peak_bytes })));
+  const scopes = await v.served.scopes();
+  assert.deepEqual(scopes.map((r) => ({ scope: r.scope, total: r.total })), want.analysis.scopes.map((r) => ({ scope: r.scope, total: r.total_growth_bytes })));
+  assert.ok(scopes.length > 0 && scopes.some((r) => r.verdict.startsWith('flagged')), JSON.stringify(scopes));
   // The first window is the whole trace at the chart's resolution.
   const first = await v.served.window();
   assert.equal(first.t0, want.first_ts_nanos);

@@ -1,12 +1,12 @@
 //! Server mode's page: a trace the page does not download, shown from what `gpucollect serve`
 //! answers about it (`crate::served`): the verdict, the timeline at the zoomed window's
-//! resolution (asked again at each zoom step) and the live memory by call site at a pinned
-//! moment. Wheel, the toolbar and the keys zoom and pan as on the local timeline; a click pins.
+//! resolution (asked again at each zoom step), the live memory by call site at a pinned
+//! moment, and the report's call-site table and growth per scope. Wheel, the toolbar and the keys zoom and pan as on the local timeline; a click pins.
 
 use std::sync::Arc;
 
 use analysis_core::timeline::Timeline;
-use analysis_core::units::{fmt_bytes, fmt_duration};
+use analysis_core::units::{fmt_bytes, fmt_bytes_signed, fmt_duration};
 use leptos::ev;
 use leptos::html;
 use leptos::prelude::*;
@@ -15,7 +15,8 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::{Ctx, ZoomButtons, dom};
 use crate::chart::{self, ChartSpec, Layer, LayerStyle, Mapper, PALETTE, YUnit};
-use crate::served::{self, LiveAt, LiveSite, Summary, Window};
+use crate::data::fmt_percent;
+use crate::served::{self, LiveAt, LiveSite, ScopeDigest, SiteDigest, Summary, Window};
 
 /// Canvas height, CSS pixels.
 const HEIGHT_PX: u32 = 380;
@@ -184,6 +185,87 @@ fn report_sites(title: String, testid: &'static str, sites: &[LiveSite]) -> AnyV
         <section data-testid=testid>
             <h3>{title}</h3>
             {sites_table(sites, "served-site-row")}
+        </section>
+    }
+    .into_any()
+}
+
+/// The report's call-site table: allocated, count, at the peak, live at the end, largest.
+fn call_sites(sites: &[SiteDigest], peak: u64) -> AnyView {
+    if sites.is_empty() {
+        return ().into_any();
+    }
+    let rows = sites
+        .iter()
+        .map(|x| {
+            view! {
+                <tr data-testid="served-callsite-row" data-peak=x.peak_bytes.to_string()
+                    data-allocated=x.alloc_bytes.to_string()>
+                    <td title=x.frames.join("\n")>{x.site.clone()}</td>
+                    <td class="num">{fmt_bytes(x.alloc_bytes)}</td>
+                    <td class="num">{x.alloc_count}</td>
+                    <td class="num">{fmt_bytes(x.peak_bytes)}" "<span class="muted">{fmt_percent(x.peak_bytes, peak)}</span></td>
+                    <td class="num">{fmt_bytes(x.live_at_end_bytes)}</td>
+                    <td class="num">{fmt_bytes(x.max_size_bytes)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section data-testid="served-callsites">
+            <h3>"Call sites"</h3>
+            <table>
+                <caption>{format!("The report's {} call sites with the most bytes at the peak (then live at the end, then allocated)", sites.len())}</caption>
+                <thead><tr><th scope="col">"Call site"</th><th scope="col" class="num">"Allocated"</th>
+                    <th scope="col" class="num">"Count"</th><th scope="col" class="num">"At peak"</th>
+                    <th scope="col" class="num">"Live at end"</th><th scope="col" class="num">"Largest"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </section>
+    }
+    .into_any()
+}
+
+/// The report's growth per scope (NVTX range, or call site in a trace without ranges).
+fn scopes(scopes: &[ScopeDigest]) -> AnyView {
+    if scopes.is_empty() {
+        return ().into_any();
+    }
+    let rows = scopes
+        .iter()
+        .map(|x| {
+            let kind = if x.kind == "nvtx_range" {
+                "NVTX range"
+            } else {
+                "call site"
+            };
+            let kept = x.top_site.as_ref().map_or_else(String::new, |site| {
+                format!("{site} ({})", fmt_bytes(x.top_site_bytes))
+            });
+            view! {
+                <tr data-testid="served-scope-row" data-total=x.total_growth_bytes.to_string()>
+                    <td>{x.scope.clone()}</td>
+                    <td>{kind}</td>
+                    <td class="num">{fmt_bytes_signed(x.total_growth_bytes)}</td>
+                    <td class="num">{fmt_bytes_signed(x.avg_growth_bytes.round() as i64)}</td>
+                    <td class="num">{x.calls}</td>
+                    <td>{x.verdict()}</td>
+                    <td>{kept}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section data-testid="served-scopes">
+            <h3>"Growth per scope"</h3>
+            <table>
+                <caption>"Per NVTX range (each instance is one call) or, in a trace without NVTX ranges, per call site (each allocation is one call), largest growth first"</caption>
+                <thead><tr><th scope="col">"Scope or call site"</th><th scope="col">"Kind"</th>
+                    <th scope="col" class="num">"Total growth"</th><th scope="col" class="num">"Per call"</th>
+                    <th scope="col" class="num">"Calls"</th><th scope="col">"Reference rule"</th>
+                    <th scope="col">"Kept the most beyond the calls"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
         </section>
     }
     .into_any()
@@ -443,5 +525,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
             "served-end-sites",
             &r.live_at_end_sites,
         )}
+        {call_sites(&r.analysis.sites, r.peak_bytes)}
+        {scopes(&r.analysis.scopes)}
     }
 }
