@@ -8,7 +8,10 @@
 use analysis_core::summary_api::SeriesInfo;
 pub use analysis_core::summary_api::{LiveAt, LiveSite, Window};
 use analysis_core::timeline::{Bucket, Timeline};
+use analysis_core::units::fmt_bytes;
 use serde::Deserialize;
+
+use crate::flame::Flame;
 
 /// The largest trace a page downloads and opens itself, unless the page's address says
 /// otherwise (`?max_download=`): the viewer's WebAssembly memory reaches about 2.5 bytes per
@@ -222,6 +225,28 @@ pub struct FindingDigest {
     pub ts_nanos: Option<u64>,
 }
 
+/// The icicle of a live set the server answered: its call sites' stacks merged, and what the
+/// answer left out (past its limit of sites) as one cell of its own, so the widths are shares
+/// of everything live then.
+pub fn flame_of(at: &LiveAt) -> Flame {
+    let listed: u64 = at.sites.iter().map(|x| x.bytes).sum();
+    let listed_count: u64 = at.sites.iter().map(|x| x.count).sum();
+    let rest = at.bytes.saturating_sub(listed);
+    let other = (rest > 0).then(|| {
+        vec![format!(
+            "{} other call sites' allocations ({} of them)",
+            fmt_bytes(rest),
+            at.count.saturating_sub(listed_count)
+        )]
+    });
+    Flame::from_stacks(
+        at.sites
+            .iter()
+            .map(|x| (x.frames.as_slice(), x.bytes))
+            .chain(other.iter().map(|f| (f.as_slice(), rest))),
+    )
+}
+
 /// Parses an answer of the summaries API, in words when it is not one.
 pub fn parse<T: serde::de::DeserializeOwned>(what: &str, body: &str) -> Result<T, String> {
     serde_json::from_str(body).map_err(|e| {
@@ -347,6 +372,52 @@ mod tests {
         assert_eq!(s.report.peak_bytes, 10);
         let err = parse::<Summary>("summary", "<html>").expect_err("not JSON");
         assert!(err.contains("reload the page"), "{err}");
+    }
+
+    /// The icicle of an answer merges its sites' stacks, outermost frame first, and keeps what
+    /// the answer's limit left out as a cell of its own, so the root is everything live then.
+    #[test]
+    fn the_icicle_of_an_answer_holds_everything_live() {
+        let site = |frames: &[&str], bytes: u64, count: u64| LiveSite {
+            site: frames[0].to_string(),
+            frames: frames.iter().map(ToString::to_string).collect(),
+            bytes,
+            count,
+        };
+        let mut at = LiveAt {
+            t: 7,
+            bytes: 100,
+            count: 10,
+            sites: vec![
+                site(&["leaf_a", "mid", "main"], 50, 4),
+                site(&["leaf_b", "mid", "main"], 30, 3),
+            ],
+        };
+        let f = flame_of(&at);
+        assert_eq!(f.total_bytes(), 100);
+        let cells = f.cells(0.0);
+        let at_depth = |d: u32| -> Vec<(String, u64)> {
+            cells
+                .iter()
+                .filter(|c| c.depth == d)
+                .map(|c| (c.label.clone(), c.bytes))
+                .collect()
+        };
+        assert_eq!(at_depth(0)[0], ("main".to_string(), 80));
+        assert_eq!(at_depth(0)[1].1, 20);
+        assert!(
+            at_depth(0)[1].0.contains("(3 of them)"),
+            "{:?}",
+            at_depth(0)
+        );
+        assert_eq!(
+            at_depth(2),
+            vec![("leaf_a".into(), 50), ("leaf_b".into(), 30)]
+        );
+        // Every site listed: no cell for the rest.
+        at.bytes = 80;
+        at.count = 7;
+        assert_eq!(flame_of(&at).cells(0.0).len(), 4);
     }
 
     /// The report's call-site table and growth per scope come through a summary answer

@@ -71,6 +71,23 @@ export class ServedPage {
     })));
   }
 
+  /** Chooses a moment of the memory by stack (`peak`, `pinned`, `end`) and waits for its icicle:
+   * `{ t, total, cells: [{ depth, label, bytes }] }`. */
+  async stacksAt(moment) {
+    await this.v.click(`served-moment-${moment}`);
+    const total = this.page.locator(`${testid('served-flame-total')}[data-moment="${moment}"]`);
+    await total.waitFor({ timeout: LOAD_TIMEOUT });
+    return {
+      t: Number(await total.getAttribute('data-ts')),
+      total: Number(await total.getAttribute('data-value')),
+      cells: await this.page.$$eval(`${testid('served-stacks')} [data-testid="flame-cell"]`, (cells) => cells.map((c) => ({
+        depth: Number(c.dataset.depth),
+        label: c.dataset.label,
+        bytes: Number(c.dataset.bytes),
+      }))),
+    };
+  }
+
   /** Clicks the chart at `fraction` of its plot's width and waits for the live set listed. */
   async pinAt(fraction) {
     const box = await this.v.el('timeline-canvas').boundingBox();

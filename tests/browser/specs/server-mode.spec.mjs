@@ -25,7 +25,7 @@ async function openServed(ctx, trace, extra) {
   return { v, requests };
 }
 
-test('a trace larger than the page takes opens through the server: verdict, call-site tables, timeline per window, live set at a pin, and nothing downloaded', async (ctx) => {
+test('a trace larger than the page takes opens through the server: verdict, call-site tables, timeline per window, live set at a pin, memory by stack, and nothing downloaded', async (ctx) => {
   const { size, trace } = await upload('training-leak');
   const want = report('training-leak');
   // The page's limit set below this trace's size: the decision a 4 GiB trace gets by default.
@@ -73,6 +73,19 @@ test('a trace larger than the page takes opens through the server: verdict, call
   assert.equal(live.bytes, direct.bytes);
   assert.deepEqual(live.rows, direct.sites.map((s) => s.bytes));
   assert.ok(live.bytes > 0, 'memory is live late in a leaking run');
+  // Memory by stack at the peak, the pinned moment and the end: the server's live set then,
+  // merged by stack, outermost frames at the top.
+  for (const [moment, t] of [['peak', want.peak_ts_nanos], ['pinned', live.t], ['end', want.last_ts_nanos]]) {
+    const st = await v.served.stacksAt(moment);
+    assert.equal(st.t, t, moment);
+    const at = await (await fetch(new URL(`${trace}/live?t=${t}&limit=10000`, SERVE_URL))).json();
+    assert.equal(st.total, at.bytes, moment);
+    const top = st.cells.filter((c) => c.depth === 0).reduce((n, c) => n + c.bytes, 0);
+    assert.equal(top, at.bytes, `${moment}: the outermost cells hold everything live`);
+    const outermost = at.sites[0].frames[at.sites[0].frames.length - 1];
+    assert.ok(st.cells.some((c) => c.depth === 0 && c.label === outermost), `${moment}: ${outermost}`);
+  }
+  assert.equal((await v.served.stacksAt('peak')).total, want.peak_bytes);
   // The trace itself was never downloaded: its size was asked (HEAD), its bytes never (GET).
   assert.ok(requests.includes(`HEAD ${trace}`), requests.join(', '));
   assert.ok(!requests.includes(`GET ${trace}`), `no download: ${requests.join(', ')}`);

@@ -78,43 +78,20 @@ pub fn Stacks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
         }
         let flame = Flame::from_stacks(sites.iter().map(|s| (s.frames.as_slice(), s.bytes)));
         let total = flame.total_bytes();
-        let cells = flame.cells(MIN_WIDTH);
-        let depth = cells.iter().map(|c| c.depth + 1).max().unwrap_or(0);
-        let cells = cells
-            .into_iter()
-            .map(|c| {
-                let label = c.label.clone();
-                let selected = !needle.is_empty() && c.label.to_lowercase() == needle;
-                let pick = move |_| {
-                    let label = label.clone();
-                    vs.update(|v| v.search = if v.search == label { String::new() } else { label });
-                };
-                let style = format!(
-                    "left:{:.4}%;width:{:.4}%;top:{}px;height:{}px",
-                    c.start * 100.0,
-                    c.width * 100.0,
-                    c.depth * ROW_PX,
-                    ROW_PX - 1
-                );
-                let data_label = c.label.clone();
-                let title = format!("{} · {} ({:.1} %)", c.label, fmt_bytes(c.bytes), c.width * 100.0);
-                view! {
-                    <button class="flame-cell" class:selected=selected data-testid="flame-cell"
-                        data-depth=c.depth.to_string() data-bytes=c.bytes.to_string() data-label=data_label
-                        style=style title=title.clone() aria-label=title on:click=pick>
-                        {c.label}
-                    </button>
+        let pick = move |label: String| {
+            vs.update(|v| {
+                v.search = if v.search == label {
+                    String::new()
+                } else {
+                    label
                 }
-            })
-            .collect_view();
+            });
+        };
         view! {
             <p data-testid="flame-total" data-value=total.to_string() data-ts=t.to_string() data-moment=m.slug()>
                 {format!("{} live at {}", fmt_bytes(total), time_in_unit_of(t.saturating_sub(lo), hi - lo))}
             </p>
-            <div class="flame" data-testid="flame" role="group" aria-label="Live memory by stack"
-                style=format!("height:{}px", depth * ROW_PX)>
-                {cells}
-            </div>
+            {icicle(&flame, &needle, Some(pick))}
         }
     };
     view! {
@@ -137,4 +114,58 @@ pub fn Stacks(a: Arc<TraceData>, ctx: Ctx) -> impl IntoView {
             {graph}
         </section>
     }
+}
+
+/// The icicle's cells of `flame` (those narrower than [`MIN_WIDTH`] of its bytes left out),
+/// outermost frames at the top. With `pick`, each cell is a button that calls it with its frame,
+/// and the cells whose frame is `selected` (lower case) are marked.
+pub(super) fn icicle(
+    flame: &Flame,
+    selected: &str,
+    pick: Option<impl Fn(String) + Clone + Send + Sync + 'static>,
+) -> AnyView {
+    let cells = flame.cells(MIN_WIDTH);
+    let depth = cells.iter().map(|c| c.depth + 1).max().unwrap_or(0);
+    let cells = cells
+        .into_iter()
+        .map(|c| {
+            let style = format!(
+                "left:{:.4}%;width:{:.4}%;top:{}px;height:{}px",
+                c.start * 100.0,
+                c.width * 100.0,
+                c.depth * ROW_PX,
+                ROW_PX - 1
+            );
+            let title = format!("{} · {} ({:.1} %)", c.label, fmt_bytes(c.bytes), c.width * 100.0);
+            let data_label = c.label.clone();
+            match pick.clone() {
+                Some(pick) => {
+                    let label = c.label.clone();
+                    let is_selected = !selected.is_empty() && c.label.to_lowercase() == selected;
+                    view! {
+                        <button class="flame-cell" class:selected=is_selected data-testid="flame-cell"
+                            data-depth=c.depth.to_string() data-bytes=c.bytes.to_string() data-label=data_label
+                            style=style title=title.clone() aria-label=title on:click=move |_| pick(label.clone())>
+                            {c.label}
+                        </button>
+                    }
+                    .into_any()
+                }
+                None => view! {
+                    <div class="flame-cell" data-testid="flame-cell" data-depth=c.depth.to_string()
+                        data-bytes=c.bytes.to_string() data-label=data_label style=style title=title>
+                        {c.label}
+                    </div>
+                }
+                .into_any(),
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="flame" data-testid="flame" role="group" aria-label="Live memory by stack"
+            style=format!("height:{}px", depth * ROW_PX)>
+            {cells}
+        </div>
+    }
+    .into_any()
 }

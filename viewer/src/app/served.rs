@@ -1,7 +1,8 @@
 //! Server mode's page: a trace the page does not download, shown from what `gpucollect serve`
 //! answers about it (`crate::served`): the verdict, the timeline at the zoomed window's
 //! resolution (asked again at each zoom step), the live memory by call site at a pinned
-//! moment, and the report's call-site table and growth per scope. Wheel, the toolbar and the keys zoom and pan as on the local timeline; a click pins.
+//! moment and by stack (an icicle) at the peak, the pinned moment or the end, and the report's
+//! call-site table and growth per scope. Wheel, the toolbar and the keys zoom and pan as on the local timeline; a click pins.
 
 use std::sync::Arc;
 
@@ -24,6 +25,26 @@ const HEIGHT_PX: u32 = 380;
 const LIVE_SITES: usize = 50;
 /// Series drawn besides the total.
 const MAX_SERIES: usize = 8;
+/// Call sites asked for to draw the memory by stack (the API's most).
+const STACK_SITES: usize = 10_000;
+
+/// Which moment the memory by stack shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StackMoment {
+    Peak,
+    Pinned,
+    End,
+}
+
+impl StackMoment {
+    const fn slug(self) -> &'static str {
+        match self {
+            Self::Peak => "peak",
+            Self::Pinned => "pinned",
+            Self::End => "end",
+        }
+    }
+}
 
 /// A trace opened in server mode.
 pub struct Served {
@@ -451,6 +472,50 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
         });
     });
 
+    // The memory by stack, asked of the server when a moment is chosen (and again when the
+    // pinned moment moves while it is shown).
+    let stack_moment = RwSignal::new(None::<StackMoment>);
+    let stacks = RwSignal::new(None::<(StackMoment, u64, Result<LiveAt, String>)>);
+    let s_stacks = s.clone();
+    let peak_ts = s.summary.report.peak_ts_nanos;
+    let end_ts = s.summary.t1;
+    Effect::new(move |_| {
+        let Some(m) = stack_moment.get() else {
+            return;
+        };
+        let t = match m {
+            StackMoment::Peak => peak_ts,
+            StackMoment::Pinned => match pinned.get() {
+                Some(t) => t,
+                None => return,
+            },
+            StackMoment::End => end_ts,
+        };
+        let s = s_stacks.clone();
+        leptos::task::spawn_local(async move {
+            let url = s.endpoint("live", &format!("t={t}&limit={STACK_SITES}"));
+            let answer = match get_text(&url).await {
+                Ok(body) => served::parse::<LiveAt>("live set", &body),
+                Err(e) => Err(e),
+            };
+            // An answer for a moment no longer chosen is dropped.
+            let still = stack_moment.try_get_untracked() == Some(Some(m))
+                && (m != StackMoment::Pinned || vs.with_untracked(|v| v.pin_nanos) == Some(t));
+            if still {
+                stacks.set(Some((m, t, answer)));
+            }
+        });
+    });
+    let stack_choice = move |m: StackMoment, label: &'static str| {
+        let disabled = move || m == StackMoment::Pinned && pinned.get().is_none();
+        view! {
+            <button data-testid=format!("served-moment-{}", m.slug())
+                class:active=move || stack_moment.get() == Some(m)
+                aria-pressed=move || (stack_moment.get() == Some(m)).to_string()
+                disabled=disabled on:click=move |_| stack_moment.set(Some(m))>{label}</button>
+        }
+    };
+
     let on_wheel = move |e: ev::WheelEvent| mapper.with_value(|m| ctx.wheel(&e, m));
     let on_click = move |e: ev::MouseEvent| {
         let m = mapper.get_value();
@@ -515,6 +580,32 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
                 <p class="error" role="alert" data-testid="served-error">{format!("The live set could not be read: {e}")}</p>
             }.into_any(),
         })}
+        <section class="stacks" data-testid="served-stacks">
+            <h3>"Memory by stack"</h3>
+            <div class="toolbar">
+                {stack_choice(StackMoment::Peak, "At the peak")}
+                {stack_choice(StackMoment::Pinned, "At the pinned moment")}
+                {stack_choice(StackMoment::End, "At the end")}
+            </div>
+            <p class="hint muted">"The allocations live then, asked of the server and merged by stack: outermost frames at the top, a cell's width its share of the bytes live then."</p>
+            {move || stacks.get().map(|(m, t, answer)| match answer {
+                Ok(at) => {
+                    let flame = served::flame_of(&at);
+                    view! {
+                        <p data-testid="served-flame-total" data-value=flame.total_bytes().to_string()
+                            data-ts=t.to_string() data-moment=m.slug()>
+                            {format!("{} live at {} in {} allocations", fmt_bytes(at.bytes), fmt_duration(t.saturating_sub(origin)), at.count)}
+                        </p>
+                        {super::flame::icicle(&flame, "", None::<fn(String)>)}
+                    }
+                    .into_any()
+                }
+                Err(e) => view! {
+                    <p class="error" role="alert" data-testid="served-error">{format!("The memory by stack could not be read: {e}")}</p>
+                }
+                .into_any(),
+            })}
+        </section>
         {report_sites(
             format!("Live at the peak ({}), by call site", fmt_bytes(r.peak_bytes)),
             "served-peak-sites",
