@@ -433,68 +433,33 @@ mod tests {
                 serde_json::to_string(&report).expect("report serializes")
             );
             let got: Summary = parse("summary", &body).expect("parses");
-            let a = &report.analysis;
-            let sites: Vec<(String, Vec<String>, [u64; 5])> = a
-                .sites
-                .iter()
-                .map(|x| {
-                    let n = [
-                        x.alloc_count,
-                        x.alloc_bytes,
-                        x.max_size_bytes,
-                        x.peak_bytes,
-                        x.live_at_end_bytes,
-                    ];
-                    (x.site.clone(), x.frames.clone(), n)
-                })
-                .collect();
-            let digest: Vec<(String, Vec<String>, [u64; 5])> = got
-                .report
-                .analysis
-                .sites
-                .iter()
-                .map(|x| {
-                    let n = [
-                        x.alloc_count,
-                        x.alloc_bytes,
-                        x.max_size_bytes,
-                        x.peak_bytes,
-                        x.live_at_end_bytes,
-                    ];
-                    (x.site.clone(), x.frames.clone(), n)
-                })
-                .collect();
+            let want = serde_json::to_value(&report.analysis).expect("report serializes");
+            let (sites, scopes) = (&got.report.analysis.sites, &got.report.analysis.scopes);
             assert!(!sites.is_empty(), "{}", s.name());
-            assert_eq!(digest, sites, "{}", s.name());
-            let scopes: Vec<(String, u64, i64, bool, bool)> = a
-                .scopes
+            assert_eq!(Some(sites.len()), want["sites"].as_array().map(Vec::len));
+            for (d, w) in sites
                 .iter()
-                .map(|x| {
-                    (
-                        x.scope.clone(),
-                        x.calls,
-                        x.total_growth_bytes,
-                        x.reference_leak,
-                        x.bounded,
-                    )
-                })
-                .collect();
-            let digest: Vec<(String, u64, i64, bool, bool)> = got
-                .report
-                .analysis
-                .scopes
+                .zip(want["sites"].as_array().into_iter().flatten())
+            {
+                assert_eq!(w["site"], d.site.as_str());
+                assert_eq!(w["frames"], serde_json::json!(d.frames));
+                assert_eq!(w["alloc_count"], d.alloc_count);
+                assert_eq!(w["alloc_bytes"], d.alloc_bytes);
+                assert_eq!(w["max_size_bytes"], d.max_size_bytes);
+                assert_eq!(w["peak_bytes"], d.peak_bytes);
+                assert_eq!(w["live_at_end_bytes"], d.live_at_end_bytes);
+            }
+            assert_eq!(Some(scopes.len()), want["scopes"].as_array().map(Vec::len));
+            for (d, w) in scopes
                 .iter()
-                .map(|x| {
-                    (
-                        x.scope.clone(),
-                        x.calls,
-                        x.total_growth_bytes,
-                        x.reference_leak,
-                        x.bounded,
-                    )
-                })
-                .collect();
-            assert_eq!(digest, scopes, "{}", s.name());
+                .zip(want["scopes"].as_array().into_iter().flatten())
+            {
+                assert_eq!(w["scope"], d.scope.as_str());
+                assert_eq!(w["calls"], d.calls);
+                assert_eq!(w["total_growth_bytes"], d.total_growth_bytes);
+                assert_eq!(w["reference_leak"], d.reference_leak);
+                assert_eq!(w["bounded"], d.bounded);
+            }
             assert!(s != Scenario::TrainingLeak || !scopes.is_empty());
         }
         let leak = ScopeDigest {
