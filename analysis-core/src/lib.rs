@@ -28,7 +28,7 @@ pub mod units;
 
 pub use gpucollect_torch_import::{pickle, torch_snapshot};
 pub use gpucollect_trace::{
-    attribution, decode, encode, format, layers, model, msgpack, packed, split_load, synth,
+    attribution, decode, encode, format, join, layers, model, msgpack, packed, split_load, synth,
     timeline,
 };
 

@@ -1,13 +1,13 @@
-//! A load split in two halves (`split_load`: decoding on one thread, replaying on another, as
-//! `gpucollect report` does it) builds the same model as the fused `Loader`, however the input
-//! is cut, damaged or stopped.
+//! A load split in two halves (`split_load`: decoding on one thread, replaying on another, and
+//! the model finished on two, as `gpucollect report` does it) builds the same model as the
+//! fused `Loader`, however the input is cut, damaged or stopped.
 
 mod common;
 
 use analysis_core::model::{Loader, model_budget};
 use analysis_core::split_load::{Decoded, LoadDecoder, LoadReplay};
 use analysis_core::synth::{Scenario, generate};
-use analysis_core::{DecodeError, LoadedTrace, summarize};
+use analysis_core::{DecodeError, Join, LoadedTrace, summarize};
 use common::model_digest;
 use proptest::prelude::*;
 
@@ -37,7 +37,25 @@ fn split(bytes: &[u8], cuts: &[usize]) -> Option<LoadedTrace> {
             break;
         }
     }
-    replay.finish(decoder).ok()
+    replay.finish_with(decoder, &OnTwoThreads).ok()
+}
+
+/// Runs the second part on a scoped thread while the caller's runs the first, as `gpucollect
+/// report` finishes a split load's model.
+struct OnTwoThreads;
+
+impl Join for OnTwoThreads {
+    fn join<A: Send, B: Send>(
+        &self,
+        a: impl FnOnce() -> A + Send,
+        b: impl FnOnce() -> B + Send,
+    ) -> (A, B) {
+        std::thread::scope(|s| {
+            let other = s.spawn(b);
+            let first = a();
+            (first, other.join().expect("the other part finishes"))
+        })
+    }
 }
 
 fn pieces<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {

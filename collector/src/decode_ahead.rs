@@ -59,7 +59,8 @@ pub fn load(
             break;
         }
     }
-    Ok(replay.finish(ahead.finish()?))
+    // The model's last passes (what is live at the peak, the total's pyramid) on both cores.
+    Ok(replay.finish_with(ahead.finish()?, &crate::threads::Threads))
 }
 
 /// The decoding thread and the channels to and from it.

@@ -54,30 +54,10 @@ impl Found {
     }
 }
 
-/// Runs two independent parts of the analysis and returns both results. The core starts no
-/// threads: a front end that may (the CLI, the server) passes a `Join` that runs them at once,
-/// and [`Sequential`] runs one after the other. The report is the same either way: each part
-/// fills its own findings, merged in a fixed order.
-pub trait Join: Sync {
-    fn join<A: Send, B: Send>(
-        &self,
-        a: impl FnOnce() -> A + Send,
-        b: impl FnOnce() -> B + Send,
-    ) -> (A, B);
-}
-
-/// Runs both parts on the caller's thread (WebAssembly, tests).
-pub struct Sequential;
-
-impl Join for Sequential {
-    fn join<A: Send, B: Send>(
-        &self,
-        a: impl FnOnce() -> A + Send,
-        b: impl FnOnce() -> B + Send,
-    ) -> (A, B) {
-        (a(), b())
-    }
-}
+/// Runs two independent parts of the analysis and returns both results ([`crate::join`]): the
+/// front ends that may pass one that runs them on two threads; the report is the same either
+/// way, each part filling its own findings, merged in a fixed order.
+pub use gpucollect_trace::join::{Join, Sequential};
 
 /// Runs every detector with `config` and returns the full report.
 ///

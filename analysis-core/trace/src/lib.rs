@@ -22,6 +22,7 @@ pub mod decode;
 pub mod encode;
 pub mod format;
 mod free_times;
+pub mod join;
 pub mod layers;
 pub mod model;
 pub mod msgpack;

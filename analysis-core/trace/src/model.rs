@@ -19,6 +19,7 @@ pub use crate::decode::MAX_OPEN_RANGES;
 use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
+use crate::join::{Join, Sequential};
 use crate::packed::Spill;
 pub use crate::range_store::{RangeInstance, RangeStore};
 pub use crate::samples::{DeviceSamples, PoolSamples};
@@ -1187,6 +1188,12 @@ impl TraceModel {
 
     /// Ends the replay: builds indexes and the peak attribution. Returns model-level warnings.
     pub fn finish(&mut self) -> Vec<Warning> {
+        self.finish_with(&Sequential)
+    }
+
+    /// [`Self::finish`], its pass over what is live at the peak run through `join` beside the
+    /// building of the total's pyramid (on a long history each takes a second or two).
+    pub fn finish_with(&mut self, join: &impl Join) -> Vec<Warning> {
         let mut w = Vec::new();
         if self.finished {
             return w;
@@ -1205,7 +1212,20 @@ impl TraceModel {
             }
         }
         self.ranges.pack_all();
-        self.total = core::mem::take(&mut self.total_points).build();
+        let points = core::mem::take(&mut self.total_points);
+        let (allocs, t) = (&self.allocs, self.peak_ts_nanos);
+        let live_at_peak = self.peak_bytes > 0;
+        let (total, mut peak_stacks) = join.join(
+            move || points.build(),
+            move || {
+                if live_at_peak {
+                    peak_stacks_at(allocs, t)
+                } else {
+                    Vec::new()
+                }
+            },
+        );
+        self.total = total;
         for s in &mut self.allocated {
             s.timeline.build_index();
         }
@@ -1227,36 +1247,13 @@ impl TraceModel {
             self.thread_last_ts.insert(key, t);
         }
         // Bytes, count and threads per stack live at the global peak.
-        let t = self.peak_ts_nanos;
-        self.peak_stacks = Vec::new();
-        if self.peak_bytes > 0 {
-            let fields = Fields::KIND | Fields::STACK | Fields::SIZE | Fields::THREAD;
-            let mut slots: HashMap<StackId, usize> = HashMap::new();
-            for a in self.allocs.live_at_fields(t, self.allocs.len(), fields) {
-                if a.kind.is_device_memory() {
-                    let i = *slots.entry(a.stack).or_insert_with(|| {
-                        self.peak_stacks.push(PeakStack {
-                            stack: a.stack,
-                            ..PeakStack::default()
-                        });
-                        self.peak_stacks.len() - 1
-                    });
-                    let p = &mut self.peak_stacks[i];
-                    p.bytes = p.bytes.saturating_add(a.size_bytes);
-                    p.count += 1;
-                    if p.threads.len() < PEAK_STACK_THREADS && !p.threads.contains(&a.thread) {
-                        p.threads.push(a.thread);
-                    }
-                }
-            }
-            for p in &mut self.peak_stacks {
-                p.threads.sort();
-                let e = self.stack_stats.entry(p.stack).or_default();
-                e.peak_bytes = e.peak_bytes.saturating_add(p.bytes);
-            }
-            self.peak_stacks
-                .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+        for p in &mut peak_stacks {
+            p.threads.sort();
+            let e = self.stack_stats.entry(p.stack).or_default();
+            e.peak_bytes = e.peak_bytes.saturating_add(p.bytes);
         }
+        peak_stacks.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+        self.peak_stacks = peak_stacks;
         if self.bad_free_count > 0 {
             w.push(Warning::BadFree {
                 offset: self.bad_free_first_offset,
@@ -1639,12 +1636,39 @@ impl Loader {
             warnings,
             fatal,
             bytes,
+            &Sequential,
         ))
     }
 }
 
+/// Bytes, count and threads (the first [`PEAK_STACK_THREADS`] met, unsorted) per stack of the
+/// device allocations live at `t`, in the order their stacks are first met.
+fn peak_stacks_at(allocs: &AllocStore, t: u64) -> Vec<PeakStack> {
+    let mut out: Vec<PeakStack> = Vec::new();
+    let fields = Fields::KIND | Fields::STACK | Fields::SIZE | Fields::THREAD;
+    let mut slots: HashMap<StackId, usize> = HashMap::new();
+    for a in allocs.live_at_fields(t, allocs.len(), fields) {
+        if a.kind.is_device_memory() {
+            let i = *slots.entry(a.stack).or_insert_with(|| {
+                out.push(PeakStack {
+                    stack: a.stack,
+                    ..PeakStack::default()
+                });
+                out.len() - 1
+            });
+            let p = &mut out[i];
+            p.bytes = p.bytes.saturating_add(a.size_bytes);
+            p.count += 1;
+            if p.threads.len() < PEAK_STACK_THREADS && !p.threads.contains(&a.thread) {
+                p.threads.push(a.thread);
+            }
+        }
+    }
+    out
+}
+
 /// The end of a load, fused ([`Loader::finish`]) or split
-/// ([`crate::split_load::LoadReplay::finish`]): finishes the model (one with the decoder's
+/// ([`crate::split_load::LoadReplay::finish_with`]): finishes the model (one with the decoder's
 /// header, or the default, when no record made one) and gathers the warnings.
 pub(crate) fn finish_load(
     model: Option<TraceModel>,
@@ -1652,12 +1676,13 @@ pub(crate) fn finish_load(
     mut warnings: Vec<Warning>,
     fatal: Option<DecodeError>,
     bytes: u64,
+    join: &impl Join,
 ) -> LoadedTrace {
     let mut model =
         model.unwrap_or_else(|| TraceModel::new(decoder.header().cloned().unwrap_or_default()));
     // Model warnings are one per kind except notices, which are one per record: capped too.
     let mut model_warnings = WarningLog::new();
-    model_warnings.extend(model.finish());
+    model_warnings.extend(model.finish_with(join));
     warnings.extend(model_warnings.into_vec());
     LoadedTrace {
         model,

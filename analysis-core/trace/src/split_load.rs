@@ -13,6 +13,7 @@ use alloc::vec::Vec;
 
 use crate::decode::{DecodeError, Decoder, Hot};
 use crate::format::{Header, Record};
+use crate::join::{Join, Sequential};
 use crate::model::{LoadedTrace, Loader, TraceModel, finish_load, over_budget};
 use crate::packed::Spill;
 
@@ -214,6 +215,15 @@ impl LoadReplay {
     /// caller stopped giving it batches), the bytes read are those replayed, and a decoding
     /// error past them is not reported.
     pub fn finish(self, decoder: LoadDecoder) -> Result<LoadedTrace, DecodeError> {
+        self.finish_with(decoder, &Sequential)
+    }
+
+    /// [`Self::finish`], the model finished through `join` ([`TraceModel::finish_with`]).
+    pub fn finish_with(
+        self,
+        decoder: LoadDecoder,
+        join: &impl Join,
+    ) -> Result<LoadedTrace, DecodeError> {
         let all_replayed = self.records_replayed() == decoder.records_decoded();
         let mut d = decoder.decoder;
         let warnings = d.finish()?;
@@ -222,6 +232,6 @@ impl LoadReplay {
             None if all_replayed => (d.fatal().cloned(), d.bytes_consumed()),
             None => (None, self.replayed_to),
         };
-        Ok(finish_load(self.model, &d, warnings, fatal, bytes))
+        Ok(finish_load(self.model, &d, warnings, fatal, bytes, join))
     }
 }
