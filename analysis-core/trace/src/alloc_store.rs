@@ -406,7 +406,16 @@ impl AllocStore {
     pub fn live_at_fields(&self, t: u64, to: usize, fields: Fields) -> LiveAt<'_> {
         let mut all = self.iter_range(0, to);
         all.fields = fields | Fields::TS | Fields::FREE;
-        LiveAt { all, t }
+        let decode_late_from = if self.ts.spill().is_some() {
+            DECODE_LATE_FROM_SPILLED
+        } else {
+            DECODE_LATE_FROM_IN_MEMORY
+        };
+        LiveAt {
+            all,
+            t,
+            decode_late_from,
+        }
     }
 
     /// The first id whose allocation time does not satisfy `pred`, where `pred` holds for a
@@ -606,14 +615,21 @@ impl Block {
 }
 
 /// Late entries live at a moment, in a block whose other allocations were freed by then, from
-/// which [`LiveAt`] decodes the block rather than read each by id.
-const DECODE_LATE_FROM: usize = 3;
+/// which [`LiveAt`] decodes the block rather than read each by id: where the history may lie in
+/// a spill, each read by id goes through its cache, so a few make a decode worth it; in memory
+/// a read by id costs a few loads per field, and decoding six columns of 64 values pays from
+/// about eight (the decode benchmark's peak pass, three live per block: 12 instructions per
+/// event fewer by id).
+const DECODE_LATE_FROM_SPILLED: usize = 3;
+const DECODE_LATE_FROM_IN_MEMORY: usize = 8;
 
 /// Allocations live at a moment ([`AllocStore::live_at`]).
 #[derive(Clone)]
 pub struct LiveAt<'a> {
     all: Iter<'a>,
     t: u64,
+    /// [`DECODE_LATE_FROM_SPILLED`] or [`DECODE_LATE_FROM_IN_MEMORY`].
+    decode_late_from: usize,
 }
 
 impl Iterator for LiveAt<'_> {
@@ -640,7 +656,7 @@ impl Iterator for LiveAt<'_> {
                         continue;
                     }
                     // Several to read: the block decoded costs less than each read by id.
-                    LiveIn::Late(_, n) if n >= DECODE_LATE_FROM => {}
+                    LiveIn::Late(_, n) if n >= self.decode_late_from => {}
                     LiveIn::Late(id, _) => {
                         it.next = id + 1;
                         let a = store.at_fields(id, it.fields);
