@@ -32,7 +32,6 @@ struct StackFacts {
 /// What every allocation of one (process, device, pinned host, stack) reads.
 #[derive(Clone, Copy)]
 struct Seen {
-    cause: u32,
     allocator: bool,
     prehistory: bool,
 }
@@ -178,7 +177,6 @@ impl Causes {
                     out.python[i as usize] |= f.python;
                     out.pairs.push((i, a.stack));
                     seen.push(Seen {
-                        cause: i,
                         allocator: f.allocator,
                         prehistory: f.prehistory,
                     });
@@ -188,7 +186,7 @@ impl Causes {
                 }
             };
             let s = seen[pair];
-            let ci = s.cause as usize;
+            let ci = out.pairs[pair].0 as usize;
             out.allocator[ci] |= s.allocator || a.kind == AllocKind::StreamOrderedPool;
             let t = &mut out.top_stack[ci];
             if t.0 == a.stack {

@@ -454,8 +454,8 @@ impl TraceModel {
     }
 
     /// Sends the full chunks of the allocation history, the NVTX range instances and the
-    /// timelines' points to `spill` from now on (where it takes them), so that their bytes lie outside memory: the
-    /// model reads them back through it. Results are the same either way.
+    /// timelines' points to `spill` from now on (where it takes them), so that their bytes lie
+    /// outside memory: the model reads them back through it. Results are the same either way.
     pub fn set_spill(&mut self, spill: Arc<dyn Spill>) {
         let spill = Some(spill);
         self.allocs.set_spill(spill.clone());

@@ -356,6 +356,12 @@ fn spec<'a>(d: &'a Drawn, t0: u64, t1: u64, origin: u64, pin: Option<u64>) -> Ch
 /// How long the first window may take before the page says the server is reading the trace.
 const WAITING_NOTE_MS: u64 = 400;
 
+/// `GET …/live` at `t`, its `limit` largest call sites.
+async fn live_at(s: &Served, t: u64, limit: usize) -> Result<LiveAt, String> {
+    let url = s.endpoint("live", &format!("t={t}&limit={limit}"));
+    served::parse::<LiveAt>("live set", &get_text(&url).await?)
+}
+
 /// Everything shown for a trace in server mode.
 #[component]
 pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
@@ -461,11 +467,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
         };
         let s = s_live.clone();
         leptos::task::spawn_local(async move {
-            let url = s.endpoint("live", &format!("t={t}&limit={LIVE_SITES}"));
-            let answer = match get_text(&url).await {
-                Ok(body) => served::parse::<LiveAt>("live set", &body),
-                Err(e) => Err(e),
-            };
+            let answer = live_at(&s, t, LIVE_SITES).await;
             if vs.with_untracked(|v| v.pin_nanos) == Some(t) {
                 live.set(Some(answer));
             }
@@ -493,11 +495,7 @@ pub fn ServedView(s: Arc<Served>, ctx: Ctx) -> impl IntoView {
         };
         let s = s_stacks.clone();
         leptos::task::spawn_local(async move {
-            let url = s.endpoint("live", &format!("t={t}&limit={STACK_SITES}"));
-            let answer = match get_text(&url).await {
-                Ok(body) => served::parse::<LiveAt>("live set", &body),
-                Err(e) => Err(e),
-            };
+            let answer = live_at(&s, t, STACK_SITES).await;
             // An answer for a moment no longer chosen is dropped.
             let still = stack_moment.try_get_untracked() == Some(Some(m))
                 && (m != StackMoment::Pinned || vs.with_untracked(|v| v.pin_nanos) == Some(t));
