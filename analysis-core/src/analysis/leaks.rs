@@ -29,7 +29,7 @@ use super::iterations::Iterations;
 use super::sampling::{ProcessSampling, judge};
 use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
 use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
-use crate::model::{Fields, TraceModel};
+use crate::model::{AllocRecord, Fields, TraceModel};
 use crate::report::SiteBytes;
 pub use crate::report::{Growth, LeakClass, LeakGroup};
 use crate::units::{fmt_bytes, fmt_duration};
@@ -75,7 +75,21 @@ pub(crate) fn analyze(
     for &ci in groups.iter().flat_map(|(members, _)| members) {
         grouped[ci] = true;
     }
-    let kept = LeakBytes::new(m, causes, sampling, &v.leak_stacks, &grouped);
+    // One pass for what the verdicts leave to measure: the leaks' bytes, and what is live at
+    // the end for what does not grow (they took a pass each).
+    let mut kept = KeptScan::new(m, causes, sampling, &v.leak_stacks, &grouped);
+    let mut ends = EndScan::new(causes, &v.leak_stacks);
+    for (i, a) in m
+        .allocs
+        .iter_fields(kept.fields() | EndScan::FIELDS)
+        .enumerate()
+    {
+        let pair = causes.pair_of(&a);
+        let ci = causes.pair(pair).0;
+        kept.visit(i, pair, ci, &a);
+        ends.visit(pair, ci, &a);
+    }
+    let kept = kept.finish();
     v.rows.sort_by(|a, b| {
         b.leaking
             .cmp(&a.leaking)
@@ -86,7 +100,7 @@ pub(crate) fn analyze(
     push_growth_findings(m, c, it, end, causes, &v, &kept, groups, found);
     push_bounded_notes(causes, &v, &stacks.live_end, found);
     v.rows.truncate(MAX_GROWTH_ROWS.max(v.leaking.len()));
-    let groups = end_groups(m, c, it, causes, &v.leak_stacks);
+    let groups = ends.finish(m, c, it, causes);
     push_end_findings(m, c, end, &groups, found);
     let teardown = teardown_notes(m, found);
     LeakSections {
@@ -364,110 +378,149 @@ struct LeakBytes {
     first_live: Vec<Option<(usize, u64)>>,
 }
 
-impl LeakBytes {
+/// The pass that measures [`LeakBytes`], one allocation at a time: the lifetimes of the first
+/// freed allocations of each cause (their median tells an allocation in flight at the last
+/// sample from a kept one), and what each allocation live at the last sample adds. One freed
+/// after it waits for the median. The same pass finds what the grouped causes leave live, for
+/// their findings (it took a pass per finding).
+struct KeptScan<'a> {
+    m: &'a TraceModel,
+    sampling: &'a ProcessSampling<'a>,
+    grouped: &'a [bool],
+    /// Some cause is grouped, or some line leaks: else no allocation is a leak's, and the pass
+    /// has nothing to find.
+    active: bool,
+    any_grouped: bool,
+    ranges: bool,
+    /// Per (cause, stack) pair: a leaking stack's, or blocks from before a snapshot's history
+    /// at a leaking line.
+    leaking: Vec<bool>,
+    lifetimes: Vec<Vec<u64>>,
+    freed_later: Vec<(usize, u64, u64)>,
+    bytes: LeakBytes,
+}
+
+impl<'a> KeptScan<'a> {
     fn new(
-        m: &TraceModel,
+        m: &'a TraceModel,
         causes: &Causes,
-        sampling: &ProcessSampling,
+        sampling: &'a ProcessSampling<'a>,
         leak_stacks: &[(usize, StackId)],
-        grouped: &[bool],
+        grouped: &'a [bool],
     ) -> Self {
         let k = causes.keys.len();
-        let at = |p: ProcessIdx| sampling.of(p).last_time().unwrap_or(m.last_ts_nanos);
         // Blocks that predate a snapshot's history, of a leaking line, are what it kept before.
         let mut lines: Vec<usize> = leak_stacks.iter().map(|x| x.0).collect();
         lines.dedup();
-        let (mut end, mut allocated) = (alloc::vec![(0, 0); k], alloc::vec![0; k]);
-        let mut live_by_range = HashMap::new();
-        let mut first_live = alloc::vec![None; k];
         let any_grouped = grouped.contains(&true);
-        if lines.is_empty() && !any_grouped {
-            // No leaking line: no allocation is a leak's, so the passes below would find none.
-            return Self {
-                end,
-                allocated,
-                lines,
-                live_by_range,
-                first_live,
-            };
-        }
-        // Per (cause, stack) pair: a leaking stack's, or blocks from before a snapshot's
-        // history at a leaking line.
-        let leaking: Vec<bool> = (0..causes.pair_count())
-            .map(|p| {
-                let (ci, stack) = causes.pair(p);
-                leak_stacks.binary_search(&(ci, stack)).is_ok()
-                    || (causes.prehistory.binary_search(&stack).is_ok() && lines.contains(&ci))
-            })
-            .collect();
-        // One pass: the lifetimes of the first freed allocations of each cause (their median
-        // tells an allocation in flight at the last sample from a kept one), and what each
-        // allocation live at the last sample adds. One freed after it waits for the median.
-        // The same pass finds what the grouped causes leave live, for their findings (it took
-        // a pass per finding).
-        let mut lifetimes: Vec<Vec<u64>> = alloc::vec![Vec::new(); k];
-        let mut freed_later: Vec<(usize, u64, u64)> = Vec::new();
-        let mut fields = Causes::FIELDS | Fields::SIZE | Fields::TS | Fields::FREE;
-        let ranges = !m.ranges.is_empty();
-        if any_grouped && ranges {
-            fields = fields | Fields::RANGE_SLOT;
-        }
-        for (i, a) in m.allocs.iter_fields(fields).enumerate() {
-            let pair = causes.pair_of(&a);
-            let ci = causes.pair(pair).0;
-            if any_grouped && a.is_live() && grouped[ci] {
-                first_live[ci].get_or_insert((i, a.ts_nanos));
-                if ranges
-                    && a.range_slot != 0
-                    && let Some(name) = m.ranges.name(a.range_slot as usize - 1)
-                {
-                    let e = live_by_range.entry((ci, name)).or_default();
-                    // Hostile sizes saturate instead of overflowing.
-                    *e = u64::saturating_add(*e, a.size_bytes);
-                }
-            }
-            if a.size_bytes == 0 || !a.kind.is_tracked() || !leaking[pair] {
-                continue;
-            }
-            allocated[ci] += 1;
-            let at = at(a.process);
-            let lifetime = a.free_ts_nanos.saturating_sub(a.ts_nanos);
-            if !a.is_live() && a.free_ts_nanos <= at && lifetimes[ci].len() < 4096 {
-                lifetimes[ci].push(lifetime);
-            }
-            if !a.live_at(at) {
-                continue;
-            }
-            if a.is_live() {
-                let e = &mut end[ci];
-                e.0 = e.0.saturating_add(a.size_bytes);
-                e.1 += 1;
+        let active = !lines.is_empty() || any_grouped;
+        let leaking: Vec<bool> = if active {
+            (0..causes.pair_count())
+                .map(|p| {
+                    let (ci, stack) = causes.pair(p);
+                    leak_stacks.binary_search(&(ci, stack)).is_ok()
+                        || (causes.prehistory.binary_search(&stack).is_ok() && lines.contains(&ci))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self {
+            m,
+            sampling,
+            grouped,
+            active,
+            any_grouped,
+            ranges: !m.ranges.is_empty(),
+            leaking,
+            lifetimes: if active {
+                alloc::vec![Vec::new(); k]
             } else {
-                freed_later.push((ci, lifetime, a.size_bytes));
+                Vec::new()
+            },
+            freed_later: Vec::new(),
+            bytes: LeakBytes {
+                end: alloc::vec![(0, 0); k],
+                allocated: alloc::vec![0; k],
+                lines,
+                live_by_range: HashMap::new(),
+                first_live: alloc::vec![None; k],
+            },
+        }
+    }
+
+    /// The fields [`Self::visit`] reads.
+    fn fields(&self) -> Fields {
+        let fields = Causes::FIELDS | Fields::SIZE | Fields::TS | Fields::FREE;
+        if self.active && self.any_grouped && self.ranges {
+            fields | Fields::RANGE_SLOT
+        } else {
+            fields
+        }
+    }
+
+    /// Allocation `i`, `a`, of (cause, stack) pair `pair`, of cause `ci`.
+    #[inline]
+    fn visit(&mut self, i: usize, pair: usize, ci: usize, a: &AllocRecord) {
+        if !self.active {
+            return;
+        }
+        let out = &mut self.bytes;
+        if self.any_grouped && a.is_live() && self.grouped[ci] {
+            out.first_live[ci].get_or_insert((i, a.ts_nanos));
+            if self.ranges
+                && a.range_slot != 0
+                && let Some(name) = self.m.ranges.name(a.range_slot as usize - 1)
+            {
+                let e = out.live_by_range.entry((ci, name)).or_default();
+                // Hostile sizes saturate instead of overflowing.
+                *e = u64::saturating_add(*e, a.size_bytes);
             }
         }
-        let typical: Vec<Option<u64>> = lifetimes
-            .iter_mut()
-            .map(|l| {
+        if a.size_bytes == 0 || !a.kind.is_tracked() || !self.leaking[pair] {
+            return;
+        }
+        out.allocated[ci] += 1;
+        let at = self
+            .sampling
+            .of(a.process)
+            .last_time()
+            .unwrap_or(self.m.last_ts_nanos);
+        let lifetime = a.free_ts_nanos.saturating_sub(a.ts_nanos);
+        if !a.is_live() && a.free_ts_nanos <= at && self.lifetimes[ci].len() < 4096 {
+            self.lifetimes[ci].push(lifetime);
+        }
+        if !a.live_at(at) {
+            return;
+        }
+        if a.is_live() {
+            let e = &mut out.end[ci];
+            e.0 = e.0.saturating_add(a.size_bytes);
+            e.1 += 1;
+        } else {
+            self.freed_later.push((ci, lifetime, a.size_bytes));
+        }
+    }
+
+    fn finish(self) -> LeakBytes {
+        let mut out = self.bytes;
+        let typical: Vec<Option<u64>> = self
+            .lifetimes
+            .into_iter()
+            .map(|mut l| {
                 l.sort_unstable();
                 l.get(l.len() / 2).copied()
             })
             .collect();
-        for (ci, lifetime, size) in freed_later {
+        for (ci, lifetime, size) in self.freed_later {
             let in_flight = typical[ci].is_some_and(|t| lifetime <= t.saturating_mul(10).max(1));
             if !in_flight {
-                let e = &mut end[ci];
+                let e = &mut out.end[ci];
                 e.0 = e.0.saturating_add(size);
                 e.1 += 1;
             }
         }
-        Self {
-            end,
-            allocated,
-            lines,
-            live_by_range,
-            first_live,
-        }
+        out
     }
 }
 
@@ -854,60 +907,67 @@ fn range_of(m: &TraceModel, kept: &LeakBytes, members: &[usize]) -> Option<Strin
         .map(|(name, _)| m.string(name).into())
 }
 
-/// Classifies what is live at the end for causes that do not grow.
-fn end_groups(
-    m: &TraceModel,
-    c: &Config,
-    it: &Iterations,
-    causes: &Causes,
-    leak_stacks: &[(usize, StackId)],
-) -> Vec<LeakGroup> {
-    let last = m.last_ts_nanos;
-    let duration = m.duration_nanos();
-    struct Acc {
-        bytes: u64,
-        count: u64,
-        first_ts: u64,
-        last_ts: u64,
-        threads: Vec<ThreadIdx>,
-        stacks: Vec<StackId>,
-    }
-    // Per cause, by its index.
-    let k = causes.keys.len();
-    let mut by: Vec<Option<Acc>> = (0..k).map(|_| None).collect();
-    // Per cause: allocations, frees and freed lifetimes (for "old" live allocations).
-    let mut counts: Vec<(u64, u64, Vec<u64>)> = alloc::vec![(0, 0, Vec::new()); k];
-    let leaking: Vec<bool> = (0..causes.pair_count())
-        .map(|p| leak_stacks.binary_search(&causes.pair(p)).is_ok())
-        .collect();
-    for a in m
-        .allocs
-        .iter_fields(Causes::FIELDS | Fields::SIZE | Fields::FREE | Fields::TS | Fields::THREAD)
-    {
-        if a.size_bytes == 0 || !a.kind.is_tracked() {
-            continue;
+/// What is live at the end for causes that do not grow, one allocation at a time: per cause,
+/// what its stacks that do not leak hold live, and its allocations, frees and freed lifetimes
+/// (for "old" live allocations).
+struct EndScan {
+    by: Vec<Option<EndAcc>>,
+    counts: Vec<(u64, u64, Vec<u64>)>,
+    /// Per (cause, stack) pair: a leaking stack's (a growth finding has its memory).
+    leaking: Vec<bool>,
+}
+
+struct EndAcc {
+    bytes: u64,
+    count: u64,
+    first_ts: u64,
+    last_ts: u64,
+    threads: Vec<ThreadIdx>,
+}
+
+impl EndScan {
+    /// The fields [`Self::visit`] reads.
+    const FIELDS: Fields = Causes::FIELDS
+        .and(Fields::SIZE)
+        .and(Fields::FREE)
+        .and(Fields::TS)
+        .and(Fields::THREAD);
+
+    fn new(causes: &Causes, leak_stacks: &[(usize, StackId)]) -> Self {
+        let k = causes.keys.len();
+        Self {
+            by: (0..k).map(|_| None).collect(),
+            counts: alloc::vec![(0, 0, Vec::new()); k],
+            leaking: (0..causes.pair_count())
+                .map(|p| leak_stacks.binary_search(&causes.pair(p)).is_ok())
+                .collect(),
         }
-        let pair = causes.pair_of(&a);
-        let ci = causes.pair(pair).0;
-        let e = &mut counts[ci];
+    }
+
+    /// Allocation `a`, of (cause, stack) pair `pair`, of cause `ci`.
+    #[inline]
+    fn visit(&mut self, pair: usize, ci: usize, a: &AllocRecord) {
+        if a.size_bytes == 0 || !a.kind.is_tracked() {
+            return;
+        }
+        let e = &mut self.counts[ci];
         e.0 += 1;
         if !a.is_live() {
             e.1 += 1;
             if e.2.len() < 4096 {
                 e.2.push(a.free_ts_nanos.saturating_sub(a.ts_nanos));
             }
-            continue;
+            return;
         }
-        if leaking[pair] {
-            continue;
+        if self.leaking[pair] {
+            return;
         }
-        let g = by[ci].get_or_insert(Acc {
+        let g = self.by[ci].get_or_insert(EndAcc {
             bytes: 0,
             count: 0,
             first_ts: a.ts_nanos,
             last_ts: a.ts_nanos,
             threads: Vec::new(),
-            stacks: Vec::new(),
         });
         g.bytes = g.bytes.saturating_add(a.size_bytes);
         g.count += 1;
@@ -916,96 +976,106 @@ fn end_groups(
         if !g.threads.contains(&a.thread) && g.threads.len() < 16 {
             g.threads.push(a.thread);
         }
-        if !g.stacks.contains(&a.stack) && g.stacks.len() < 16 {
-            g.stacks.push(a.stack);
+    }
+
+    /// Classifies each cause's live memory.
+    fn finish(
+        self,
+        m: &TraceModel,
+        c: &Config,
+        it: &Iterations,
+        causes: &Causes,
+    ) -> Vec<LeakGroup> {
+        let (by, mut counts) = (self.by, self.counts);
+        let last = m.last_ts_nanos;
+        let duration = m.duration_nanos();
+        let idle = ((duration as f64 * c.thread_idle_fraction) as u64).max(1);
+        let mut out = Vec::new();
+        // The last activity of each process (any of its threads), and how each history ends.
+        let mut process_last_ts: HashMap<ProcessIdx, u64> = HashMap::new();
+        for (&(p, _), &t) in &m.thread_last_ts {
+            let e = process_last_ts.entry(p).or_default();
+            *e = (*e).max(t);
         }
-    }
-    let idle = ((duration as f64 * c.thread_idle_fraction) as u64).max(1);
-    let mut out = Vec::new();
-    // The last activity of each process (any of its threads), and how each history ends.
-    let mut process_last_ts: HashMap<ProcessIdx, u64> = HashMap::new();
-    for (&(p, _), &t) in &m.thread_last_ts {
-        let e = process_last_ts.entry(p).or_default();
-        *e = (*e).max(t);
-    }
-    let end_of = super::history::ends_by_process(m);
-    // In cause order, so that groups the sort below ranks equal (the same bytes at the same
-    // line, in several processes) keep one order from run to run.
-    let groups = by
-        .into_iter()
-        .enumerate()
-        .filter_map(|(ci, g)| Some((ci, g?)));
-    for (ci, mut g) in groups {
-        g.threads.sort();
-        let (process, _, host, label) = &causes.keys[ci];
-        let end = end_of(*process);
-        let (alloc_count, free_count, mut lifetimes) = core::mem::take(&mut counts[ci]);
-        let thread_last = g
-            .threads
-            .iter()
-            .map(|t| m.thread_last_ts.get(&(*process, *t)).copied().unwrap_or(0))
-            .max()
-            .unwrap_or(0);
-        // The thread went quiet while its process went on: a whole process that stops
-        // allocating (a program in its last phase, or killed) has not lost a thread.
-        let process_last = process_last_ts.get(process).copied().unwrap_or(0);
-        let thread_gone = duration > 0
-            && last.saturating_sub(thread_last) >= idle
-            && last.saturating_sub(g.last_ts) >= idle
-            && process_last.saturating_sub(thread_last) >= idle;
-        // Live allocations much older than the site's freed ones usually get.
-        lifetimes.sort_unstable();
-        let typical = lifetimes.get(lifetimes.len() / 2).copied().unwrap_or(0);
-        let old_after = typical
-            .saturating_mul(10)
-            .max(it.median_period_nanos.saturating_mul(3));
-        let old = last.saturating_sub(g.last_ts) > old_after;
-        // A caching allocator's reserve, or memory only a library's code allocated (its own
-        // caches: pinned staging buffers, workspaces), is held for reuse, whoever allocated it.
-        let class = if causes.allocator[ci] || causes.library[ci] {
-            LeakClass::Cache
-        } else if thread_gone {
-            LeakClass::ThreadExited
-        } else if end.program_finished() && free_count > 0 && (!causes.python[ci] || old) {
-            // A native program frees nothing after it exits; a garbage-collected one may still
-            // hold its last iteration's buffers, so only old ones count there.
-            LeakClass::MissedFree
-        } else if end.program_finished() && !causes.python[ci] {
-            LeakClass::NeverFreed
-        } else {
-            LeakClass::LiveAtEnd
-        };
-        let stack = causes.top_stack[ci].0;
-        out.push(LeakGroup {
-            class,
-            site: SiteBytes {
-                stack,
-                site: label.clone(),
-                frames: m
-                    .stack_frames(stack)
-                    .iter()
-                    .map(alloc::string::ToString::to_string)
-                    .collect(),
-                bytes: g.bytes,
-                count: g.count,
-                threads: g.threads,
-            },
-            location: causes.locations[ci].clone(),
-            pinned_host: *host,
-            first_ts_nanos: g.first_ts,
-            last_ts_nanos: g.last_ts,
-            site_alloc_count: alloc_count,
-            site_free_count: free_count,
-            thread_last_ts_nanos: thread_gone.then_some(thread_last),
+        let end_of = super::history::ends_by_process(m);
+        // In cause order, so that groups the sort below ranks equal (the same bytes at the same
+        // line, in several processes) keep one order from run to run.
+        let groups = by
+            .into_iter()
+            .enumerate()
+            .filter_map(|(ci, g)| Some((ci, g?)));
+        for (ci, mut g) in groups {
+            g.threads.sort();
+            let (process, _, host, label) = &causes.keys[ci];
+            let end = end_of(*process);
+            let (alloc_count, free_count, mut lifetimes) = core::mem::take(&mut counts[ci]);
+            let thread_last = g
+                .threads
+                .iter()
+                .map(|t| m.thread_last_ts.get(&(*process, *t)).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            // The thread went quiet while its process went on: a whole process that stops
+            // allocating (a program in its last phase, or killed) has not lost a thread.
+            let process_last = process_last_ts.get(process).copied().unwrap_or(0);
+            let thread_gone = duration > 0
+                && last.saturating_sub(thread_last) >= idle
+                && last.saturating_sub(g.last_ts) >= idle
+                && process_last.saturating_sub(thread_last) >= idle;
+            // Live allocations much older than the site's freed ones usually get.
+            lifetimes.sort_unstable();
+            let typical = lifetimes.get(lifetimes.len() / 2).copied().unwrap_or(0);
+            let old_after = typical
+                .saturating_mul(10)
+                .max(it.median_period_nanos.saturating_mul(3));
+            let old = last.saturating_sub(g.last_ts) > old_after;
+            // A caching allocator's reserve, or memory only a library's code allocated (its own
+            // caches: pinned staging buffers, workspaces), is held for reuse, whoever allocated it.
+            let class = if causes.allocator[ci] || causes.library[ci] {
+                LeakClass::Cache
+            } else if thread_gone {
+                LeakClass::ThreadExited
+            } else if end.program_finished() && free_count > 0 && (!causes.python[ci] || old) {
+                // A native program frees nothing after it exits; a garbage-collected one may still
+                // hold its last iteration's buffers, so only old ones count there.
+                LeakClass::MissedFree
+            } else if end.program_finished() && !causes.python[ci] {
+                LeakClass::NeverFreed
+            } else {
+                LeakClass::LiveAtEnd
+            };
+            let stack = causes.top_stack[ci].0;
+            out.push(LeakGroup {
+                class,
+                site: SiteBytes {
+                    stack,
+                    site: label.clone(),
+                    frames: m
+                        .stack_frames(stack)
+                        .iter()
+                        .map(alloc::string::ToString::to_string)
+                        .collect(),
+                    bytes: g.bytes,
+                    count: g.count,
+                    threads: g.threads,
+                },
+                location: causes.locations[ci].clone(),
+                pinned_host: *host,
+                first_ts_nanos: g.first_ts,
+                last_ts_nanos: g.last_ts,
+                site_alloc_count: alloc_count,
+                site_free_count: free_count,
+                thread_last_ts_nanos: thread_gone.then_some(thread_last),
+            });
+        }
+        out.sort_by(|a, b| {
+            b.site
+                .bytes
+                .cmp(&a.site.bytes)
+                .then(a.site.site.cmp(&b.site.site))
         });
+        out
     }
-    out.sort_by(|a, b| {
-        b.site
-            .bytes
-            .cmp(&a.site.bytes)
-            .then(a.site.site.cmp(&b.site.site))
-    });
-    out
 }
 
 fn end_finding(m: &TraceModel, c: &Config, g: &LeakGroup) -> Finding {

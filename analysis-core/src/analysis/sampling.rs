@@ -126,12 +126,20 @@ impl<'a> Samples<'a> {
     /// `from`, which must be at most the answer (the answer for an earlier `x`): galloping
     /// forward, so a pass over allocations in time order costs a step or two each instead of a
     /// binary search over every sample.
+    #[inline]
     pub fn count_before_from(&self, from: usize, x: u64) -> usize {
         let n = self.len();
-        let mut lo = from;
-        if lo >= n || self.time(lo) >= x {
-            return lo.min(n);
+        if from >= n || self.time(from) >= x {
+            // Most often: no sample between an allocation and the next, or its free.
+            return from.min(n);
         }
+        self.gallop(from, x)
+    }
+
+    /// [`Self::count_before_from`] where sample `lo` is earlier than `x`.
+    #[inline(never)]
+    fn gallop(&self, mut lo: usize, x: u64) -> usize {
+        let n = self.len();
         // Sample `lo` is earlier than `x`; find a later one that is not, doubling the step.
         let mut step = 1;
         let hi = loop {
