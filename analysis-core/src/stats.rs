@@ -366,11 +366,24 @@ mod tests {
                 proptest::collection::vec(0u64..8, 1..3000),
                 proptest::collection::vec(any::<u64>(), 1..3000),
                 proptest::collection::vec(0u64..20_000, 4000..12_000),
+                // Runs of repeats, as a scope's sizes come.
+                proptest::collection::vec((0u64..16, 1usize..40), 1..300).prop_map(|runs| {
+                    runs.into_iter().flat_map(|(v, n)| core::iter::repeat_n(v, n)).collect()
+                }),
             ],
             q in 0.0f64..=1.0,
+            asked_at in 0.0f64..1.0,
         ) {
             let mut c = Counts::default();
-            for &x in &xs {
+            // A quantile asked part way through counts what came before it, and the pushes
+            // after it go on from there (its sorted counts made again).
+            let mid = (xs.len() as f64 * asked_at) as usize;
+            for &x in &xs[..mid] {
+                c.push(x);
+            }
+            let mut head = xs[..mid].to_vec();
+            prop_assert_eq!(c.quantile(0.5), quantile_select_u64(&mut head, 0.5));
+            for &x in &xs[mid..] {
                 c.push(x);
             }
             let mut plain = xs.clone();

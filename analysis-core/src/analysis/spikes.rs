@@ -183,7 +183,9 @@ fn median_may_be_at_most(xs: &[u64], bound: f64) -> bool {
 
 /// The peak of each iteration, as (bytes, when first reached): the highest point of `t` in its
 /// span ([`Iterations::span`], the run ending at `end`), or the value at its start where no
-/// point in it is higher. One pass over the points, as the starts are in time order.
+/// point in it is higher. One pass over the points, as the starts are in time order. Not
+/// inlined: inlined into its caller, a report on 3M events took 19 M more instructions.
+#[inline(never)]
 fn iteration_peaks(t: &Timeline, it: &Iterations, end: u64) -> Vec<(u64, u64)> {
     let starts = &it.starts_nanos;
     debug_assert!(starts.is_sorted(), "iterations start in time order");
