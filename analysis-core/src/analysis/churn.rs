@@ -7,12 +7,66 @@
 use alloc::format;
 use alloc::vec::Vec;
 
-use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex, site_location};
-use crate::model::{Fields, TraceModel};
+use super::{Carried, Config, Finding, FindingKind, Found, Severity, SiteIndex, site_location};
+use crate::model::{AllocRecord, Fields, TraceModel};
 pub use crate::report::{ChurnKind, ChurnSite};
 use crate::units::{fmt_bytes, fmt_duration};
 
 pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found) -> Vec<ChurnSite> {
+    let mut pass = ShortLived::new(c, sites);
+    for a in m.allocs.iter_fields(pass.fields()) {
+        pass.visit(&a);
+    }
+    analyze_after(m, c, sites, pass, found)
+}
+
+/// The short-lived allocations' pass, one allocation at a time, so that another pass over the
+/// same model can carry it ([`Carried`]: the summary's facts'): dense per-site counters of the
+/// allocations freed within the short lifetime, and their bytes.
+pub(crate) struct ShortLived<'a> {
+    sites: &'a SiteIndex,
+    max_nanos: u64,
+    short: Vec<(u64, u64)>,
+}
+
+impl<'a> ShortLived<'a> {
+    pub(crate) fn new(c: &Config, sites: &'a SiteIndex) -> Self {
+        Self {
+            sites,
+            max_nanos: c.short_lived_max_nanos,
+            short: alloc::vec![(0, 0); sites.len()],
+        }
+    }
+}
+
+impl Carried for ShortLived<'_> {
+    fn fields(&self) -> Fields {
+        Fields::FREE | Fields::TS | Fields::STACK | Fields::SIZE
+    }
+
+    #[inline]
+    fn visit(&mut self, a: &AllocRecord) {
+        if a.is_live() {
+            return;
+        }
+        if a.free_ts_nanos.saturating_sub(a.ts_nanos) <= self.max_nanos
+            && let Some(i) = self.sites.get(a.stack)
+        {
+            let s = &mut self.short[i];
+            s.0 += 1;
+            s.1 = s.1.saturating_add(a.size_bytes);
+        }
+    }
+}
+
+/// [`analyze`], the short-lived allocations counted already (`pass`, carried by another).
+pub(crate) fn analyze_after(
+    m: &TraceModel,
+    c: &Config,
+    sites: &SiteIndex,
+    pass: ShortLived<'_>,
+    found: &mut Found,
+) -> Vec<ChurnSite> {
     let mut out = Vec::new();
     // Repeated allocations (reference rule).
     let mut rep: Vec<&crate::model::StackStats> = m
@@ -40,22 +94,8 @@ pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found)
             short_lived_count: 0,
         });
     }
-    // Short-lived allocations: one pass, dense per-site counters.
-    let mut short = alloc::vec![(0u64, 0u64); sites.len()];
-    for a in m
-        .allocs
-        .iter_fields(Fields::FREE | Fields::TS | Fields::STACK | Fields::SIZE)
-    {
-        if a.is_live() {
-            continue;
-        }
-        if a.free_ts_nanos.saturating_sub(a.ts_nanos) <= c.short_lived_max_nanos
-            && let Some(i) = sites.get(a.stack)
-        {
-            short[i].0 += 1;
-            short[i].1 = short[i].1.saturating_add(a.size_bytes);
-        }
-    }
+    // Short-lived allocations, counted by the pass.
+    let short = pass.short;
     let mut sl: Vec<(usize, u64, u64)> = short
         .iter()
         .enumerate()

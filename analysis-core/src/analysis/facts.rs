@@ -13,7 +13,7 @@ use crate::report::{
     SiteBytes,
 };
 
-use super::Config;
+use super::{Carried, Config};
 
 /// The highest sum of `series` over time and when it was first reached: their points merged
 /// in time order (ties in the series' order), one point of each series held at a time.
@@ -115,6 +115,11 @@ pub fn summarize(trace: &LoadedTrace) -> Report {
 
 /// The trace-level facts only (no detectors).
 pub fn summary_facts(trace: &LoadedTrace) -> Report {
+    summary_facts_carrying(trace, &mut super::Nothing)
+}
+
+/// [`summary_facts`], its pass over the trace's model carrying `carried`'s.
+pub(crate) fn summary_facts_carrying(trace: &LoadedTrace, carried: &mut impl Carried) -> Report {
     let m = &trace.model;
     let h = &m.header;
     // Grouped by the model's pass over what is live at the peak (`TraceModel::finish`).
@@ -126,8 +131,9 @@ pub fn summary_facts(trace: &LoadedTrace) -> Report {
         .collect();
     // One pass: the freed allocations counted, the device memory live at the end grouped.
     let (mut free_count, mut live_at_end_count) = (0u64, 0u64);
-    let fields = GROUP_FIELDS | Fields::FREE | Fields::KIND;
+    let fields = GROUP_FIELDS | Fields::FREE | Fields::KIND | carried.fields();
     let live_end = m.allocs.iter_fields(fields).filter(|a| {
+        carried.visit(a);
         if !a.is_live() {
             free_count += 1;
             false

@@ -27,7 +27,9 @@ use super::grouping::{group_causes, separating_frame};
 use super::history::HistoryEnd;
 use super::iterations::Iterations;
 use super::sampling::{ProcessSampling, judge};
-use super::{Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end};
+use super::{
+    Carried, Config, Finding, FindingKind, Found, Severity, device_capacity, device_used_at_end,
+};
 use crate::format::{DeviceIdx, FreeKind, ProcessIdx, StackId, ThreadIdx};
 use crate::model::{AllocRecord, Fields, TraceModel};
 use crate::report::SiteBytes;
@@ -51,6 +53,7 @@ const MAX_GROWTH_ROWS: usize = 50;
 const MIN_KEPT: u32 = 3;
 
 /// Runs growth and end-of-history classification; pushes findings and notes.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn analyze(
     m: &TraceModel,
     c: &Config,
@@ -58,9 +61,10 @@ pub(crate) fn analyze(
     end: HistoryEnd,
     causes: &Causes,
     sampling: &ProcessSampling,
+    carried: &mut impl Carried,
     found: &mut Found,
 ) -> LeakSections {
-    let stacks = StackSeries::new(m, causes, sampling);
+    let stacks = StackSeries::new(m, causes, sampling, carried);
     let mut v = judge_causes(m, c, causes, sampling, &stacks);
     let groups = group_causes(m, c, causes, &v.leaking, &v.weak, &v.leak_stacks);
     for (members, _) in &groups {
@@ -126,8 +130,13 @@ struct StackSeries {
 }
 
 impl StackSeries {
-    /// By difference arrays: one pass over the allocations.
-    fn new(m: &TraceModel, causes: &Causes, sampling: &ProcessSampling) -> Self {
+    /// By difference arrays: one pass over the allocations, which carries `carried`'s.
+    fn new(
+        m: &TraceModel,
+        causes: &Causes,
+        sampling: &ProcessSampling,
+        carried: &mut impl Carried,
+    ) -> Self {
         let k = causes.keys.len();
         // Each (cause, stack) pair's series, once it has one.
         let mut index: Vec<u32> = alloc::vec![u32::MAX; causes.pair_count()];
@@ -139,10 +148,9 @@ impl StackSeries {
         // time order, so the next one's samples are searched from there.
         let mut last: Option<(ProcessIdx, u64, usize)> = None;
         let mut samples = None;
-        for a in m
-            .allocs
-            .iter_fields(Causes::FIELDS | Fields::SIZE | Fields::TS | Fields::FREE)
-        {
+        let fields = Causes::FIELDS | Fields::SIZE | Fields::TS | Fields::FREE | carried.fields();
+        for a in m.allocs.iter_fields(fields) {
+            carried.visit(&a);
             let sm = match samples {
                 Some((p, sm)) if p == a.process => sm,
                 _ => samples.insert((a.process, sampling.of(a.process))).1,

@@ -27,7 +27,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 
 use crate::format::StackId;
-use crate::model::{LoadedTrace, TraceModel};
+use crate::model::{Fields, LoadedTrace, TraceModel};
 use crate::report::Report;
 
 pub use crate::config::{self, Config};
@@ -107,8 +107,19 @@ pub fn analyze_view_with(
         let mut found = Found::default();
         // Each process's samples (its own iterations for the busiest), for growth and trends.
         let sampling = sampling::sampling_by_process(m, &its);
-        let sections = leaks::analyze(m, config, &its, end, &causes, &sampling, &mut found);
-        let scopes = scopes::analyze(m, config, &sites);
+        // The scopes' pass over the history rides on the leaks detector's first.
+        let mut scope_pass = scopes::ScopePass::new(m);
+        let sections = leaks::analyze(
+            m,
+            config,
+            &its,
+            end,
+            &causes,
+            &sampling,
+            &mut scope_pass,
+            &mut found,
+        );
+        let scopes = scopes::analyze_after(m, config, &sites, scope_pass);
         let trends = trend::analyze(
             m,
             config,
@@ -121,10 +132,19 @@ pub fn analyze_view_with(
     };
     let shape = || {
         let mut found = Found::default();
-        let report = facts::summary_facts(trace);
+        // The short-lived allocations' pass rides on the facts' where both read one model.
+        let mut short = churn::ShortLived::new(config, &sites);
+        let report = if view.is_none() {
+            facts::summary_facts_carrying(trace, &mut short)
+        } else {
+            for a in m.allocs.iter_fields(short.fields()) {
+                short.visit(&a);
+            }
+            facts::summary_facts(trace)
+        };
         let spikes = spikes::analyze(m, config, &sites, &its, &causes, &mut found);
         let fragmentation = fragmentation::analyze(m, config, &its, &mut found);
-        let churn = churn::analyze(m, config, &sites, &mut found);
+        let churn = churn::analyze_after(m, config, &sites, short, &mut found);
         let mut hidden_found = Found::default();
         let hidden = hidden::analyze(m, config, &mut hidden_found);
         (
@@ -314,6 +334,28 @@ pub(crate) fn device_used_at_end(m: &TraceModel, device: crate::format::DeviceId
         .rev()
         .find(|d| d.device == device)
         .map_or(ours, |d| d.used_bytes.max(ours))
+}
+
+/// A pass over the allocations that another pass carries: the carrier decodes each block of
+/// the history once with both passes' fields and hands every allocation to `visit` too. A pass
+/// over a long history costs mostly its decoding, which this shares.
+pub(crate) trait Carried {
+    /// The fields `visit` reads.
+    fn fields(&self) -> Fields;
+    /// The next allocation, in id order.
+    fn visit(&mut self, a: &crate::model::AllocRecord);
+}
+
+/// A pass that reads nothing, for a carrier that carries none.
+pub(crate) struct Nothing;
+
+impl Carried for Nothing {
+    fn fields(&self) -> Fields {
+        Fields::NONE
+    }
+
+    #[inline]
+    fn visit(&mut self, _: &crate::model::AllocRecord) {}
 }
 
 /// Dense index of call sites: `StackId -> 0..n` without hashing per event when stack ids are

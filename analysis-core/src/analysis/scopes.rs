@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 use hashbrown::HashMap;
 
-use super::{Config, SiteIndex, site_label};
+use super::{Carried, Config, SiteIndex, site_label};
 use crate::format::{StackId, StringId};
 use crate::model::{Fields, LIVE, TraceModel};
 pub use crate::report::{ScopeGrowth, ScopeKind};
@@ -23,10 +23,27 @@ const MAX_CALL_SITE_SCOPES: usize = 50;
 /// per-iteration growth of causes (`leaks`), which this table only details: one cause, one
 /// finding.
 pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
+    let mut pass = ScopePass::new(m);
+    if pass.active {
+        for a in m.allocs.iter_fields(pass.fields()) {
+            pass.visit(&a);
+        }
+    }
+    analyze_after(m, c, sites, pass)
+}
+
+/// [`analyze`], its pass over the allocations made already (`pass`, carried by another).
+pub(crate) fn analyze_after(
+    m: &TraceModel,
+    c: &Config,
+    sites: &SiteIndex,
+    pass: ScopePass<'_>,
+) -> Vec<ScopeGrowth> {
     let mut out = if m.ranges.is_empty() {
         call_site_scopes(m, c, sites)
     } else {
-        nvtx_scopes(m, c)
+        let (scopes, kept) = pass.finish();
+        nvtx_scopes(m, c, scopes, &kept)
     };
     out.sort_by(|a, b| {
         b.total_growth_bytes
@@ -120,43 +137,103 @@ pub(crate) fn nvtx_scope_index(m: &TraceModel) -> NvtxScopes {
 
 /// Bytes each call site kept beyond the end of an instance of each scope it was allocated in
 /// (the instance itself or one it runs inside), by (scope, stack).
-fn kept_beyond_instances(m: &TraceModel, scope_of: &[u32]) -> HashMap<(u32, StackId), u64> {
-    let mut kept: HashMap<(u32, StackId), u64> = HashMap::new();
-    let fields = Fields::RANGE_SLOT | Fields::KIND | Fields::FREE | Fields::STACK | Fields::SIZE;
-    // The instances an allocation's instance runs in (itself first, at most 64), as (end, scope):
-    // kept for the last instance, since allocations come in runs from one instance.
-    let (mut chain_of, mut chain) = (0u32, Vec::<(Option<u64>, u32)>::new());
-    for a in m.allocs.iter_fields(fields) {
-        if a.range_slot == 0 || !a.kind.is_device_memory() {
-            continue;
+#[cfg(test)]
+fn kept_beyond_instances(m: &TraceModel) -> HashMap<(u32, StackId), u64> {
+    let mut pass = ScopePass::new(m);
+    for a in m.allocs.iter_fields(pass.fields()) {
+        pass.visit(&a);
+    }
+    pass.finish().1
+}
+
+/// The scopes' pass over the allocations, one at a time, so that another pass can carry it
+/// ([`super::Carried`]: the leaks detector's first, one decoding of the history for both): in
+/// a trace with NVTX ranges, the bytes each call site kept beyond the end of an instance of
+/// each scope it was allocated in (the instance itself or one it runs inside), by (scope,
+/// stack). A trace without ranges has its scopes per call site, made apart.
+pub(crate) struct ScopePass<'a> {
+    m: &'a TraceModel,
+    active: bool,
+    scopes: NvtxScopes,
+    kept: HashMap<(u32, StackId), u64>,
+    /// The instances an allocation's instance runs in (itself first, at most 64), as (end,
+    /// scope): kept for the last instance, since allocations come in runs from one instance.
+    chain_of: u32,
+    chain: Vec<(Option<u64>, u32)>,
+}
+
+impl<'a> ScopePass<'a> {
+    pub(crate) fn new(m: &'a TraceModel) -> Self {
+        let active = !m.ranges.is_empty();
+        Self {
+            m,
+            active,
+            scopes: if active {
+                nvtx_scope_index(m)
+            } else {
+                NvtxScopes {
+                    scope_of: Vec::new(),
+                    names: Vec::new(),
+                }
+            },
+            kept: HashMap::new(),
+            chain_of: 0,
+            chain: Vec::new(),
         }
-        if a.range_slot != chain_of {
-            chain.clear();
-            chain_of = a.range_slot;
+    }
+
+    /// The scopes and, by (scope, stack), the bytes kept beyond their instances.
+    fn finish(self) -> (NvtxScopes, HashMap<(u32, StackId), u64>) {
+        (self.scopes, self.kept)
+    }
+}
+
+impl super::Carried for ScopePass<'_> {
+    fn fields(&self) -> Fields {
+        if self.active {
+            Fields::RANGE_SLOT | Fields::KIND | Fields::FREE | Fields::STACK | Fields::SIZE
+        } else {
+            Fields::NONE
+        }
+    }
+
+    #[inline]
+    fn visit(&mut self, a: &crate::model::AllocRecord) {
+        if !self.active || a.range_slot == 0 || !a.kind.is_device_memory() {
+            return;
+        }
+        if a.range_slot != self.chain_of {
+            self.chain.clear();
+            self.chain_of = a.range_slot;
             let mut slot = a.range_slot;
-            while slot != 0 && chain.len() < 64 {
-                let Some((end, parent)) = m.ranges.end_and_parent(slot as usize - 1) else {
+            while slot != 0 && self.chain.len() < 64 {
+                let Some((end, parent)) = self.m.ranges.end_and_parent(slot as usize - 1) else {
                     break;
                 };
-                chain.push((end, scope_of[slot as usize - 1]));
+                self.chain
+                    .push((end, self.scopes.scope_of[slot as usize - 1]));
                 slot = parent;
             }
         }
-        for &(end, scope) in &chain {
+        for &(end, scope) in &self.chain {
             match end {
                 Some(end) if a.free_ts_nanos == LIVE || a.free_ts_nanos > end => {
-                    let e = kept.entry((scope, a.stack)).or_default();
+                    let e = self.kept.entry((scope, a.stack)).or_default();
                     *e = e.saturating_add(a.size_bytes);
                 }
                 _ => {}
             }
         }
     }
-    kept
 }
 
-fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
-    let NvtxScopes { scope_of, names } = nvtx_scope_index(m);
+fn nvtx_scopes(
+    m: &TraceModel,
+    c: &Config,
+    scopes: NvtxScopes,
+    kept: &HashMap<(u32, StackId), u64>,
+) -> Vec<ScopeGrowth> {
+    let NvtxScopes { scope_of, names } = scopes;
     let mut diffs: Vec<Vec<i64>> = alloc::vec![Vec::new(); names.len()];
     let mut peaks: Vec<u64> = alloc::vec![0; names.len()];
     for (r, &k) in m.ranges.iter().zip(&scope_of) {
@@ -165,9 +242,8 @@ fn nvtx_scopes(m: &TraceModel, c: &Config) -> Vec<ScopeGrowth> {
             peaks[k as usize] = peaks[k as usize].max(r.peak_bytes);
         }
     }
-    let kept = kept_beyond_instances(m, &scope_of);
     let mut top: Vec<Option<(StackId, u64)>> = alloc::vec![None; diffs.len()];
-    for ((k, stack), bytes) in kept {
+    for (&(k, stack), &bytes) in kept {
         let t = &mut top[k as usize];
         if t.is_none_or(|(s, b)| bytes > b || (bytes == b && stack < s)) {
             *t = Some((stack, bytes));
@@ -533,7 +609,7 @@ mod tests {
             let trace = crate::load(&enc.into_bytes()).expect("the trace loads");
             let m = &trace.model;
             let NvtxScopes { scope_of, .. } = nvtx_scope_index(m);
-            prop_assert_eq!(kept_beyond_instances(m, &scope_of), kept_walked(m, &scope_of));
+            prop_assert_eq!(kept_beyond_instances(m), kept_walked(m, &scope_of));
         }
     }
 

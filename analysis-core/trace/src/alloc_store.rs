@@ -88,6 +88,8 @@ impl Fields {
     /// The free time and free kind.
     pub const FREE: Self = Self(1 << 9);
     pub const ALL: Self = Self((1 << 10) - 1);
+    /// No field: what a pass that reads nothing adds to another's.
+    pub const NONE: Self = Self(0);
 
     /// Both sets.
     #[must_use]
