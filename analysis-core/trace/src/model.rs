@@ -842,7 +842,7 @@ impl TraceModel {
     /// [`Self::observe`] of an alloc, free or range record, as [`Decoder::hot_records`] gives
     /// them.
     #[inline]
-    pub fn observe_hot(&mut self, rec: Hot, offset: u64) {
+    pub fn observe_hot(&mut self, rec: &Hot, offset: u64) {
         self.records += 1;
         match rec {
             Hot::Alloc(a) => {
@@ -855,17 +855,17 @@ impl TraceModel {
             }
             Hot::RangeBegin(b) => {
                 self.touch_time(b.ts_nanos);
-                self.range_begin(b);
+                self.range_begin(*b);
             }
             Hot::RangeEnd(e) => {
                 self.touch_time(e.ts_nanos);
-                self.range_end(e);
+                self.range_end(*e);
             }
         }
     }
 
     #[inline]
-    fn alloc(&mut self, a: Alloc) {
+    fn alloc(&mut self, a: &Alloc) {
         let key = SeriesKey {
             process: a.process,
             device: a.device,
@@ -941,7 +941,7 @@ impl TraceModel {
     }
 
     #[inline]
-    fn free(&mut self, f: Free, offset: u64) {
+    fn free(&mut self, f: &Free, offset: u64) {
         let idx = f.alloc.0;
         match usize::try_from(idx)
             .ok()
@@ -1038,8 +1038,8 @@ impl TraceModel {
             self.touch_time(t);
         }
         match rec {
-            Record::Alloc(a) => self.alloc(a),
-            Record::Free(f) => self.free(f, offset),
+            Record::Alloc(a) => self.alloc(&a),
+            Record::Free(f) => self.free(&f, offset),
             Record::ContextReset(c) => {
                 let mut freed_count = 0;
                 let mut freed_bytes: u64 = 0;
@@ -1549,7 +1549,7 @@ impl Loader {
             if let Some(model) = self.model.as_mut() {
                 let mut over = None;
                 self.decoder.hot_records(|rec, offset, end| {
-                    model.observe_hot(rec, offset);
+                    model.observe_hot(&rec, offset);
                     over = over_budget(model, end);
                     over.is_none()
                 });

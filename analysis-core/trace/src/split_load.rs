@@ -167,7 +167,7 @@ impl LoadReplay {
         for item in &mut batch.records {
             let end = match item {
                 Item::Hot(rec, offset, end) => {
-                    model.observe_hot(*rec, *offset);
+                    model.observe_hot(rec, *offset);
                     *end
                 }
                 Item::Other(rec, offset, end) => {
