@@ -14,9 +14,7 @@ use crate::units::{fmt_bytes, fmt_duration};
 
 pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex, found: &mut Found) -> Vec<ChurnSite> {
     let mut pass = ShortLived::new(c, sites);
-    for a in m.allocs.iter_fields(pass.fields()) {
-        pass.visit(&a);
-    }
+    super::run_alone(m, &mut pass);
     analyze_after(m, c, sites, pass, found)
 }
 

@@ -137,9 +137,7 @@ pub fn analyze_view_with(
         let report = if view.is_none() {
             facts::summary_facts_carrying(trace, &mut short)
         } else {
-            for a in m.allocs.iter_fields(short.fields()) {
-                short.visit(&a);
-            }
+            run_alone(m, &mut short);
             facts::summary_facts(trace)
         };
         let spikes = spikes::analyze(m, config, &sites, &its, &causes, &mut found);
@@ -344,6 +342,13 @@ pub(crate) trait Carried {
     fn fields(&self) -> Fields;
     /// The next allocation, in id order.
     fn visit(&mut self, a: &crate::model::AllocRecord);
+}
+
+/// Runs `pass` on its own: one pass over `m`'s allocations, with its fields only.
+pub(crate) fn run_alone(m: &TraceModel, pass: &mut impl Carried) {
+    for a in m.allocs.iter_fields(pass.fields()) {
+        pass.visit(&a);
+    }
 }
 
 /// A pass that reads nothing, for a carrier that carries none.

@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 use hashbrown::HashMap;
 
-use super::{Carried, Config, SiteIndex, site_label};
+use super::{Config, SiteIndex, site_label};
 use crate::format::{StackId, StringId};
 use crate::model::{Fields, LIVE, TraceModel};
 pub use crate::report::{ScopeGrowth, ScopeKind};
@@ -25,9 +25,7 @@ const MAX_CALL_SITE_SCOPES: usize = 50;
 pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
     let mut pass = ScopePass::new(m);
     if pass.active {
-        for a in m.allocs.iter_fields(pass.fields()) {
-            pass.visit(&a);
-        }
+        super::run_alone(m, &mut pass);
     }
     analyze_after(m, c, sites, pass)
 }
@@ -140,9 +138,7 @@ pub(crate) fn nvtx_scope_index(m: &TraceModel) -> NvtxScopes {
 #[cfg(test)]
 fn kept_beyond_instances(m: &TraceModel) -> HashMap<(u32, StackId), u64> {
     let mut pass = ScopePass::new(m);
-    for a in m.allocs.iter_fields(pass.fields()) {
-        pass.visit(&a);
-    }
+    super::run_alone(m, &mut pass);
     pass.finish().1
 }
 
