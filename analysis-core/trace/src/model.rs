@@ -521,13 +521,20 @@ impl TraceModel {
                 + self.total_points.heap_bytes()) as u64
     }
 
-    #[inline]
+    /// The index in `series` of `key`: the last one's at the cost of a comparison (the common
+    /// case, inlined), else looked up or made.
+    #[inline(always)]
     fn series_index(&mut self, key: SeriesKey) -> usize {
         if let Some(s) = self.series.get(self.last_series)
             && s.key == key
         {
             return self.last_series;
         }
+        self.series_lookup(key)
+    }
+
+    #[inline(never)]
+    fn series_lookup(&mut self, key: SeriesKey) -> usize {
         let i = match self.series_slots.get(&key) {
             Some(&i) => i,
             None => {
@@ -752,7 +759,7 @@ impl TraceModel {
     }
 
     /// Applies a change of `delta` live bytes to one series and the totals.
-    #[inline]
+    #[inline(always)]
     fn apply(&mut self, key: SeriesKey, t: u64, add: bool, bytes: u64) {
         let si = self.series_index(key);
         let s = &mut self.series[si];

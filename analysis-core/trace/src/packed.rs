@@ -126,18 +126,28 @@ impl Chunked {
         let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
         match &self.chunks[c] {
             Chunk::Here(bytes) => f(&bytes[o..o + n]),
-            &Chunk::Away(h) => {
-                let (mut f, mut r) = (Some(f), R::default());
-                if let Some(s) = &self.spill {
-                    s.read(h, o, n.min(MAX_RUN), &mut |b| {
-                        if let Some(f) = f.take() {
-                            r = f(b);
-                        }
-                    });
-                }
-                r
-            }
+            &Chunk::Away(h) => self.with_spilled_run(h, o, n, f),
         }
+    }
+
+    /// [`Self::with_run`] of a spilled chunk, out of line: the in-memory read stays small.
+    #[inline(never)]
+    fn with_spilled_run<R: Default>(
+        &self,
+        h: u64,
+        o: usize,
+        n: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> R {
+        let (mut f, mut r) = (Some(f), R::default());
+        if let Some(s) = &self.spill {
+            s.read(h, o, n.min(MAX_RUN), &mut |b| {
+                if let Some(f) = f.take() {
+                    r = f(b);
+                }
+            });
+        }
+        r
     }
 
     /// The byte at `i`. Panics when `i >= len()`, as indexing a slice does.
@@ -383,6 +393,16 @@ impl PackedColumn {
         self.append_offsets(lo, width, value);
     }
 
+    /// [`Self::append`] of values that never decrease: the block's frame is its first and
+    /// last values, without a scan.
+    #[inline(never)]
+    pub fn append_ascending(&mut self, value: impl Fn(usize) -> u64) {
+        debug_assert!((1..BLOCK).all(|k| value(k - 1) <= value(k)));
+        let lo = value(0);
+        let width = (64 - (value(BLOCK - 1) - lo).leading_zeros()).div_ceil(8) as usize;
+        self.append_offsets(lo, width, value);
+    }
+
     /// Packs a full block as [`Self::append`] does, or, where it repeats a few values (the
     /// sizes a loop allocates again and again), as a dictionary when that is smaller: each
     /// distinct value once, as an offset from the minimum, and a byte per value saying which.
@@ -620,6 +640,18 @@ impl Column {
         if self.tail.len() == BLOCK {
             let t = &self.tail;
             self.packed.append(|k| t[k]);
+            self.tail.clear();
+        }
+    }
+
+    /// [`Self::push`] of a value not below the last one pushed (a column of times): its
+    /// blocks are packed without scanning for their range.
+    #[inline(always)]
+    pub fn push_ascending(&mut self, v: u64) {
+        self.tail.push(v);
+        if self.tail.len() == BLOCK {
+            let t = &self.tail;
+            self.packed.append_ascending(|k| t[k]);
             self.tail.clear();
         }
     }

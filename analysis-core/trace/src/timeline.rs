@@ -150,13 +150,13 @@ impl PointsData {
     }
 
     /// [`Timeline::push`].
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, t: u64, v: u64) {
         let t = match self.times.last() {
             Some(last) if t < last => last,
             _ => t,
         };
-        self.times.push(t);
+        self.times.push_ascending(t);
         self.values.push(v);
     }
 
