@@ -23,6 +23,10 @@ use crate::format::{ProcessIdx, StackId};
 use crate::model::{Fields, TraceModel};
 pub use crate::report::{IterationSource, Iterations};
 
+mod recurring;
+
+use recurring::{Site, upper_median};
+
 /// At least this many repetitions make an iteration.
 pub const MIN_ITERATIONS: usize = 6;
 /// Windows used when the history shows no repeated unit.
@@ -76,15 +80,6 @@ fn median_gap(starts: &[u64]) -> u64 {
         .map(|w| w[1].saturating_sub(w[0]))
         .collect();
     upper_median(&mut gaps)
-}
-
-/// The value at index `len / 2` once sorted (reordering `values`), 0 for none.
-fn upper_median(values: &mut [u64]) -> u64 {
-    if values.is_empty() {
-        return 0;
-    }
-    let mid = values.len() / 2;
-    *values.select_nth_unstable(mid).1
 }
 
 fn make(source: IterationSource, label: String, mut starts: Vec<u64>) -> Iterations {
@@ -167,42 +162,16 @@ fn last_allocation(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
 
 /// Whether a stack's allocations recur regularly (most gaps between their times within a
 /// factor of two of the median gap) and are mostly transient (freed within two periods).
-fn recurs(s: &Recurring) -> bool {
-    let med = s.med;
-    if med == 0 {
+fn recurs(s: &Site) -> bool {
+    if s.med == 0 {
         return false;
     }
-    let steady = s
-        .gaps
-        .iter()
-        .filter(|&&g| g >= med / 2 && g <= med.saturating_mul(2))
-        .count();
-    if steady * 10 < s.gaps.len() * 7 {
+    if s.steady * 10 < s.gaps() * 7 {
         return false;
     }
     // A heartbeat is transient work of each iteration: most of its allocations are freed
     // within two periods. A site whose allocations are kept is what may leak, not a clock.
-    s.transient * 2 >= s.count()
-}
-
-/// A stack's allocations, as the search for a recurring site reads them.
-#[derive(Default)]
-struct Recurring {
-    first: u64,
-    last: u64,
-    /// The gaps between consecutive allocation times (in no order once `med` is found).
-    gaps: Vec<u64>,
-    /// The median gap.
-    med: u64,
-    /// Allocations freed within two median gaps.
-    transient: usize,
-}
-
-impl Recurring {
-    /// The stack's allocations (once `gaps` holds the gaps between them).
-    fn count(&self) -> usize {
-        self.gaps.len() + 1
-    }
+    s.transient * 2 >= s.count
 }
 
 fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
@@ -210,70 +179,14 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
     if span == 0 {
         return None;
     }
-    // Passes rather than one: the allocations of each stack counted, their times kept in a
-    // vector of exactly that size and turned into gaps in place (the order of the gaps does not
-    // matter), then the transient ones counted once each stack's median gap is known, and the
-    // chosen stack's times read again. The search holds 8 bytes per allocation, where vectors
-    // of times and lifetimes grown by doubling, and a copy of the gaps, held up to 40.
-    let fields = Fields::PROCESS | Fields::SIZE | Fields::KIND | Fields::STACK;
-    let keep = |a: &crate::model::AllocRecord| {
-        sel.is_none_or(|p| a.process == p)
-            && a.size_bytes > 0
-            && a.kind.is_tracked()
-            && a.stack.0 != 0
-    };
-    let mut counts: HashMap<StackId, usize> = HashMap::new();
-    for a in m.allocs.iter_fields(fields).filter(keep) {
-        *counts.entry(a.stack).or_default() += 1;
-    }
-    let mut sites: HashMap<StackId, Recurring> = counts
-        .into_iter()
-        .map(|(stack, count)| {
-            let gaps = Vec::with_capacity(count);
-            (
-                stack,
-                Recurring {
-                    gaps,
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
-    for a in m.allocs.iter_fields(fields | Fields::TS).filter(keep) {
-        if let Some(s) = sites.get_mut(&a.stack) {
-            s.gaps.push(a.ts_nanos);
-        }
-    }
-    for s in sites.values_mut() {
-        // Damaged traces can step back in time: the gaps are between the times in order.
-        let t = &mut s.gaps;
-        t.sort_unstable();
-        s.first = t.first().copied().unwrap_or(0);
-        s.last = t.last().copied().unwrap_or(0);
-        for k in 1..t.len() {
-            t[k - 1] = t[k] - t[k - 1];
-        }
-        t.pop();
-        s.med = upper_median(t);
-    }
-    for a in m
-        .allocs
-        .iter_fields(fields | Fields::TS | Fields::FREE)
-        .filter(keep)
-    {
-        if let Some(s) = sites.get_mut(&a.stack)
-            && a.free_ts_nanos.saturating_sub(a.ts_nanos) <= s.med.saturating_mul(2)
-        {
-            s.transient += 1;
-        }
-    }
+    let sites = recurring::sites(m, sel);
     // (prefer, count, stack) of every regular candidate: a site that recurs over at least half
     // the history.
-    let candidates = |covers: &dyn Fn(&Recurring) -> bool| -> Vec<(bool, usize, StackId)> {
+    let candidates = |covers: &dyn Fn(&Site) -> bool| -> Vec<(bool, usize, StackId)> {
         sites
             .iter()
-            .filter(|(_, s)| s.count() >= MIN_ITERATIONS && covers(s) && recurs(s))
-            .map(|(stack, s)| (optimizer_step(m, *stack), s.count(), *stack))
+            .filter(|(_, s)| s.count >= MIN_ITERATIONS && covers(s) && recurs(s))
+            .map(|(stack, s)| (optimizer_step(m, *stack), s.count, *stack))
             .collect()
     };
     let mut regular = candidates(&|s| s.last.saturating_sub(s.first) >= span / 2);
@@ -318,8 +231,8 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
     drop(sites);
     let starts: Vec<u64> = m
         .allocs
-        .iter_fields(fields | Fields::TS)
-        .filter(|a| a.stack == pick.2 && keep(a))
+        .iter_fields(recurring::FIELDS)
+        .filter(|a| a.stack == pick.2 && recurring::kept(sel, a))
         .map(|a| a.ts_nanos)
         .collect();
     Some(make(
