@@ -65,6 +65,7 @@ pub(crate) fn analyze(
     found: &mut Found,
 ) -> LeakSections {
     let stacks = StackSeries::new(m, causes, sampling, carried);
+    carried.end_pass();
     let mut v = judge_causes(m, c, causes, sampling, &stacks);
     let groups = group_causes(m, c, causes, &v.leaking, &v.weak, &v.leak_stacks);
     for (members, _) in &groups {
@@ -85,14 +86,16 @@ pub(crate) fn analyze(
     let mut ends = EndScan::new(causes, &v.leak_stacks);
     for (i, a) in m
         .allocs
-        .iter_fields(kept.fields() | EndScan::FIELDS)
+        .iter_fields(kept.fields() | EndScan::FIELDS | carried.fields())
         .enumerate()
     {
+        carried.visit(&a);
         let pair = causes.pair_of(&a);
         let ci = causes.pair(pair).0;
         kept.visit(i, pair, ci, &a);
         ends.visit(pair, ci, &a);
     }
+    carried.end_pass();
     let kept = kept.finish();
     v.rows.sort_by(|a, b| {
         b.leaking

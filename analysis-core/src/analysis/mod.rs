@@ -107,8 +107,8 @@ pub fn analyze_view_with(
         let mut found = Found::default();
         // Each process's samples (its own iterations for the busiest), for growth and trends.
         let sampling = sampling::sampling_by_process(m, &its);
-        // The scopes' pass over the history rides on the leaks detector's first.
-        let mut scope_pass = scopes::ScopePass::new(m);
+        // The scopes' passes over the history ride on the leaks detector's two.
+        let mut scope_pass = scopes::ScopePass::new(m, &sites);
         let sections = leaks::analyze(
             m,
             config,
@@ -342,6 +342,10 @@ pub(crate) trait Carried {
     fn fields(&self) -> Fields;
     /// The next allocation, in id order.
     fn visit(&mut self, a: &crate::model::AllocRecord);
+    /// The carrier's pass ended. A carrier that makes two passes carries a pass of two rounds
+    /// (the call-site scopes: counted, then swept) through both, calling this after each; its
+    /// second pass reads [`Self::fields`] again.
+    fn end_pass(&mut self) {}
 }
 
 /// Runs `pass` on its own: one pass over `m`'s allocations, with its fields only.

@@ -23,7 +23,7 @@ const MAX_CALL_SITE_SCOPES: usize = 50;
 /// per-iteration growth of causes (`leaks`), which this table only details: one cause, one
 /// finding.
 pub fn analyze(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
-    let mut pass = ScopePass::new(m);
+    let mut pass = ScopePass::new(m, sites);
     if pass.active {
         super::run_alone(m, &mut pass);
     }
@@ -38,7 +38,7 @@ pub(crate) fn analyze_after(
     pass: ScopePass<'_>,
 ) -> Vec<ScopeGrowth> {
     let mut out = if m.ranges.is_empty() {
-        call_site_scopes(m, c, sites)
+        call_site_scopes(m, c, sites, pass.calls)
     } else {
         let (scopes, kept) = pass.finish();
         nvtx_scopes(m, c, scopes, &kept)
@@ -137,7 +137,8 @@ pub(crate) fn nvtx_scope_index(m: &TraceModel) -> NvtxScopes {
 /// (the instance itself or one it runs inside), by (scope, stack).
 #[cfg(test)]
 fn kept_beyond_instances(m: &TraceModel) -> HashMap<(u32, StackId), u64> {
-    let mut pass = ScopePass::new(m);
+    let sites = SiteIndex::new(m);
+    let mut pass = ScopePass::new(m, &sites);
     super::run_alone(m, &mut pass);
     pass.finish().1
 }
@@ -146,10 +147,13 @@ fn kept_beyond_instances(m: &TraceModel) -> HashMap<(u32, StackId), u64> {
 /// ([`super::Carried`]: the leaks detector's first, one decoding of the history for both): in
 /// a trace with NVTX ranges, the bytes each call site kept beyond the end of an instance of
 /// each scope it was allocated in (the instance itself or one it runs inside), by (scope,
-/// stack). A trace without ranges has its scopes per call site, made apart.
+/// stack). A trace without ranges has its scopes per call site: their two rounds ride on two
+/// passes of the carrier ([`CallSites`]), or are made apart.
 pub(crate) struct ScopePass<'a> {
     m: &'a TraceModel,
+    /// Whether the trace has NVTX ranges: the first round only.
     active: bool,
+    calls: CallSites<'a>,
     scopes: NvtxScopes,
     kept: HashMap<(u32, StackId), u64>,
     /// The instances an allocation's instance runs in (itself first, at most 64), as (end,
@@ -159,11 +163,21 @@ pub(crate) struct ScopePass<'a> {
 }
 
 impl<'a> ScopePass<'a> {
-    pub(crate) fn new(m: &'a TraceModel) -> Self {
+    pub(crate) fn new(m: &'a TraceModel, sites: &'a SiteIndex) -> Self {
         let active = !m.ranges.is_empty();
         Self {
             m,
             active,
+            calls: if active {
+                CallSites::Off
+            } else {
+                CallSites::Counting {
+                    sites,
+                    per_site: alloc::vec![0; sites.len()],
+                    in_order: true,
+                    last: 0,
+                }
+            },
             scopes: if active {
                 nvtx_scope_index(m)
             } else {
@@ -189,13 +203,17 @@ impl super::Carried for ScopePass<'_> {
         if self.active {
             Fields::RANGE_SLOT | Fields::KIND | Fields::FREE | Fields::STACK | Fields::SIZE
         } else {
-            Fields::NONE
+            self.calls.fields()
         }
     }
 
     #[inline]
     fn visit(&mut self, a: &crate::model::AllocRecord) {
-        if !self.active || a.range_slot == 0 || !a.kind.is_device_memory() {
+        if !self.active {
+            self.calls.visit(a);
+            return;
+        }
+        if a.range_slot == 0 || !a.kind.is_device_memory() {
             return;
         }
         if a.range_slot != self.chain_of {
@@ -220,6 +238,98 @@ impl super::Carried for ScopePass<'_> {
                 _ => {}
             }
         }
+    }
+
+    fn end_pass(&mut self) {
+        // The NVTX scopes take one round.
+        self.active = false;
+        self.calls.end_pass();
+    }
+}
+
+/// The call-site scopes' rounds when another pass carries them: the calls counted per site
+/// (and whether the history is in order) on the carrier's first pass, then swept on its second
+/// ([`Sweep`]); those left undone are made apart ([`call_site_scopes`]).
+enum CallSites<'a> {
+    /// None carried: a trace with NVTX ranges.
+    Off,
+    Counting {
+        sites: &'a SiteIndex,
+        per_site: Vec<u64>,
+        in_order: bool,
+        last: u64,
+    },
+    Sweeping {
+        sites: &'a SiteIndex,
+        sweep: Sweep,
+    },
+    /// The calls per site, and their growth where the sweep could make it (a history in order
+    /// whose queue of frees stayed short).
+    Counted {
+        per_site: Vec<u64>,
+        growth: Option<Vec<Growth>>,
+    },
+}
+
+impl CallSites<'_> {
+    fn fields(&self) -> Fields {
+        match self {
+            Self::Counting { .. } => Fields::KIND | Fields::STACK | Fields::TS | Fields::FREE,
+            Self::Sweeping { .. } => CALL_FIELDS,
+            Self::Off | Self::Counted { .. } => Fields::NONE,
+        }
+    }
+
+    #[inline]
+    fn visit(&mut self, a: &crate::model::AllocRecord) {
+        match self {
+            Self::Counting {
+                sites,
+                per_site,
+                in_order,
+                last,
+            } => {
+                if let Some(c) = call(sites, a) {
+                    per_site[c.site] += 1;
+                    *in_order &= c.ts >= *last && (c.free == LIVE || c.free >= c.ts);
+                    *last = c.ts;
+                }
+            }
+            Self::Sweeping { sites, sweep, .. } => {
+                if let Some(c) = call(sites, a) {
+                    sweep.visit(c);
+                }
+            }
+            Self::Off | Self::Counted { .. } => {}
+        }
+    }
+
+    fn end_pass(&mut self) {
+        *self = match core::mem::replace(self, Self::Off) {
+            Self::Counting {
+                sites,
+                per_site,
+                in_order,
+                ..
+            } => {
+                if in_order {
+                    Self::Sweeping {
+                        sites,
+                        sweep: Sweep::new(per_site),
+                    }
+                } else {
+                    Self::Counted {
+                        per_site,
+                        growth: None,
+                    }
+                }
+            }
+            Self::Sweeping { sweep, .. } => {
+                let (per_site, growth) = sweep.finish();
+                Self::Counted { per_site, growth }
+            }
+            done => done,
+        };
     }
 }
 
@@ -328,46 +438,95 @@ struct Call {
 /// each freed at or after its time ([`growth_by_vectors`] takes any history). None when more
 /// than `max_queued` frees wait at once (a queue entry takes 24 bytes, a call 16 in the
 /// vectors: a history whose calls mostly live long is summed there instead).
+#[cfg(test)]
 fn growth_by_sweep(
     per_site: &[u64],
     calls: impl Iterator<Item = Call>,
     max_queued: usize,
 ) -> Option<Vec<Growth>> {
-    let mut growth = alloc::vec![Growth::default(); per_site.len()];
-    let mut open: Vec<Option<i64>> = alloc::vec![None; per_site.len()];
-    // (free time, site, size) of the calls freed later.
-    let mut frees: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
-    let free = |open: &mut [Option<i64>], site: usize, size: u64| {
+    let mut sweep = Sweep::new(per_site.to_vec());
+    sweep.max_queued = max_queued;
+    for c in calls {
+        sweep.visit(c);
+    }
+    sweep.finish().1
+}
+
+/// The state of [`growth_by_sweep`]'s sweep, fed one call at a time.
+struct Sweep {
+    /// Calls per site.
+    per_site: Vec<u64>,
+    growth: Vec<Growth>,
+    /// Each site's open call's growth so far.
+    open: Vec<Option<i64>>,
+    /// (free time, site, size) of the calls freed later.
+    frees: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    max_queued: usize,
+    /// The queue grew past `max_queued`: the sweep stopped.
+    over: bool,
+}
+
+impl Sweep {
+    /// A sweep of the calls counted in `per_site`, whose queue may hold two thirds of them
+    /// (the queue never takes more than the vectors would).
+    fn new(per_site: Vec<u64>) -> Self {
+        let max_queued = per_site.iter().sum::<u64>().saturating_mul(2) / 3;
+        Self {
+            growth: alloc::vec![Growth::default(); per_site.len()],
+            open: alloc::vec![None; per_site.len()],
+            per_site,
+            frees: BinaryHeap::new(),
+            max_queued: usize::try_from(max_queued).unwrap_or(usize::MAX),
+            over: false,
+        }
+    }
+
+    /// The site's open call, its growth less `size`.
+    fn free(open: &mut [Option<i64>], site: usize, size: u64) {
         if let Some(d) = &mut open[site] {
             *d = d.saturating_sub(signed(size));
         }
-    };
-    for c in calls {
-        while let Some(&Reverse((t, site, size))) = frees.peek()
+    }
+
+    /// The next call in time order.
+    #[inline]
+    fn visit(&mut self, c: Call) {
+        if self.over {
+            return;
+        }
+        while let Some(&Reverse((t, site, size))) = self.frees.peek()
             && t < c.ts
         {
-            frees.pop();
-            free(&mut open, site, size);
+            self.frees.pop();
+            Self::free(&mut self.open, site, size);
         }
-        if let Some(d) = open[c.site].replace(signed(c.size)) {
-            growth[c.site].add(per_site[c.site], d);
+        if let Some(d) = self.open[c.site].replace(signed(c.size)) {
+            self.growth[c.site].add(self.per_site[c.site], d);
         }
         if c.free != LIVE {
-            if frees.len() >= max_queued {
-                return None;
+            if self.frees.len() >= self.max_queued {
+                self.over = true;
+                return;
             }
-            frees.push(Reverse((c.free, c.site, c.size)));
+            self.frees.push(Reverse((c.free, c.site, c.size)));
         }
     }
-    while let Some(Reverse((_, site, size))) = frees.pop() {
-        free(&mut open, site, size);
-    }
-    for (site, d) in open.into_iter().enumerate() {
-        if let Some(d) = d {
-            growth[site].add(per_site[site], d);
+
+    /// The calls per site and, unless the queue grew too long, every site's growth per call.
+    fn finish(mut self) -> (Vec<u64>, Option<Vec<Growth>>) {
+        if self.over {
+            return (self.per_site, None);
         }
+        while let Some(Reverse((_, site, size))) = self.frees.pop() {
+            Self::free(&mut self.open, site, size);
+        }
+        for (site, d) in self.open.into_iter().enumerate() {
+            if let Some(d) = d {
+                self.growth[site].add(self.per_site[site], d);
+            }
+        }
+        (self.per_site, Some(self.growth))
     }
-    Some(growth)
 }
 
 /// [`growth_by_sweep`] for any history (a damaged trace's times may step back, or a free come
@@ -402,40 +561,74 @@ fn growth_by_vectors<I: Iterator<Item = Call>>(
     diffs.iter().map(|d| Growth::of(d)).collect()
 }
 
-fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeGrowth> {
-    let fields = Fields::KIND | Fields::STACK | Fields::TS | Fields::SIZE | Fields::FREE;
+/// The fields a call-site scope's call reads.
+const CALL_FIELDS: Fields = Fields::KIND
+    .and(Fields::STACK)
+    .and(Fields::TS)
+    .and(Fields::SIZE)
+    .and(Fields::FREE);
+
+/// Allocation `a` as a call of its site's scope, when it is device memory.
+#[inline]
+fn call(sites: &SiteIndex, a: &crate::model::AllocRecord) -> Option<Call> {
+    let site = sites.get(a.stack).filter(|_| a.kind.is_device_memory())?;
+    Some(Call {
+        site,
+        ts: a.ts_nanos,
+        size: a.size_bytes,
+        free: a.free_ts_nanos,
+    })
+}
+
+/// The scopes per call site, from what the carried rounds made (`done`), and passes of their
+/// own for what they did not.
+fn call_site_scopes(
+    m: &TraceModel,
+    c: &Config,
+    sites: &SiteIndex,
+    done: CallSites<'_>,
+) -> Vec<ScopeGrowth> {
     let calls = || {
-        m.allocs.iter_fields(fields).filter_map(|a| {
-            let site = sites.get(a.stack).filter(|_| a.kind.is_device_memory())?;
-            Some(Call {
-                site,
-                ts: a.ts_nanos,
-                size: a.size_bytes,
-                free: a.free_ts_nanos,
-            })
-        })
+        m.allocs
+            .iter_fields(CALL_FIELDS)
+            .filter_map(|a| call(sites, &a))
     };
-    // Calls per site, and whether the history is in time order with no free before its
-    // allocation (a trace that is not damaged), which the sweep needs.
-    let mut per_site = alloc::vec![0u64; sites.len()];
-    let (mut in_order, mut last) = (true, 0u64);
-    for c in calls() {
-        per_site[c.site] += 1;
-        in_order &= c.ts >= last && (c.free == LIVE || c.free >= c.ts);
-        last = c.ts;
-    }
-    // The queue never takes more than the vectors would.
-    let max_queued = per_site.iter().sum::<u64>().saturating_mul(2) / 3;
-    let swept = in_order
-        .then(|| {
-            growth_by_sweep(
-                &per_site,
-                calls(),
-                usize::try_from(max_queued).unwrap_or(usize::MAX),
-            )
-        })
-        .flatten();
-    let growth = swept.unwrap_or_else(|| growth_by_vectors(&per_site, calls));
+    let growth = match done {
+        CallSites::Counted {
+            growth: Some(growth),
+            ..
+        } => growth,
+        CallSites::Counted {
+            per_site,
+            growth: None,
+        } => growth_by_vectors(&per_site, calls),
+        // Not carried: both rounds here.
+        _ => {
+            let mut rounds = CallSites::Counting {
+                sites,
+                per_site: alloc::vec![0; sites.len()],
+                in_order: true,
+                last: 0,
+            };
+            while matches!(
+                rounds,
+                CallSites::Counting { .. } | CallSites::Sweeping { .. }
+            ) {
+                for a in m.allocs.iter_fields(rounds.fields()) {
+                    rounds.visit(&a);
+                }
+                rounds.end_pass();
+            }
+            match rounds {
+                CallSites::Counted {
+                    growth: Some(growth),
+                    ..
+                } => growth,
+                CallSites::Counted { per_site, .. } => growth_by_vectors(&per_site, calls),
+                _ => Vec::new(),
+            }
+        }
+    };
     let mut out = Vec::new();
     for (i, g) in growth.iter().enumerate() {
         if g.calls < c.min_calls_for_analysis {
@@ -473,6 +666,42 @@ fn call_site_scopes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeG
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The call-site scopes carried through two passes of another (each ended with
+    /// `end_pass`) are those made by passes of their own, on every scenario without NVTX
+    /// ranges, with the queue of frees kept short or let grow too long for the sweep.
+    #[test]
+    fn carried_call_site_scopes_equal_those_made_apart() {
+        use super::super::Carried;
+        use crate::synth::{Scenario, generate};
+        let c = Config::default();
+        let mut without_ranges = 0;
+        for s in Scenario::ALL {
+            let (bytes, _) = generate(s, 30_000, 5);
+            let t = crate::model::load(&bytes).expect("loads");
+            let m = &t.model;
+            if !m.ranges.is_empty() {
+                continue;
+            }
+            without_ranges += 1;
+            let sites = SiteIndex::new(m);
+            let apart = format!("{:?}", analyze(m, &c, &sites));
+            for short_queue in [false, true] {
+                let mut pass = ScopePass::new(m, &sites);
+                super::super::run_alone(m, &mut pass);
+                pass.end_pass();
+                if let (true, CallSites::Sweeping { sweep, .. }) = (short_queue, &mut pass.calls) {
+                    sweep.max_queued = 0;
+                }
+                super::super::run_alone(m, &mut pass);
+                pass.end_pass();
+                assert!(matches!(pass.calls, CallSites::Counted { .. }), "{s:?}");
+                let carried = format!("{:?}", analyze_after(m, &c, &sites, pass));
+                assert_eq!(carried, apart, "{s:?}");
+            }
+        }
+        assert!(without_ranges >= 5);
+    }
 
     /// A history in time order: calls of `sites` sites at times that often tie, freed at or
     /// after their time (often at another call's time, or the same), or never.
