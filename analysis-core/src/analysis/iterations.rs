@@ -12,7 +12,9 @@
 //!    of two of the median) over most of the history, or, where none does, up to the
 //!    program's last allocation (a short script: its loop a small part of a run spent mostly
 //!    importing, starting CUDA and in a slow first step). Stacks through an optimizer's `step`
-//!    are preferred; otherwise the outermost regular unit that still repeats often enough.
+//!    are preferred; otherwise the outermost regular unit that still repeats often enough. A
+//!    site recurring more than `MAX_RECURRING_ITERATIONS` times gives runs of its consecutive
+//!    calls as iterations.
 //! 4. Otherwise equal time windows.
 
 use alloc::string::String;
@@ -174,7 +176,22 @@ fn recurs(s: &Site) -> bool {
     s.transient * 2 >= s.count
 }
 
+/// Iterations a recurring call site gives at most. A site that recurs more often (a loop or a
+/// server allocating on every call, hundreds of millions of times in a long run) makes each
+/// iteration a run of consecutive calls, so that what is kept per iteration stays bounded:
+/// 8 MiB of starts, and 24 MiB of the spikes' peaks.
+const MAX_RECURRING_ITERATIONS: usize = 1 << 20;
+
 fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
+    from_recurring_site_at_most(m, sel, MAX_RECURRING_ITERATIONS)
+}
+
+/// [`from_recurring_site`] with at most `most` iterations.
+fn from_recurring_site_at_most(
+    m: &TraceModel,
+    sel: Option<ProcessIdx>,
+    most: usize,
+) -> Option<Iterations> {
     let span = m.last_ts_nanos.saturating_sub(m.first_ts_nanos);
     if span == 0 {
         return None;
@@ -229,17 +246,22 @@ fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterat
         **pool.iter().min_by_key(|r| (r.1, r.2))?
     };
     drop(sites);
+    // Calls per iteration: one, or a run of them where the site recurs more than `most` times.
+    let per = pick.1.div_ceil(most.max(1)).max(1);
     let starts: Vec<u64> = m
         .allocs
         .iter_fields(recurring::FIELDS)
         .filter(|a| a.stack == pick.2 && recurring::kept(sel, a))
         .map(|a| a.ts_nanos)
+        .step_by(per)
         .collect();
-    Some(make(
-        IterationSource::RecurringSite,
-        m.stack_label(pick.2),
-        starts,
-    ))
+    let label = m.stack_label(pick.2);
+    let label = if per > 1 {
+        alloc::format!("{label}, 1 in {per} calls")
+    } else {
+        label
+    };
+    Some(make(IterationSource::RecurringSite, label, starts))
 }
 
 /// Moments at which the total live bytes are sampled to find their period.
@@ -354,5 +376,32 @@ pub fn detect_in(m: &TraceModel, sel: Option<ProcessIdx>) -> Iterations {
             time_windows(m)
         }
         None => time_windows(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{Scenario, generate};
+
+    /// A site recurring more often than iterations are kept makes each iteration a run of its
+    /// consecutive calls, and says so in the label.
+    #[test]
+    fn a_site_recurring_too_often_groups_its_calls() {
+        let (bytes, _) = generate(Scenario::ContextReset, 40_000, 1);
+        let t = crate::model::load(&bytes).expect("loads");
+        let m = &t.model;
+        let all = from_recurring_site(m, None).expect("the solver's loop recurs");
+        assert!(all.starts_nanos.len() > 10_000);
+        let grouped = from_recurring_site_at_most(m, None, 1000).expect("it recurs");
+        let per = all.starts_nanos.len().div_ceil(1000);
+        assert!(grouped.starts_nanos.len() <= 1000);
+        let every: Vec<u64> = all.starts_nanos.iter().copied().step_by(per).collect();
+        assert_eq!(grouped.starts_nanos, every);
+        assert_eq!(
+            grouped.label,
+            alloc::format!("{}, 1 in {per} calls", all.label)
+        );
+        assert_eq!(grouped.count, every.len() as u64);
     }
 }
