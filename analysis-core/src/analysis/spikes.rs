@@ -22,7 +22,7 @@ use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::{Fields, TraceModel};
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
-use crate::stats::{Counts, quantile_select, quantile_select_u64};
+use crate::stats::{Counts, quantile_select_u64};
 use crate::timeline::Timeline;
 use crate::units::fmt_bytes;
 
@@ -181,15 +181,15 @@ fn median_may_be_at_most(xs: &[u64], bound: f64) -> bool {
     xs.iter().filter(|&&x| x as f64 <= bound).count() > lower_middle
 }
 
-/// The peak of each iteration, as (bytes, when first reached): the highest point of `t` in its
-/// span ([`Iterations::span`], the run ending at `end`), or the value at its start where no
-/// point in it is higher. One pass over the points, as the starts are in time order. Not
-/// inlined: inlined into its caller, a report on 3M events took 19 M more instructions.
+/// Calls `peak` with the peak of each iteration in order, as (bytes, when first reached): the
+/// highest point of `t` in its span ([`Iterations::span`], the run ending at `end`), or the
+/// value at its start where no point in it is higher. One pass over the points, as the starts
+/// are in time order. Not inlined: inlined into its caller, a report on 3M events took 19 M
+/// more instructions.
 #[inline(never)]
-fn iteration_peaks(t: &Timeline, it: &Iterations, end: u64) -> Vec<(u64, u64)> {
+fn iteration_peaks(t: &Timeline, it: &Iterations, end: u64, mut peak: impl FnMut((u64, u64))) {
     let starts = &it.starts_nanos;
     debug_assert!(starts.is_sorted(), "iterations start in time order");
-    let mut peaks = Vec::with_capacity(starts.len());
     let mut points = t.points().peekable();
     // Points read (all before the next start), and the value of the last.
     let (mut read, mut last) = (0usize, 0u64);
@@ -203,7 +203,7 @@ fn iteration_peaks(t: &Timeline, it: &Iterations, end: u64) -> Vec<(u64, u64)> {
         }
         if b == a {
             // An empty span (a start repeated): its points at `a` are the next span's too.
-            peaks.push(peak_between(t, a, b, read));
+            peak(peak_between(t, a, b, read));
             continue;
         }
         // The value at `a` (its last point at or before it) unless a higher one follows.
@@ -226,9 +226,8 @@ fn iteration_peaks(t: &Timeline, it: &Iterations, end: u64) -> Vec<(u64, u64)> {
         {
             best = h;
         }
-        peaks.push(best);
+        peak(best);
     }
-    peaks
 }
 
 /// The peak of `t` in `[a, b)` as [`iteration_peaks`] gives it, by searching from point `from`
@@ -260,25 +259,27 @@ fn timeline_spikes(
         return Vec::new();
     }
     let end = m.last_ts_nanos;
-    // Peak of every iteration and when it was reached.
-    let peaks = iteration_peaks(&m.total, it, end);
+    // Peak of every iteration: its bytes alone (8 bytes per iteration). When it was reached
+    // is searched again for the few that spike.
+    let mut peaks: Vec<u64> = Vec::with_capacity(n_it);
+    iteration_peaks(&m.total, it, end, |(bytes, _)| peaks.push(bytes));
     // The working set around each iteration: the median peak of the steady-state iterations
     // within `NEIGHBOURS` on either side (a program that grows or changes phase has a moving
-    // working set), and that of all steady-state iterations for the sentences.
-    let mut all: Vec<f64> = peaks[first..].iter().map(|p| p.0 as f64).collect();
-    let Some(baseline) = quantile_select(&mut all, 0.5) else {
+    // working set), and that of all steady-state iterations for the sentences (found once
+    // the peaks are no longer needed in order).
+    if peaks.len() <= first {
         return Vec::new();
-    };
+    }
     let capacity = m.devices.iter().map(|d| d.total_bytes).max().unwrap_or(0);
     let min_excess = c.spike_min_excess_bytes.max(capacity / 100) as f64;
-    // (iteration, responsible allocation index, its cause, local working set)
-    let mut spikes: Vec<(usize, usize, usize, f64)> = Vec::new();
+    // (iteration, responsible allocation index, its cause, local working set, its peak)
+    let mut spikes: Vec<(usize, usize, usize, f64, u64)> = Vec::new();
     let mut window: Vec<u64> = Vec::with_capacity(2 * NEIGHBOURS + 1);
-    for (i, &(peak, at)) in peaks.iter().enumerate().skip(first) {
+    for (i, &peak) in peaks.iter().enumerate().skip(first) {
         window.clear();
         let lo = i.saturating_sub(NEIGHBOURS).max(first);
-        let hi = (i + NEIGHBOURS + 1).min(n_it);
-        window.extend((lo..hi).filter(|&j| j != i).map(|j| peaks[j].0));
+        let hi = (i + NEIGHBOURS + 1).min(peaks.len());
+        window.extend((lo..hi).filter(|&j| j != i).map(|j| peaks[j]));
         let p = peak as f64;
         if !median_may_be_at_most(&window, spike_bound(p, c.spike_peak_ratio, min_excess)) {
             continue;
@@ -290,6 +291,7 @@ fn timeline_spikes(
             continue;
         }
         let (a, b) = it.span(i, end);
+        let (_, at) = peak_between(&m.total, a, b, 0);
         // The largest allocation of this iteration live at its peak, freed again (a spike is
         // transient: what stays is growth).
         let start = m.allocs.partition_ts(|t| t < a);
@@ -302,12 +304,16 @@ fn timeline_spikes(
             .max_by(|x, y| x.1.size_bytes.cmp(&y.1.size_bytes).then(y.0.cmp(&x.0)))
             .map(|(k, x)| (start + k, causes.of(&x)));
         if let Some((k, ci)) = culprit {
-            spikes.push((i, k, ci, local));
+            spikes.push((i, k, ci, local, peak));
         }
     }
+    let Some(baseline) = quantile_select_u64(&mut peaks[first..], 0.5) else {
+        return Vec::new();
+    };
+    drop(peaks);
     // One finding per cause.
     let mut by: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
-    for &(i, k, ci, _) in &spikes {
+    for &(i, k, ci, _, _) in &spikes {
         match by.iter_mut().find(|e| e.0 == ci) {
             Some(e) => e.1.push((i, k)),
             None => by.push((ci, alloc::vec![(i, k)])),
@@ -320,12 +326,19 @@ fn timeline_spikes(
             .map(|&(_, k)| m.allocs.size(k))
             .max()
             .unwrap_or(0);
-        let max_peak = list.iter().map(|&(i, _)| peaks[i].0).max().unwrap_or(0);
+        // Each spiking iteration's (local working set, peak).
+        let of = |i: usize| {
+            spikes
+                .iter()
+                .find(|s| s.0 == i)
+                .map_or((baseline, 0), |s| (s.3, s.4))
+        };
+        let max_peak = list.iter().map(|&(i, _)| of(i).1).max().unwrap_or(0);
         let excess = list
             .iter()
             .map(|&(i, _)| {
-                let local = spikes.iter().find(|s| s.0 == i).map_or(baseline, |s| s.3);
-                (peaks[i].0 as f64 - local).max(0.0) as u64
+                let (local, peak) = of(i);
+                (peak as f64 - local).max(0.0) as u64
             })
             .max()
             .unwrap_or(0);
@@ -396,12 +409,12 @@ fn timeline_spikes(
     spikes
         .iter()
         .take(MAX_EVENTS)
-        .map(|&(i, k, _, _)| {
+        .map(|&(_, k, _, _, peak)| {
             let x = m.allocs.at(k);
             TimelineSpikeEvent {
                 ts_nanos: x.ts_nanos,
                 size_bytes: x.size_bytes,
-                live_bytes: peaks[i].0,
+                live_bytes: peak,
                 duration_nanos: x.free_ts_nanos.min(end).saturating_sub(x.ts_nanos),
                 stack: x.stack,
                 site: labels
@@ -466,7 +479,8 @@ mod tests {
                 .collect();
             let end = (time + 3).saturating_sub(end_cut);
             let it = Iterations { starts_nanos: starts.clone(), ..Iterations::default() };
-            let one_pass = iteration_peaks(&t, &it, end);
+            let mut one_pass = Vec::new();
+            iteration_peaks(&t, &it, end, |p| one_pass.push(p));
             let searched: Vec<(u64, u64)> = (0..starts.len())
                 .map(|i| {
                     let a = starts[i];
