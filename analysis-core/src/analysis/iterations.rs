@@ -179,7 +179,7 @@ fn recurs(s: &Site) -> bool {
 /// Iterations a recurring call site gives at most. A site that recurs more often (a loop or a
 /// server allocating on every call, hundreds of millions of times in a long run) makes each
 /// iteration a run of consecutive calls, so that what is kept per iteration stays bounded:
-/// 8 MiB of starts, and 24 MiB of the spikes' peaks.
+/// 8 MiB of starts, and 8 MiB of the spikes' peaks.
 const MAX_RECURRING_ITERATIONS: usize = 1 << 20;
 
 fn from_recurring_site(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
