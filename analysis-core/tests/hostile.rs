@@ -204,6 +204,8 @@ fn huge_sizes_saturate_instead_of_overflowing() {
 /// (`analysis-core/tests/assets/fuzz/`): each loads and is analysed without a panic.
 /// `sample-before-iteration.msgpack`: a process whose last activity precedes the start of its
 /// last sampled iteration (debug builds panicked subtracting the two in `sample_times`).
+/// `process-live-bytes-overflow.msgpack`: a process whose devices' series hold more than
+/// `u64::MAX` live bytes together (debug builds panicked adding them up for the summary).
 #[test]
 fn fuzz_findings_load_and_analyse() {
     let _g = SERIAL.lock();

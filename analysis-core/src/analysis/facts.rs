@@ -190,8 +190,8 @@ pub(crate) fn summary_facts_carrying(trace: &LoadedTrace, carried: &mut impl Car
                 .series
                 .iter()
                 .filter(|s| !s.key.host && s.key.process == p.process);
-            let (peak, live) = series.fold((0, 0), |(pk, lv), s| {
-                (pk.max(s.peak_bytes), lv + s.live_bytes)
+            let (peak, live) = series.fold((0u64, 0u64), |(pk, lv), s| {
+                (pk.max(s.peak_bytes), lv.saturating_add(s.live_bytes))
             });
             ProcessSummary {
                 process: p.process,
