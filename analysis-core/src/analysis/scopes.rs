@@ -596,41 +596,24 @@ fn call_site_scopes(
             .iter_fields(CALL_FIELDS)
             .filter_map(|a| call(sites, &a))
     };
-    let growth = match done {
+    // The rounds no carrier made (`scopes::analyze` on its own), made here.
+    let mut rounds = done;
+    while matches!(
+        rounds,
+        CallSites::Counting { .. } | CallSites::Sweeping { .. }
+    ) {
+        for a in m.allocs.iter_fields(rounds.fields()) {
+            rounds.visit(&a);
+        }
+        rounds.end_pass();
+    }
+    let growth = match rounds {
         CallSites::Counted {
             growth: Some(growth),
             ..
         } => growth,
-        CallSites::Counted {
-            per_site,
-            growth: None,
-        } => growth_by_vectors(&per_site, calls),
-        // Not carried: both rounds here.
-        _ => {
-            let mut rounds = CallSites::Counting {
-                sites,
-                per_site: alloc::vec![0; sites.len()],
-                in_order: true,
-                last: 0,
-            };
-            while matches!(
-                rounds,
-                CallSites::Counting { .. } | CallSites::Sweeping { .. }
-            ) {
-                for a in m.allocs.iter_fields(rounds.fields()) {
-                    rounds.visit(&a);
-                }
-                rounds.end_pass();
-            }
-            match rounds {
-                CallSites::Counted {
-                    growth: Some(growth),
-                    ..
-                } => growth,
-                CallSites::Counted { per_site, .. } => growth_by_vectors(&per_site, calls),
-                _ => Vec::new(),
-            }
-        }
+        CallSites::Counted { per_site, .. } => growth_by_vectors(&per_site, calls),
+        _ => Vec::new(),
     };
     let mut out = Vec::new();
     for (i, g) in growth.iter().enumerate() {
