@@ -17,7 +17,7 @@ use hashbrown::HashMap;
 
 use super::causes::Causes;
 use super::iterations::Iterations;
-use super::scopes::{ScopeKind, nvtx_scope_index};
+use super::scopes::{ScopeKind, ScopeOfSlot, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::{Fields, TraceModel};
@@ -52,17 +52,10 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         Some(ix) => ix.names.len(),
         None => sites.len(),
     };
-    let scope_of = |a: &crate::model::AllocRecord| -> Option<usize> {
-        match &index {
-            Some(ix) => {
-                if a.range_slot == 0 {
-                    None
-                } else {
-                    ix.scope_of
-                        .get(a.range_slot as usize - 1)
-                        .map(|&k| k as usize)
-                }
-            }
+    let mut of_slot = index.as_ref().map(|ix| ScopeOfSlot::new(m, ix));
+    let mut scope_of = |a: &crate::model::AllocRecord| -> Option<usize> {
+        match &mut of_slot {
+            Some(ix) => ix.get(m, a.range_slot).map(|k| k as usize),
             None => sites.get(a.stack),
         }
     };

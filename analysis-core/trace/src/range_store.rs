@@ -309,6 +309,31 @@ impl RangeStore {
         Some(StringId(self.cols[NAME].get(i) as u32))
     }
 
+    /// The name and domain of instance `i`, reading only their columns: what names its scope.
+    pub fn name_and_domain(&self, i: usize) -> Option<(StringId, StringId)> {
+        if i >= self.packed() {
+            return self
+                .plain
+                .get(i - self.packed())
+                .map(|r| (r.name, r.domain));
+        }
+        Some((
+            StringId(self.cols[NAME].get(i) as u32),
+            StringId(self.cols[DOMAIN].get(i) as u32),
+        ))
+    }
+
+    /// A reader of instances' names that decodes a block of names at a time and keeps the
+    /// last two: for lookups that mostly stay near the instances looked up last (an
+    /// allocation's instance, then the ones it runs inside).
+    pub fn names(&self) -> NameCursor<'_> {
+        NameCursor {
+            store: self,
+            blocks: [usize::MAX; 2],
+            names: [[0; BLOCK]; 2],
+        }
+    }
+
     /// The end and parent slot of instance `i`, reading only theirs: what a walk up the
     /// instance tree reads at each step.
     pub fn end_and_parent(&self, i: usize) -> Option<(Option<u64>, u32)> {
@@ -392,6 +417,39 @@ impl RangeStore {
 }
 
 crate::samples::sequence_traits!(RangeStore, RangeInstance);
+
+/// [`RangeStore::names`]: the names of instances by index, through the two blocks of the
+/// name column decoded last.
+pub struct NameCursor<'a> {
+    store: &'a RangeStore,
+    /// The blocks held, the one used last first.
+    blocks: [usize; 2],
+    names: [[u64; BLOCK]; 2],
+}
+
+impl NameCursor<'_> {
+    /// The name of instance `i`, as [`RangeStore::name`] reads it.
+    #[inline]
+    pub fn name(&mut self, i: usize) -> Option<StringId> {
+        let packed = self.store.packed();
+        if i >= packed {
+            return self.store.plain.get(i - packed).map(|r| r.name);
+        }
+        let b = i / BLOCK;
+        if self.blocks[0] != b {
+            if self.blocks[1] == b {
+                self.blocks.swap(0, 1);
+                self.names.swap(0, 1);
+            } else {
+                self.blocks[1] = self.blocks[0];
+                self.names[1] = self.names[0];
+                self.store.cols[NAME].decode(b, &mut self.names[0]);
+                self.blocks[0] = b;
+            }
+        }
+        Some(StringId(self.names[0][i % BLOCK] as u32))
+    }
+}
 
 /// [`RangeStore::iter`].
 pub struct Iter<'a> {
@@ -520,8 +578,16 @@ mod tests {
             for (i, w) in want.iter().enumerate() {
                 prop_assert_eq!(store.get(i), Some(*w));
                 prop_assert_eq!(store.name(i), Some(w.name));
+                prop_assert_eq!(store.name_and_domain(i), Some((w.name, w.domain)));
                 prop_assert_eq!(store.end_and_parent(i), Some((w.end_ts_nanos, w.parent_slot)));
             }
+            // The cursor reads the names in order, and back and forth across blocks.
+            let mut names = store.names();
+            let n = want.len();
+            for i in (0..n).chain((0..n).map(|i| (i * 7919) % n)).chain((0..n).rev()) {
+                prop_assert_eq!(names.name(i), Some(want[i].name));
+            }
+            prop_assert_eq!(names.name(n), None);
             prop_assert_eq!(store.get(want.len()), None);
             let past = store.update(want.len(), |_| {});
             prop_assert!(!past);
