@@ -21,7 +21,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use hashbrown::HashMap;
 
-use crate::format::{ProcessIdx, StackId};
+use crate::format::{ProcessIdx, StackId, StringId};
 use crate::model::{Fields, TraceModel};
 pub use crate::report::{IterationSource, Iterations};
 
@@ -112,19 +112,66 @@ fn best_named(times_by_name: HashMap<String, Vec<u64>>) -> Option<(String, Vec<u
         })
 }
 
+/// The instances of each name, digits stripped, are counted first, and only the chosen name's
+/// begin times are collected: the times of every instance by name had taken 8 bytes per
+/// instance (36 MB at 4.5 M instances), and each instance a string.
 fn from_ranges(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
-    let mut by: HashMap<String, Vec<u64>> = HashMap::new();
+    // The stripped name of each range name (by id), and the instances of each.
+    let mut key_of: HashMap<StringId, usize> = HashMap::new();
+    let mut keys: Vec<String> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut counts: Vec<usize> = Vec::new();
+    let mut last: Option<(StringId, usize)> = None;
     for r in m
         .ranges
         .iter()
         .filter(|r| sel.is_none_or(|p| r.process == p))
     {
-        by.entry(strip_digits(m.string(r.name)))
-            .or_default()
-            .push(r.begin_ts_nanos);
+        let k = match last {
+            Some((name, k)) if name == r.name => k,
+            _ => {
+                let k = *key_of.entry(r.name).or_insert_with(|| {
+                    let key = strip_digits(m.string(r.name));
+                    *index.entry(key).or_insert_with_key(|key| {
+                        keys.push(key.clone());
+                        counts.push(0);
+                        keys.len() - 1
+                    })
+                });
+                last = Some((r.name, k));
+                k
+            }
+        };
+        counts[k] += 1;
     }
-    let (name, starts) = best_named(by)?;
-    Some(make(IterationSource::NvtxRange, name, starts))
+    let best = keys
+        .iter()
+        .zip(&counts)
+        .enumerate()
+        .filter(|(_, (_, n))| **n >= MIN_ITERATIONS)
+        .max_by(|(_, a), (_, b)| {
+            (prefers(a.0), a.1, core::cmp::Reverse(a.0)).cmp(&(
+                prefers(b.0),
+                b.1,
+                core::cmp::Reverse(b.0),
+            ))
+        })?
+        .0;
+    let mut starts = Vec::with_capacity(counts[best]);
+    for r in m
+        .ranges
+        .iter()
+        .filter(|r| sel.is_none_or(|p| r.process == p))
+    {
+        if key_of.get(&r.name) == Some(&best) {
+            starts.push(r.begin_ts_nanos);
+        }
+    }
+    Some(make(
+        IterationSource::NvtxRange,
+        keys.swap_remove(best),
+        starts,
+    ))
 }
 
 fn from_marks(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
