@@ -172,7 +172,7 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
 }
 
 /// numpy's `_lerp`: exact at both ends.
-fn lerp(a: f64, b: f64, t: f64) -> f64 {
+pub(crate) fn lerp(a: f64, b: f64, t: f64) -> f64 {
     let d = b - a;
     if t >= 0.5 {
         b - d * (1.0 - t)

@@ -33,7 +33,6 @@ pub fn analyze(
     let steady_from = it
         .starts_nanos
         .get(it.warmup as usize)
-        .copied()
         .unwrap_or(m.first_ts_nanos);
     let third = m.last_ts_nanos.saturating_sub(m.first_ts_nanos) / 3;
     let middle_third = m.first_ts_nanos + third;

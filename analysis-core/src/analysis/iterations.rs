@@ -23,11 +23,12 @@ use hashbrown::HashMap;
 
 use crate::format::{ProcessIdx, StackId, StringId};
 use crate::model::{Fields, TraceModel};
-pub use crate::report::{IterationSource, Iterations};
+pub use crate::report::{IterationSource, Iterations, Starts};
 
 mod recurring;
 
-use recurring::{Site, upper_median};
+use super::median::{MedianOverPasses, cap};
+use recurring::Site;
 
 /// At least this many repetitions make an iteration.
 pub const MIN_ITERATIONS: usize = 6;
@@ -37,8 +38,8 @@ pub const TIME_WINDOWS: usize = 32;
 impl Iterations {
     /// Iteration `i` spans `[start(i), start(i + 1))`; the last one ends at `end`.
     pub fn span(&self, i: usize, end: u64) -> (u64, u64) {
-        let a = self.starts_nanos[i];
-        let b = self.starts_nanos.get(i + 1).copied().unwrap_or(end).max(a);
+        let a = self.starts_nanos.get(i).unwrap_or(end);
+        let b = self.starts_nanos.get(i + 1).unwrap_or(end).max(a);
         (a, b)
     }
 
@@ -76,17 +77,33 @@ fn warmup_of(count: usize) -> u64 {
     (count / 20).clamp(1, 5) as u64
 }
 
-fn median_gap(starts: &[u64]) -> u64 {
-    let mut gaps: Vec<u64> = starts
-        .windows(2)
-        .map(|w| w[1].saturating_sub(w[0]))
-        .collect();
-    upper_median(&mut gaps)
+/// The median gap between consecutive starts (the upper median of the gaps, 0 for none), over
+/// passes through the starts: no vector of every gap.
+fn median_gap(starts: &Starts) -> u64 {
+    let mut median = MedianOverPasses::new();
+    loop {
+        let mut prev = None;
+        for t in starts.iter() {
+            if let Some(p) = prev.replace(t) {
+                median.see(t.saturating_sub(p));
+            }
+        }
+        median.end_pass(cap(1));
+        if let Some(v) = median.found() {
+            return v;
+        }
+    }
 }
 
-fn make(source: IterationSource, label: String, mut starts: Vec<u64>) -> Iterations {
-    starts.sort_unstable();
-    starts.dedup();
+/// The iterations of the distinct `starts`, collected in a column that goes to the model's
+/// spill with its history.
+fn make(
+    m: &TraceModel,
+    source: IterationSource,
+    label: String,
+    starts: impl IntoIterator<Item = u64>,
+) -> Iterations {
+    let starts = Starts::collect(starts, m.spill());
     Iterations {
         source,
         label,
@@ -157,17 +174,13 @@ fn from_ranges(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
             ))
         })?
         .0;
-    let mut starts = Vec::with_capacity(counts[best]);
-    for r in m
+    let starts = m
         .ranges
         .iter()
-        .filter(|r| sel.is_none_or(|p| r.process == p))
-    {
-        if key_of.get(&r.name) == Some(&best) {
-            starts.push(r.begin_ts_nanos);
-        }
-    }
+        .filter(|r| sel.is_none_or(|p| r.process == p) && key_of.get(&r.name) == Some(&best))
+        .map(|r| r.begin_ts_nanos);
     Some(make(
+        m,
         IterationSource::NvtxRange,
         keys.swap_remove(best),
         starts,
@@ -187,7 +200,7 @@ fn from_marks(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
         }
     }
     let (name, starts) = best_named(by)?;
-    Some(make(IterationSource::Mark, name, starts))
+    Some(make(m, IterationSource::Mark, name, starts))
 }
 
 /// Whether the stack passes through an optimizer's step (PyTorch, JAX/optax, Keras).
@@ -295,20 +308,19 @@ fn from_recurring_site_at_most(
     drop(sites);
     // Calls per iteration: one, or a run of them where the site recurs more than `most` times.
     let per = pick.1.div_ceil(most.max(1)).max(1);
-    let starts: Vec<u64> = m
+    let starts = m
         .allocs
         .iter_fields(recurring::FIELDS)
         .filter(|a| a.stack == pick.2 && recurring::kept(sel, a))
         .map(|a| a.ts_nanos)
-        .step_by(per)
-        .collect();
+        .step_by(per);
     let label = m.stack_label(pick.2);
     let label = if per > 1 {
         alloc::format!("{label}, 1 in {per} calls")
     } else {
         label
     };
-    Some(make(IterationSource::RecurringSite, label, starts))
+    Some(make(m, IterationSource::RecurringSite, label, starts))
 }
 
 /// Moments at which the total live bytes are sampled to find their period.
@@ -368,7 +380,12 @@ fn time_windows(m: &TraceModel) -> Iterations {
         .map(|i| m.first_ts_nanos + i * step)
         .filter(|&t| t < m.last_ts_nanos.max(m.first_ts_nanos + 1))
         .collect();
-    let mut it = make(IterationSource::TimeWindows, "time windows".into(), starts);
+    let mut it = make(
+        m,
+        IterationSource::TimeWindows,
+        "time windows".into(),
+        starts,
+    );
     // A tenth of the history is start-up.
     it.warmup = (it.count / 10).max(1);
     it
@@ -410,10 +427,10 @@ pub fn detect_in(m: &TraceModel, sel: Option<ProcessIdx>) -> Iterations {
         Some(mut it) => {
             let keep = it
                 .starts_nanos
-                .partition_point(|&t| t < start)
+                .partition_point(|t| t < start)
                 .saturating_sub(1);
             if keep > 0 {
-                it.starts_nanos.drain(..keep);
+                it.starts_nanos.drop_front(keep);
                 it.count = it.starts_nanos.len() as u64;
                 it.warmup = warmup_of(it.starts_nanos.len());
             }
@@ -443,8 +460,8 @@ mod tests {
         let grouped = from_recurring_site_at_most(m, None, 1000).expect("it recurs");
         let per = all.starts_nanos.len().div_ceil(1000);
         assert!(grouped.starts_nanos.len() <= 1000);
-        let every: Vec<u64> = all.starts_nanos.iter().copied().step_by(per).collect();
-        assert_eq!(grouped.starts_nanos, every);
+        let every: Vec<u64> = all.starts_nanos.iter().step_by(per).collect();
+        assert_eq!(grouped.starts_nanos.to_vec(), every);
         assert_eq!(
             grouped.label,
             alloc::format!("{}, 1 in {per} calls", all.label)

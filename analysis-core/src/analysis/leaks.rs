@@ -396,7 +396,7 @@ struct LeakBytes {
 /// their findings (it took a pass per finding).
 struct KeptScan<'a> {
     m: &'a TraceModel,
-    sampling: &'a ProcessSampling<'a>,
+    sampling: &'a ProcessSampling,
     grouped: &'a [bool],
     /// Some cause is grouped, or some line leaks: else no allocation is a leak's, and the pass
     /// has nothing to find.
@@ -415,7 +415,7 @@ impl<'a> KeptScan<'a> {
     fn new(
         m: &'a TraceModel,
         causes: &Causes,
-        sampling: &'a ProcessSampling<'a>,
+        sampling: &'a ProcessSampling,
         leak_stacks: &[(usize, StackId)],
         grouped: &'a [bool],
     ) -> Self {

@@ -16,6 +16,7 @@ pub mod hidden;
 pub mod history;
 pub mod iterations;
 pub mod leaks;
+pub(crate) mod median;
 pub mod sampling;
 pub mod scopes;
 pub mod score;

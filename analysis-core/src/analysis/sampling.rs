@@ -19,13 +19,13 @@ pub(crate) const MIN_GROWTH_BYTES: i64 = 4096;
 
 /// How a process's history is sampled: every `stride`-th start of its iterations (the trace's
 /// or its own), the first `k` of them, then its end (`tail`: the time and its iteration number,
-/// fractional) unless the last start is the end. A few words per process: the sample times are
-/// read from the iterations, which are shared, so a trace naming many processes does not hold
-/// a copy of the trace's iteration starts for each.
+/// fractional) unless the last start is the end. A few words per process: the sampled starts
+/// are in a table shared by every process sampled with the same iterations and stride, so a
+/// trace naming many processes does not hold a copy of them for each.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     /// Which iterations: 0 the trace's, `k + 1` the `k`-th of the processes sampled on their
-    /// own.
+    /// own; then, once the tables are made, which table.
     source: usize,
     stride: usize,
     k: usize,
@@ -52,14 +52,16 @@ fn plan(
     } else {
         m.last_ts_nanos
     };
-    let n = it.starts_nanos.partition_point(|&t| t <= last);
+    let starts = &it.starts_nanos;
+    let n = starts.partition_point(|t| t <= last);
     let stride = n.div_ceil(MAX_SAMPLES).max(1);
     // Starts 0, stride, 2 stride… below n.
     let k = n.div_ceil(stride);
-    let tail = (k == 0 || it.starts_nanos[(k - 1) * stride] < last).then(|| {
+    let tail = (k == 0 || starts.get((k - 1) * stride).is_some_and(|t| t < last)).then(|| {
         let last_start = n
             .checked_sub(1)
-            .map_or(m.first_ts_nanos, |i| it.starts_nanos[i]);
+            .and_then(|i| starts.get(i))
+            .unwrap_or(m.first_ts_nanos);
         let period = it.median_period_nanos.max(1) as f64;
         let iter = n.saturating_sub(1) as f64 + last.saturating_sub(last_start) as f64 / period;
         (last, iter)
@@ -79,6 +81,7 @@ fn plan(
 /// record, and the first steady-state sample.
 #[derive(Clone, Copy)]
 pub(crate) struct Samples<'a> {
+    /// The sampled starts (every `stride`-th), at least `plan.k` of them.
     starts: &'a [u64],
     plan: &'a Plan,
     first_ts_nanos: u64,
@@ -98,7 +101,7 @@ impl<'a> Samples<'a> {
     pub fn time(&self, i: usize) -> u64 {
         match self.plan.tail {
             Some((t, _)) if i == self.plan.k => t,
-            _ => self.starts[i * self.plan.stride],
+            _ => self.starts[i],
         }
     }
 
@@ -110,12 +113,7 @@ impl<'a> Samples<'a> {
     /// The number of samples whose time satisfies `pred` (true for a prefix of them, as
     /// `slice::partition_point`).
     pub fn partition_point(&self, mut pred: impl FnMut(u64) -> bool) -> usize {
-        let (k, stride) = (self.plan.k, self.plan.stride);
-        // The starts up to the last sampled one hold `pred` for a prefix of `p`: the samples
-        // among them (every `stride`-th from 0) are those below `p`.
-        let sampled = k.checked_sub(1).map_or(0, |last| last * stride + 1);
-        let p = self.starts[..sampled].partition_point(|&t| pred(t));
-        let lo = p.div_ceil(stride);
+        let lo = self.starts[..self.plan.k].partition_point(|&t| pred(t));
         match self.plan.tail {
             Some((t, _)) if lo == self.plan.k && pred(t) => lo + 1,
             _ => lo,
@@ -192,26 +190,21 @@ impl<'a> Samples<'a> {
 
 /// The sampling of each process: each worker of a multi-process run has its own steps and its
 /// own end.
-pub(crate) struct ProcessSampling<'a> {
-    trace: &'a Iterations,
-    /// The iterations of the processes sampled on their own.
-    own: Vec<Iterations>,
+pub(crate) struct ProcessSampling {
+    /// Every `stride`-th start of some iterations, for the plans that name them.
+    tables: Vec<Vec<u64>>,
     /// By process, sorted.
     list: Vec<(ProcessIdx, Plan)>,
     first_ts_nanos: u64,
 }
 
-impl ProcessSampling<'_> {
+impl ProcessSampling {
     /// The samples of process `p` (the first process's for one the trace never named).
     pub fn of(&self, p: ProcessIdx) -> Samples<'_> {
         let i = self.list.binary_search_by_key(&p, |e| e.0).unwrap_or(0);
         let plan = &self.list[i].1;
-        let it = match plan.source {
-            0 => self.trace,
-            k => &self.own[k - 1],
-        };
         Samples {
-            starts: &it.starts_nanos,
+            starts: &self.tables[plan.source],
             plan,
             first_ts_nanos: self.first_ts_nanos,
         }
@@ -223,7 +216,7 @@ impl ProcessSampling<'_> {
 /// trace naming thousands of processes makes.
 pub(crate) const MAX_PROCESSES_SAMPLED: usize = 64;
 
-pub(crate) fn sampling_by_process<'a>(m: &TraceModel, it: &'a Iterations) -> ProcessSampling<'a> {
+pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSampling {
     // Allocations and last activity per process, for every process named, in one pass.
     let mut counts: HashMap<ProcessIdx, u64> = m.processes.iter().map(|p| (p.process, 0)).collect();
     let mut last: HashMap<ProcessIdx, u64> = HashMap::new();
@@ -266,7 +259,7 @@ pub(crate) fn sampling_by_process<'a>(m: &TraceModel, it: &'a Iterations) -> Pro
     own_sampled.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     own_sampled.truncate(MAX_PROCESSES_SAMPLED);
     let mut own = Vec::new();
-    let list = procs
+    let mut list: Vec<(ProcessIdx, Plan)> = procs
         .iter()
         .map(|&p| {
             let plan = if single || !own_sampled.iter().any(|&(_, q)| q == p) {
@@ -280,9 +273,35 @@ pub(crate) fn sampling_by_process<'a>(m: &TraceModel, it: &'a Iterations) -> Pro
             (p, plan)
         })
         .collect();
+    // One table per (iterations, stride), as long as its longest plan: the starts a plan's
+    // samples read, so that reading one is an index (a pass over the allocations reads a
+    // sample or two for each).
+    let mut table_of: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut lengths: Vec<(usize, usize, usize)> = Vec::new();
+    for (_, plan) in &mut list {
+        let t = *table_of
+            .entry((plan.source, plan.stride))
+            .or_insert_with(|| {
+                lengths.push((plan.source, plan.stride, 0));
+                lengths.len() - 1
+            });
+        lengths[t].2 = lengths[t].2.max(plan.k);
+        plan.source = t;
+    }
+    let tables = lengths
+        .into_iter()
+        .map(|(source, stride, k)| {
+            let its = match source {
+                0 => it,
+                k => &own[k - 1],
+            };
+            (0..k)
+                .filter_map(|j| its.starts_nanos.get(j * stride))
+                .collect()
+        })
+        .collect();
     ProcessSampling {
-        trace: it,
-        own,
+        tables,
         list,
         first_ts_nanos: m.first_ts_nanos,
     }

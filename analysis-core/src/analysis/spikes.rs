@@ -10,6 +10,7 @@
 //! the reference rule applied to allocations) stays as a table: a size that recurs every
 //! iteration is not a problem by itself, so it makes no finding.
 
+use alloc::collections::VecDeque;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -17,12 +18,14 @@ use hashbrown::HashMap;
 
 use super::causes::Causes;
 use super::iterations::Iterations;
+use super::median::{MedianOverPasses, cap};
 use super::scopes::{ScopeKind, ScopeOfSlot, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
 use crate::model::{Fields, TraceModel};
+use crate::packed::Column;
 pub use crate::report::{ScopeSpikes, SpikeEvent, TimelineSpikeEvent};
-use crate::stats::{Counts, quantile_select_u64};
+use crate::stats::{Counts, lerp, quantile_select_u64};
 use crate::timeline::Timeline;
 use crate::units::fmt_bytes;
 
@@ -45,6 +48,23 @@ pub fn analyze(
     )
 }
 
+/// The scope of an allocation: its NVTX scope in a trace with ranges, else its call site.
+struct ScopeOf<'a> {
+    m: &'a TraceModel,
+    nvtx: Option<ScopeOfSlot<'a>>,
+    sites: &'a SiteIndex,
+}
+
+impl ScopeOf<'_> {
+    #[inline(always)]
+    fn get(&mut self, a: &crate::model::AllocRecord) -> Option<usize> {
+        match &mut self.nvtx {
+            Some(ix) => ix.get(self.m, a.range_slot).map(|k| k as usize),
+            None => self.sites.get(a.stack),
+        }
+    }
+}
+
 fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpikes> {
     let nvtx = !m.ranges.is_empty();
     let index = nvtx.then(|| nvtx_scope_index(m));
@@ -52,12 +72,10 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         Some(ix) => ix.names.len(),
         None => sites.len(),
     };
-    let mut of_slot = index.as_ref().map(|ix| ScopeOfSlot::new(m, ix));
-    let mut scope_of = |a: &crate::model::AllocRecord| -> Option<usize> {
-        match &mut of_slot {
-            Some(ix) => ix.get(m, a.range_slot).map(|k| k as usize),
-            None => sites.get(a.stack),
-        }
+    let mut scope_of = ScopeOf {
+        m,
+        nvtx: index.as_ref().map(|ix| ScopeOfSlot::new(m, ix)),
+        sites,
     };
     // Each scope's sizes, counted (a scope's sizes mostly repeat).
     let mut values: Vec<Counts> = alloc::vec![Counts::default(); n_scopes];
@@ -73,7 +91,7 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }
-        if let Some(k) = scope_of(&a) {
+        if let Some(k) = scope_of.get(&a) {
             values[k].push(a.size_bytes);
         }
     }
@@ -101,7 +119,7 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         if a.size_bytes == 0 || !a.kind.is_device_memory() {
             continue;
         }
-        let Some(k) = scope_of(&a) else { continue };
+        let Some(k) = scope_of.get(&a) else { continue };
         let Some((q1, q3, thr)) = thresholds[k] else {
             continue;
         };
@@ -181,13 +199,13 @@ fn median_may_be_at_most(xs: &[u64], bound: f64) -> bool {
 /// more instructions.
 #[inline(never)]
 fn iteration_peaks(t: &Timeline, it: &Iterations, end: u64, mut peak: impl FnMut((u64, u64))) {
-    let starts = &it.starts_nanos;
-    debug_assert!(starts.is_sorted(), "iterations start in time order");
+    let mut starts = it.starts_nanos.iter().peekable();
     let mut points = t.points().peekable();
     // Points read (all before the next start), and the value of the last.
     let (mut read, mut last) = (0usize, 0u64);
-    for i in 0..starts.len() {
-        let (a, b) = it.span(i, end);
+    while let Some(a) = starts.next() {
+        // The span of `Iterations::span`.
+        let b = starts.peek().copied().unwrap_or(end).max(a);
         while let Some(&(time, value)) = points.peek()
             && time < a
         {
@@ -239,6 +257,34 @@ fn peak_between(t: &Timeline, a: u64, b: u64, from: usize) -> (u64, u64) {
     best
 }
 
+/// The median of the values of `column` from `from` on (at least one), as
+/// [`quantile_select_u64`] at 0.5 gives it (the mean of the two middle values of an even
+/// count), over passes through them ([`MedianOverPasses`]): no copy of them to select in.
+fn median_over_passes(column: &Column, from: usize) -> f64 {
+    let n = column.len().saturating_sub(from);
+    let mut upper = MedianOverPasses::new();
+    let mut lower = n.is_multiple_of(2).then(MedianOverPasses::lower);
+    loop {
+        for v in column.iter_from(from) {
+            upper.see(v);
+            if let Some(l) = &mut lower {
+                l.see(v);
+            }
+        }
+        let open = usize::from(upper.found().is_none())
+            + usize::from(lower.as_ref().is_some_and(|l| l.found().is_none()));
+        upper.end_pass(cap(open));
+        if let Some(l) = &mut lower {
+            l.end_pass(cap(open));
+        }
+        match (upper.found(), lower.as_ref().map(MedianOverPasses::found)) {
+            (Some(u), None) => return u as f64,
+            (Some(u), Some(Some(l))) => return lerp(l as f64, u as f64, 0.5),
+            _ => {}
+        }
+    }
+}
+
 fn timeline_spikes(
     m: &TraceModel,
     c: &Config,
@@ -252,15 +298,18 @@ fn timeline_spikes(
         return Vec::new();
     }
     let end = m.last_ts_nanos;
-    // Peak of every iteration: its bytes alone (8 bytes per iteration). When it was reached
-    // is searched again for the few that spike.
-    let mut peaks: Vec<u64> = Vec::with_capacity(n_it);
+    // Peak of every iteration: its bytes alone, in a column that goes to the model's spill
+    // with its history (8 bytes per iteration in a vector had been 62 MB at 7.7 M steps).
+    // When it was reached is searched again for the few that spike.
+    let mut peaks = Column::new();
+    peaks.set_spill(m.spill());
     iteration_peaks(&m.total, it, end, |(bytes, _)| peaks.push(bytes));
     // The working set around each iteration: the median peak of the steady-state iterations
     // within `NEIGHBOURS` on either side (a program that grows or changes phase has a moving
-    // working set), and that of all steady-state iterations for the sentences (found once
-    // the peaks are no longer needed in order).
-    if peaks.len() <= first {
+    // working set), and that of all steady-state iterations for the sentences (over passes
+    // through the peaks, below).
+    let n = peaks.len();
+    if n <= first {
         return Vec::new();
     }
     let capacity = m.devices.iter().map(|d| d.total_bytes).max().unwrap_or(0);
@@ -268,11 +317,28 @@ fn timeline_spikes(
     // (iteration, responsible allocation index, its cause, local working set, its peak)
     let mut spikes: Vec<(usize, usize, usize, f64, u64)> = Vec::new();
     let mut window: Vec<u64> = Vec::with_capacity(2 * NEIGHBOURS + 1);
-    for (i, &peak) in peaks.iter().enumerate().skip(first) {
-        window.clear();
+    // The peaks of iterations `near_from..` up to the last one read, read in order.
+    let mut read = peaks.iter_from(first);
+    let mut near: VecDeque<u64> = VecDeque::with_capacity(2 * NEIGHBOURS + 2);
+    let mut near_from = first;
+    for i in first..n {
         let lo = i.saturating_sub(NEIGHBOURS).max(first);
-        let hi = (i + NEIGHBOURS + 1).min(peaks.len());
-        window.extend((lo..hi).filter(|&j| j != i).map(|j| peaks[j]));
+        let hi = (i + NEIGHBOURS + 1).min(n);
+        while near_from + near.len() < hi {
+            near.push_back(read.next().unwrap_or(0));
+        }
+        while near_from < lo {
+            near.pop_front();
+            near_from += 1;
+        }
+        let peak = near[i - near_from];
+        window.clear();
+        window.extend(
+            near.iter()
+                .enumerate()
+                .filter(|&(j, _)| near_from + j != i)
+                .map(|(_, &p)| p),
+        );
         let p = peak as f64;
         if !median_may_be_at_most(&window, spike_bound(p, c.spike_peak_ratio, min_excess)) {
             continue;
@@ -300,9 +366,7 @@ fn timeline_spikes(
             spikes.push((i, k, ci, local, peak));
         }
     }
-    let Some(baseline) = quantile_select_u64(&mut peaks[first..], 0.5) else {
-        return Vec::new();
-    };
+    let baseline = median_over_passes(&peaks, first);
     drop(peaks);
     // One finding per cause.
     let mut by: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
@@ -426,6 +490,35 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// The median found over passes through a column is the one selected among its
+        /// values, the mean of the middle two for an even count: few and many peaks, a growing
+        /// run (a leak's peaks), repeats, and the extremes.
+        #[test]
+        fn the_median_over_passes_is_the_selected_one(
+            values in prop_oneof![
+                proptest::collection::vec(any::<u64>(), 1..200),
+                proptest::collection::vec(0u64..1 << 34, 1_000..6_000),
+                (1u64..1 << 30, 2_000usize..9_000)
+                    .prop_map(|(step, n)| (0..n as u64).map(|i| i * step).collect()),
+                proptest::collection::vec(
+                    prop_oneof![Just(0u64), Just(u64::MAX), Just(1 << 63), 0u64..3],
+                    1..5_000
+                ),
+            ],
+            from in 0usize..40,
+        ) {
+            let mut column = Column::new();
+            for &v in &values {
+                column.push(v);
+            }
+            let from = from.min(values.len() - 1);
+            let mut rest = values[from..].to_vec();
+            let want = quantile_select_u64(&mut rest, 0.5).expect("a value");
+            prop_assert_eq!(median_over_passes(&column, from).to_bits(), want.to_bits());
+        }
+    }
+
+    proptest! {
         /// A window the pre-test passes over holds no spike: the working set its median gives
         /// fails the spike test, whatever the ratio (zero and negative ones included).
         #[test]
@@ -471,7 +564,10 @@ mod tests {
                 })
                 .collect();
             let end = (time + 3).saturating_sub(end_cut);
-            let it = Iterations { starts_nanos: starts.clone(), ..Iterations::default() };
+            let it = Iterations {
+                starts_nanos: crate::report::Starts::with_repeats(&starts),
+                ..Iterations::default()
+            };
             let mut one_pass = Vec::new();
             iteration_peaks(&t, &it, end, |p| one_pass.push(p));
             let searched: Vec<(u64, u64)> = (0..starts.len())

@@ -4,9 +4,11 @@
 
 mod finding;
 mod sections;
+mod starts;
 
 pub use finding::{Finding, FindingKind, Impact, Recommendation, Severity};
 pub use sections::*;
+pub use starts::Starts;
 
 use alloc::string::String;
 use alloc::vec::Vec;

@@ -95,7 +95,7 @@ pub struct Iterations {
     pub median_period_nanos: u64,
     /// Start of every iteration, in time order.
     #[serde(skip)]
-    pub starts_nanos: Vec<u64>,
+    pub starts_nanos: super::Starts,
 }
 
 // --- leaks ---

@@ -467,6 +467,12 @@ impl TraceModel {
         self.spill = spill;
     }
 
+    /// The spill given to [`Self::set_spill`], for tables an analysis makes that grow with the
+    /// history as the model's do.
+    pub fn spill(&self) -> Option<Arc<dyn Spill>> {
+        self.spill.clone()
+    }
+
     /// [`Self::heap_estimate`] less the bytes the spill holds: what lies in memory.
     pub fn resident_heap_estimate(&self) -> u64 {
         let away = self.spill.as_ref().map_or(0, |s| s.held_bytes());

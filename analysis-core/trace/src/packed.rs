@@ -745,11 +745,57 @@ impl Column {
         }
     }
 
+    /// The values from index `from` in order, a block decoded at a time.
+    pub fn iter_from(&self, from: usize) -> ColumnIter<'_> {
+        ColumnIter {
+            column: self,
+            next: from,
+            block: [0; BLOCK],
+            decoded: usize::MAX,
+        }
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.packed.heap_bytes() + self.tail.capacity() * 8
     }
 }
+
+/// [`Column::iter_from`].
+#[derive(Clone)]
+pub struct ColumnIter<'a> {
+    column: &'a Column,
+    next: usize,
+    block: [u64; BLOCK],
+    /// The block in `block`.
+    decoded: usize,
+}
+
+impl Iterator for ColumnIter<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        if self.next >= self.column.len() {
+            return None;
+        }
+        let b = self.next / BLOCK;
+        if b != self.decoded {
+            self.column.decode_block(b, &mut self.block);
+            self.decoded = b;
+        }
+        let v = self.block[self.next % BLOCK];
+        self.next += 1;
+        Some(v)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.column.len().saturating_sub(self.next);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for ColumnIter<'_> {}
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -960,6 +1006,21 @@ pub(crate) mod tests {
         fn any_values_round_trip(values in proptest::collection::vec(any::<u64>(), 0..700), spread in 0u32..64) {
             let values: Vec<u64> = values.iter().map(|v| v >> spread).collect();
             check(&values);
+        }
+
+        /// The column read in order from anywhere, a block decoded at a time, is the vector.
+        #[test]
+        fn a_column_iterates_as_its_values(
+            values in proptest::collection::vec(any::<u64>(), 0..700),
+            from in 0usize..800,
+        ) {
+            let mut c = Column::new();
+            for &v in &values {
+                c.push(v);
+            }
+            let want: Vec<u64> = values.iter().skip(from).copied().collect();
+            prop_assert_eq!(c.iter_from(from).len(), want.len());
+            prop_assert_eq!(c.iter_from(from).collect::<Vec<_>>(), want);
         }
 
         #[test]
