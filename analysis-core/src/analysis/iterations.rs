@@ -395,20 +395,33 @@ fn time_windows(m: &TraceModel) -> Iterations {
 /// (a snapshot whose ring buffer wrapped puts the blocks that predate its history at time 0,
 /// while its annotations may reach back further: iterations before then show nothing).
 fn history_start(m: &TraceModel, sel: Option<ProcessIdx>) -> u64 {
-    m.allocs
+    let of = |a: &crate::model::AllocRecord| {
+        if a.ts_nanos > 0 {
+            a.ts_nanos
+        } else if a.is_live() {
+            u64::MAX
+        } else {
+            a.free_ts_nanos
+        }
+    };
+    let allocs = m
+        .allocs
         .iter_fields(Fields::PROCESS | Fields::TS | Fields::FREE)
-        .filter(|a| sel.is_none_or(|p| a.process == p))
-        .map(|a| {
-            if a.ts_nanos > 0 {
-                a.ts_nanos
-            } else if a.is_live() {
-                u64::MAX
-            } else {
-                a.free_ts_nanos
-            }
-        })
-        .min()
-        .unwrap_or(0)
+        .filter(|a| sel.is_none_or(|p| a.process == p));
+    if !m.allocs.times_ascend() {
+        return allocs.map(|a| of(&a)).min().unwrap_or(0);
+    }
+    // Times in order: every allocation after the first one past time 0 starts later, so the
+    // search ends there rather than after a pass over the whole history.
+    let mut first: Option<u64> = None;
+    for a in allocs {
+        let v = of(&a);
+        first = Some(first.map_or(v, |f| f.min(v)));
+        if a.ts_nanos > 0 {
+            break;
+        }
+    }
+    first.unwrap_or(0)
 }
 
 /// Finds the program's iterations (always some: equal time windows at worst).
@@ -447,6 +460,63 @@ pub fn detect_in(m: &TraceModel, sel: Option<ProcessIdx>) -> Iterations {
 mod tests {
     use super::*;
     use crate::synth::{Scenario, generate};
+
+    /// The history's start found where the times ascend, without a whole pass, is the one of
+    /// every allocation: every scenario, the whole trace and each process, and a history
+    /// whose first blocks predate it (time 0) and one whose times step back.
+    #[test]
+    fn the_history_start_is_the_earliest_allocation() {
+        use crate::format::{Alloc, AllocId, AllocKind, Free, Header, Record};
+        let everything = |m: &TraceModel, sel: Option<ProcessIdx>| {
+            m.allocs
+                .iter()
+                .filter(|a| sel.is_none_or(|p| a.process == p))
+                .map(|a| match (a.ts_nanos, a.is_live()) {
+                    (0, true) => u64::MAX,
+                    (0, false) => a.free_ts_nanos,
+                    (t, _) => t,
+                })
+                .min()
+                .unwrap_or(0)
+        };
+        let mut models = Vec::new();
+        for s in Scenario::ALL {
+            let (bytes, _) = generate(s, 20_000, 3);
+            models.push(crate::model::load(&bytes).expect("loads").model);
+        }
+        for times in [[0u64, 0, 0, 50, 70, 90], [40, 30, 0, 80, 20, 90]] {
+            let mut m = TraceModel::new(Header::default());
+            for (i, ts) in times.into_iter().enumerate() {
+                let id = AllocId(i as u64);
+                let rec = Alloc {
+                    ts_nanos: ts,
+                    id,
+                    size_bytes: 64,
+                    stack: StackId(1),
+                    kind: AllocKind::Device,
+                    ..Alloc::default()
+                };
+                m.observe(Record::Alloc(rec), 0);
+                if i % 2 == 1 {
+                    m.observe(
+                        Record::Free(Free {
+                            ts_nanos: 60 - 5 * i as u64,
+                            alloc: id,
+                            ..Free::default()
+                        }),
+                        0,
+                    );
+                }
+            }
+            models.push(m);
+        }
+        for m in &models {
+            let processes = m.processes.iter().map(|p| Some(p.process));
+            for sel in core::iter::once(None).chain(processes) {
+                assert_eq!(history_start(m, sel), everything(m, sel), "{sel:?}");
+            }
+        }
+    }
 
     /// A site recurring more often than iterations are kept makes each iteration a run of its
     /// consecutive calls, and says so in the label.

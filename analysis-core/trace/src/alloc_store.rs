@@ -136,6 +136,10 @@ pub struct AllocStore {
     recent: Vec<Owner>,
     /// Packed allocations below this id are not in `recent` (their kinds were remapped).
     recent_from: usize,
+    /// Whether the packed allocations' times never step back (every intact history's), and
+    /// the last of them.
+    packed_unsorted: bool,
+    packed_last_ts: u64,
 }
 
 /// Packed allocations whose [`Owner`] is kept plain as well (96 KiB).
@@ -158,6 +162,8 @@ impl AllocStore {
             tail: Vec::new(),
             recent: Vec::new(),
             recent_from: 0,
+            packed_unsorted: false,
+            packed_last_ts: 0,
         }
     }
 
@@ -219,9 +225,13 @@ impl AllocStore {
             self.recent = alloc::vec![Owner::of(&self.tail[0]); RECENT];
         }
         let first = self.packed() % RECENT;
+        let mut last = self.packed_last_ts;
         for (o, a) in self.recent[first..first + BLOCK].iter_mut().zip(&self.tail) {
             *o = Owner::of(a);
+            self.packed_unsorted |= a.ts_nanos < last;
+            last = a.ts_nanos;
         }
+        self.packed_last_ts = last;
         let t = &self.tail;
         Arc::make_mut(&mut self.ts).append(|k| t[k].ts_nanos);
         Arc::make_mut(&mut self.size).append_repeating(|k| t[k].size_bytes);
@@ -442,6 +452,18 @@ impl AllocStore {
             t,
             decode_late_from,
         }
+    }
+
+    /// Whether the allocation times never step back from one id to the next (every intact
+    /// history's; a damaged or merged one may).
+    pub fn times_ascend(&self) -> bool {
+        let mut last = self.packed_last_ts;
+        !self.packed_unsorted
+            && self.tail.iter().all(|a| {
+                let up = a.ts_nanos >= last;
+                last = a.ts_nanos;
+                up
+            })
     }
 
     /// The first id whose allocation time does not satisfy `pred`, where `pred` holds for a
@@ -823,6 +845,26 @@ mod tests {
     }
 
     proptest! {
+        /// Whether the times ascend is known without a pass: a step back anywhere, packed or
+        /// in the tail, is seen.
+        #[test]
+        fn times_ascend_unless_one_steps_back(
+            gaps in proptest::collection::vec(0u64..5, 0..300),
+            back in proptest::option::of(any::<proptest::sample::Index>()),
+        ) {
+            let mut times: Vec<u64> = gaps.iter().scan(0, |t, g| { *t += g; Some(*t) }).collect();
+            if let (Some(b), false) = (back, times.is_empty()) {
+                let i = b.index(times.len());
+                times[i] = times[i].saturating_sub(3);
+            }
+            let s: AllocStore = times
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| AllocRecord { ts_nanos: t, ..record(i as u64, 5) })
+                .collect();
+            prop_assert_eq!(s.times_ascend(), times.is_sorted());
+        }
+
         #[test]
         fn records_round_trip(n in 0usize..400, seed in any::<u64>(), from in 0usize..450) {
             let want: Vec<AllocRecord> = (0..n as u64).map(|i| record(i, seed)).collect();
