@@ -28,8 +28,8 @@ pub mod units;
 
 pub use gpucollect_torch_import::{pickle, torch_snapshot};
 pub use gpucollect_trace::{
-    attribution, decode, encode, format, join, layers, model, msgpack, packed, split_load, synth,
-    timeline,
+    attribution, decode, encode, format, join, layers, marks, model, msgpack, packed, split_load,
+    synth, timeline,
 };
 
 pub use analysis::summarize;

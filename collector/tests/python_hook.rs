@@ -571,7 +571,7 @@ fn assert_blocks_equal_allocated_at_syncs(r: &TorchRun) -> usize {
     let m = &r.trace.model;
     let blocks = blocks(&r.trace);
     let mut n = 0;
-    for mk in &m.marks {
+    for mk in m.marks.iter() {
         let Some(allocated) = m
             .string(mk.name)
             .strip_prefix("sync ")

@@ -114,52 +114,45 @@ fn make(
     }
 }
 
-/// Picks the name with the most occurrences (at least `MIN_ITERATIONS`), preferring step-like
-/// names; returns its times.
-fn best_named(times_by_name: HashMap<String, Vec<u64>>) -> Option<(String, Vec<u64>)> {
-    times_by_name
-        .into_iter()
-        .filter(|(_, t)| t.len() >= MIN_ITERATIONS)
-        .max_by(|a, b| {
-            (prefers(&a.0), a.1.len(), core::cmp::Reverse(&a.0)).cmp(&(
-                prefers(&b.0),
-                b.1.len(),
-                core::cmp::Reverse(&b.0),
-            ))
-        })
-}
-
-/// The instances of each name, digits stripped, are counted first, and only the chosen name's
-/// begin times are collected: the times of every instance by name had taken 8 bytes per
-/// instance (36 MB at 4.5 M instances), and each instance a string.
-fn from_ranges(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
-    // The stripped name of each range name (by id), and the instances of each.
-    let mut key_of: HashMap<StringId, usize> = HashMap::new();
+/// The most repeated name among `names` (range or mark names of one process or of all, each
+/// with its time), digits stripped, with at least [`MIN_ITERATIONS`] occurrences, step-like
+/// names first (`only_preferred`: only those count), and its times. The occurrences of each
+/// name are counted first, and only the chosen name's times collected: every occurrence's time
+/// by name, and a string per occurrence, had taken 8 bytes each (36 MB at 4.5 M range
+/// instances).
+fn most_repeated<I: Iterator<Item = (StringId, u64)>>(
+    m: &TraceModel,
+    names: impl Fn() -> I,
+    only_preferred: bool,
+    source: IterationSource,
+) -> Option<Iterations> {
+    // The stripped name of each name (by id), and the occurrences of each.
+    let mut key_of: HashMap<StringId, Option<usize>> = HashMap::new();
     let mut keys: Vec<String> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut counts: Vec<usize> = Vec::new();
-    let mut last: Option<(StringId, usize)> = None;
-    for r in m
-        .ranges
-        .iter()
-        .filter(|r| sel.is_none_or(|p| r.process == p))
-    {
+    let mut last: Option<(StringId, Option<usize>)> = None;
+    for (name, _) in names() {
         let k = match last {
-            Some((name, k)) if name == r.name => k,
+            Some((n, k)) if n == name => k,
             _ => {
-                let k = *key_of.entry(r.name).or_insert_with(|| {
-                    let key = strip_digits(m.string(r.name));
-                    *index.entry(key).or_insert_with_key(|key| {
-                        keys.push(key.clone());
-                        counts.push(0);
-                        keys.len() - 1
+                let k = *key_of.entry(name).or_insert_with(|| {
+                    let key = strip_digits(m.string(name));
+                    (!only_preferred || prefers(&key)).then(|| {
+                        *index.entry(key).or_insert_with_key(|key| {
+                            keys.push(key.clone());
+                            counts.push(0);
+                            keys.len() - 1
+                        })
                     })
                 });
-                last = Some((r.name, k));
+                last = Some((name, k));
                 k
             }
         };
-        counts[k] += 1;
+        if let Some(k) = k {
+            counts[k] += 1;
+        }
     }
     let best = keys
         .iter()
@@ -174,33 +167,31 @@ fn from_ranges(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
             ))
         })?
         .0;
-    let starts = m
-        .ranges
-        .iter()
-        .filter(|r| sel.is_none_or(|p| r.process == p) && key_of.get(&r.name) == Some(&best))
-        .map(|r| r.begin_ts_nanos);
-    Some(make(
-        m,
-        IterationSource::NvtxRange,
-        keys.swap_remove(best),
-        starts,
-    ))
+    let starts = names()
+        .filter(|(name, _)| key_of.get(name) == Some(&Some(best)))
+        .map(|(_, t)| t);
+    Some(make(m, source, keys.swap_remove(best), starts))
 }
 
+fn from_ranges(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
+    let names = || {
+        m.ranges
+            .iter()
+            .filter(move |r| sel.is_none_or(|p| r.process == p))
+            .map(|r| (r.name, r.begin_ts_nanos))
+    };
+    most_repeated(m, names, false, IterationSource::NvtxRange)
+}
+
+/// Marks with a step-like name ([`most_repeated`]).
 fn from_marks(m: &TraceModel, sel: Option<ProcessIdx>) -> Option<Iterations> {
-    let mut by: HashMap<String, Vec<u64>> = HashMap::new();
-    for k in m
-        .marks
-        .iter()
-        .filter(|k| sel.is_none_or(|p| k.process == p))
-    {
-        let name = strip_digits(m.string(k.name));
-        if prefers(&name) {
-            by.entry(name).or_default().push(k.ts_nanos);
-        }
-    }
-    let (name, starts) = best_named(by)?;
-    Some(make(m, IterationSource::Mark, name, starts))
+    let names = || {
+        m.marks
+            .iter()
+            .filter(move |k| sel.is_none_or(|p| k.process == p))
+            .map(|k| (k.name, k.ts_nanos))
+    };
+    most_repeated(m, names, true, IterationSource::Mark)
 }
 
 /// Whether the stack passes through an optimizer's step (PyTorch, JAX/optax, Keras).
@@ -516,6 +507,56 @@ mod tests {
                 assert_eq!(history_start(m, sel), everything(m, sel), "{sel:?}");
             }
         }
+    }
+
+    /// Marks give the iterations of a trace without ranges: the step-like name with the most
+    /// marks, digits stripped, its times sorted and each once; a name that is not step-like
+    /// never does, however often it is marked; a process's own marks give its iterations.
+    #[test]
+    fn step_marks_are_the_iterations() {
+        use crate::format::{Header, Mark, Record};
+        let mut m = TraceModel::new(Header::default());
+        let names = ["step 1", "step 22", "checkpoint 3", "train_step"];
+        for (i, name) in names.iter().enumerate() {
+            m.observe(
+                Record::String {
+                    id: StringId(i as u32 + 1),
+                    value: (*name).into(),
+                },
+                0,
+            );
+        }
+        let mut mark = |ts: u64, name: u32, process: u32| {
+            let k = Mark {
+                ts_nanos: ts,
+                name: StringId(name),
+                process: ProcessIdx(process),
+                ..Mark::default()
+            };
+            m.observe(Record::Mark(k), 0);
+        };
+        // "step" 9 times (one time twice, out of order), "checkpoint" 30 times, "train_step"
+        // 7 times in process 1.
+        for t in [10, 20, 30, 50, 40, 60, 70, 80, 80] {
+            mark(t, 1 + (t as u32 / 10) % 2, 0);
+        }
+        for t in 0..30 {
+            mark(100 + t, 3, 0);
+        }
+        for t in 0..7 {
+            mark(200 + 10 * t, 4, 1);
+        }
+        let it = from_marks(&m, Some(ProcessIdx(0))).expect("step marks");
+        assert_eq!(it.source, IterationSource::Mark);
+        assert_eq!(it.label, "step");
+        assert_eq!(it.starts_nanos.to_vec(), [10, 20, 30, 40, 50, 60, 70, 80]);
+        assert_eq!(it.count, 8);
+        assert_eq!(it.median_period_nanos, 10);
+        let own = from_marks(&m, Some(ProcessIdx(1))).expect("its own step marks");
+        assert_eq!(own.label, "train_step");
+        assert_eq!(own.count, 7);
+        // Over both processes, the name with the most step-like marks.
+        assert_eq!(from_marks(&m, None).map(|i| i.label), Some("step".into()));
     }
 
     /// A site recurring more often than iterations are kept makes each iteration a run of its

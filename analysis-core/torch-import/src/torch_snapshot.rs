@@ -446,7 +446,6 @@ impl<'a> Load<'a> {
     fn finish_model(self, bytes: u64) -> Result<(LoadedTrace, ImportSummary), ImportError> {
         let (mut model, summary) = self.finish_into(bytes, |hint| {
             let mut m = TraceModel::new(header());
-            m.marks.reserve(hint.marks);
             m.failed.reserve(hint.failed);
             m
         })?;

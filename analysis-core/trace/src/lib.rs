@@ -24,6 +24,7 @@ pub mod format;
 mod free_times;
 pub mod join;
 pub mod layers;
+pub mod marks;
 pub mod model;
 pub mod msgpack;
 pub mod packed;

@@ -20,6 +20,7 @@ use crate::decode::{DecodeError, Decoder, Hot, Warning, WarningLog};
 use crate::encode::RecordSink;
 use crate::format::*;
 use crate::join::{Join, Sequential};
+use crate::marks::Marks;
 use crate::packed::Spill;
 pub use crate::range_store::{RangeInstance, RangeStore};
 pub use crate::samples::{DeviceSamples, PoolSamples};
@@ -233,7 +234,7 @@ pub struct TraceModel {
     pub resets: Vec<ResetEvent>,
     /// Every NVTX range instance in the order they began, stored by column (`range_store`).
     pub ranges: RangeStore,
-    pub marks: Vec<Mark>,
+    pub marks: Marks,
     /// NVML's device samples and the pools' samples, stored by column (`samples`).
     pub device_samples: DeviceSamples,
     pub pool_samples: PoolSamples,
@@ -500,7 +501,7 @@ impl TraceModel {
         let vectors = vec_bytes(&self.failed)
             + vec_bytes(&self.free_unknown)
             + vec_bytes(&self.resets)
-            + vec_bytes(&self.marks)
+            + self.marks.heap_bytes() as u64
             + vec_bytes(&self.process_exits)
             + vec_bytes(&self.notices)
             + vec_bytes(&self.processes)
