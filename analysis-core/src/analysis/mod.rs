@@ -93,8 +93,21 @@ pub fn analyze_view_with(
     let mut found = Found::default();
     let sites = SiteIndex::new(m);
     let end = history::classify(m);
-    // The iterations beside the causes, which do not need them.
-    let (its, causes) = join.join(|| iterations::detect(m), || causes::Causes::new(m, config));
+    // The iterations beside the causes, which need neither, and each process's activity (for
+    // its samples) on the side with less to do: the iterations' where NVTX ranges give them,
+    // the causes' where a search for a recurring call site does.
+    let with_iterations = !m.ranges.is_empty();
+    let ((its, a), (causes, b)) = join.join(
+        || {
+            let its = iterations::detect(m);
+            (its, with_iterations.then(|| sampling::activity(m)))
+        },
+        || {
+            let causes = causes::Causes::new(m, config);
+            (causes, (!with_iterations).then(|| sampling::activity(m)))
+        },
+    );
+    let activity = a.or(b).unwrap_or_else(|| sampling::activity(m));
     let mut a = Analysis {
         config: config.clone(),
         history: end,
@@ -107,7 +120,7 @@ pub fn analyze_view_with(
     let growth = || {
         let mut found = Found::default();
         // Each process's samples (its own iterations for the busiest), for growth and trends.
-        let sampling = sampling::sampling_by_process(m, &its);
+        let sampling = sampling::sampling_by_process(m, &its, activity);
         // The scopes' passes over the history ride on the leaks detector's two.
         let mut scope_pass = scopes::ScopePass::new(m, &sites);
         let sections = leaks::analyze(

@@ -216,7 +216,15 @@ impl ProcessSampling {
 /// trace naming thousands of processes makes.
 pub(crate) const MAX_PROCESSES_SAMPLED: usize = 64;
 
-pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSampling {
+/// Each process's allocations and last activity (its last allocation or failed attempt): one
+/// pass over the history that needs no iterations, so it runs beside the first stage's other
+/// work rather than in the half that samples by them.
+pub(crate) struct Activity {
+    counts: HashMap<ProcessIdx, u64>,
+    last: HashMap<ProcessIdx, u64>,
+}
+
+pub(crate) fn activity(m: &TraceModel) -> Activity {
     // Allocations and last activity per process, for every process named, in one pass.
     let mut counts: HashMap<ProcessIdx, u64> = m.processes.iter().map(|p| (p.process, 0)).collect();
     let mut last: HashMap<ProcessIdx, u64> = HashMap::new();
@@ -247,6 +255,15 @@ pub(crate) fn sampling_by_process(m: &TraceModel, it: &Iterations) -> ProcessSam
         let l = last.entry(f.record.process).or_insert(f.record.ts_nanos);
         *l = (*l).max(f.record.ts_nanos);
     }
+    Activity { counts, last }
+}
+
+pub(crate) fn sampling_by_process(
+    m: &TraceModel,
+    it: &Iterations,
+    activity: Activity,
+) -> ProcessSampling {
+    let Activity { counts, last } = activity;
     let ends = super::history::ends_by_process(m);
     let mut procs: Vec<ProcessIdx> = counts.keys().copied().collect();
     procs.sort_unstable();
