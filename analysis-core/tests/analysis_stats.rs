@@ -127,14 +127,61 @@ fn z_scores_and_hidden_spike_rule_match_scipy_zscore() {
     const GIB: f64 = (1u64 << 30) as f64;
     let gaps: Vec<f64> = g.iter().map(|x| x * GIB).collect();
     let ts: Vec<u64> = (0..8).map(|i| i * 1_000_000_000).collect();
-    let (spikes, drift, skipped) = gap_rules(&Config::default(), &ts, &gaps, 80 << 30, 0);
+    let points = || ts.iter().copied().zip(gaps.iter().copied());
+    let (spikes, drift, skipped) = gap_rules(&Config::default(), points, 80 << 30, 0);
     assert_eq!(skipped, None);
     assert_eq!(spikes.len(), 1);
     assert_eq!(spikes[0].ts_nanos, 4_000_000_000);
     close(spikes[0].z, 2.6433564670461585, 1e-9);
     assert!(drift.expect("8 samples give a drift fit").r_squared < 0.6);
     // Below 5 % of the device, the rules are skipped (reference).
-    let (spikes, _, skipped) = gap_rules(&Config::default(), &ts, &gaps, 1 << 40, 0);
+    let (spikes, _, skipped) = gap_rules(&Config::default(), points, 1 << 40, 0);
     assert!(spikes.is_empty());
     assert!(skipped.is_some());
+}
+
+/// The rules' spikes, taken over passes through the gaps, are the gaps whose `z_scores` pass
+/// the threshold, with those z-scores exactly: series flat, noisy, with outliers and negative.
+#[test]
+fn hidden_spikes_are_the_z_scores_over_the_threshold() {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let mut x = 3u64;
+    let mut next = move || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut found = 0;
+    for series in 0..40 {
+        let n = 3 + series * 7;
+        let gaps: Vec<f64> = (0..n)
+            .map(|i| match series % 4 {
+                0 => 4.0 * GIB,
+                1 => (4.0 + next()) * GIB,
+                2 if i % 9 == 4 => 30.0 * GIB,
+                2 => (4.0 + next() * 0.1) * GIB,
+                _ => (next() - 0.5) * 40.0 * GIB,
+            })
+            .map(|g: f64| g.round())
+            .collect();
+        let ts: Vec<u64> = (0..n as u64).map(|i| 1_000 + i * 50_000_000).collect();
+        let c = Config::default();
+        let points = || ts.iter().copied().zip(gaps.iter().copied());
+        let (spikes, _, skipped) = gap_rules(&c, points, 80 << 30, 0);
+        assert_eq!(skipped, None, "series {series}");
+        let want: Vec<(u64, i64, f64)> = z_scores(&gaps)
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, z)| z > c.hidden_spike_z)
+            .map(|(i, z)| (ts[i], gaps[i] as i64, z))
+            .collect();
+        let got: Vec<(u64, i64, f64)> = spikes
+            .iter()
+            .map(|p| (p.ts_nanos, p.gap_bytes, p.z))
+            .collect();
+        assert_eq!(got, want, "series {series}");
+        found += got.len();
+    }
+    assert!(found > 0, "some series have spikes");
 }
