@@ -77,6 +77,10 @@ struct SpillFile {
     /// By handle: removed once written, so a reader that does not find a chunk here finds it
     /// in the file. One whose write failed stays here, in memory, for good.
     queued: Mutex<HashMap<u64, Arc<[u8]>>>,
+    /// Every chunk below this offset is in the file: the writer writes them in the order they
+    /// were queued, and a read below it takes no lock (the analysis' two threads reading
+    /// chunks back had contended for `queued`'s, most of a report's futex calls).
+    written: AtomicU64,
 }
 
 impl FileSpill {
@@ -106,6 +110,7 @@ impl FileSpill {
         let file = Arc::new(SpillFile {
             file: tempfile::tempfile_in(&self.dir).ok()?,
             queued: Mutex::new(HashMap::new()),
+            written: AtomicU64::new(0),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUED_BATCHES);
         let (to, failed) = (Arc::clone(&file), Arc::clone(&self.failed));
@@ -119,6 +124,8 @@ impl FileSpill {
                     match to.file.write_all_at(&chunk, at) {
                         Ok(()) => {
                             lock(&to.queued).remove(&at);
+                            to.written
+                                .store(at + chunk.len() as u64, Ordering::Release);
                         }
                         Err(_) => failed.store(true, Ordering::Relaxed),
                     }
@@ -136,6 +143,9 @@ impl FileSpill {
     /// comment says why).
     fn load(&self, handle: u64, buf: &mut [u8]) {
         let read = match self.file.get() {
+            Some(f) if handle + buf.len() as u64 <= f.written.load(Ordering::Acquire) => {
+                f.file.read_exact_at(buf, handle)
+            }
             Some(f) => match lock(&f.queued).get(&handle) {
                 Some(queued) => {
                     buf.copy_from_slice(queued);
