@@ -124,8 +124,7 @@ impl FileSpill {
                     match to.file.write_all_at(&chunk, at) {
                         Ok(()) => {
                             lock(&to.queued).remove(&at);
-                            to.written
-                                .store(at + chunk.len() as u64, Ordering::Release);
+                            to.written.store(at + chunk.len() as u64, Ordering::Release);
                         }
                         Err(_) => failed.store(true, Ordering::Relaxed),
                     }
