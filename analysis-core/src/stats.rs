@@ -11,16 +11,31 @@ use hashbrown::HashMap;
 
 /// Arithmetic mean; `None` for an empty slice.
 pub fn mean(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    Some(xs.iter().sum::<f64>() / xs.len() as f64)
+    mean_of(xs.iter().copied())
+}
+
+/// [`mean`] of values met in order, rather than held: their sum in that order over their count.
+pub fn mean_of(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut n = 0usize;
+    let sum: f64 = xs.inspect(|_| n += 1).sum();
+    (n > 0).then(|| sum / n as f64)
 }
 
 /// Population standard deviation (numpy's default, `ddof = 0`); `None` for an empty slice.
 pub fn std_population(xs: &[f64]) -> Option<f64> {
-    let m = mean(xs)?;
-    let var = xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / xs.len() as f64;
+    std_population_of(|| xs.iter().copied())
+}
+
+/// [`std_population`] of the values `xs()` gives, the same ones in the same order on each call
+/// (two passes: the mean, then the spread about it).
+pub fn std_population_of<I: Iterator<Item = f64>>(xs: impl Fn() -> I) -> Option<f64> {
+    let m = mean_of(xs())?;
+    let mut n = 0usize;
+    let var = xs()
+        .inspect(|_| n += 1)
+        .map(|x| (x - m) * (x - m))
+        .sum::<f64>()
+        / n as f64;
     Some(libm::sqrt(var))
 }
 

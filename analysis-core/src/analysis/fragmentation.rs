@@ -80,15 +80,7 @@ pub fn analyze(
         }
         let q = s;
         let free_before = prev.reserved_bytes.saturating_sub(prev.used_bytes);
-        let lo = m.allocs.partition_ts(|t| t <= prev.ts_nanos);
-        let request = m
-            .allocs
-            .iter_from(lo)
-            .take_while(|a| a.ts_nanos <= q.ts_nanos)
-            .filter(|a| a.process == q.process && a.device == q.device && a.kind.is_device_memory())
-            .map(|a| a.size_bytes)
-            .max()
-            .unwrap_or(0);
+        let request = largest_request(m, q.process, q.device, prev.ts_nanos, q.ts_nanos);
         // The demand is no higher than it has been: the reserve that served it before could
         // not serve it now. (Growth that follows new demand, a leak's or a warm-up's, is not
         // fragmentation.)
@@ -187,70 +179,111 @@ pub fn analyze(
             gaps_at_max: gaps,
             series,
         };
-        let name = format!("{} on device {}", pool::label(pool), device.0);
-        let significant = c.spike_min_excess_bytes.min(max_reserved / 10).max(1);
-        // Still forcing growth through the middle and the last third: it goes on.
-        if forced_count >= 3 && forced_middle && forced_late && forced_bytes >= significant {
-            let mut x = Finding::new(FindingKind::Fragmentation, Severity::Warning, name.clone());
-            x.device = Some(device);
-            x.bytes = forced_bytes;
-            x.count = forced_count;
-            x.harm_bytes = forced_bytes;
-            x.ts_nanos = Some(f.max_ts_nanos);
-            x.headline = format!(
-                "fragmentation made {name} grow {} although the requests fit in its free memory",
-                fmt_bytes(forced_bytes)
-            );
-            x.message = format!(
-                "{name} took {} more from the driver in {forced_count} step(s) although, each time, the request would have fit in its free reserve: the free memory is split into blocks too small for the requests",
-                fmt_bytes(forced_bytes)
-            );
-            if let Some(g) = gaps.filter(|g| g.free_bytes > 0) {
-                x.evidence.push(format!(
-                    "at the worst sample the largest free block is {} of {} free ({:.0} % external fragmentation)",
-                    fmt_bytes(g.largest_free_bytes),
-                    fmt_bytes(g.free_bytes),
-                    g.external_fragmentation * 100.0
-                ));
-            }
-            x.evidence.push(format!(
-                "on average {:.0} % of the reserve was unallocated (worst {:.0} %)",
-                mean * 100.0,
-                f.max_ratio * 100.0
-            ));
-            x.fix = if pool == pool::GRAPH_MEMORY {
-                "free graph allocations inside the graph (a free node) or destroy the graphs that hold them, then release the memory with cudaDeviceGraphMemTrim".into()
-            } else {
-                "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()
-            };
-            found.push(x);
-        } else if f.free_at_end_bytes > 0
-            && !m.failed.iter().any(|x| {
-                x.record.is_out_of_memory()
-                    && x.record.process == process
-                    && x.record.device == device
-            })
-        {
-            let mut x = Finding::new(FindingKind::Cache, Severity::Info, name.clone());
-            x.bytes = f.free_at_end_bytes;
-            x.count = f.samples;
-            x.headline = format!("{} cached by {name}", fmt_bytes(f.free_at_end_bytes));
-            x.message = format!(
-                "{name} keeps {} reserved but unallocated at the end ({:.0} % of its {}), ready for reuse: cache, not fragmentation",
-                fmt_bytes(f.free_at_end_bytes),
-                f.free_at_end_bytes as f64 * 100.0 / last.reserved_bytes.max(1) as f64,
-                fmt_bytes(last.reserved_bytes)
-            );
-            x.fix = if pool == pool::GRAPH_MEMORY {
-                "nothing required; cudaDeviceGraphMemTrim releases it".into()
-            } else {
-                "nothing required; torch.cuda.empty_cache(), cudaMemPoolTrimTo or a lower release threshold return it to the driver if other processes need it".into()
-            };
-            found.push(x);
-        }
+        push_findings(
+            m,
+            c,
+            &f,
+            last.reserved_bytes,
+            max_reserved,
+            forced_middle && forced_late,
+            found,
+        );
         out.push(f);
     }
     out
+}
+
+/// The largest device allocation `process` made on `device` from `from` to `to` (times
+/// included): the request a pool's growth between two samples served.
+fn largest_request(
+    m: &TraceModel,
+    process: ProcessIdx,
+    device: DeviceIdx,
+    from: u64,
+    to: u64,
+) -> u64 {
+    let lo = m.allocs.partition_ts(|t| t <= from);
+    m.allocs
+        .iter_from(lo)
+        .take_while(|a| a.ts_nanos <= to)
+        .filter(|a| a.process == process && a.device == device && a.kind.is_device_memory())
+        .map(|a| a.size_bytes)
+        .max()
+        .unwrap_or(0)
+}
+
+/// A pool's finding, if it has one: forced growth that `goes_on` (through the middle and the
+/// last third) is fragmentation, a warning; otherwise free reserve at the end (`last_reserved`
+/// in all) is a cache note, unless an allocation failed out of memory there.
+fn push_findings(
+    m: &TraceModel,
+    c: &Config,
+    f: &PoolFragmentation,
+    last_reserved: u64,
+    max_reserved: u64,
+    goes_on: bool,
+    found: &mut Found,
+) {
+    let (process, device, pool) = (f.process, f.device, f.pool);
+    let (forced_count, forced_bytes) = (f.forced_growth_count, f.forced_growth_bytes);
+    let name = format!("{} on device {}", pool::label(pool), device.0);
+    let significant = c.spike_min_excess_bytes.min(max_reserved / 10).max(1);
+    if forced_count >= 3 && goes_on && forced_bytes >= significant {
+        let mut x = Finding::new(FindingKind::Fragmentation, Severity::Warning, name.clone());
+        x.device = Some(device);
+        x.bytes = forced_bytes;
+        x.count = forced_count;
+        x.harm_bytes = forced_bytes;
+        x.ts_nanos = Some(f.max_ts_nanos);
+        x.headline = format!(
+            "fragmentation made {name} grow {} although the requests fit in its free memory",
+            fmt_bytes(forced_bytes)
+        );
+        x.message = format!(
+            "{name} took {} more from the driver in {forced_count} step(s) although, each time, the request would have fit in its free reserve: the free memory is split into blocks too small for the requests",
+            fmt_bytes(forced_bytes)
+        );
+        if let Some(g) = f.gaps_at_max.filter(|g| g.free_bytes > 0) {
+            x.evidence.push(format!(
+                "at the worst sample the largest free block is {} of {} free ({:.0} % external fragmentation)",
+                fmt_bytes(g.largest_free_bytes),
+                fmt_bytes(g.free_bytes),
+                g.external_fragmentation * 100.0
+            ));
+        }
+        x.evidence.push(format!(
+            "on average {:.0} % of the reserve was unallocated (worst {:.0} %)",
+            f.mean_ratio * 100.0,
+            f.max_ratio * 100.0
+        ));
+        x.fix = if pool == pool::GRAPH_MEMORY {
+            "free graph allocations inside the graph (a free node) or destroy the graphs that hold them, then release the memory with cudaDeviceGraphMemTrim".into()
+        } else {
+            "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()
+        };
+        found.push(x);
+    } else if f.free_at_end_bytes > 0
+        && !m.failed.iter().any(|x| {
+            x.record.is_out_of_memory() && x.record.process == process && x.record.device == device
+        })
+    {
+        let mut x = Finding::new(FindingKind::Cache, Severity::Info, name.clone());
+        x.bytes = f.free_at_end_bytes;
+        x.count = f.samples;
+        x.headline = format!("{} cached by {name}", fmt_bytes(f.free_at_end_bytes));
+        x.message = format!(
+            "{name} keeps {} reserved but unallocated at the end ({:.0} % of its {}), ready for reuse: cache, not fragmentation",
+            fmt_bytes(f.free_at_end_bytes),
+            f.free_at_end_bytes as f64 * 100.0 / last_reserved.max(1) as f64,
+            fmt_bytes(last_reserved)
+        );
+        x.fix = if pool == pool::GRAPH_MEMORY {
+            "nothing required; cudaDeviceGraphMemTrim releases it".into()
+        } else {
+            "nothing required; torch.cuda.empty_cache(), cudaMemPoolTrimTo or a lower release threshold return it to the driver if other processes need it".into()
+        };
+        found.push(x);
+    }
 }
 
 /// What the first pass takes of one pool's samples with reserve.
@@ -345,8 +378,9 @@ mod tests {
     use crate::format::{Alloc, AllocKind, Free, Record, StackId};
     use proptest::prelude::*;
 
-    /// The analysis as it was made from each pool's samples collected in vectors: what the
-    /// passes over the samples must give.
+    /// The analysis' figures as they were made from each pool's samples collected in vectors:
+    /// what the passes over the samples must give (the request between two samples and the
+    /// findings from the figures are the detector's own).
     fn analyze_collected(
         m: &TraceModel,
         c: &Config,
@@ -417,17 +451,7 @@ mod tests {
                     continue;
                 }
                 let free_before = p.reserved_bytes.saturating_sub(p.used_bytes);
-                let lo = m.allocs.partition_ts(|t| t <= p.ts_nanos);
-                let request = m
-                    .allocs
-                    .iter_from(lo)
-                    .take_while(|a| a.ts_nanos <= q.ts_nanos)
-                    .filter(|a| {
-                        a.process == process && a.device == device && a.kind.is_device_memory()
-                    })
-                    .map(|a| a.size_bytes)
-                    .max()
-                    .unwrap_or(0);
+                let request = largest_request(m, process, device, p.ts_nanos, q.ts_nanos);
                 // The demand is no higher than it has been: the reserve that served it before could
                 // not serve it now. (Growth that follows new demand, a leak's or a warm-up's, is
                 // not fragmentation.)
@@ -486,68 +510,15 @@ mod tests {
                 gaps_at_max: gaps,
                 series,
             };
-            let name = format!("{} on device {}", pool::label(pool), device.0);
-            let significant = c.spike_min_excess_bytes.min(max_reserved / 10).max(1);
-            // Still forcing growth through the middle and the last third: it goes on.
-            if forced_count >= 3 && forced_middle && forced_late && forced_bytes >= significant {
-                let mut x =
-                    Finding::new(FindingKind::Fragmentation, Severity::Warning, name.clone());
-                x.device = Some(device);
-                x.bytes = forced_bytes;
-                x.count = forced_count;
-                x.harm_bytes = forced_bytes;
-                x.ts_nanos = Some(f.max_ts_nanos);
-                x.headline = format!(
-                    "fragmentation made {name} grow {} although the requests fit in its free memory",
-                    fmt_bytes(forced_bytes)
-                );
-                x.message = format!(
-                    "{name} took {} more from the driver in {forced_count} step(s) although, each time, the request would have fit in its free reserve: the free memory is split into blocks too small for the requests",
-                    fmt_bytes(forced_bytes)
-                );
-                if let Some(g) = gaps.filter(|g| g.free_bytes > 0) {
-                    x.evidence.push(format!(
-                        "at the worst sample the largest free block is {} of {} free ({:.0} % external fragmentation)",
-                        fmt_bytes(g.largest_free_bytes),
-                        fmt_bytes(g.free_bytes),
-                        g.external_fragmentation * 100.0
-                    ));
-                }
-                x.evidence.push(format!(
-                    "on average {:.0} % of the reserve was unallocated (worst {:.0} %)",
-                    mean * 100.0,
-                    f.max_ratio * 100.0
-                ));
-                x.fix = if pool == pool::GRAPH_MEMORY {
-                    "free graph allocations inside the graph (a free node) or destroy the graphs that hold them, then release the memory with cudaDeviceGraphMemTrim".into()
-                } else {
-                    "allocate long-lived buffers first and in few sizes, round sizes up to common buckets, or use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()
-                };
-                found.push(x);
-            } else if f.free_at_end_bytes > 0
-                && !m.failed.iter().any(|x| {
-                    x.record.is_out_of_memory()
-                        && x.record.process == process
-                        && x.record.device == device
-                })
-            {
-                let mut x = Finding::new(FindingKind::Cache, Severity::Info, name.clone());
-                x.bytes = f.free_at_end_bytes;
-                x.count = f.samples;
-                x.headline = format!("{} cached by {name}", fmt_bytes(f.free_at_end_bytes));
-                x.message = format!(
-                    "{name} keeps {} reserved but unallocated at the end ({:.0} % of its {}), ready for reuse: cache, not fragmentation",
-                    fmt_bytes(f.free_at_end_bytes),
-                    f.free_at_end_bytes as f64 * 100.0 / last.reserved_bytes.max(1) as f64,
-                    fmt_bytes(last.reserved_bytes)
-                );
-                x.fix = if pool == pool::GRAPH_MEMORY {
-                    "nothing required; cudaDeviceGraphMemTrim releases it".into()
-                } else {
-                    "nothing required; torch.cuda.empty_cache(), cudaMemPoolTrimTo or a lower release threshold return it to the driver if other processes need it".into()
-                };
-                found.push(x);
-            }
+            push_findings(
+                m,
+                c,
+                &f,
+                last.reserved_bytes,
+                max_reserved,
+                forced_middle && forced_late,
+                found,
+            );
             out.push(f);
         }
         out

@@ -19,7 +19,7 @@ use crate::format::{DeviceIdx, DeviceSample, ProcessUsage};
 use crate::model::{Fields, TraceModel};
 use crate::packed::Column;
 pub use crate::report::{GapPoint, HiddenMemory, OomCause, OomForensics};
-use crate::stats::{LinearFit, linear_fit};
+use crate::stats::{LinearFit, linear_fit, mean_of, std_population_of};
 use crate::timeline::Timeline;
 use crate::units::fmt_bytes;
 
@@ -151,6 +151,25 @@ struct ReservedSteps {
     unsorted: Option<Vec<(u64, u64)>>,
 }
 
+/// The pools' reserve `total` after sample `p`, each (process, pool)'s last reserve in `last`.
+fn with_sample(
+    last: &mut Vec<(crate::format::ProcessIdx, u64, u64)>,
+    total: u64,
+    p: &crate::format::PoolSample,
+) -> u64 {
+    match last.iter_mut().find(|x| x.0 == p.process && x.1 == p.pool) {
+        Some(x) => {
+            let total = total.saturating_sub(x.2).saturating_add(p.reserved_bytes);
+            x.2 = p.reserved_bytes;
+            total
+        }
+        None => {
+            last.push((p.process, p.pool, p.reserved_bytes));
+            total.saturating_add(p.reserved_bytes)
+        }
+    }
+}
+
 impl ReservedSteps {
     fn of(m: &TraceModel, device: DeviceIdx) -> Self {
         let mut last: Vec<(crate::format::ProcessIdx, u64, u64)> = Vec::new();
@@ -163,16 +182,7 @@ impl ReservedSteps {
             unsorted: None,
         };
         for p in m.pool_samples.iter().filter(|p| p.device == device) {
-            match last.iter_mut().find(|x| x.0 == p.process && x.1 == p.pool) {
-                Some(x) => {
-                    total = total.saturating_sub(x.2).saturating_add(p.reserved_bytes);
-                    x.2 = p.reserved_bytes;
-                }
-                None => {
-                    total = total.saturating_add(p.reserved_bytes);
-                    last.push((p.process, p.pool, p.reserved_bytes));
-                }
-            }
+            total = with_sample(&mut last, total, &p);
             match &mut steps.unsorted {
                 Some(v) => v.push((p.ts_nanos, total)),
                 None if steps.ts.last().is_some_and(|t| p.ts_nanos < t) => {
@@ -504,13 +514,6 @@ fn hidden_drift_finding(c: &Config, h: &HiddenMemory) -> Option<Finding> {
     Some(f)
 }
 
-/// [`crate::stats::mean`] of values met in order: their sum in that order over their count.
-fn mean_of(xs: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut n = 0usize;
-    let sum: f64 = xs.inspect(|_| n += 1).sum();
-    (n > 0).then(|| sum / n as f64)
-}
-
 /// The reference rules on a gap series, `points` giving its (time, gap) in order on each call:
 /// (spikes, drift fit, why skipped). The z-scores are those of [`crate::stats::z_scores`] over
 /// the gaps, taken over passes rather than from a vector of them.
@@ -547,9 +550,8 @@ pub fn gap_rules<I: Iterator<Item = (u64, f64)> + Clone>(
     }
     // The z-scores: the mean, the population spread about it, then each gap's distance.
     let mut spikes = Vec::new();
-    if let Some(m) = mean_of(points().map(|p| p.1)) {
-        let var = points().map(|(_, x)| (x - m) * (x - m)).sum::<f64>() / n as f64;
-        let sd = libm::sqrt(var);
+    let gaps = || points().map(|p| p.1);
+    if let (Some(m), Some(sd)) = (mean_of(gaps()), std_population_of(gaps)) {
         for (t, x) in points() {
             let z = if sd <= 0.0 { 0.0 } else { (x - m) / sd };
             if z > c.hidden_spike_z {
@@ -709,21 +711,12 @@ mod tests {
             }
             let trace = crate::load(&enc.into_bytes()).expect("the trace loads");
             let m = &trace.model;
-            // Every step, as the vector of them was made.
+            // Every step, in a vector.
             let mut last: Vec<(ProcessIdx, u64, u64)> = Vec::new();
             let mut total = 0u64;
             let mut steps = Vec::new();
             for p in m.pool_samples.iter().filter(|p| p.device == DeviceIdx(0)) {
-                match last.iter_mut().find(|x| x.0 == p.process && x.1 == p.pool) {
-                    Some(x) => {
-                        total = total.saturating_sub(x.2).saturating_add(p.reserved_bytes);
-                        x.2 = p.reserved_bytes;
-                    }
-                    None => {
-                        total = total.saturating_add(p.reserved_bytes);
-                        last.push((p.process, p.pool, p.reserved_bytes));
-                    }
-                }
+                total = with_sample(&mut last, total, &p);
                 steps.push((p.ts_nanos, total));
             }
             let mut reserve = ReservedSteps::of(m, DeviceIdx(0));

@@ -27,7 +27,7 @@ pub use crate::report::{IterationSource, Iterations, Starts};
 
 mod recurring;
 
-use super::median::{MedianOverPasses, cap};
+use super::median::upper_median_over;
 use recurring::Site;
 
 /// At least this many repetitions make an iteration.
@@ -80,19 +80,12 @@ fn warmup_of(count: usize) -> u64 {
 /// The median gap between consecutive starts (the upper median of the gaps, 0 for none), over
 /// passes through the starts: no vector of every gap.
 fn median_gap(starts: &Starts) -> u64 {
-    let mut median = MedianOverPasses::new();
-    loop {
+    upper_median_over(|| {
         let mut prev = None;
-        for t in starts.iter() {
-            if let Some(p) = prev.replace(t) {
-                median.see(t.saturating_sub(p));
-            }
-        }
-        median.end_pass(cap(1));
-        if let Some(v) = median.found() {
-            return v;
-        }
-    }
+        starts
+            .iter()
+            .filter_map(move |t| prev.replace(t).map(|p| t.saturating_sub(p)))
+    })
 }
 
 /// The iterations of the distinct `starts`, collected in a column that goes to the model's

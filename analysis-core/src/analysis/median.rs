@@ -26,6 +26,35 @@ pub(crate) fn cap(open: usize) -> u64 {
     (COLLECT / open.max(1) as u64).clamp(CAP, COLLECT)
 }
 
+/// Runs `medians` over the values `values()` gives, the same ones in the same order on each
+/// call, pass after pass until every median is found.
+pub(crate) fn over_passes<I: Iterator<Item = u64>>(
+    values: impl Fn() -> I,
+    medians: &mut [MedianOverPasses],
+) {
+    loop {
+        let open = medians.iter().filter(|m| m.found().is_none()).count();
+        if open == 0 {
+            return;
+        }
+        for v in values() {
+            for m in medians.iter_mut() {
+                m.see(v);
+            }
+        }
+        for m in medians.iter_mut() {
+            m.end_pass(cap(open));
+        }
+    }
+}
+
+/// The [`upper_median`] of the values `values()` gives on each call, over passes.
+pub(crate) fn upper_median_over<I: Iterator<Item = u64>>(values: impl Fn() -> I) -> u64 {
+    let mut m = [MedianOverPasses::new()];
+    over_passes(values, &mut m);
+    m[0].found().unwrap_or(0)
+}
+
 /// The value at index `len / 2` once sorted (reordering `values`), 0 for none.
 pub(crate) fn upper_median(values: &mut [u64]) -> u64 {
     if values.is_empty() {

@@ -25,8 +25,10 @@ pub(crate) const MIN_GROWTH_BYTES: i64 = 4096;
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     /// Which iterations: 0 the trace's, `k + 1` the `k`-th of the processes sampled on their
-    /// own; then, once the tables are made, which table.
+    /// own.
     source: usize,
+    /// The table of sampled starts it reads ([`ProcessSampling`]).
+    table: usize,
     stride: usize,
     k: usize,
     tail: Option<(u64, f64)>,
@@ -70,6 +72,7 @@ fn plan(
     let warm = usize::try_from(it.warmup.div_ceil(stride as u64)).unwrap_or(usize::MAX);
     Plan {
         source,
+        table: 0,
         stride,
         k,
         tail,
@@ -204,7 +207,7 @@ impl ProcessSampling {
         let i = self.list.binary_search_by_key(&p, |e| e.0).unwrap_or(0);
         let plan = &self.list[i].1;
         Samples {
-            starts: &self.tables[plan.source],
+            starts: &self.tables[plan.table],
             plan,
             first_ts_nanos: self.first_ts_nanos,
         }
@@ -303,7 +306,7 @@ pub(crate) fn sampling_by_process(
                 lengths.len() - 1
             });
         lengths[t].2 = lengths[t].2.max(plan.k);
-        plan.source = t;
+        plan.table = t;
     }
     let tables = lengths
         .into_iter()
@@ -449,13 +452,16 @@ mod tests {
                 for tail in [None, Some((1_000, 99.5))] {
                     let plan = Plan {
                         source: 0,
+                        table: 0,
                         stride,
                         k,
                         tail,
                         steady: 0,
                     };
+                    // The table a plan reads: every `stride`-th start.
+                    let table: Vec<u64> = starts.iter().step_by(stride).copied().collect();
                     let s = Samples {
-                        starts: &starts,
+                        starts: &table,
                         plan: &plan,
                         first_ts_nanos: 0,
                     };

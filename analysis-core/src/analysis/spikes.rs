@@ -18,7 +18,7 @@ use hashbrown::HashMap;
 
 use super::causes::Causes;
 use super::iterations::Iterations;
-use super::median::{MedianOverPasses, cap};
+use super::median::{MedianOverPasses, over_passes, upper_median_over};
 use super::scopes::{ScopeKind, ScopeOfSlot, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
@@ -262,26 +262,13 @@ fn peak_between(t: &Timeline, a: u64, b: u64, from: usize) -> (u64, u64) {
 /// count), over passes through them ([`MedianOverPasses`]): no copy of them to select in.
 fn median_over_passes(column: &Column, from: usize) -> f64 {
     let n = column.len().saturating_sub(from);
-    let mut upper = MedianOverPasses::new();
-    let mut lower = n.is_multiple_of(2).then(MedianOverPasses::lower);
-    loop {
-        for v in column.iter_from(from) {
-            upper.see(v);
-            if let Some(l) = &mut lower {
-                l.see(v);
-            }
-        }
-        let open = usize::from(upper.found().is_none())
-            + usize::from(lower.as_ref().is_some_and(|l| l.found().is_none()));
-        upper.end_pass(cap(open));
-        if let Some(l) = &mut lower {
-            l.end_pass(cap(open));
-        }
-        match (upper.found(), lower.as_ref().map(MedianOverPasses::found)) {
-            (Some(u), None) => return u as f64,
-            (Some(u), Some(Some(l))) => return lerp(l as f64, u as f64, 0.5),
-            _ => {}
-        }
+    if n.is_multiple_of(2) {
+        let mut m = [MedianOverPasses::lower(), MedianOverPasses::new()];
+        over_passes(|| column.iter_from(from), &mut m);
+        let (l, u) = (m[0].found().unwrap_or(0), m[1].found().unwrap_or(0));
+        lerp(l as f64, u as f64, 0.5)
+    } else {
+        upper_median_over(|| column.iter_from(from)) as f64
     }
 }
 

@@ -90,7 +90,8 @@ impl Starts {
     }
 
     /// The starts as a vector (tests).
-    pub fn to_vec(&self) -> Vec<u64> {
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u64> {
         self.iter().collect()
     }
 }
@@ -98,13 +99,6 @@ impl Starts {
 impl PartialEq for Starts {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len() && self.iter().eq(other.iter())
-    }
-}
-
-impl From<Vec<u64>> for Starts {
-    /// The distinct times, sorted, in memory.
-    fn from(times: Vec<u64>) -> Self {
-        Self::collect(times, None)
     }
 }
 
@@ -128,7 +122,7 @@ mod tests {
                     Some(*at)
                 })
                 .collect();
-            let mut s = Starts::from(times.clone());
+            let mut s = Starts::collect(times.clone(), None);
             let mut want = times.clone();
             prop_assert_eq!(s.to_vec(), want.clone());
             s.drop_front(cut);
@@ -141,7 +135,7 @@ mod tests {
             prop_assert_eq!(s.get(want.len()), None);
             prop_assert_eq!(s.partition_point(|t| t < x), want.partition_point(|&t| t < x));
             prop_assert_eq!(s.partition_point(|t| t <= x), want.partition_point(|&t| t <= x));
-            prop_assert!(s == Starts::from(want));
+            prop_assert!(s == Starts::collect(want, None));
         }
 
         /// Any times give the distinct ones sorted, whether they ascend or step back.
