@@ -296,9 +296,6 @@ pub fn stack_columns_with(
     let span = t1 - t0;
     let edge = |c: usize| t0 + ((u128::from(span) * c as u128) / columns as u128) as u64;
     let mut ia = whole.partition_point(|x| x < t0);
-    // Samples only move forward: each site's position is searched onwards from the last one
-    // (a binary search over a whole site's points per column and site cost most of a draw).
-    let mut at: Vec<usize> = vec![0; sites.len()];
     for c in 0..columns {
         let (a, b) = (edge(c), edge(c + 1));
         let carried = if ia == 0 { 0 } else { whole.value(ia - 1) };
@@ -336,17 +333,29 @@ pub fn stack_columns_with(
         // every point before the sampled one.
         let until = points_until(whole, from, sample);
         let w = until.checked_sub(1).map_or(0, |i| whole.value(i));
-        let mut sum = 0u64;
-        for (s, i) in sites.iter().zip(at.iter_mut()) {
-            *i = points_until(s, *i, sample);
-            let v = if *i == 0 { 0 } else { s.value(*i - 1) };
-            sum = sum.saturating_add(v);
-            out.bytes.push(v);
-        }
-        out.bytes.push(w.saturating_sub(sum));
         out.sample_nanos.push(sample);
         out.whole_bytes.push(w);
         ia = ib;
+    }
+    // Each site in turn, at every sample: its positions first, searched onwards from the last
+    // one (samples only move forward), then its values, reads that do not wait on each other.
+    out.bytes.resize(columns * bands, 0);
+    let mut until = vec![0usize; columns];
+    for (k, s) in sites.iter().enumerate() {
+        let mut i = 0;
+        for (u, &sample) in until.iter_mut().zip(&out.sample_nanos) {
+            i = points_until(s, i, sample);
+            *u = i;
+        }
+        for (c, &u) in until.iter().enumerate() {
+            out.bytes[c * bands + k] = if u == 0 { 0 } else { s.value(u - 1) };
+        }
+    }
+    for c in 0..columns {
+        let sum = out.bytes[c * bands..c * bands + bands - 1]
+            .iter()
+            .fold(0u64, |a, &v| a.saturating_add(v));
+        out.bytes[c * bands + bands - 1] = out.whole_bytes[c].saturating_sub(sum);
     }
     out
 }

@@ -279,6 +279,28 @@ fn unpack<const W: usize>(src: &[u8], base: u64, mut f: impl FnMut(usize, u64)) 
     }
 }
 
+/// [`unpack`] of values `[from, to)` of the block only (`to` at most [`BLOCK`]).
+#[inline(always)]
+fn unpack_range<const W: usize>(
+    src: &[u8],
+    base: u64,
+    from: usize,
+    to: usize,
+    mut f: impl FnMut(usize, u64),
+) {
+    let src = &src[..BLOCK * W + PAD];
+    let mask = if W == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * W)) - 1
+    };
+    for k in from..to.min(BLOCK) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&src[k * W..k * W + 8]);
+        f(k, base.wrapping_add(u64::from_le_bytes(w) & mask));
+    }
+}
+
 /// A block's minimum and the bytes its offsets from it take.
 #[inline]
 fn frame(value: &impl Fn(usize) -> u64) -> (u64, usize) {
@@ -516,6 +538,52 @@ impl PackedColumn {
             });
     }
 
+    /// Calls `f(k, value)` for values `k` in `[from, to)` of block `b` (`to` at most
+    /// [`BLOCK`]), in order, decoding only those. Panics when `b >= blocks()`.
+    #[inline(always)]
+    pub fn decode_range_with(
+        &self,
+        b: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, u64),
+    ) {
+        let h = self.head(b);
+        let width = h.width();
+        let to = to.min(BLOCK);
+        if width == 0 {
+            for k in from..to {
+                f(k, h.base);
+            }
+            return;
+        }
+        if h.dict() > 0 {
+            self.bytes
+                .with_run(h.start(), BLOCK + h.dict() * width + PAD, |src| {
+                    let (index, entries) = src.split_at(BLOCK);
+                    let mask = u64::MAX >> (64 - 8 * width);
+                    for (k, &x) in index.iter().enumerate().take(to).skip(from) {
+                        let at = usize::from(x) * width;
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(&entries[at..at + 8]);
+                        f(k, h.base.wrapping_add(u64::from_le_bytes(w) & mask));
+                    }
+                });
+            return;
+        }
+        self.bytes
+            .with_run(h.start(), BLOCK * width + PAD, |src| match width {
+                1 => unpack_range::<1>(src, h.base, from, to, f),
+                2 => unpack_range::<2>(src, h.base, from, to, f),
+                3 => unpack_range::<3>(src, h.base, from, to, f),
+                4 => unpack_range::<4>(src, h.base, from, to, f),
+                5 => unpack_range::<5>(src, h.base, from, to, f),
+                6 => unpack_range::<6>(src, h.base, from, to, f),
+                7 => unpack_range::<7>(src, h.base, from, to, f),
+                _ => unpack_range::<8>(src, h.base, from, to, f),
+            });
+    }
+
     /// The smallest value of block `b` (its first, in a column whose values never decrease).
     #[inline]
     pub(crate) fn block_min(&self, b: usize) -> u64 {
@@ -566,26 +634,28 @@ impl PackedColumn {
         if lo >= hi {
             return lo.min(hi);
         }
-        let search = |from: usize, to: usize, holds: &mut dyn FnMut(usize) -> bool| {
+        // Generic over `holds` (a `dyn` closure would cost an indirect call per probe).
+        #[inline(always)]
+        fn search(gallop: bool, from: usize, to: usize, holds: impl FnMut(usize) -> bool) -> usize {
             if gallop {
                 gallop_first_failing(from, to, holds)
             } else {
                 first_failing(from, to, holds)
             }
-        };
+        }
         // Blocks that start inside (lo, hi): the first whose first value fails `pred`, `a`.
         let (from, to) = (lo / BLOCK + 1, (hi - 1) / BLOCK + 1);
         // Groups whose first block is in [from, to): the first whose minimum fails bounds `a`.
         let (gfrom, gto) = (from.div_ceil(GROUP), to.div_ceil(GROUP));
         let (from, to) = if gfrom < gto {
-            let g = search(gfrom, gto, &mut |g| pred(self.coarse[g]));
+            let g = search(gallop, gfrom, gto, |g| pred(self.coarse[g]));
             let f = if g > gfrom { (g - 1) * GROUP + 1 } else { from };
             let t = if g < gto { g * GROUP + 1 } else { to };
             (f.max(from), t.min(to))
         } else {
             (from, to)
         };
-        let a = search(from, to, &mut |b| pred(self.block_min(b)));
+        let a = search(gallop, from, to, |b| pred(self.block_min(b)));
         // The answer lies in block a - 1, or is block a's first index.
         let b = a - 1;
         self.partition_in_block(b, lo.max(b * BLOCK), hi.min(a * BLOCK), pred)
@@ -745,6 +815,27 @@ impl Column {
         }
     }
 
+    /// Calls `f(i, value)` for the values `i` in `[from, to)` of block `b` (indices in the
+    /// column; `to` at most the column's length), decoding only those.
+    #[inline]
+    pub fn decode_range_with(
+        &self,
+        b: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, u64),
+    ) {
+        let start = b * BLOCK;
+        if b < self.packed.blocks() {
+            self.packed
+                .decode_range_with(b, from - start, to - start, |k, v| f(start + k, v));
+        } else if b == self.packed.blocks() {
+            for (k, &v) in self.tail[from - start..to - start].iter().enumerate() {
+                f(from + k, v);
+            }
+        }
+    }
+
     /// The values from index `from` in order, a block decoded at a time.
     pub fn iter_from(&self, from: usize) -> ColumnIter<'_> {
         ColumnIter {
@@ -859,6 +950,18 @@ pub(crate) mod tests {
             all.extend_from_slice(&buf[..n]);
         }
         assert_eq!(all, values);
+        // Any part of a block decodes as the same values, with their indices.
+        for b in 0..c.blocks() {
+            let end = values.len().min((b + 1) * BLOCK);
+            for (from, to) in [(b * BLOCK, end), (b * BLOCK + 3, end - 1), (end - 1, end)] {
+                let mut got = Vec::new();
+                if from < to {
+                    c.decode_range_with(b, from, to, |i, v| got.push((i, v)));
+                }
+                let want: Vec<(usize, u64)> = (from..to).map(|i| (i, values[i])).collect();
+                assert_eq!(got, want, "block {b}, [{from}, {to})");
+            }
+        }
         assert_eq!(c.last(), values.last().copied());
         if values.is_sorted() {
             for &probe in values.iter().step_by(97) {
@@ -955,6 +1058,12 @@ pub(crate) mod tests {
                 prop_assert_eq!(&out[..], &vals[..]);
                 for (k, &v) in vals.iter().enumerate() {
                     prop_assert_eq!(c.get(b * BLOCK + k), v);
+                }
+                for (from, to) in [(0, BLOCK), (5, 9), (BLOCK - 1, BLOCK), (7, 7)] {
+                    let mut got = Vec::new();
+                    c.decode_range_with(b, from, to, |k, v| got.push((k, v)));
+                    let want: Vec<(usize, u64)> = (from..to).map(|k| (k, vals[k])).collect();
+                    prop_assert_eq!(got, want);
                 }
                 if blocks[b].2 {
                     for &probe in vals.iter().step_by(7) {

@@ -85,11 +85,24 @@ impl Bottom {
         }
     }
 
-    /// Entry `i`'s highest value.
-    fn max_at(&self, i: usize) -> u64 {
+    /// The first entry in `[from, to)` whose highest value is at least `target`.
+    fn first_at_least(&self, from: usize, to: usize, target: u64) -> Option<usize> {
         match self {
-            Self::Here(v) => v[i].1,
-            Self::Packed(p) => p.max.get(i),
+            Self::Here(v) => v
+                .get(from..to.min(v.len()))?
+                .iter()
+                .position(|e| e.1 >= target)
+                .map(|k| from + k),
+            Self::Packed(p) => {
+                let mut found = None;
+                scan(&p.max, from, to, |i, v| {
+                    if v >= target {
+                        found = Some(i);
+                    }
+                    found.is_none()
+                });
+                found
+            }
         }
     }
 
@@ -104,14 +117,8 @@ impl Bottom {
                 }
             }
             Self::Packed(p) => {
-                runs(&p.min, from, to, |_, run| {
-                    lo = run.iter().fold(lo, |x, &y| x.min(y));
-                    true
-                });
-                runs(&p.max, from, to, |_, run| {
-                    hi = run.iter().fold(hi, |x, &y| x.max(y));
-                    true
-                });
+                each(&p.min, from, to, |v| lo = lo.min(v));
+                each(&p.max, from, to, |v| hi = hi.max(v));
             }
         }
         (lo, hi)
@@ -127,18 +134,33 @@ impl Bottom {
     }
 }
 
-/// Calls `f(i, values)` with the values of `col` from index `i` on, over `[from, to)` (`to` at
-/// most its length), a block decoded at a time, until it returns false.
-fn runs(col: &Column, from: usize, to: usize, mut f: impl FnMut(usize, &[u64]) -> bool) {
-    let mut buf = [0u64; BLOCK];
+/// Calls `f(i, value)` for the values `i` of `col` in `[from, to)` (`to` capped at its
+/// length), in order, until it returns false. Only the values asked for are decoded: the
+/// pyramid's searches read a few points at each end of a range.
+fn scan(col: &Column, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> bool) {
+    let to = to.min(col.len());
     let mut i = from;
     while i < to {
         let b = i / BLOCK;
-        let n = col.decode_block(b, &mut buf);
-        let stop = to.min(b * BLOCK + n);
-        if stop <= i || !f(i, &buf[i % BLOCK..stop - b * BLOCK]) {
+        let stop = to.min((b + 1) * BLOCK);
+        let mut go = true;
+        col.decode_range_with(b, i, stop, |j, v| go = go && f(j, v));
+        if !go {
             return;
         }
+        i = stop;
+    }
+}
+
+/// Calls `f(value)` for every value of `col` in `[from, to)` (`to` capped at its length),
+/// decoding only those: [`scan`] without a way to stop, for folds.
+fn each(col: &Column, from: usize, to: usize, mut f: impl FnMut(u64)) {
+    let to = to.min(col.len());
+    let mut i = from;
+    while i < to {
+        let b = i / BLOCK;
+        let stop = to.min((b + 1) * BLOCK);
+        col.decode_range_with(b, i, stop, |_, v| f(v));
         i = stop;
     }
 }
@@ -438,67 +460,80 @@ impl Timeline {
     }
 
     /// The first point index in `[i, j)` whose value is at least `target` (with `target` the
-    /// range's maximum: where that maximum is first reached). Walks the pyramid: whole blocks
-    /// below `target` are skipped a level up, and the block that holds it is searched down one
-    /// level at a time, so a call reads O(FANOUT · levels) entries, not the range's points.
+    /// range's maximum: where that maximum is first reached). Walks the pyramid: up from `i`,
+    /// a level's entries at a time until the next level's are aligned; along the highest level
+    /// whose entries fit; down again through the range's end. The first entry found that
+    /// reaches `target` is searched down one level at a time. Each step scans a run of one
+    /// level's entries, so a call reads O(FANOUT · levels) entries, not the range's points.
     pub fn first_at_least(&self, i: usize, j: usize, target: u64) -> Option<usize> {
         let j = j.min(self.data.len());
         let levels = self.data.levels();
         let (mut k, mut level, mut block) = (i, 0usize, 1usize);
+        // Up, while an entry of the next level fits in `[k, j)` once `k` is aligned to it.
+        while k < j && level < levels {
+            let next = block * FANOUT;
+            let aligned = k.next_multiple_of(next);
+            if aligned.saturating_add(next) > j {
+                break;
+            }
+            if let Some(e) = self.first_entry(level, k / block, aligned / block, target) {
+                return Some(self.down(level, e, target));
+            }
+            (k, level, block) = (aligned, level + 1, next);
+        }
+        // Along and down: the whole entries of each level in `[k, j)`, then the rest below.
         while k < j {
-            // The largest block that starts at `k` and ends within `j`.
-            while level < levels && k.is_multiple_of(block * FANOUT) && k + block * FANOUT <= j {
-                level += 1;
-                block *= FANOUT;
+            let end = k + (j - k) / block * block;
+            if let Some(e) = self.first_entry(level, k / block, end / block, target) {
+                return Some(self.down(level, e, target));
             }
-            while block > 1 && k + block > j {
-                level -= 1;
-                block /= FANOUT;
+            if level == 0 {
+                break;
             }
-            if block == 1 {
-                // Points up to where a larger block may start (or to `j`), a block of them
-                // decoded at a time rather than read one by one.
-                let stop = if k.is_multiple_of(FANOUT) {
-                    j
-                } else {
-                    k.next_multiple_of(FANOUT).min(j)
-                };
+            (k, level, block) = (end, level - 1, block / FANOUT);
+        }
+        None
+    }
+
+    /// The first entry in `[from, to)` of `level` (0: the points) whose highest value is at
+    /// least `target`.
+    fn first_entry(&self, level: usize, from: usize, to: usize, target: u64) -> Option<usize> {
+        if from >= to {
+            return None;
+        }
+        match level {
+            0 => {
                 let mut found = None;
-                self.scan_values(k, stop, |i, v| {
+                self.scan_values(from, to, |i, v| {
                     if v >= target {
                         found = Some(i);
                     }
                     found.is_none()
                 });
-                if found.is_some() {
-                    return found;
-                }
-                k = stop;
-                continue;
+                found
             }
-            if self.entry_max(level, k / block) >= target {
-                // Down to the first point of this block that reaches `target`.
-                while level > 1 {
-                    level -= 1;
-                    block /= FANOUT;
-                    while self.entry_max(level, k / block) < target {
-                        k += block;
-                    }
-                }
-                if level == 1 {
-                    // The points, a block of them decoded at a time.
-                    let mut found = k;
-                    self.scan_values(k, k + FANOUT, |i, v| {
-                        found = i;
-                        v < target
-                    });
-                    k = found;
-                }
-                return Some(k);
+            1 => self.data.bottom.first_at_least(from, to, target),
+            _ => {
+                let entries = &self.data.upper[level - 2];
+                entries
+                    .get(from..to.min(entries.len()))?
+                    .iter()
+                    .position(|e| e.1 >= target)
+                    .map(|k| from + k)
             }
-            k += block;
         }
-        None
+    }
+
+    /// The first point under entry `e` of `level` whose value is at least `target`, which
+    /// the entry's highest value reaches.
+    fn down(&self, mut level: usize, mut e: usize, target: u64) -> usize {
+        while level > 0 {
+            level -= 1;
+            let (from, to) = (e * FANOUT, (e + 1) * FANOUT);
+            // The entry's maximum is one of its children's: the fallback is never taken.
+            e = self.first_entry(level, from, to, target).unwrap_or(from);
+        }
+        e
     }
 
     /// The lowest and highest of entries `[from, to)` of `level` (`(u64::MAX, 0)` when
@@ -506,10 +541,9 @@ impl Timeline {
     fn entries_min_max(&self, level: usize, from: usize, to: usize) -> (u64, u64) {
         let (mut lo, mut hi) = (u64::MAX, 0u64);
         if level == 0 {
-            self.scan_values(from, to, |_, v| {
+            each(&self.data.values, from, to, |v| {
                 lo = lo.min(v);
                 hi = hi.max(v);
-                true
             });
         } else if level == 1 {
             (lo, hi) = self.data.bottom.min_max(from, to);
@@ -524,20 +558,8 @@ impl Timeline {
 
     /// Calls `f(i, value)` for the points `i` in `[from, to)` in order (`to` at most the
     /// length) until it returns false.
-    fn scan_values(&self, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> bool) {
-        runs(&self.data.values, from, to, |i, run| {
-            run.iter().enumerate().all(|(k, &v)| f(i + k, v))
-        });
-    }
-
-    /// The highest value of entry `idx` of `level` (level 0: the points).
-    #[inline]
-    fn entry_max(&self, level: usize, idx: usize) -> u64 {
-        match level {
-            0 => self.data.value(idx),
-            1 => self.data.bottom.max_at(idx),
-            _ => self.data.upper[level - 2][idx].1,
-        }
+    fn scan_values(&self, from: usize, to: usize, f: impl FnMut(usize, u64) -> bool) {
+        scan(&self.data.values, from, to, f);
     }
 
     /// Downsamples `[t0, t1)` into `columns` buckets of equal time width. Each column's end is
@@ -694,6 +716,15 @@ mod tests {
             let want = (i..j).find(|&k| values[k] == max);
             assert_eq!(t.first_at_least(i, j, max), want, "[{i}, {j})");
             assert_eq!(t.first_at_least(i, j, max + 1), None, "[{i}, {j})");
+            // Below the maximum: the first value that reaches it, wherever it lies.
+            for target in [0, max / 3, max / 2, max.saturating_sub(1)] {
+                let want = (i..j).find(|&k| values[k] >= target);
+                assert_eq!(
+                    t.first_at_least(i, j, target),
+                    want,
+                    "[{i}, {j}) at least {target}"
+                );
+            }
         }
         assert_eq!(t.first_at_least(10, 10, 0), None);
     }
