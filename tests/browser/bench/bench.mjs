@@ -99,8 +99,17 @@ for (const file of inputs) {
   }
   const siteSeriesMs = await page.evaluate(() => Number(document.querySelector('[data-testid="timeline-canvas"]').dataset.siteSeriesMs ?? NaN));
   // Zoom steps: key '+' (zoom around the middle), measured from the key event to the next frame.
+  // Every animation frame's start is recorded meanwhile, so that each step's draw can be placed
+  // in its frame: the frame held when the next one starts one frame interval later (the draw
+  // and its paint fit in it), and was missed when a frame had to be skipped.
+  await page.evaluate(() => {
+    window.__benchFrames = [];
+    const tick = (t) => { window.__benchFrames.push(t); requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+  });
   const steps = [];
   const draws = [];
+  const drawSpans = [];
   for (let i = 0; i < ZOOM_STEPS; i++) {
     const r = await page.evaluate(async (key) => {
       const c = document.querySelector('[data-testid="timeline-canvas"]');
@@ -108,10 +117,27 @@ for (const file of inputs) {
       const t0 = performance.now();
       window.dispatchEvent(new KeyboardEvent('keydown', { key, bubbles: true }));
       await new Promise((res) => requestAnimationFrame(() => setTimeout(res, 0)));
-      return { frame: performance.now() - t0, draw: Number(c.dataset.drawMs), redrawn: c.dataset.drawnAt !== before };
+      const frame = performance.now() - t0;
+      const end = Number(c.dataset.drawnAt);
+      const draw = Number(c.dataset.drawMs);
+      return { frame, draw, start: end - draw, end, redrawn: c.dataset.drawnAt !== before };
     }, i < ZOOM_STEPS / 2 ? '+' : '-');
-    if (r.redrawn) { steps.push(r.frame); draws.push(r.draw); }
+    if (r.redrawn) { steps.push(r.frame); draws.push(r.draw); drawSpans.push([r.start, r.end]); }
   }
+  // The frame after the last one that drew, so that its end is recorded too.
+  const frameStarts = await page.evaluate(async () => {
+    await new Promise((res) => requestAnimationFrame(() => requestAnimationFrame(res)));
+    return window.__benchFrames;
+  });
+  // The nominal frame interval (the display's, 16.7 ms at 60 Hz): the median between frames.
+  const interval = median(frameStarts.slice(1).map((t, k) => t - frameStarts[k]));
+  // Per step, from the start of the frame that drew to the start of the next one.
+  const drawFrames = drawSpans.map(([start, end]) => {
+    const from = frameStarts.filter((t) => t <= start + 0.5).at(-1);
+    const to = frameStarts.find((t) => t > end);
+    return from === undefined || to === undefined ? NaN : to - from;
+  });
+  const missed = drawFrames.filter((d) => !(d < 1.5 * interval)).length;
   const wasmBytes = await page.evaluate(() => window.__wasm?.memory?.buffer?.byteLength ?? 0);
   clearInterval(sampler);
   const out = {
@@ -132,6 +158,12 @@ for (const file of inputs) {
     zoom_frame_ms_median: +median(steps).toFixed(1),
     zoom_frame_ms_max: +Math.max(...steps).toFixed(1),
     zoom_draw_ms_median: +median(draws).toFixed(1),
+    zoom_draw_ms_max: +Math.max(...draws).toFixed(1),
+    // The frames that drew a zoom step: the display's interval, the longest one, and how many
+    // lasted longer than one interval and a half (a frame missed).
+    frame_interval_ms: +interval.toFixed(1),
+    zoom_draw_frame_ms_max: +Math.max(...drawFrames).toFixed(1),
+    zoom_frames_missed: missed,
     // Building every call site's series (once per filter, after the first draw).
     site_series_ms: Number.isNaN(siteSeriesMs) ? undefined : siteSeriesMs,
     wasm_memory_mib: +(wasmBytes / MiB).toFixed(0),
