@@ -5,7 +5,7 @@
 
 use crate::format::{Mark, ProcessIdx, StringId, ThreadIdx};
 use crate::packed::Column;
-use crate::samples::sequence_traits;
+use crate::samples::column_store;
 
 /// Marks in the order they were recorded.
 #[derive(Clone, Debug, Default)]
@@ -17,27 +17,9 @@ pub struct Marks {
     process: Column,
 }
 
+column_store!(Marks, Mark, [ts, name, domain, thread, process]);
+
 impl Marks {
-    pub const fn new() -> Self {
-        Self {
-            ts: Column::new(),
-            name: Column::new(),
-            domain: Column::new(),
-            thread: Column::new(),
-            process: Column::new(),
-        }
-    }
-
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.ts.len()
-    }
-
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.ts.is_empty()
-    }
-
     pub fn push(&mut self, m: Mark) {
         self.ts.push(m.ts_nanos);
         self.name.push(u64::from(m.name.0));
@@ -66,23 +48,7 @@ impl Marks {
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = Mark> + ExactSizeIterator + '_ {
         (0..self.len()).map(|i| self.at(i))
     }
-
-    /// Heap bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        [
-            &self.ts,
-            &self.name,
-            &self.domain,
-            &self.thread,
-            &self.process,
-        ]
-        .iter()
-        .map(|c| c.heap_bytes())
-        .sum()
-    }
 }
-
-sequence_traits!(Marks, Mark);
 
 #[cfg(test)]
 mod tests {

@@ -454,8 +454,8 @@ impl TraceModel {
         }
     }
 
-    /// Sends the full chunks of the allocation history, the NVTX range instances and the
-    /// timelines' points to `spill` from now on (where it takes them), so that their bytes lie
+    /// Sends the full chunks of the allocation history, the NVTX range instances and marks,
+    /// the device and pool samples and the timelines' points to `spill` from now on (where it takes them), so that their bytes lie
     /// outside memory: the model reads them back through it. Results are the same either way.
     pub fn set_spill(&mut self, spill: Arc<dyn Spill>) {
         let spill = Some(spill);
@@ -465,6 +465,9 @@ impl TraceModel {
         for p in &mut self.series_points {
             p.set_spill(spill.clone());
         }
+        self.marks.set_spill(spill.clone());
+        self.device_samples.set_spill(spill.clone());
+        self.pool_samples.set_spill(spill.clone());
         self.spill = spill;
     }
 

@@ -53,6 +53,47 @@ macro_rules! sequence_traits {
 }
 pub(crate) use sequence_traits;
 
+/// What every store by column has that does not depend on its records: `new`, `len` and
+/// `is_empty` (by its first column, `ts`, one value per record), `heap_bytes`, and `set_spill`
+/// (every column's full chunks to the model's spill), with [`sequence_traits`] over `$item`.
+macro_rules! column_store {
+    ($store:ty, $item:ty, [$($col:ident),+ $(,)?]) => {
+        impl $store {
+            pub const fn new() -> Self {
+                Self {
+                    $($col: $crate::packed::Column::new(),)+
+                }
+            }
+
+            #[inline]
+            pub fn len(&self) -> usize {
+                self.ts.len()
+            }
+
+            #[inline]
+            pub fn is_empty(&self) -> bool {
+                self.ts.is_empty()
+            }
+
+            /// Heap bytes held.
+            pub fn heap_bytes(&self) -> usize {
+                0 $(+ self.$col.heap_bytes())+
+            }
+
+            /// Full chunks of every column from now on go to `spill` where it takes them.
+            pub fn set_spill(
+                &mut self,
+                spill: Option<alloc::sync::Arc<dyn $crate::packed::Spill>>,
+            ) {
+                $(self.$col.set_spill(spill.clone());)+
+            }
+        }
+
+        $crate::samples::sequence_traits!($store, $item);
+    };
+}
+pub(crate) use column_store;
+
 /// Pool samples in the order they were added.
 #[derive(Clone, Debug, Default)]
 pub struct PoolSamples {
@@ -64,28 +105,13 @@ pub struct PoolSamples {
     process: Column,
 }
 
+column_store!(
+    PoolSamples,
+    PoolSample,
+    [ts, device, pool, reserved, used, process]
+);
+
 impl PoolSamples {
-    pub const fn new() -> Self {
-        Self {
-            ts: Column::new(),
-            device: Column::new(),
-            pool: Column::new(),
-            reserved: Column::new(),
-            used: Column::new(),
-            process: Column::new(),
-        }
-    }
-
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.ts.len()
-    }
-
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.ts.is_empty()
-    }
-
     pub fn push(&mut self, s: PoolSample) {
         self.ts.push(s.ts_nanos);
         self.device.push(u64::from(s.device.0));
@@ -116,24 +142,7 @@ impl PoolSamples {
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = PoolSample> + ExactSizeIterator + '_ {
         (0..self.len()).map(|i| self.at(i))
     }
-
-    /// Heap bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        [
-            &self.ts,
-            &self.device,
-            &self.pool,
-            &self.reserved,
-            &self.used,
-            &self.process,
-        ]
-        .iter()
-        .map(|c| c.heap_bytes())
-        .sum()
-    }
 }
-
-sequence_traits!(PoolSamples, PoolSample);
 
 /// Device samples in the order they were added; each sample's processes in two columns of
 /// their own, `processes_end` saying where each sample's end.
@@ -150,30 +159,22 @@ pub struct DeviceSamples {
     process_used: Column,
 }
 
+column_store!(
+    DeviceSamples,
+    DeviceSample,
+    [
+        ts,
+        device,
+        total,
+        free,
+        used,
+        processes_end,
+        pid,
+        process_used
+    ]
+);
+
 impl DeviceSamples {
-    pub const fn new() -> Self {
-        Self {
-            ts: Column::new(),
-            device: Column::new(),
-            total: Column::new(),
-            free: Column::new(),
-            used: Column::new(),
-            processes_end: Column::new(),
-            pid: Column::new(),
-            process_used: Column::new(),
-        }
-    }
-
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.ts.len()
-    }
-
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.ts.is_empty()
-    }
-
     pub fn push(&mut self, s: DeviceSample) {
         self.ts.push(s.ts_nanos);
         self.device.push(u64::from(s.device.0));
@@ -249,26 +250,7 @@ impl DeviceSamples {
         let i = (0..self.len()).rev().find(|&i| pred(&self.fixed(i)))?;
         Some(self.at(i))
     }
-
-    /// Heap bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        [
-            &self.ts,
-            &self.device,
-            &self.total,
-            &self.free,
-            &self.used,
-            &self.processes_end,
-            &self.pid,
-            &self.process_used,
-        ]
-        .iter()
-        .map(|c| c.heap_bytes())
-        .sum()
-    }
 }
-
-sequence_traits!(DeviceSamples, DeviceSample);
 
 #[cfg(test)]
 mod tests {
