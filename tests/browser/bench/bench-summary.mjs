@@ -1,6 +1,6 @@
 // Summarizes the benchmark's JSON lines (scripts/bench-browser.sh with ROUNDS or several DIST
-// folders): per input and build, the median, min and max time to the first timeline and of each
-// load phase, over the rounds. Usage: node bench-summary.mjs results.jsonl
+// folders): per input and build, the median, min and max time to the first timeline, of each
+// load phase and of the zoom steps' draws, and the zoom steps' frames missed, over the rounds. Usage: node bench-summary.mjs results.jsonl
 import fs from 'node:fs';
 
 const rows = fs.readFileSync(process.argv[2], 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
@@ -26,5 +26,9 @@ for (const [key, rs] of groups) {
     decode_or_convert_ms: stat(rs.map((r) => phase(r, 'read', 'decoded'))),
     tables_ms: stat(rs.map((r) => phase(r, 'decoded', 'tables'))),
     wasm_memory_mib: stat(rs.map((r) => r.wasm_memory_mib)),
+    // Zoom steps (rows from before the frames were recorded have none of these).
+    zoom_draw_ms_median: stat(rs.map((r) => r.zoom_draw_ms_median)),
+    zoom_draw_ms_max: stat(rs.map((r) => r.zoom_draw_ms_max ?? NaN)),
+    zoom_frames_missed: rs.reduce((n, r) => n + (r.zoom_frames_missed ?? NaN), 0),
   }));
 }
