@@ -11,6 +11,8 @@ use std::alloc::System;
 use analysis_core::synth::{Scenario, generate};
 use cap::Cap;
 
+mod common;
+
 #[global_allocator]
 static HEAP: Cap<System> = Cap::new(System, usize::MAX);
 
@@ -23,10 +25,10 @@ fn a_trace_without_nvtx_ranges_is_analysed_within_half_its_model_above_it() {
         trace.model.ranges.is_empty(),
         "the scenario has no NVTX ranges"
     );
-    let model = HEAP.allocated();
-    HEAP.set_limit(model + model / 2)
-        .expect("a cap above what is held");
-    let report = analysis_core::summarize(&trace);
-    HEAP.set_limit(usize::MAX).expect("uncapped");
+    let report = common::under_cap(
+        &HEAP,
+        |model| model / 2,
+        || analysis_core::summarize(&trace),
+    );
     assert!(report.analysis.iterations.count > 0);
 }

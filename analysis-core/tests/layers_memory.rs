@@ -11,6 +11,8 @@ use std::alloc::System;
 use analysis_core::synth::{Scenario, as_framework_capture, generate};
 use cap::Cap;
 
+mod common;
+
 #[global_allocator]
 static HEAP: Cap<System> = Cap::new(System, usize::MAX);
 
@@ -21,11 +23,11 @@ fn the_framework_view_does_not_copy_the_history() {
     drop(plain);
     let trace = analysis_core::load(&bytes).expect("the construction loads");
     drop(bytes);
-    let model = HEAP.allocated();
-    HEAP.set_limit(model + model * 14 / 10)
-        .expect("a cap above what is held");
-    let view = analysis_core::layers::tensor_view(&trace.model);
-    HEAP.set_limit(usize::MAX).expect("uncapped");
+    let view = common::under_cap(
+        &HEAP,
+        |model| model * 14 / 10,
+        || analysis_core::layers::tensor_view(&trace.model),
+    );
     let view = view.expect("a framework layer");
     // The view is the tensors' layer: the blocks are device memory.
     assert!(view.peak_bytes > 0);

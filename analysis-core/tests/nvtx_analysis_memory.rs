@@ -14,6 +14,8 @@ use analysis_core::report::IterationSource;
 use analysis_core::synth::{Scenario, generate};
 use cap::Cap;
 
+mod common;
+
 #[global_allocator]
 static HEAP: Cap<System> = Cap::new(System, usize::MAX);
 
@@ -26,11 +28,11 @@ fn a_trace_with_ranges_around_every_step_is_analysed_within_an_eighth_of_its_mod
         trace.model.ranges.len() > 50_000,
         "ranges around every step"
     );
-    let model = HEAP.allocated();
-    HEAP.set_limit(model + model / 8)
-        .expect("a cap above what is held");
-    let report = analysis_core::summarize(&trace);
-    HEAP.set_limit(usize::MAX).expect("uncapped");
+    let report = common::under_cap(
+        &HEAP,
+        |model| model / 8,
+        || analysis_core::summarize(&trace),
+    );
     assert_eq!(
         report.analysis.iterations.source,
         IterationSource::NvtxRange

@@ -16,6 +16,8 @@ use viewer::data::TraceData;
 use viewer::filter::Filter;
 use viewer::state::{ViewState, zoom_range};
 
+mod common;
+
 /// A backend that takes every shape and draws nothing.
 struct Discard(u32, u32);
 
@@ -84,15 +86,8 @@ impl DrawingBackend for Discard {
     }
 }
 
-fn events_from_env() -> u64 {
-    std::env::var("GPUCOLLECT_BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000)
-}
-
 fn bench(c: &mut Criterion) {
-    let events = events_from_env();
+    let events = common::events_from_env();
     let mut g = c.benchmark_group("draw");
     g.sample_size(20);
     let scenario = Scenario::TrainingLeak;

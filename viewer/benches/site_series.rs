@@ -9,15 +9,10 @@ use viewer::data::TraceData;
 use viewer::filter::Filter;
 use viewer::site_series::{SiteSeries, stack_columns};
 
-fn events_from_env() -> u64 {
-    std::env::var("GPUCOLLECT_BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000)
-}
+mod common;
 
 fn bench(c: &mut Criterion) {
-    let events = events_from_env();
+    let events = common::events_from_env();
     let mut g = c.benchmark_group("site_series");
     g.sample_size(10);
     for scenario in [Scenario::TrainingLeak, Scenario::Spikes] {

@@ -336,3 +336,19 @@ pub fn model_digest(t: &analysis_core::LoadedTrace) -> serde_json::Value {
         "fatal": format!("{:?}", t.fatal),
     })
 }
+
+/// Runs `work` with the heap capped at what `heap` holds now plus `above` of it, then lifts
+/// the cap: an allocation past it fails, and the test aborts ("memory allocation … failed").
+/// The test binary's `#[global_allocator]` is `heap`.
+pub fn under_cap<T>(
+    heap: &cap::Cap<std::alloc::System>,
+    above: impl FnOnce(usize) -> usize,
+    work: impl FnOnce() -> T,
+) -> T {
+    let held = heap.allocated();
+    heap.set_limit(held + above(held))
+        .expect("a cap above what is held");
+    let out = work();
+    heap.set_limit(usize::MAX).expect("uncapped");
+    out
+}

@@ -262,26 +262,10 @@ fn gallop_first_failing(lo: usize, hi: usize, mut holds: impl FnMut(usize) -> bo
 /// Bytes after each block's values (zeros), so every value can be read with one 8-byte load.
 const PAD: usize = 7;
 
-/// Calls `f(k, base + value k)` for each `W`-byte little-endian value of `src` (`W` in
-/// 1..=8; `src` holds [`PAD`] bytes more).
+/// Calls `f(k, base + value k)` for values `k` in `[from, to)` (`to` at most [`BLOCK`]) of the
+/// `W`-byte little-endian values of `src` (`W` in 1..=8; `src` holds [`PAD`] bytes more).
 #[inline(always)]
-fn unpack<const W: usize>(src: &[u8], base: u64, mut f: impl FnMut(usize, u64)) {
-    let src = &src[..BLOCK * W + PAD];
-    let mask = if W == 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * W)) - 1
-    };
-    for k in 0..BLOCK {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&src[k * W..k * W + 8]);
-        f(k, base.wrapping_add(u64::from_le_bytes(w) & mask));
-    }
-}
-
-/// [`unpack`] of values `[from, to)` of the block only (`to` at most [`BLOCK`]).
-#[inline(always)]
-fn unpack_range<const W: usize>(
+fn unpack<const W: usize>(
     src: &[u8],
     base: u64,
     from: usize,
@@ -500,64 +484,41 @@ impl PackedColumn {
     #[inline(always)]
     pub fn decode_with(&self, b: usize, mut f: impl FnMut(usize, u64)) {
         let h = self.head(b);
-        let width = h.width();
-        if width == 0 {
-            for k in 0..BLOCK {
-                f(k, h.base);
-            }
+        let (width, d) = (h.width(), h.dict());
+        if width == 0 || d == 0 {
+            self.unpack_head(h, 0, BLOCK, f);
             return;
         }
-        let d = h.dict();
-        if d > 0 {
-            self.bytes
-                .with_run(h.start(), BLOCK + d * width + PAD, |src| {
-                    let (index, entries) = src.split_at(BLOCK);
-                    let mask = u64::MAX >> (64 - 8 * width);
-                    let mut dict = [0u64; BLOCK];
-                    for (j, e) in dict.iter_mut().enumerate().take(d) {
-                        let mut w = [0u8; 8];
-                        w.copy_from_slice(&entries[j * width..j * width + 8]);
-                        *e = h.base.wrapping_add(u64::from_le_bytes(w) & mask);
-                    }
-                    for (k, &x) in index.iter().enumerate() {
-                        f(k, dict[usize::from(x) % BLOCK]);
-                    }
-                });
-            return;
-        }
+        // A whole dictionary block: each entry decoded once, then looked up per value.
         self.bytes
-            .with_run(h.start(), BLOCK * width + PAD, |src| match width {
-                1 => unpack::<1>(src, h.base, f),
-                2 => unpack::<2>(src, h.base, f),
-                3 => unpack::<3>(src, h.base, f),
-                4 => unpack::<4>(src, h.base, f),
-                5 => unpack::<5>(src, h.base, f),
-                6 => unpack::<6>(src, h.base, f),
-                7 => unpack::<7>(src, h.base, f),
-                _ => unpack::<8>(src, h.base, f),
+            .with_run(h.start(), BLOCK + d * width + PAD, |src| {
+                let (index, entries) = src.split_at(BLOCK);
+                let mask = u64::MAX >> (64 - 8 * width);
+                let mut dict = [0u64; BLOCK];
+                for (j, e) in dict.iter_mut().enumerate().take(d) {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&entries[j * width..j * width + 8]);
+                    *e = h.base.wrapping_add(u64::from_le_bytes(w) & mask);
+                }
+                for (k, &x) in index.iter().enumerate() {
+                    f(k, dict[usize::from(x) % BLOCK]);
+                }
             });
     }
 
     /// Calls `f(k, value)` for values `k` in `[from, to)` of block `b` (`to` at most
     /// [`BLOCK`]), in order, decoding only those. Panics when `b >= blocks()`.
     #[inline(always)]
-    pub fn decode_range_with(
-        &self,
-        b: usize,
-        from: usize,
-        to: usize,
-        mut f: impl FnMut(usize, u64),
-    ) {
-        let h = self.head(b);
+    pub fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
+        self.decode_head_range(self.head(b), from, to.min(BLOCK), f);
+    }
+
+    /// Values `[from, to)` (`to` at most [`BLOCK`]) of the block whose head is `h`, each
+    /// decoded on its own: a dictionary block's entries are read per value.
+    #[inline(always)]
+    fn decode_head_range(&self, h: Head, from: usize, to: usize, mut f: impl FnMut(usize, u64)) {
         let width = h.width();
-        let to = to.min(BLOCK);
-        if width == 0 {
-            for k in from..to {
-                f(k, h.base);
-            }
-            return;
-        }
-        if h.dict() > 0 {
+        if width > 0 && h.dict() > 0 {
             self.bytes
                 .with_run(h.start(), BLOCK + h.dict() * width + PAD, |src| {
                     let (index, entries) = src.split_at(BLOCK);
@@ -571,16 +532,29 @@ impl PackedColumn {
                 });
             return;
         }
+        self.unpack_head(h, from, to, f);
+    }
+
+    /// Values `[from, to)` of a block of offsets (no dictionary) whose head is `h`.
+    #[inline(always)]
+    fn unpack_head(&self, h: Head, from: usize, to: usize, mut f: impl FnMut(usize, u64)) {
+        let width = h.width();
+        if width == 0 {
+            for k in from..to {
+                f(k, h.base);
+            }
+            return;
+        }
         self.bytes
             .with_run(h.start(), BLOCK * width + PAD, |src| match width {
-                1 => unpack_range::<1>(src, h.base, from, to, f),
-                2 => unpack_range::<2>(src, h.base, from, to, f),
-                3 => unpack_range::<3>(src, h.base, from, to, f),
-                4 => unpack_range::<4>(src, h.base, from, to, f),
-                5 => unpack_range::<5>(src, h.base, from, to, f),
-                6 => unpack_range::<6>(src, h.base, from, to, f),
-                7 => unpack_range::<7>(src, h.base, from, to, f),
-                _ => unpack_range::<8>(src, h.base, from, to, f),
+                1 => unpack::<1>(src, h.base, from, to, f),
+                2 => unpack::<2>(src, h.base, from, to, f),
+                3 => unpack::<3>(src, h.base, from, to, f),
+                4 => unpack::<4>(src, h.base, from, to, f),
+                5 => unpack::<5>(src, h.base, from, to, f),
+                6 => unpack::<6>(src, h.base, from, to, f),
+                7 => unpack::<7>(src, h.base, from, to, f),
+                _ => unpack::<8>(src, h.base, from, to, f),
             });
     }
 
