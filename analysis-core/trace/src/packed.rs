@@ -682,12 +682,25 @@ impl Column {
 
     #[inline]
     pub fn push(&mut self, v: u64) {
+        self.push_then(v, |_| {});
+    }
+
+    /// [`Self::push`], calling `full` with the block's values once it is full, before they
+    /// are packed: for an owner that makes a summary of each block as it comes.
+    #[inline(always)]
+    pub fn push_then(&mut self, v: u64, full: impl FnOnce(&[u64])) {
         self.tail.push(v);
         if self.tail.len() == BLOCK {
+            full(&self.tail);
             let t = &self.tail;
             self.packed.append(|k| t[k]);
             self.tail.clear();
         }
+    }
+
+    /// The values of the block being filled (fewer than [`BLOCK`]).
+    pub fn pending(&self) -> &[u64] {
+        &self.tail
     }
 
     /// [`Self::push`] of a value not below the last one pushed (a column of times): its
