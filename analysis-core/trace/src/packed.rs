@@ -215,9 +215,15 @@ const GROUP: usize = 16;
 /// block once full.
 #[derive(Clone, Debug, Default)]
 pub struct PackedColumn {
-    /// Each block's [`Head`], 16 bytes, in chunks as the values' bytes are (they may spill).
+    /// Each block's [`Head`] past the uniform ones, 16 bytes, in chunks as the values' bytes
+    /// are (they may spill).
     heads: Chunked,
     blocks: usize,
+    /// The first blocks, up to the first that differs, while they all hold one value
+    /// (`uniform`): their heads are not stored. A column that never changes (the device of a
+    /// program on one GPU, the process of a trace of one) costs nothing per block.
+    uniform_blocks: usize,
+    uniform: u64,
     /// The minimum of every [`GROUP`]-th block, kept in memory (8 bytes per 1,024 values) so a
     /// search of a sorted column reads one chunk of heads, not one per halving.
     coarse: Vec<u64>,
@@ -341,6 +347,8 @@ impl PackedColumn {
         Self {
             heads: Chunked::new(),
             blocks: 0,
+            uniform_blocks: 0,
+            uniform: 0,
             coarse: Vec::new(),
             bytes: Chunked::new(),
         }
@@ -367,6 +375,9 @@ impl PackedColumn {
     #[inline]
     fn head(&self, b: usize) -> Head {
         assert!(b < self.blocks, "block {b} of {}", self.blocks);
+        let Some(b) = b.checked_sub(self.uniform_blocks) else {
+            return Head::new(self.uniform, 0, 0, 0);
+        };
         self.heads.with_run(b * HEAD_BYTES, HEAD_BYTES, |s| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&s[..8]);
@@ -381,14 +392,21 @@ impl PackedColumn {
 
     #[inline]
     fn push_head(&mut self, h: Head) {
+        if self.blocks.is_multiple_of(GROUP) {
+            self.coarse.push(h.base);
+        }
+        let same = h.width() == 0 && (self.blocks == 0 || h.base == self.uniform);
+        if self.uniform_blocks == self.blocks && same {
+            self.uniform = h.base;
+            self.uniform_blocks += 1;
+            self.blocks += 1;
+            return;
+        }
         let mut out = [0u8; HEAD_BYTES];
         out[..8].copy_from_slice(&h.base.to_le_bytes());
         out[8..].copy_from_slice(&h.start_width.to_le_bytes());
         self.heads.start_run(HEAD_BYTES);
         self.heads.extend_from_slice(&out);
-        if self.blocks.is_multiple_of(GROUP) {
-            self.coarse.push(h.base);
-        }
         self.blocks += 1;
     }
 
@@ -1097,6 +1115,48 @@ pub(crate) mod tests {
             .map(|i| if i % 2 == 0 { 0 } else { (1 << 62) + i as u64 })
             .collect();
         check(&values);
+    }
+
+    proptest! {
+        /// Blocks of one value (a uniform start, then others, the first value again, varied
+        /// blocks, partial ones) read back by index, block, range and search, spilled or not.
+        #[test]
+        fn runs_of_constant_blocks_round_trip(
+            runs in proptest::collection::vec((0u64..4, 1usize..40, 0usize..3), 1..12),
+        ) {
+            let mut values = Vec::new();
+            for (v, blocks, varied) in runs {
+                for _ in 0..blocks * BLOCK {
+                    values.push(v);
+                }
+                values.extend((0..varied * 37).map(|k| v + k as u64 % 3));
+            }
+            check(&values);
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            check(&sorted);
+        }
+    }
+
+    /// A column whose blocks all hold one value keeps no head for them.
+    #[test]
+    fn a_uniform_column_keeps_no_heads() {
+        let mut c = Column::new();
+        for _ in 0..1000 * BLOCK {
+            c.push(7);
+        }
+        assert_eq!(c.packed.heads.len(), 0);
+        // Its tail and the in-memory index of every 16th block: 16 KB had been heads.
+        assert!(c.heap_bytes() < 2048, "{}", c.heap_bytes());
+        c.push(8);
+        for _ in 1..BLOCK {
+            c.push(7);
+        }
+        assert_eq!(c.packed.heads.len(), HEAD_BYTES);
+        assert_eq!(
+            (c.get(0), c.get(1000 * BLOCK), c.get(1000 * BLOCK + 1)),
+            (7, 8, 7)
+        );
     }
 
     proptest! {
