@@ -247,7 +247,7 @@ impl PointsData {
 /// at every point, that the points are not shared (an atomic operation the replay of every
 /// allocation and free would otherwise pay). [`Self::build`] makes the timeline.
 ///
-/// The pyramid's two lowest levels are made as the points come (an entry per [`FANOUT`]
+/// The pyramid's two lowest levels are made as the points come (an entry per `FANOUT` (16)
 /// points, and one per `FANOUT` of those), so [`Self::build`] reads no point back: a long
 /// trace's points lie on disk by then (the model's spill), and reading them again for the
 /// pyramid had been a pass over a gigabyte at 300M events.
