@@ -59,7 +59,8 @@ pub fn load(
             break;
         }
     }
-    // The model's last passes (what is live at the peak, the total's pyramid) on both cores.
+    // The model's last pass (what is live at the peak, in two halves of the history) on both
+    // cores.
     Ok(replay.finish_with(ahead.finish()?, &crate::threads::Threads))
 }
 

@@ -440,7 +440,18 @@ impl AllocStore {
 
     /// [`Self::live_at`], reading `fields` of each allocation (and the times it needs).
     pub fn live_at_fields(&self, t: u64, to: usize, fields: Fields) -> LiveAt<'_> {
-        let mut all = self.iter_range(0, to);
+        self.live_at_range_fields(t, 0, to, fields)
+    }
+
+    /// [`Self::live_at_fields`] of the allocations with ids `from..to`.
+    pub fn live_at_range_fields(
+        &self,
+        t: u64,
+        from: usize,
+        to: usize,
+        fields: Fields,
+    ) -> LiveAt<'_> {
+        let mut all = self.iter_range(from, to);
         all.fields = fields | Fields::TS | Fields::FREE;
         let decode_late_from = if self.ts.spill().is_some() {
             DECODE_LATE_FROM_SPILLED
@@ -981,6 +992,13 @@ mod tests {
                 let key = |a: &AllocRecord| (a.ts_nanos, a.free_ts_nanos, a.stack, a.process);
                 let some: Vec<_> = s.live_at_fields(t, to, Fields::STACK.and(Fields::PROCESS)).map(|a| key(&a)).collect();
                 prop_assert_eq!(some, want.iter().map(key).collect::<Vec<_>>());
+                // From any id on: the same filter over those ids.
+                for from in [0, 1, BLOCK - 1, BLOCK, to / 2, to.saturating_sub(3), to] {
+                    let want: Vec<AllocRecord> = s.iter_range(from, to).filter(|a| a.live_at(t)).collect();
+                    let got: Vec<AllocRecord> = s.live_at_range_fields(t, from, to, Fields::ALL).collect();
+                    prop_assert_eq!(got.len(), want.len(), "t {} from {}", t, from);
+                    prop_assert!(got.iter().zip(&want).all(|(a, b)| same(a, b)), "t {} from {}", t, from);
+                }
             }
         }
 

@@ -21,7 +21,7 @@ use crate::encode::RecordSink;
 use crate::format::*;
 use crate::join::{Join, Sequential};
 use crate::marks::Marks;
-use crate::packed::Spill;
+use crate::packed::{BLOCK, Spill};
 pub use crate::range_store::{RangeInstance, RangeStore};
 pub use crate::samples::{DeviceSamples, PoolSamples};
 use crate::timeline::{Timeline, TimelineBuilder};
@@ -1208,8 +1208,8 @@ impl TraceModel {
         self.finish_with(&Sequential)
     }
 
-    /// [`Self::finish`], its pass over what is live at the peak run through `join` beside the
-    /// building of the total's pyramid (on a long history each takes a second or two).
+    /// [`Self::finish`], its pass over what is live at the peak run through `join`, a half of
+    /// the history on each side (on a long history the pass takes a second or two).
     pub fn finish_with(&mut self, join: &impl Join) -> Vec<Warning> {
         let mut w = Vec::new();
         if self.finished {
@@ -1229,20 +1229,22 @@ impl TraceModel {
             }
         }
         self.ranges.pack_all();
-        let points = core::mem::take(&mut self.total_points);
+        // The total's pyramid was made as its points came; what is live at the peak is found
+        // in two halves of the history at once, merged as one pass in id order would have
+        // found it.
+        self.total = core::mem::take(&mut self.total_points).build();
         let (allocs, t) = (&self.allocs, self.peak_ts_nanos);
-        let live_at_peak = self.peak_bytes > 0;
-        let (total, mut peak_stacks) = join.join(
-            move || points.build(),
-            move || {
-                if live_at_peak {
-                    peak_stacks_at(allocs, t)
-                } else {
-                    Vec::new()
-                }
-            },
-        );
-        self.total = total;
+        let mut peak_stacks = if self.peak_bytes > 0 {
+            let mid = (allocs.len() / 2).next_multiple_of(BLOCK).min(allocs.len());
+            let (mut first, second) = join.join(
+                move || peak_stacks_at(allocs, t, 0, mid),
+                move || peak_stacks_at(allocs, t, mid, allocs.len()),
+            );
+            merge_peak_stacks(&mut first, second);
+            first
+        } else {
+            Vec::new()
+        };
         for s in &mut self.allocated {
             s.timeline.build_index();
         }
@@ -1659,12 +1661,12 @@ impl Loader {
 }
 
 /// Bytes, count and threads (the first [`PEAK_STACK_THREADS`] met, unsorted) per stack of the
-/// device allocations live at `t`, in the order their stacks are first met.
-fn peak_stacks_at(allocs: &AllocStore, t: u64) -> Vec<PeakStack> {
+/// device allocations with ids `from..to` live at `t`, in the order their stacks are first met.
+fn peak_stacks_at(allocs: &AllocStore, t: u64, from: usize, to: usize) -> Vec<PeakStack> {
     let mut out: Vec<PeakStack> = Vec::new();
     let fields = Fields::KIND | Fields::STACK | Fields::SIZE | Fields::THREAD;
     let mut slots: HashMap<StackId, usize> = HashMap::new();
-    for a in allocs.live_at_fields(t, allocs.len(), fields) {
+    for a in allocs.live_at_range_fields(t, from, to, fields) {
         if a.kind.is_device_memory() {
             let i = *slots.entry(a.stack).or_insert_with(|| {
                 out.push(PeakStack {
@@ -1682,6 +1684,33 @@ fn peak_stacks_at(allocs: &AllocStore, t: u64) -> Vec<PeakStack> {
         }
     }
     out
+}
+
+/// Adds `later` ([`peak_stacks_at`] of the ids after those of `first`) to `first`: what one
+/// call over both ranges gives. Stacks new in `later` follow in their order; a stack's threads
+/// are its first ones in `first`, then those of `later` not among them, up to
+/// [`PEAK_STACK_THREADS`] (`later` holds the first it met, enough to fill what `first` left).
+fn merge_peak_stacks(first: &mut Vec<PeakStack>, later: Vec<PeakStack>) {
+    let mut slots: HashMap<StackId, usize> = first
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.stack, i))
+        .collect();
+    for q in later {
+        let Some(&i) = slots.get(&q.stack) else {
+            slots.insert(q.stack, first.len());
+            first.push(q);
+            continue;
+        };
+        let p = &mut first[i];
+        p.bytes = p.bytes.saturating_add(q.bytes);
+        p.count += q.count;
+        for th in q.threads {
+            if p.threads.len() < PEAK_STACK_THREADS && !p.threads.contains(&th) {
+                p.threads.push(th);
+            }
+        }
+    }
 }
 
 /// The end of a load, fused ([`Loader::finish`]) or split
@@ -1753,6 +1782,45 @@ mod tests {
     use alloc::format;
     use alloc::string::String;
     use proptest::prelude::*;
+
+    proptest! {
+        /// What is live at a moment, grouped by stack from two ranges of ids and merged, is what
+        /// one pass over all of them gives: stacks in the order first met, bytes (saturating),
+        /// counts, and each stack's first threads, with more threads than a stack keeps.
+        #[test]
+        fn peak_stacks_merged_from_two_halves_are_one_pass(
+            allocs in proptest::collection::vec(
+                (0u32..6, 0u32..40, 0u64..4, any::<bool>(), any::<bool>()),
+                0..900,
+            ),
+            huge in any::<bool>(),
+            split in any::<proptest::sample::Index>(),
+        ) {
+            let store: AllocStore = allocs
+                .iter()
+                .enumerate()
+                .map(|(i, &(stack, thread, size, freed, host))| AllocRecord {
+                    ts_nanos: i as u64,
+                    free_ts_nanos: if freed { i as u64 + 2 } else { LIVE },
+                    size_bytes: if huge { u64::MAX / 3 + size } else { size << 20 },
+                    address: i as u64 * 4096,
+                    stack: StackId(stack),
+                    thread: ThreadIdx(thread),
+                    device: DeviceIdx(0),
+                    process: ProcessIdx(0),
+                    range_slot: 0,
+                    kind: if host { AllocKind::PinnedHost } else { AllocKind::Device },
+                    free_kind: FreeKind::Immediate,
+                })
+                .collect();
+            let (n, t) = (store.len(), allocs.len() as u64 / 2);
+            let whole = peak_stacks_at(&store, t, 0, n);
+            let mid = split.index(n + 1);
+            let mut first = peak_stacks_at(&store, t, 0, mid);
+            merge_peak_stacks(&mut first, peak_stacks_at(&store, t, mid, n));
+            prop_assert_eq!(format!("{first:?}"), format!("{whole:?}"));
+        }
+    }
 
     proptest! {
         /// The events merged as they go are the events sorted, in a history in order (times
