@@ -233,15 +233,17 @@ impl AllocStore {
         }
         self.packed_last_ts = last;
         let t = &self.tail;
-        Arc::make_mut(&mut self.ts).append(|k| t[k].ts_nanos);
+        // Sizes and addresses in whole pages keep only their high bits (`PackedColumn::append`
+        // finds the low zero bits a block shares); times and identifiers are stored whole.
+        Arc::make_mut(&mut self.ts).append_unshifted(|k| t[k].ts_nanos);
         Arc::make_mut(&mut self.size).append_repeating(|k| t[k].size_bytes);
         Arc::make_mut(&mut self.address).append(|k| t[k].address);
-        Arc::make_mut(&mut self.stack).append(|k| u64::from(t[k].stack.0));
-        Arc::make_mut(&mut self.thread).append(|k| u64::from(t[k].thread.0));
-        Arc::make_mut(&mut self.device).append(|k| u64::from(t[k].device.0));
-        Arc::make_mut(&mut self.process).append(|k| u64::from(t[k].process.0));
-        Arc::make_mut(&mut self.range_slot).append(|k| u64::from(t[k].range_slot));
-        self.kind.append(|k| t[k].kind.code());
+        Arc::make_mut(&mut self.stack).append_unshifted(|k| u64::from(t[k].stack.0));
+        Arc::make_mut(&mut self.thread).append_unshifted(|k| u64::from(t[k].thread.0));
+        Arc::make_mut(&mut self.device).append_unshifted(|k| u64::from(t[k].device.0));
+        Arc::make_mut(&mut self.process).append_unshifted(|k| u64::from(t[k].process.0));
+        Arc::make_mut(&mut self.range_slot).append_unshifted(|k| u64::from(t[k].range_slot));
+        self.kind.append_unshifted(|k| t[k].kind.code());
         let mut free_ts = [0u64; BLOCK];
         let mut free_kind = [0u8; BLOCK];
         for (k, a) in t.iter().enumerate() {
@@ -261,7 +263,7 @@ impl AllocStore {
         for b in 0..self.kind.blocks() {
             self.kind.decode(b, &mut buf);
             let first = b * BLOCK;
-            kinds.append(|k| f(first + k, AllocKind::from_code(buf[k])).code());
+            kinds.append_unshifted(|k| f(first + k, AllocKind::from_code(buf[k])).code());
         }
         self.kind = kinds;
         let first = self.packed();

@@ -138,9 +138,9 @@ impl FreeTimes {
                     packed_max = packed_max.max(f);
                 }
             }
-            self.life.append(|j| code[j]);
+            self.life.append_unshifted(|j| code[j]);
             let kinds = &self.open_kind[k..k + BLOCK];
-            self.kinds.append(|j| u64::from(kinds[j]));
+            self.kinds.append_unshifted(|j| u64::from(kinds[j]));
             self.block_max.push(max);
             self.packed_max.push(packed_max);
         }

@@ -227,16 +227,16 @@ impl RangeStore {
         }
         let slot = |k: usize| (first + k + 1) as u64;
         let c = &mut self.cols;
-        c[RANGE].append(|k| block[k].range.0);
-        c[NAME].append(|k| u64::from(block[k].name.0));
-        c[DOMAIN].append(|k| u64::from(block[k].domain.0));
-        c[THREAD].append(|k| u64::from(block[k].thread.0));
-        c[PROCESS].append(|k| u64::from(block[k].process.0));
-        c[BEGIN].append(|k| block[k].begin_ts_nanos);
+        c[RANGE].append_unshifted(|k| block[k].range.0);
+        c[NAME].append_unshifted(|k| u64::from(block[k].name.0));
+        c[DOMAIN].append_unshifted(|k| u64::from(block[k].domain.0));
+        c[THREAD].append_unshifted(|k| u64::from(block[k].thread.0));
+        c[PROCESS].append_unshifted(|k| u64::from(block[k].process.0));
+        c[BEGIN].append_unshifted(|k| block[k].begin_ts_nanos);
         // Late instances read their later fields from the table: zeros here pack smaller.
         let late = |k: usize| mask & (1 << k) != 0;
         let later = |k: usize, v: u64| if late(k) { 0 } else { v };
-        c[END].append(|k| later(k, end_code(&block[k]).unwrap_or(0)));
+        c[END].append_unshifted(|k| later(k, end_code(&block[k]).unwrap_or(0)));
         c[BEFORE].append(|k| block[k].live_before_bytes);
         c[AFTER].append(|k| {
             let r = &block[k];
@@ -246,9 +246,9 @@ impl RangeStore {
             let r = &block[k];
             later(k, zigzag_from(r.live_before_bytes, r.peak_bytes))
         });
-        c[COUNT].append(|k| later(k, block[k].alloc_count));
+        c[COUNT].append_unshifted(|k| later(k, block[k].alloc_count));
         c[BYTES].append(|k| later(k, block[k].alloc_bytes));
-        c[PARENT].append(|k| parent_code(slot(k), block[k].parent_slot));
+        c[PARENT].append_unshifted(|k| parent_code(slot(k), block[k].parent_slot));
         self.late_mask.push(mask);
         self.plain.drain(..BLOCK);
     }
