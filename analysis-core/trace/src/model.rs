@@ -301,6 +301,8 @@ pub struct TraceModel {
     series_slots: HashMap<SeriesKey, usize>,
     /// Index of `allocated` by key.
     allocated_slots: HashMap<SeriesKey, usize>,
+    /// The points of each `allocated` series as they come (its timeline, made by `finish`).
+    allocated_points: Vec<TimelineBuilder>,
     /// Index of `thread_ranges` by thread.
     thread_range_slots: HashMap<(ProcessIdx, ThreadIdx), usize>,
     /// Indexes of `processes`, `devices` and `threads`.
@@ -462,7 +464,11 @@ impl TraceModel {
         self.allocs.set_spill(spill.clone());
         self.ranges.set_spill(spill.clone());
         self.total_points.set_spill(spill.clone());
-        for p in &mut self.series_points {
+        for p in self
+            .series_points
+            .iter_mut()
+            .chain(&mut self.allocated_points)
+        {
             p.set_spill(spill.clone());
         }
         self.marks.set_spill(spill.clone());
@@ -843,6 +849,8 @@ impl TraceModel {
             Some(&i) => i,
             None => {
                 self.allocated.push(Series::empty(key));
+                self.allocated_points
+                    .push(TimelineBuilder::spilling(self.spill.clone()));
                 let i = self.allocated.len() - 1;
                 self.allocated_slots.insert(key, i);
                 self.table_bytes +=
@@ -852,7 +860,7 @@ impl TraceModel {
         };
         let s = &mut self.allocated[i];
         s.change(t, add, bytes);
-        s.timeline.push(t, s.live_bytes);
+        self.allocated_points[i].push(t, s.live_bytes);
         self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
     }
 
@@ -1245,8 +1253,9 @@ impl TraceModel {
         } else {
             Vec::new()
         };
-        for s in &mut self.allocated {
-            s.timeline.build_index();
+        let points = core::mem::take(&mut self.allocated_points);
+        for (s, p) in self.allocated.iter_mut().zip(points) {
+            s.timeline = p.build();
         }
         let points = core::mem::take(&mut self.series_points);
         for ((i, s), p) in self.series.iter_mut().enumerate().zip(points) {
@@ -1317,6 +1326,7 @@ impl TraceModel {
         self.series.clear();
         self.series_points.clear();
         self.allocated.clear();
+        self.allocated_points.clear();
         self.series_slots.clear();
         self.allocated_slots.clear();
         self.total = Timeline::new();
