@@ -344,18 +344,21 @@ fn unpack<const W: usize>(
     }
 }
 
-/// A block's minimum, the low bits all its offsets from it have as zeros, and the bytes the
+/// A block's minimum, the low bits all its offsets from it have as zeros (with `SHIFT`; none
+/// without, for values that rarely share any: identifiers, nanosecond times), and the bytes the
 /// offsets take without them. Those bits are the ones every value shares with the first:
 /// `v - lo` and `v ^ first` have their lowest set bit in the same place.
 #[inline]
-fn frame(value: &impl Fn(usize) -> u64) -> Frame {
+fn frame<const SHIFT: bool>(value: &impl Fn(usize) -> u64) -> Frame {
     let (mut lo, mut hi, mut differ) = (u64::MAX, 0u64, 0u64);
     let first = value(0);
     for k in 0..BLOCK {
         let v = value(k);
         lo = lo.min(v);
         hi = hi.max(v);
-        differ |= v ^ first;
+        if SHIFT {
+            differ |= v ^ first;
+        }
     }
     Frame::of(
         lo,
@@ -366,19 +369,6 @@ fn frame(value: &impl Fn(usize) -> u64) -> Frame {
             differ.trailing_zeros()
         },
     )
-}
-
-/// [`frame`] without looking for shared low zero bits: for values that rarely have them
-/// (identifiers, nanosecond times), whose blocks are packed a little faster.
-#[inline]
-fn frame_unshifted(value: &impl Fn(usize) -> u64) -> Frame {
-    let (mut lo, mut hi) = (u64::MAX, 0u64);
-    for k in 0..BLOCK {
-        let v = value(k);
-        lo = lo.min(v);
-        hi = hi.max(v);
-    }
-    Frame::of(lo, hi - lo, 0)
 }
 
 /// A block's distinct values in order of first appearance and, per value, its entry; `None`
@@ -491,7 +481,7 @@ impl PackedColumn {
     /// Packs a full block of values, `value(k)` for `k` in `0..BLOCK`.
     #[inline]
     pub fn append(&mut self, value: impl Fn(usize) -> u64) {
-        let f = frame(&value);
+        let f = frame::<true>(&value);
         self.append_offsets(f, value);
     }
 
@@ -499,7 +489,7 @@ impl PackedColumn {
     /// nanosecond times): they are stored whole, without looking for them.
     #[inline]
     pub fn append_unshifted(&mut self, value: impl Fn(usize) -> u64) {
-        let f = frame_unshifted(&value);
+        let f = frame::<false>(&value);
         self.append_offsets(f, value);
     }
 
@@ -518,7 +508,7 @@ impl PackedColumn {
     /// A block of 4-byte sizes with 8 distinct values takes 96 bytes rather than 256. Reads
     /// cost one byte more per value.
     pub fn append_repeating(&mut self, value: impl Fn(usize) -> u64) {
-        let f = frame(&value);
+        let f = frame::<true>(&value);
         let width = f.width;
         // A dictionary of `d` entries is smaller while `BLOCK + d * width < BLOCK * width`.
         if width >= 2 {
