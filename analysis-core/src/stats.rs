@@ -91,37 +91,41 @@ fn select_quantile<T: Copy>(
 /// over all of them, held as a count per distinct value: the sizes one call site or range
 /// allocates mostly repeat, so it keeps a few counts instead of every allocation's size.
 /// Values that do not repeat (more than a quarter as many distinct values as values, past a
-/// few thousand) are kept plainly instead, which costs what a vector of them would.
+/// few thousand), or more than [`Counts::MAX_DISTINCT`] distinct values, stop the counting: it
+/// then keeps only the count, least and greatest ([`Counts::counted`] is false), so that its
+/// memory stays bounded however long the sequence, and a caller finds the quantiles over
+/// passes through the values again (`analysis::median`).
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
     counts: HashMap<u64, u64>,
     /// `counts` sorted by value, made when a quantile is asked.
     sorted: Vec<(u64, u64)>,
-    /// Every value, once counting stopped paying.
-    plain: Option<Vec<u64>>,
+    /// The counting stopped.
+    uncounted: bool,
     len: u64,
+    min: Option<u64>,
     max: Option<u64>,
 }
 
 impl Counts {
+    /// Distinct values counted at most (a few hundred KiB of counts).
+    pub const MAX_DISTINCT: usize = 1 << 14;
+
     pub fn push(&mut self, v: u64) {
         self.len += 1;
         self.max = self.max.max(Some(v));
-        if let Some(values) = &mut self.plain {
-            values.push(v);
+        self.min = Some(self.min.map_or(v, |m| m.min(v)));
+        if self.uncounted {
             return;
         }
         self.sorted.clear();
         let n = self.counts.len();
         *self.counts.entry(v).or_insert(0) += 1;
-        // A new distinct value, and few repeats so far: a plain vector is smaller.
-        if self.counts.len() > n && n >= 4096 && n as u64 >= self.len / 4 {
-            let values = self
-                .counts
-                .drain()
-                .flat_map(|(v, c)| core::iter::repeat_n(v, c as usize))
-                .collect();
-            self.plain = Some(values);
+        // A new distinct value, and few repeats so far, or too many distinct values.
+        if self.counts.len() > n
+            && ((n >= 4096 && n as u64 >= self.len / 4) || n >= Self::MAX_DISTINCT)
+        {
+            self.uncounted = true;
             self.counts = HashMap::new();
         }
     }
@@ -134,22 +138,22 @@ impl Counts {
         self.len == 0
     }
 
-    /// The `q`-quantile, numpy's linear interpolation (as [`quantile_select_u64`]).
+    /// Whether it still counts its values, so that [`Self::quantile`] answers.
+    pub fn counted(&self) -> bool {
+        !self.uncounted
+    }
+
+    /// The `q`-quantile, numpy's linear interpolation (as [`quantile_select_u64`]); `None`
+    /// when there are no values or the counting stopped ([`Self::counted`]).
     pub fn quantile(&mut self, q: f64) -> Option<f64> {
-        if let Some(values) = &mut self.plain {
-            return quantile_select_u64(values, q);
-        }
-        if self.len == 0 {
+        if self.len == 0 || self.uncounted {
             return None;
         }
         if self.sorted.is_empty() {
             self.sorted = self.counts.iter().map(|(&v, &c)| (v, c)).collect();
             self.sorted.sort_unstable();
         }
-        let q = q.clamp(0.0, 1.0);
-        let pos = q * (self.len - 1) as f64;
-        let lo = libm::floor(pos) as u64;
-        let frac = pos - lo as f64;
+        let (lo, frac) = quantile_position(self.len, q);
         // The values at ranks `lo` and `lo + 1`.
         let at = |rank: u64| {
             let mut seen = 0u64;
@@ -159,15 +163,35 @@ impl Counts {
             })
         };
         let a = at(lo)?;
-        match at(lo + 1) {
-            Some(b) if frac != 0.0 => Some(lerp(a, b, frac)),
-            _ => Some(a),
-        }
+        Some(quantile_between(a, at(lo + 1), frac))
+    }
+
+    /// The least value.
+    pub fn min(&self) -> Option<u64> {
+        self.min
     }
 
     /// The largest value.
     pub fn max(&self) -> Option<u64> {
         self.max
+    }
+}
+
+/// Where the `q`-quantile of `len` values lies once sorted (numpy's linear interpolation): the
+/// rank (from 0) of the value below it and the fraction of the way to the next one.
+pub fn quantile_position(len: u64, q: f64) -> (u64, f64) {
+    let q = q.clamp(0.0, 1.0);
+    let pos = q * len.saturating_sub(1) as f64;
+    let lo = libm::floor(pos) as u64;
+    (lo, pos - lo as f64)
+}
+
+/// The quantile from the value at its rank, the next value (`None` past the last) and the
+/// fraction between them ([`quantile_position`]).
+pub fn quantile_between(at: f64, next: Option<f64>, frac: f64) -> f64 {
+    match next {
+        Some(b) if frac != 0.0 => lerp(at, b, frac),
+        _ => at,
     }
 }
 
@@ -397,15 +421,47 @@ mod tests {
                 c.push(x);
             }
             let mut head = xs[..mid].to_vec();
-            prop_assert_eq!(c.quantile(0.5), quantile_select_u64(&mut head, 0.5));
+            if c.counted() {
+                prop_assert_eq!(c.quantile(0.5), quantile_select_u64(&mut head, 0.5));
+            }
             for &x in &xs[mid..] {
                 c.push(x);
             }
             let mut plain = xs.clone();
             prop_assert_eq!(c.len(), xs.len() as u64);
             prop_assert_eq!(c.max(), xs.iter().copied().max());
-            prop_assert_eq!(c.quantile(q), quantile_select_u64(&mut plain, q));
-            prop_assert_eq!(c.quantile(0.25), quantile_select_u64(&mut plain, 0.25));
+            prop_assert_eq!(c.min(), xs.iter().copied().min());
+            // Values that repeat are counted; a few thousand that do not, not.
+            let mut distinct = xs.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() <= 4096 {
+                prop_assert!(c.counted());
+            }
+            if c.counted() {
+                prop_assert_eq!(c.quantile(q), quantile_select_u64(&mut plain, q));
+                prop_assert_eq!(c.quantile(0.25), quantile_select_u64(&mut plain, 0.25));
+            } else {
+                prop_assert!(distinct.len() > 4096);
+                prop_assert_eq!(c.quantile(q), None);
+            }
+        }
+
+        #[test]
+        fn counting_stops_past_its_distinct_values(repeats in 5u64..9) {
+            // Values that repeat, but too many distinct ones to count: the counts would
+            // grow with the sequence.
+            let n = Counts::MAX_DISTINCT as u64 + 100;
+            let mut c = Counts::default();
+            for v in 0..n {
+                for _ in 0..repeats {
+                    c.push(v * 3 + 1);
+                }
+                prop_assert_eq!(c.counted(), v < Counts::MAX_DISTINCT as u64);
+            }
+            prop_assert_eq!(c.len(), n * repeats);
+            prop_assert_eq!((c.min(), c.max()), (Some(1), Some((n - 1) * 3 + 1)));
+            prop_assert!(c.counts.is_empty());
         }
 
         #[test]

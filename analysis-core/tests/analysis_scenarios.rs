@@ -360,6 +360,21 @@ fn the_clean_workload_has_no_findings() {
     }
 }
 
+/// A service that allocates per request in sizes of no round number, nearly every one distinct,
+/// and frees every request's buffers: healthy. Its scratch sizes stop being counted past a few
+/// thousand (`Counts`), and their quartiles come from passes over the history.
+#[test]
+fn a_service_allocating_arbitrary_sizes_per_request_has_no_findings() {
+    for events in [5_000, 20_000, 100_000] {
+        let (r, truth) = run(Scenario::Requests, events);
+        assert!(r.findings.is_empty(), "{events}: {:#?}", r.findings);
+        assert_eq!(r.grade, "A");
+        assert!(r.analysis.leaks_at_exit.is_empty());
+        assert_eq!(r.peak_bytes, truth.peak_bytes);
+        assert!(r.analysis.growth.iter().all(|g| !g.leaking));
+    }
+}
+
 #[test]
 fn recommendations_are_at_most_ten_critical_first_and_name_a_place() {
     for s in Scenario::ALL {

@@ -285,6 +285,63 @@ impl MedianOverPasses {
     }
 }
 
+/// The exact `q`-quantile ([`crate::stats::quantile_select_u64`]) of a sequence seen again, in
+/// the same order, on each pass, whose count, least and greatest values a first pass found:
+/// the values at the rank below it and at the next, each sought as a median is
+/// ([`MedianOverPasses`]), with the same bounded memory.
+#[derive(Debug)]
+pub(crate) struct QuantileOverPasses {
+    at: MedianOverPasses,
+    /// The next rank's value, where the quantile lies between the two.
+    next: Option<MedianOverPasses>,
+    frac: f64,
+}
+
+impl QuantileOverPasses {
+    /// The `q`-quantile of `len` values from `min` to `max`, each search collecting at most
+    /// `cap` values on its first pass.
+    pub(crate) fn new(len: u64, min: u64, max: u64, q: f64, cap: u64) -> Self {
+        let (rank, frac) = crate::stats::quantile_position(len, q);
+        let search = |rank| MedianOverPasses::narrow(cap, min, max, rank, len);
+        Self {
+            at: search(rank),
+            next: (frac != 0.0 && rank + 1 < len).then(|| search(rank + 1)),
+            frac,
+        }
+    }
+
+    /// Searches still open: 0, 1 or 2.
+    pub(crate) fn open(&self) -> usize {
+        usize::from(self.at.found().is_none())
+            + usize::from(self.next.as_ref().is_some_and(|n| n.found().is_none()))
+    }
+
+    #[inline]
+    pub(crate) fn see(&mut self, v: u64) {
+        self.at.see(v);
+        if let Some(n) = &mut self.next {
+            n.see(v);
+        }
+    }
+
+    pub(crate) fn end_pass(&mut self, cap: u64) {
+        self.at.end_pass(cap);
+        if let Some(n) = &mut self.next {
+            n.end_pass(cap);
+        }
+    }
+
+    /// The quantile, once both values are found.
+    pub(crate) fn found(&self) -> Option<f64> {
+        let at = self.at.found()? as f64;
+        let next = match &self.next {
+            Some(n) => Some(n.found()? as f64),
+            None => None,
+        };
+        Some(crate::stats::quantile_between(at, next, self.frac))
+    }
+}
+
 /// The bucket that holds the `rank`-th value (from 0) of `counts`, the rank within it and
 /// its count; the last bucket when there are fewer values.
 fn bucket_of(counts: impl Iterator<Item = u64>, rank: u64) -> (usize, u64, u64) {
@@ -368,6 +425,34 @@ mod tests {
             prop_assert_eq!(got, upper_median(&mut all));
             let (got, _) = passes_of(MedianOverPasses::lower(), &values, CAP);
             prop_assert_eq!(got, lower_median(&mut all));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// A quantile found over passes is the one selected from all the values.
+        #[test]
+        fn a_quantile_over_passes_is_the_selected_one(
+            values in gaps().prop_filter("values", |v| !v.is_empty()),
+            q in 0.0f64..=1.0,
+            cap in prop_oneof![Just(CAP), Just(1u64 << 20)],
+        ) {
+            let min = values.iter().copied().min().expect("values");
+            let max = values.iter().copied().max().expect("values");
+            let mut x = QuantileOverPasses::new(values.len() as u64, min, max, q, cap);
+            let mut passes = 0;
+            while x.found().is_none() {
+                prop_assert!(x.open() > 0);
+                for &v in &values {
+                    x.see(v);
+                }
+                x.end_pass(cap);
+                passes += 1;
+                prop_assert!(passes < 16, "no quantile after {} passes", passes);
+            }
+            prop_assert_eq!(x.open(), 0);
+            let mut all = values.clone();
+            prop_assert_eq!(x.found(), crate::stats::quantile_select_u64(&mut all, q));
         }
     }
 

@@ -18,7 +18,7 @@ use hashbrown::HashMap;
 
 use super::causes::Causes;
 use super::iterations::Iterations;
-use super::median::{MedianOverPasses, over_passes, upper_median_over};
+use super::median::{MedianOverPasses, QuantileOverPasses, over_passes, upper_median_over};
 use super::scopes::{ScopeKind, ScopeOfSlot, nvtx_scope_index};
 use super::{Config, Finding, FindingKind, Found, Severity, SiteIndex};
 use crate::format::StackId;
@@ -95,12 +95,30 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
             values[k].push(a.size_bytes);
         }
     }
+    let enough = |v: &Counts| v.len() >= c.min_calls_for_analysis.max(3);
+    let quartiles = uncounted_quartiles(&values, enough, |see| {
+        for a in m
+            .allocs
+            .iter_fields(Fields::SIZE | Fields::KIND | scope_fields)
+        {
+            if a.size_bytes == 0 || !a.kind.is_device_memory() {
+                continue;
+            }
+            if let Some(k) = scope_of.get(&a) {
+                see(k, a.size_bytes);
+            }
+        }
+    });
     let mut thresholds: Vec<Option<(f64, f64, f64)>> = alloc::vec![None; n_scopes];
     for (k, v) in values.iter_mut().enumerate() {
-        if v.len() < c.min_calls_for_analysis.max(3) {
+        if !enough(v) {
             continue;
         }
-        let (Some(q1), Some(q3)) = (v.quantile(0.25), v.quantile(0.75)) else {
+        let (q1, q3) = match quartiles.get(&k) {
+            Some(&q) => (Some(q.0), Some(q.1)),
+            None => (v.quantile(0.25), v.quantile(0.75)),
+        };
+        let (Some(q1), Some(q3)) = (q1, q3) else {
             continue;
         };
         let thr = q3 + c.spike_iqr_factor * (q3 - q1);
@@ -169,6 +187,55 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
         }
     }
     out
+}
+
+/// The first and third quartiles of each scope whose sizes did not repeat enough to count
+/// ([`Counts::counted`]) and that has `enough` of them, found over passes through the sizes
+/// again (`pass` calls `see` with each one's scope and size, in the same order on each call),
+/// with memory bounded by the scopes, not by their allocations.
+fn uncounted_quartiles(
+    values: &[Counts],
+    enough: impl Fn(&Counts) -> bool,
+    mut pass: impl FnMut(&mut dyn FnMut(usize, u64)),
+) -> HashMap<usize, (f64, f64)> {
+    let mut slot: Vec<u32> = alloc::vec![u32::MAX; values.len()];
+    let mut searches: Vec<(usize, [QuantileOverPasses; 2])> = Vec::new();
+    let wanted = values.iter().filter(|v| !v.counted() && enough(v)).count();
+    for (k, v) in values.iter().enumerate() {
+        let (false, true, Some(min), Some(max)) = (v.counted(), enough(v), v.min(), v.max()) else {
+            continue;
+        };
+        let cap = super::median::cap(4 * wanted);
+        let q = |q| QuantileOverPasses::new(v.len(), min, max, q, cap);
+        slot[k] = searches.len() as u32;
+        searches.push((k, [q(0.25), q(0.75)]));
+    }
+    loop {
+        let open: usize = searches
+            .iter()
+            .flat_map(|(_, q)| q.iter())
+            .map(QuantileOverPasses::open)
+            .sum();
+        if open == 0 {
+            break;
+        }
+        pass(&mut |k, size| {
+            let Some(&j) = slot.get(k) else {
+                return;
+            };
+            if let Some((_, q)) = searches.get_mut(j as usize) {
+                q[0].see(size);
+                q[1].see(size);
+            }
+        });
+        for q in searches.iter_mut().flat_map(|(_, q)| q.iter_mut()) {
+            q.end_pass(super::median::cap(open));
+        }
+    }
+    searches
+        .into_iter()
+        .filter_map(|(k, [q1, q3])| Some((k, (q1.found()?, q3.found()?))))
+        .collect()
 }
 
 /// The highest working set a peak `p` can be a spike over (`p >= local * ratio` and
@@ -502,6 +569,59 @@ mod tests {
             let mut rest = values[from..].to_vec();
             let want = quantile_select_u64(&mut rest, 0.5).expect("a value");
             prop_assert_eq!(median_over_passes(&column, from).to_bits(), want.to_bits());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The quartiles of scopes whose sizes stopped being counted, found over passes, are
+        /// those selected among each scope's sizes; scopes still counted are left to their
+        /// counts. Scopes interleave: sizes that never repeat, sizes that repeat, and a scope
+        /// too small to analyse.
+        #[test]
+        fn uncounted_quartiles_are_the_selected_ones(
+            seed in any::<u64>(),
+            n in 5_000usize..30_000,
+            spread in prop_oneof![Just(1u64 << 26), Just(1u64 << 40), Just(20_000u64)],
+        ) {
+            let mut x = seed | 1;
+            let sizes: Vec<(usize, u64)> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    match i % 5 {
+                        0..=2 => (0, 1 + x % spread),
+                        3 => (1, 512 * (x % 8)),
+                        _ => (2 + usize::from(i > 20), x),
+                    }
+                })
+                .collect();
+            let mut values = alloc::vec![Counts::default(); 4];
+            for &(k, v) in &sizes {
+                values[k].push(v);
+            }
+            let enough = |v: &Counts| v.len() >= 10;
+            let mut passes = 0;
+            let got = uncounted_quartiles(&values, enough, |see| {
+                passes += 1;
+                for &(k, v) in &sizes {
+                    see(k, v);
+                }
+            });
+            prop_assert!(passes < 16);
+            for (k, v) in values.iter().enumerate() {
+                let mut all: Vec<u64> =
+                    sizes.iter().filter(|s| s.0 == k).map(|s| s.1).collect();
+                match got.get(&k) {
+                    Some(&(q1, q3)) => {
+                        prop_assert!(!v.counted() && enough(v));
+                        prop_assert_eq!(Some(q1), quantile_select_u64(&mut all, 0.25));
+                        prop_assert_eq!(Some(q3), quantile_select_u64(&mut all, 0.75));
+                    }
+                    None => prop_assert!(v.counted() || !enough(v)),
+                }
+            }
         }
     }
 

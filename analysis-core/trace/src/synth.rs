@@ -47,10 +47,13 @@ pub enum Scenario {
     /// Nested NVTX ranges: each `epoch` runs clean `train_step`s, then a `validate` that keeps
     /// its predictions (8 MiB per call).
     NvtxLeak,
+    /// A CUDA C++ service that allocates per request, in sizes of no round number, and frees
+    /// every request's buffers when it completes: no findings expected.
+    Requests,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Self::TrainingLeak,
         Self::CachePlateau,
         Self::Spikes,
@@ -64,6 +67,7 @@ impl Scenario {
         Self::Fragmented,
         Self::HiddenGrowth,
         Self::NvtxLeak,
+        Self::Requests,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -81,6 +85,7 @@ impl Scenario {
             Self::Fragmented => "fragmented",
             Self::HiddenGrowth => "hidden-growth",
             Self::NvtxLeak => "nvtx-leak",
+            Self::Requests => "requests",
         }
     }
 
@@ -109,6 +114,9 @@ impl Scenario {
                 "flat traced memory; untraced device memory grows by 256 MiB per sample"
             }
             Self::NvtxLeak => "nested NVTX ranges; `validate` keeps 8 MiB of predictions per call",
+            Self::Requests => {
+                "service allocating per request in sizes of no round number; frees everything"
+            }
         }
     }
 }
@@ -408,6 +416,19 @@ impl Writer {
     }
 
     fn samples(&mut self, device: DeviceIdx, reserved: u64) {
+        self.device_sample(device);
+        self.rec(Record::PoolSample(PoolSample {
+            ts_nanos: self.now,
+            device,
+            pool: 0,
+            reserved_bytes: reserved.max(self.live_total),
+            used_bytes: self.live_total,
+            process: ProcessIdx(0),
+        }));
+    }
+
+    /// What NVML would say of the device: our live bytes and the context's 512 MiB in use.
+    fn device_sample(&mut self, device: DeviceIdx) {
         self.tick(100, 1_000);
         let used = self.live_total + 512 * MIB;
         self.rec(Record::DeviceSample(DeviceSample {
@@ -420,14 +441,6 @@ impl Writer {
                 pid: 4242,
                 used_bytes: used,
             }],
-        }));
-        self.rec(Record::PoolSample(PoolSample {
-            ts_nanos: self.now,
-            device,
-            pool: 0,
-            reserved_bytes: reserved.max(self.live_total),
-            used_bytes: self.live_total,
-            process: ProcessIdx(0),
         }));
     }
 
@@ -513,6 +526,7 @@ pub fn generate(scenario: Scenario, events: u64, seed: u64) -> (Vec<u8>, GroundT
         Scenario::StreamOrdered => stream_ordered(&mut w, events),
         Scenario::ContextReset => context_reset(&mut w, events),
         Scenario::Oom => oom(&mut w, events),
+        Scenario::Requests => requests(&mut w, events),
     }
     w.finish()
 }
@@ -658,6 +672,65 @@ fn training(w: &mut Writer, scenario: Scenario, events: u64) {
             thread: ThreadIdx(0),
         });
     }
+}
+
+/// Requests of 1 to 4,096 tokens, up to 8 in flight, each completing at random: its prompt
+/// (4,000 bytes a token), its key-value cache grown in steps of 5,120 bytes a token, and
+/// kernels' scratch of any size up to 48 MiB, allocated and freed as it runs. Nearly every
+/// scratch size is distinct, and sizes share few low zero bits.
+fn requests(w: &mut Writer, events: u64) {
+    const SRC: &str = "server.cu";
+    let weights = w.stack(&[("main", SRC, 30), ("load_model", SRC, 112)]);
+    let prompt = w.stack(&[
+        ("main", SRC, 44),
+        ("handle_request", SRC, 210),
+        ("copy_prompt", SRC, 233),
+    ]);
+    let kv = w.stack(&[
+        ("main", SRC, 44),
+        ("handle_request", SRC, 215),
+        ("grow_kv_cache", SRC, 260),
+    ]);
+    let scratch = w.stack(&[
+        ("main", SRC, 44),
+        ("handle_request", SRC, 218),
+        ("run_kernels", SRC, 288),
+    ]);
+    let model = w.alloc(6 * GIB + 123_456_789, weights);
+    let mut in_flight: Vec<(Vec<AllocId>, u64)> = Vec::new();
+    let mut served = 0u64;
+    while w.events() + 40 < events {
+        if in_flight.len() < 8 {
+            let tokens = 1 + w.rng.below(4096);
+            let p = w.alloc(tokens * 4_000, prompt);
+            in_flight.push((alloc::vec![p], tokens));
+        }
+        let k = w.rng.below(in_flight.len() as u64) as usize;
+        // A step of the request: its scratch, and a longer cache.
+        let tokens = in_flight[k].1;
+        let size = 1 + w.rng.below(48 * MIB);
+        let s = w.alloc(size, scratch);
+        let size = tokens * 5_120 + w.rng.below(64) * 5_120;
+        let c = w.alloc(size, kv);
+        w.free(s);
+        in_flight[k].0.push(c);
+        if in_flight[k].0.len() > 4 || w.rng.below(4) == 0 {
+            let (ids, _) = in_flight.swap_remove(k);
+            for id in ids {
+                w.free(id);
+            }
+            served += 1;
+            if served.is_multiple_of(64) {
+                w.device_sample(DeviceIdx(0));
+            }
+        }
+    }
+    for (ids, _) in in_flight {
+        for id in ids {
+            w.free(id);
+        }
+    }
+    w.free(model);
 }
 
 fn short_lived(w: &mut Writer, events: u64) {
