@@ -80,24 +80,64 @@ impl Series {
 /// time order: `(time, is a free, index)`, an allocation before a free at the same nanosecond,
 /// then by index. In a history in order (allocation times never step back, no free before its
 /// allocation) they are merged as they go, the allocations in id order with a queue of the
-/// frees to come, so the events take what is live at once; a damaged history has them all
-/// sorted first (16 bytes per event).
+/// frees to come, so the events take what is live at once. Where allocation times step back
+/// (the processes of a multi-process run, or threads whose records reached the ring out of
+/// order) but no free comes before its allocation, they are reordered as they go
+/// ([`AllocEvents::Reordered`]): what is held is what is live plus the allocations read ahead of
+/// the earliest time still to come. Only a damaged history, with a free before its allocation,
+/// has them all sorted first (16 bytes per event).
 pub(crate) fn alloc_events<'a, K: Fn(usize, &AllocRecord) -> bool>(
     allocs: &'a AllocStore,
     keep: K,
 ) -> AllocEvents<'a, K> {
-    let mut last = 0u64;
-    let in_order = allocs.iter_fields(Fields::TS | Fields::FREE).all(|a| {
-        let ok = a.ts_nanos >= last && (a.is_live() || a.free_ts_nanos >= a.ts_nanos);
+    alloc_events_in(allocs, keep, REORDER_CHUNK)
+}
+
+/// Allocations a reordering reads at once: the earliest allocation time from each chunk of
+/// them to the end is what it keeps of the whole history (8 bytes per chunk).
+const REORDER_CHUNK: usize = 4096;
+
+/// [`alloc_events`], reordering `chunk` allocations at a time.
+fn alloc_events_in<'a, K: Fn(usize, &AllocRecord) -> bool>(
+    allocs: &'a AllocStore,
+    keep: K,
+    chunk: usize,
+) -> AllocEvents<'a, K> {
+    let chunk = chunk.max(1);
+    let (mut last, mut in_order, mut frees_follow) = (0u64, true, true);
+    let mut least: Vec<u64> = Vec::with_capacity(allocs.len().div_ceil(chunk));
+    for (i, a) in allocs.iter_fields(Fields::TS | Fields::FREE).enumerate() {
+        let follows = a.is_live() || a.free_ts_nanos >= a.ts_nanos;
+        in_order &= a.ts_nanos >= last && follows;
+        frees_follow &= follows;
         last = a.ts_nanos;
-        ok
-    });
+        if i % chunk == 0 {
+            least.push(a.ts_nanos);
+        } else if let Some(l) = least.last_mut() {
+            *l = (*l).min(a.ts_nanos);
+        }
+    }
     if in_order {
         return AllocEvents::Merged {
             allocs: allocs.iter().enumerate(),
             keep,
             next: None,
             frees: alloc::collections::BinaryHeap::new(),
+        };
+    }
+    if frees_follow {
+        // From each chunk to the end.
+        for c in (1..least.len()).rev() {
+            least[c - 1] = least[c - 1].min(least[c]);
+        }
+        return AllocEvents::Reordered {
+            allocs: allocs.iter().enumerate(),
+            keep,
+            least,
+            chunk,
+            read: 0,
+            len: allocs.len(),
+            events: alloc::collections::BinaryHeap::new(),
         };
     }
     AllocEvents::Sorted(sorted_events(allocs, keep).into_iter())
@@ -131,7 +171,62 @@ pub(crate) enum AllocEvents<'a, K> {
         /// (free time, index) of the kept allocations freed later.
         frees: alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, u32)>>,
     },
+    /// A history whose allocation times step back, each free at or after its allocation: the
+    /// allocations are read a chunk at a time, their events (the frees with them) queued, and
+    /// an event is given once no event still unread can come before it. Those are allocations
+    /// at or after the earliest time of the chunks unread (`least`), with higher indices, and
+    /// their frees, which come no earlier.
+    Reordered {
+        allocs: core::iter::Enumerate<crate::alloc_store::Iter<'a>>,
+        keep: K,
+        /// The earliest allocation time from each chunk to the end.
+        least: Vec<u64>,
+        chunk: usize,
+        /// Allocations read.
+        read: usize,
+        len: usize,
+        events: alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, bool, u32)>>,
+    },
     Sorted(alloc::vec::IntoIter<(u64, bool, u32)>),
+}
+
+/// The next event of [`AllocEvents::Reordered`].
+fn next_reordered<K: Fn(usize, &AllocRecord) -> bool>(
+    allocs: &mut core::iter::Enumerate<crate::alloc_store::Iter<'_>>,
+    keep: &K,
+    least: &[u64],
+    chunk: usize,
+    read: &mut usize,
+    len: usize,
+    events: &mut alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, bool, u32)>>,
+) -> Option<(u64, bool, u32)> {
+    loop {
+        // The first event any unread allocation could give.
+        let bound = (*read < len).then(|| (least[*read / chunk], false, *read as u32));
+        if let Some(&core::cmp::Reverse(first)) = events.peek()
+            && bound.is_none_or(|b| first < b)
+        {
+            events.pop();
+            return Some(first);
+        }
+        if *read >= len {
+            return None;
+        }
+        let end = (*read / chunk + 1).saturating_mul(chunk).min(len);
+        while *read < end {
+            let Some((i, a)) = allocs.next() else {
+                *read = len;
+                break;
+            };
+            *read += 1;
+            if keep(i, &a) {
+                events.push(core::cmp::Reverse((a.ts_nanos, false, i as u32)));
+                if !a.is_live() {
+                    events.push(core::cmp::Reverse((a.free_ts_nanos, true, i as u32)));
+                }
+            }
+        }
+    }
 }
 
 impl<K: Fn(usize, &AllocRecord) -> bool> Iterator for AllocEvents<'_, K> {
@@ -140,6 +235,15 @@ impl<K: Fn(usize, &AllocRecord) -> bool> Iterator for AllocEvents<'_, K> {
     fn next(&mut self) -> Option<(u64, bool, u32)> {
         let (allocs, keep, next, frees) = match self {
             Self::Sorted(events) => return events.next(),
+            Self::Reordered {
+                allocs,
+                keep,
+                least,
+                chunk,
+                read,
+                len,
+                events,
+            } => return next_reordered(allocs, keep, least, *chunk, read, *len, events),
             Self::Merged {
                 allocs,
                 keep,
@@ -1341,7 +1445,7 @@ impl TraceModel {
         self.proc_slots.clear();
         self.last_proc = 0;
         // Device live bytes per process over time, for the ranges.
-        let mut per_process: Vec<(ProcessIdx, Timeline)> = Vec::new();
+        let mut per_process: Vec<(ProcessIdx, TimelineBuilder)> = Vec::new();
         for (t, is_free, i) in events {
             let a = allocs.at(i as usize);
             let key = SeriesKey {
@@ -1357,7 +1461,7 @@ impl TraceModel {
                 match per_process.iter_mut().find(|p| p.0 == a.process) {
                     Some(p) => p.1.push(t, live),
                     None => {
-                        let mut tl = Timeline::new();
+                        let mut tl = TimelineBuilder::spilling(self.spill.clone());
                         tl.push(t, live);
                         per_process.push((a.process, tl));
                     }
@@ -1365,6 +1469,10 @@ impl TraceModel {
             }
         }
         self.allocs = allocs;
+        let per_process: Vec<(ProcessIdx, Timeline)> = per_process
+            .into_iter()
+            .map(|(p, tl)| (p, tl.build()))
+            .collect();
         for st in self.stack_stats.values_mut() {
             st.peak_bytes = 0;
         }
@@ -1833,24 +1941,35 @@ mod tests {
     }
 
     proptest! {
-        /// The events merged as they go are the events sorted, in a history in order (times
-        /// that tie often, frees at their allocation's time or later, or never) and in a
-        /// damaged one (a time stepping back, a free before its allocation).
+        /// The events merged or reordered as they go are the events sorted: in a history in
+        /// order (times that tie often, frees at their allocation's time or later, or never),
+        /// in one whose times step back (by up to `lag`, as two processes' records interleave),
+        /// read in chunks of any size, and in a damaged one (a free before its allocation).
         #[test]
         fn merged_events_are_the_sorted_events(
-            steps in proptest::collection::vec((0u64..3, 0u64..6, any::<bool>(), any::<bool>()), 0..300),
+            steps in proptest::collection::vec(
+                (0u64..3, 0u64..6, any::<bool>(), any::<bool>(), 0u64..4), 0..300),
             damage in any::<bool>(),
+            lag in prop_oneof![Just(0u64), 1u64..40],
+            chunk in prop_oneof![Just(REORDER_CHUNK), 1usize..20],
         ) {
             let mut ts = 0u64;
             let store: AllocStore = steps
                 .iter()
                 .enumerate()
-                .map(|(i, &(gap, life, freed, kind))| {
+                .map(|(i, &(gap, life, freed, kind, back))| {
                     ts += gap;
-                    let at = if damage && i == steps.len() / 2 { ts.saturating_sub(5) } else { ts };
+                    // A quarter of the allocations are behind by up to `lag`.
+                    let at = if back == 0 { ts.saturating_sub(lag * (i as u64 % 7) / 6) } else { ts };
+                    let at = if damage && i == steps.len() / 2 { at.saturating_sub(5) } else { at };
                     AllocRecord {
                         ts_nanos: at,
-                        free_ts_nanos: if freed { at + life } else { LIVE },
+                        free_ts_nanos: match (freed, damage && i == steps.len() / 2) {
+                            (false, _) => LIVE,
+                            (true, false) => at + life,
+                            // Freed before it was allocated.
+                            (true, true) => at.saturating_sub(1 + life),
+                        },
                         size_bytes: 1,
                         address: 0,
                         stack: StackId(0),
@@ -1865,8 +1984,14 @@ mod tests {
                 .collect();
             let keep = |i: usize, a: &AllocRecord| i % 5 != 3 && a.kind == AllocKind::Device;
             let want = sorted_events(&store, keep);
-            let got: Vec<(u64, bool, u32)> = alloc_events(&store, keep).collect();
+            let events = alloc_events_in(&store, keep, chunk);
+            let reordered = matches!(events, AllocEvents::Reordered { .. });
+            let got: Vec<(u64, bool, u32)> = events.collect();
             prop_assert_eq!(got, want);
+            // Reordered exactly where times step back and no free precedes its allocation.
+            let back = (1..store.len()).any(|i| store.ts(i) < store.ts(i - 1));
+            let early = (0..store.len()).any(|i| !store.is_live(i) && store.free_ts(i) < store.ts(i));
+            prop_assert_eq!(reordered, back && !early);
         }
     }
 
