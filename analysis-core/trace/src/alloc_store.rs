@@ -409,6 +409,30 @@ impl AllocStore {
         it
     }
 
+    /// Every allocation with only `fields` read, and its id, in time order (ties by id): as
+    /// they are stored where the times ascend ([`Self::times_ascend`]), else reordered as they
+    /// are read (`reorder`: one pass more for the chunks' earliest times, and what is held is
+    /// what was read ahead of the earliest time still to come, not the history).
+    pub fn iter_by_time(&self, fields: Fields) -> ByTime<'_> {
+        self.iter_by_time_in(fields, crate::reorder::CHUNK)
+    }
+
+    /// [`Self::iter_by_time`], reading `chunk` allocations at a time where they reorder.
+    fn iter_by_time_in(&self, fields: Fields, chunk: usize) -> ByTime<'_> {
+        let inner = if self.times_ascend() {
+            ByTimeInner::Ascending(self.iter_fields(fields).enumerate())
+        } else {
+            let chunk = chunk.max(1);
+            let times = self.iter_fields(Fields::TS).map(|a| a.ts_nanos);
+            let least = crate::reorder::chunk_least(times, chunk);
+            ByTimeInner::Reordered(
+                self.iter_fields(fields | Fields::TS).enumerate(),
+                crate::reorder::SortedChunks::new(least, chunk, self.len()),
+            )
+        };
+        ByTime { inner }
+    }
+
     /// The allocations with ids `from..`.
     pub fn iter_from(&self, from: usize) -> Iter<'_> {
         self.iter_range(from, self.len())
@@ -739,6 +763,36 @@ impl Iterator for LiveAt<'_> {
     }
 }
 
+/// [`AllocStore::iter_by_time`].
+pub struct ByTime<'a> {
+    inner: ByTimeInner<'a>,
+}
+
+enum ByTimeInner<'a> {
+    Ascending(core::iter::Enumerate<Iter<'a>>),
+    Reordered(
+        core::iter::Enumerate<Iter<'a>>,
+        crate::reorder::SortedChunks<(u64, u32), AllocRecord>,
+    ),
+}
+
+impl Iterator for ByTime<'_> {
+    type Item = (usize, AllocRecord);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, AllocRecord)> {
+        match &mut self.inner {
+            ByTimeInner::Ascending(it) => it.next(),
+            ByTimeInner::Reordered(it, order) => order
+                .next(
+                    |t, i| (t, i),
+                    || it.next().map(|(i, a)| ((a.ts_nanos, i as u32), a)),
+                )
+                .map(|((_, i), a)| (i as usize, a)),
+        }
+    }
+}
+
 /// Allocations in id order, decoded a block at a time.
 #[derive(Clone)]
 pub struct Iter<'a> {
@@ -823,6 +877,40 @@ mod tests {
 
     fn same(a: &AllocRecord, b: &AllocRecord) -> bool {
         format!("{a:?}") == format!("{b:?}")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// The allocations by time are those sorted by time, then id, with every field: in a
+        /// history in order, and in ones where a fifth step back by a few allocations, by
+        /// many, or by nearly the whole history, read in chunks of any size.
+        #[test]
+        fn allocations_by_time_are_the_sorted_ones(
+            n in 0usize..3_000,
+            seed in any::<u64>(),
+            lag in prop_oneof![Just(0u64), Just(3_000), Just(300_000), Just(1u64 << 40)],
+            chunk in prop_oneof![Just(crate::reorder::CHUNK), 1usize..100],
+        ) {
+            let records: Vec<AllocRecord> = (0..n as u64)
+                .map(|i| {
+                    let mut a = record(i, seed);
+                    if (i ^ seed).is_multiple_of(5) {
+                        a.ts_nanos = a.ts_nanos.saturating_sub(lag);
+                    }
+                    a
+                })
+                .collect();
+            let store: AllocStore = records.iter().copied().collect();
+            let mut want: Vec<(usize, AllocRecord)> = records.iter().copied().enumerate().collect();
+            want.sort_by_key(|(i, a)| (a.ts_nanos, *i));
+            let got: Vec<(usize, AllocRecord)> =
+                store.iter_by_time_in(Fields::ALL, chunk).collect();
+            prop_assert_eq!(got.len(), want.len());
+            for ((gi, ga), (wi, wa)) in got.iter().zip(&want) {
+                prop_assert_eq!(gi, wi);
+                prop_assert!(same(ga, wa), "{:?} {:?}", ga, wa);
+            }
+        }
     }
 
     /// What a release reads of each live allocation is its fields, whether it is among the

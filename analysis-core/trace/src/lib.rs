@@ -29,6 +29,7 @@ pub mod model;
 pub mod msgpack;
 pub mod packed;
 pub mod range_store;
+mod reorder;
 pub mod samples;
 pub mod split_load;
 pub mod synth;

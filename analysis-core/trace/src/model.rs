@@ -90,12 +90,8 @@ pub(crate) fn alloc_events<'a, K: Fn(usize, &AllocRecord) -> bool>(
     allocs: &'a AllocStore,
     keep: K,
 ) -> AllocEvents<'a, K> {
-    alloc_events_in(allocs, keep, REORDER_CHUNK)
+    alloc_events_in(allocs, keep, crate::reorder::CHUNK)
 }
-
-/// Allocations a reordering reads at once: the earliest allocation time from each chunk of
-/// them to the end is what it keeps of the whole history (8 bytes per chunk).
-const REORDER_CHUNK: usize = 4096;
 
 /// [`alloc_events`], reordering `chunk` allocations at a time.
 fn alloc_events_in<'a, K: Fn(usize, &AllocRecord) -> bool>(
@@ -103,20 +99,16 @@ fn alloc_events_in<'a, K: Fn(usize, &AllocRecord) -> bool>(
     keep: K,
     chunk: usize,
 ) -> AllocEvents<'a, K> {
-    let chunk = chunk.max(1);
     let (mut last, mut in_order, mut frees_follow) = (0u64, true, true);
-    let mut least: Vec<u64> = Vec::with_capacity(allocs.len().div_ceil(chunk));
-    for (i, a) in allocs.iter_fields(Fields::TS | Fields::FREE).enumerate() {
+    let times = allocs.iter_fields(Fields::TS | Fields::FREE).map(|a| {
         let follows = a.is_live() || a.free_ts_nanos >= a.ts_nanos;
         in_order &= a.ts_nanos >= last && follows;
         frees_follow &= follows;
         last = a.ts_nanos;
-        if i % chunk == 0 {
-            least.push(a.ts_nanos);
-        } else if let Some(l) = least.last_mut() {
-            *l = (*l).min(a.ts_nanos);
-        }
-    }
+        a.ts_nanos
+    });
+    let chunk = chunk.max(1);
+    let least = crate::reorder::chunk_least(times, chunk);
     if in_order {
         return AllocEvents::Merged {
             allocs: allocs.iter().enumerate(),
@@ -126,18 +118,10 @@ fn alloc_events_in<'a, K: Fn(usize, &AllocRecord) -> bool>(
         };
     }
     if frees_follow {
-        // From each chunk to the end.
-        for c in (1..least.len()).rev() {
-            least[c - 1] = least[c - 1].min(least[c]);
-        }
         return AllocEvents::Reordered {
             allocs: allocs.iter().enumerate(),
             keep,
-            least,
-            chunk,
-            read: 0,
-            len: allocs.len(),
-            events: alloc::collections::BinaryHeap::new(),
+            order: crate::reorder::Reorder::new(least, chunk, allocs.len()),
         };
     }
     AllocEvents::Sorted(sorted_events(allocs, keep).into_iter())
@@ -171,62 +155,15 @@ pub(crate) enum AllocEvents<'a, K> {
         /// (free time, index) of the kept allocations freed later.
         frees: alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, u32)>>,
     },
-    /// A history whose allocation times step back, each free at or after its allocation: the
-    /// allocations are read a chunk at a time, their events (the frees with them) queued, and
-    /// an event is given once no event still unread can come before it. Those are allocations
-    /// at or after the earliest time of the chunks unread (`least`), with higher indices, and
-    /// their frees, which come no earlier.
+    /// A history whose allocation times step back, each free at or after its allocation,
+    /// reordered as it is read (`reorder`): an allocation still unread, and its free, come
+    /// at or after the earliest time of the chunks unread, with a higher index.
     Reordered {
         allocs: core::iter::Enumerate<crate::alloc_store::Iter<'a>>,
         keep: K,
-        /// The earliest allocation time from each chunk to the end.
-        least: Vec<u64>,
-        chunk: usize,
-        /// Allocations read.
-        read: usize,
-        len: usize,
-        events: alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, bool, u32)>>,
+        order: crate::reorder::Reorder<(u64, bool, u32), ()>,
     },
     Sorted(alloc::vec::IntoIter<(u64, bool, u32)>),
-}
-
-/// The next event of [`AllocEvents::Reordered`].
-fn next_reordered<K: Fn(usize, &AllocRecord) -> bool>(
-    allocs: &mut core::iter::Enumerate<crate::alloc_store::Iter<'_>>,
-    keep: &K,
-    least: &[u64],
-    chunk: usize,
-    read: &mut usize,
-    len: usize,
-    events: &mut alloc::collections::BinaryHeap<core::cmp::Reverse<(u64, bool, u32)>>,
-) -> Option<(u64, bool, u32)> {
-    loop {
-        // The first event any unread allocation could give.
-        let bound = (*read < len).then(|| (least[*read / chunk], false, *read as u32));
-        if let Some(&core::cmp::Reverse(first)) = events.peek()
-            && bound.is_none_or(|b| first < b)
-        {
-            events.pop();
-            return Some(first);
-        }
-        if *read >= len {
-            return None;
-        }
-        let end = (*read / chunk + 1).saturating_mul(chunk).min(len);
-        while *read < end {
-            let Some((i, a)) = allocs.next() else {
-                *read = len;
-                break;
-            };
-            *read += 1;
-            if keep(i, &a) {
-                events.push(core::cmp::Reverse((a.ts_nanos, false, i as u32)));
-                if !a.is_live() {
-                    events.push(core::cmp::Reverse((a.free_ts_nanos, true, i as u32)));
-                }
-            }
-        }
-    }
 }
 
 impl<K: Fn(usize, &AllocRecord) -> bool> Iterator for AllocEvents<'_, K> {
@@ -238,12 +175,22 @@ impl<K: Fn(usize, &AllocRecord) -> bool> Iterator for AllocEvents<'_, K> {
             Self::Reordered {
                 allocs,
                 keep,
-                least,
-                chunk,
-                read,
-                len,
-                events,
-            } => return next_reordered(allocs, keep, least, *chunk, read, *len, events),
+                order,
+            } => {
+                let read = |queue: &mut dyn FnMut((u64, bool, u32), ())| {
+                    let Some((i, a)) = allocs.next() else {
+                        return false;
+                    };
+                    if keep(i, &a) {
+                        queue((a.ts_nanos, false, i as u32), ());
+                        if !a.is_live() {
+                            queue((a.free_ts_nanos, true, i as u32), ());
+                        }
+                    }
+                    true
+                };
+                return order.next(|t, i| (t, false, i), read).map(|e| e.0);
+            }
             Self::Merged {
                 allocs,
                 keep,
@@ -1951,7 +1898,7 @@ mod tests {
                 (0u64..3, 0u64..6, any::<bool>(), any::<bool>(), 0u64..4), 0..300),
             damage in any::<bool>(),
             lag in prop_oneof![Just(0u64), 1u64..40],
-            chunk in prop_oneof![Just(REORDER_CHUNK), 1usize..20],
+            chunk in prop_oneof![Just(crate::reorder::CHUNK), 1usize..20],
         ) {
             let mut ts = 0u64;
             let store: AllocStore = steps

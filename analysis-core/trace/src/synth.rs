@@ -463,6 +463,33 @@ impl Writer {
     }
 }
 
+/// `trace` (a synthetic trace, well formed) with every `every`-th record that is an allocation
+/// made `by` nanoseconds earlier, as the records of threads or processes reach the collector's
+/// ring out of order: allocation times that step back. The scenarios are written in order;
+/// this gives any of them out of order, for tests and benchmarks of the passes that read the
+/// history in time order.
+pub fn with_allocations_out_of_order(trace: &[u8], every: usize, by: u64) -> Vec<u8> {
+    let mut d = crate::decode::Decoder::new();
+    d.push(trace);
+    let mut records = Vec::new();
+    while let Ok(Some(r)) = d.next_record() {
+        records.push(r);
+    }
+    let Some(header) = d.header().cloned() else {
+        return Vec::new();
+    };
+    let mut e = Encoder::new(&header);
+    for (n, mut r) in records.into_iter().enumerate() {
+        if let Record::Alloc(a) = &mut r
+            && n % every.max(1) == every / 3
+        {
+            a.ts_nanos = a.ts_nanos.saturating_sub(by);
+        }
+        e.record(&r);
+    }
+    e.into_bytes()
+}
+
 /// `trace` (a synthetic trace, well formed) as framework capture records it (FORMAT.md, "Two
 /// layers"): every device allocation a framework block, all inside one driver allocation made
 /// first (the ids after it shift by one). The scenarios have no framework-capture variant; this
