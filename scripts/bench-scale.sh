@@ -7,6 +7,8 @@
 # Usage: scripts/bench-scale.sh [EVENTS...]        (default: 3000000 30000000)
 #   GPUCOLLECT=path      a gpucollect binary to use instead of building the release one
 #   SCENARIO=name        synthetic scenario (default training-leak)
+#   SYNTH_ARGS="..."     more arguments for `gpucollect synth` (e.g. "--out-of-order 16", or
+#                        "--framework-capture")
 #   SCALE_DIR=dir        where the traces are written (default: a temporary directory)
 #
 # `gpucollect synth` builds the whole trace in memory before writing it (about 12 bytes per
@@ -40,12 +42,13 @@ timing="$dir/bench-scale.time"
 cleanup() { rm -f "$trace" "$timing"; [ -n "${SCALE_DIR:-}" ] || rmdir "$dir" 2>/dev/null || true; }
 trap cleanup EXIT
 
-echo "scenario $scenario, $(nproc) cores, $("$bin" --version 2>/dev/null || echo gpucollect)"
+read -r -a synth_args <<< "${SYNTH_ARGS:-}"
+echo "scenario $scenario ${SYNTH_ARGS:-}, $(nproc) cores, $("$bin" --version 2>/dev/null || echo gpucollect)"
 printf '| %s | %s | %s | %s | %s | %s |\n' \
   Events 'Trace bytes' Bytes/event 'Wall time' 'Max RSS' 'RSS / trace bytes'
 echo '|---:|---:|---:|---:|---:|---:|'
 for n in "$@"; do
-  "$bin" synth "$scenario" --events "$n" --seed 1 --output "$trace"
+  "$bin" synth "$scenario" --events "$n" --seed 1 "${synth_args[@]}" --output "$trace"
   bytes=$(stat -c %s "$trace")
   /usr/bin/time -v -o "$timing" "$bin" report "$trace" >/dev/null
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$timing")

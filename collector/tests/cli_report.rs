@@ -72,6 +72,47 @@ fn report_json_gives_the_ground_truth_of_every_scenario() {
     }
 }
 
+/// Records out of order (`synth --out-of-order`: one allocation in 16 made 30 µs early), as
+/// a multi-threaded or multi-process run's reach the ring: the healthy service stays healthy,
+/// and the training loop's leak, captured as framework blocks, is found at its line.
+#[test]
+fn records_out_of_order_keep_the_verdict() {
+    let cases: [(&str, &[&str], Option<&str>); 2] = [
+        ("requests", &["--out-of-order", "16"], None),
+        (
+            "training-leak",
+            &["--out-of-order", "16", "--framework-capture"],
+            Some("record_loss"),
+        ),
+    ];
+    for (scenario, extra, leak) in cases {
+        let path = tmp(&format!("{scenario}-out-of-order.msgpack"));
+        let mut args = vec!["synth", scenario, "--events", "40000", "--truth", "-o"];
+        args.push(path.to_str().expect("utf-8 path"));
+        args.extend_from_slice(extra);
+        let synth = gpucollect(&args);
+        assert!(synth.status.success(), "{scenario}: {synth:?}");
+        let (report, code) = report_json(&path);
+        assert_eq!(code, 0, "{scenario}");
+        let findings = report["findings"].as_array().expect("findings");
+        match leak {
+            None => {
+                assert!(findings.is_empty(), "{scenario}: {findings:?}");
+                assert_eq!(report["peak_bytes"], json(&synth.stderr)["peak_bytes"]);
+            }
+            Some(function) => {
+                let first = findings.first().expect("a finding");
+                assert!(
+                    first["site"].as_str().is_some_and(|s| s.contains(function)),
+                    "{scenario}: {first}"
+                );
+            }
+        }
+    }
+    let zero = gpucollect(&["synth", "requests", "--out-of-order", "0"]);
+    assert_eq!(zero.status.code(), Some(2), "{zero:?}");
+}
+
 #[test]
 fn a_truncated_trace_reports_what_it_kept_and_warns() {
     let path = tmp("cut.msgpack");

@@ -463,31 +463,31 @@ impl Writer {
     }
 }
 
-/// `trace` (a synthetic trace, well formed) with every `every`-th record that is an allocation
-/// made `by` nanoseconds earlier, as the records of threads or processes reach the collector's
+/// `trace` (a synthetic trace, well formed) with one allocation in `every` (the
+/// `every / 3`-th, counted from 1, and every `every`-th after it) made `by` nanoseconds earlier, as the records of threads or processes reach the collector's
 /// ring out of order: allocation times that step back. The scenarios are written in order;
 /// this gives any of them out of order, for tests and benchmarks of the passes that read the
 /// history in time order.
 pub fn with_allocations_out_of_order(trace: &[u8], every: usize, by: u64) -> Vec<u8> {
+    let every = every.max(1);
     let mut d = crate::decode::Decoder::new();
     d.push(trace);
-    let mut records = Vec::new();
-    while let Ok(Some(r)) = d.next_record() {
-        records.push(r);
-    }
-    let Some(header) = d.header().cloned() else {
-        return Vec::new();
-    };
-    let mut e = Encoder::new(&header);
-    for (n, mut r) in records.into_iter().enumerate() {
-        if let Record::Alloc(a) = &mut r
-            && n % every.max(1) == every / 3
-        {
-            a.ts_nanos = a.ts_nanos.saturating_sub(by);
+    let mut e: Option<Encoder> = None;
+    let mut n = 0usize;
+    while let Ok(Some(mut r)) = d.next_record() {
+        let Some(header) = d.header() else {
+            return Vec::new();
+        };
+        let e = e.get_or_insert_with(|| Encoder::new(header));
+        if let Record::Alloc(a) = &mut r {
+            n += 1;
+            if n % every == every / 3 {
+                a.ts_nanos = a.ts_nanos.saturating_sub(by);
+            }
         }
         e.record(&r);
     }
-    e.into_bytes()
+    e.map(Encoder::into_bytes).unwrap_or_default()
 }
 
 /// `trace` (a synthetic trace, well formed) as framework capture records it (FORMAT.md, "Two

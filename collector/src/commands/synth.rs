@@ -10,7 +10,7 @@ use clap::Args;
 pub struct SynthArgs {
     /// Scenario: training-leak, cache-plateau, spikes, short-lived, multi-device,
     /// stream-ordered, context-reset, oom, clean, exception-leak, fragmented, hidden-growth,
-    /// nvtx-leak (or `list`).
+    /// nvtx-leak, requests (or `list`).
     pub scenario: String,
     /// Approximate number of allocation and free events.
     #[arg(long, default_value_t = 20_000)]
@@ -24,6 +24,14 @@ pub struct SynthArgs {
     /// Also print the ground truth as JSON on stderr.
     #[arg(long)]
     pub truth: bool,
+    /// Record one allocation in N 30 µs early, as threads' or processes' records reach the
+    /// collector's ring out of order (allocation times that step back).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub out_of_order: Option<u64>,
+    /// Write it as framework capture records it: every device allocation a framework block
+    /// inside one driver allocation (FORMAT.md, "Two layers").
+    #[arg(long)]
+    pub framework_capture: bool,
 }
 
 pub fn run(a: SynthArgs) -> Result<u8> {
@@ -43,7 +51,14 @@ pub fn run(a: SynthArgs) -> Result<u8> {
             names.join(", ")
         );
     };
-    let (bytes, truth) = generate(scenario, a.events, a.seed);
+    let (mut bytes, truth) = generate(scenario, a.events, a.seed);
+    if a.framework_capture {
+        bytes = analysis_core::synth::as_framework_capture(&bytes);
+    }
+    if let Some(every) = a.out_of_order {
+        let every = usize::try_from(every).unwrap_or(usize::MAX);
+        bytes = analysis_core::synth::with_allocations_out_of_order(&bytes, every, 30_000);
+    }
     crate::output::write_trace(a.output.as_deref(), &bytes)?;
     if a.truth {
         eprintln!("{}", serde_json::to_string_pretty(&truth)?);

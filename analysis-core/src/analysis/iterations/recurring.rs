@@ -261,7 +261,7 @@ mod tests {
         assert!(many > 0);
     }
 
-    /// `trace` with every 16th record, where an allocation, 30 µs earlier.
+    /// `trace` with one allocation in 16 made 30 µs earlier.
     fn stepping_back(trace: &[u8]) -> Vec<u8> {
         let out = crate::synth::with_allocations_out_of_order(trace, 16, 30_000);
         let t = crate::model::load(&out).expect("loads");
