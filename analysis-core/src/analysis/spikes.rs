@@ -84,19 +84,8 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
     } else {
         Fields::STACK
     };
-    for a in m
-        .allocs
-        .iter_fields(Fields::SIZE | Fields::KIND | scope_fields)
-    {
-        if a.size_bytes == 0 || !a.kind.is_device_memory() {
-            continue;
-        }
-        if let Some(k) = scope_of.get(&a) {
-            values[k].push(a.size_bytes);
-        }
-    }
-    let enough = |v: &Counts| v.len() >= c.min_calls_for_analysis.max(3);
-    let quartiles = uncounted_quartiles(&values, enough, |see| {
+    // Each device allocation's scope and size, in id order.
+    let mut sizes = |see: &mut dyn FnMut(usize, u64)| {
         for a in m
             .allocs
             .iter_fields(Fields::SIZE | Fields::KIND | scope_fields)
@@ -108,7 +97,10 @@ fn scope_spikes(m: &TraceModel, c: &Config, sites: &SiteIndex) -> Vec<ScopeSpike
                 see(k, a.size_bytes);
             }
         }
-    });
+    };
+    sizes(&mut |k, size| values[k].push(size));
+    let enough = |v: &Counts| v.len() >= c.min_calls_for_analysis.max(3);
+    let quartiles = uncounted_quartiles(&values, enough, sizes);
     let mut thresholds: Vec<Option<(f64, f64, f64)>> = alloc::vec![None; n_scopes];
     for (k, v) in values.iter_mut().enumerate() {
         if !enough(v) {

@@ -26,6 +26,14 @@ pub(crate) fn chunk_least(times: impl Iterator<Item = u64>, chunk: usize) -> Vec
     least
 }
 
+/// The earliest time of each chunk made the earliest from that chunk to the end.
+fn to_the_end(mut least: Vec<u64>) -> Vec<u64> {
+    for c in (1..least.len()).rev() {
+        least[c - 1] = least[c - 1].min(least[c]);
+    }
+    least
+}
+
 /// A queued item, its key `K` first (the least given first), with what it carries.
 struct Entry<K, P>(K, P);
 
@@ -64,12 +72,9 @@ pub(crate) struct Reorder<K, P> {
 impl<K: Ord, P> Reorder<K, P> {
     /// For `len` allocations whose chunks of `chunk` have the earliest times `least`
     /// ([`chunk_least`]).
-    pub(crate) fn new(mut least: Vec<u64>, chunk: usize, len: usize) -> Self {
-        for c in (1..least.len()).rev() {
-            least[c - 1] = least[c - 1].min(least[c]);
-        }
+    pub(crate) fn new(least: Vec<u64>, chunk: usize, len: usize) -> Self {
         Self {
-            least,
+            least: to_the_end(least),
             chunk: chunk.max(1),
             read: 0,
             len,
@@ -133,12 +138,9 @@ const NEAR: usize = 32;
 
 impl<K: Ord + Copy, P: Copy> SortedChunks<K, P> {
     /// [`Reorder::new`].
-    pub(crate) fn new(mut least: Vec<u64>, chunk: usize, len: usize) -> Self {
-        for c in (1..least.len()).rev() {
-            least[c - 1] = least[c - 1].min(least[c]);
-        }
+    pub(crate) fn new(least: Vec<u64>, chunk: usize, len: usize) -> Self {
         Self {
-            least,
+            least: to_the_end(least),
             chunk: chunk.max(1),
             read: 0,
             len,
