@@ -14,7 +14,7 @@ fn main() {
     let (lo, hi) = (m.first_ts_nanos, m.last_ts_nanos);
     for pct in [10u64, 50, 90, 100] {
         let t = lo + (hi - lo) * pct / 100;
-        let made = m.allocs.partition_ts(|x| x <= t);
+        let made = m.allocs.made_by(t);
         let (mut best, mut live) = (f64::MAX, 0);
         for _ in 0..3 {
             let start = Instant::now();

@@ -539,8 +539,8 @@ impl TraceData {
     /// Device allocations live at `t`, grouped by stack, largest first.
     pub fn live_sites_at(&self, t: u64, f: &Filter, limit: usize) -> Vec<SiteBytes> {
         let m = self.model();
-        // Allocations are in time order: only those made by `t` can be live at `t`.
-        let made = m.allocs.partition_ts(|x| x <= t);
+        // Only the allocations made by `t` can be live at `t` (`made_by`: in time order or not).
+        let made = m.allocs.made_by(t);
         group_by_stack(
             m,
             m.allocs

@@ -140,6 +140,10 @@ pub struct AllocStore {
     /// the last of them.
     packed_unsorted: bool,
     packed_last_ts: u64,
+    /// The earliest time of each chunk of [`crate::reorder::CHUNK`] packed allocations (8 bytes
+    /// a chunk): where times step back, what bounds the allocations made by a time
+    /// ([`Self::made_by`]).
+    chunk_least: Vec<u64>,
 }
 
 /// Packed allocations whose [`Owner`] is kept plain as well (96 KiB).
@@ -164,6 +168,7 @@ impl AllocStore {
             recent_from: 0,
             packed_unsorted: false,
             packed_last_ts: 0,
+            chunk_least: Vec::new(),
         }
     }
 
@@ -224,12 +229,19 @@ impl AllocStore {
         if self.recent.is_empty() {
             self.recent = alloc::vec![Owner::of(&self.tail[0]); RECENT];
         }
-        let first = self.packed() % RECENT;
+        let id = self.packed();
+        let first = id % RECENT;
         let mut last = self.packed_last_ts;
         for (o, a) in self.recent[first..first + BLOCK].iter_mut().zip(&self.tail) {
             *o = Owner::of(a);
             self.packed_unsorted |= a.ts_nanos < last;
             last = a.ts_nanos;
+        }
+        // Blocks never straddle chunks.
+        let least = self.tail.iter().map(|a| a.ts_nanos).min().unwrap_or(0);
+        match self.chunk_least.get_mut(id / crate::reorder::CHUNK) {
+            Some(l) => *l = (*l).min(least),
+            None => self.chunk_least.push(least),
         }
         self.packed_last_ts = last;
         let t = &self.tail;
@@ -503,6 +515,31 @@ impl AllocStore {
             })
     }
 
+    /// How many allocations from the first were needed to hold every allocation made by `t`:
+    /// one past the last id whose time is `t` or earlier (0 for none). Where the times ascend,
+    /// a search of the times ([`Self::partition_ts`]); where they step back, the last chunk
+    /// whose earliest time is `t` or earlier, searched within. The bound that
+    /// [`Self::live_at`] takes.
+    pub fn made_by(&self, t: u64) -> usize {
+        if self.times_ascend() {
+            return self.partition_ts(|x| x <= t);
+        }
+        let packed = self.packed();
+        if let Some(k) = self.tail.iter().rposition(|a| a.ts_nanos <= t) {
+            return packed + k + 1;
+        }
+        let Some(c) = self.chunk_least.iter().rposition(|&l| l <= t) else {
+            return 0;
+        };
+        let from = c * crate::reorder::CHUNK;
+        let to = (from + crate::reorder::CHUNK).min(packed);
+        let mut it = self.iter_range(from, to);
+        it.fields = Fields::TS;
+        it.enumerate()
+            .rfind(|(_, a)| a.ts_nanos <= t)
+            .map_or(from, |(k, _)| from + k + 1)
+    }
+
     /// The first id whose allocation time does not satisfy `pred`, where `pred` holds for a
     /// prefix of the history and not after it (as `slice::partition_point` over the times),
     /// e.g. `|t| t < at`. Reads the times' column only, narrowed by its blocks' minimums
@@ -535,6 +572,7 @@ impl AllocStore {
             + self.free.heap_bytes()
             + self.tail.capacity() * core::mem::size_of::<AllocRecord>()
             + self.recent.capacity() * core::mem::size_of::<Owner>()
+            + self.chunk_least.capacity() * 8
     }
 
     /// Fills `buf` with `fields` of block `b` (ids `b * BLOCK ..`); returns how many it holds.
@@ -877,6 +915,44 @@ mod tests {
 
     fn same(a: &AllocRecord, b: &AllocRecord) -> bool {
         format!("{a:?}") == format!("{b:?}")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// What bounds the allocations made by a time is one past the last id made by then, in
+        /// a history in order and in ones whose times step back by a little or a lot, with
+        /// the last ones unpacked; and what is live then, read up to it, is what is live.
+        #[test]
+        fn made_by_bounds_the_allocations_made_by_then(
+            n in 0usize..10_000,
+            seed in any::<u64>(),
+            lag in prop_oneof![Just(0u64), Just(3_000), Just(300_000), Just(1u64 << 40)],
+            at in 0.0f64..1.2,
+        ) {
+            let records: Vec<AllocRecord> = (0..n as u64)
+                .map(|i| {
+                    let mut a = record(i, seed);
+                    if (i ^ seed).is_multiple_of(5) {
+                        a.ts_nanos = a.ts_nanos.saturating_sub(lag);
+                    }
+                    a
+                })
+                .collect();
+            let store: AllocStore = records.iter().copied().collect();
+            let t = (n as f64 * 1000.0 * at) as u64;
+            let want = records.iter().rposition(|a| a.ts_nanos <= t).map_or(0, |i| i + 1);
+            prop_assert_eq!(store.made_by(t), want);
+            let live: Vec<alloc::string::String> = records
+                .iter()
+                .filter(|a| a.live_at(t))
+                .map(|a| format!("{a:?}"))
+                .collect();
+            let got: Vec<alloc::string::String> = store
+                .live_at(t, store.made_by(t))
+                .map(|a| format!("{a:?}"))
+                .collect();
+            prop_assert_eq!(got, live);
+        }
     }
 
     proptest! {

@@ -412,8 +412,8 @@ impl Summary {
     /// `GET …/live`: device memory live at `t`, by call site, largest first.
     pub fn live_at(&self, t: u64, limit: usize) -> LiveAt {
         let m = &self.trace.model;
-        // Allocations are in time order: only those made by `t` can be live at `t`.
-        let made = m.allocs.partition_ts(|x| x <= t);
+        // Only the allocations made by `t` can be live at `t` (`made_by`: in time order or not).
+        let made = m.allocs.made_by(t);
         let live = || {
             m.allocs
                 .live_at_fields(t, made, GROUP_FIELDS | Fields::KIND)
