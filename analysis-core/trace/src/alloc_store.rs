@@ -934,6 +934,19 @@ mod tests {
         format!("{a:?}") == format!("{b:?}")
     }
 
+    /// `n` of [`record`], a fifth of them made `lag` earlier.
+    fn stepping_back(n: usize, seed: u64, lag: u64) -> Vec<AllocRecord> {
+        (0..n as u64)
+            .map(|i| {
+                let mut a = record(i, seed);
+                if (i ^ seed).is_multiple_of(5) {
+                    a.ts_nanos = a.ts_nanos.saturating_sub(lag);
+                }
+                a
+            })
+            .collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// What bounds the allocations made by a time is one past the last id made by then, in
@@ -946,15 +959,7 @@ mod tests {
             lag in prop_oneof![Just(0u64), Just(3_000), Just(300_000), Just(1u64 << 40)],
             at in 0.0f64..1.2,
         ) {
-            let records: Vec<AllocRecord> = (0..n as u64)
-                .map(|i| {
-                    let mut a = record(i, seed);
-                    if (i ^ seed).is_multiple_of(5) {
-                        a.ts_nanos = a.ts_nanos.saturating_sub(lag);
-                    }
-                    a
-                })
-                .collect();
+            let records = stepping_back(n, seed, lag);
             let store: AllocStore = records.iter().copied().collect();
             let t = (n as f64 * 1000.0 * at) as u64;
             let want = records.iter().rposition(|a| a.ts_nanos <= t).map_or(0, |i| i + 1);
@@ -984,15 +989,7 @@ mod tests {
             lag in prop_oneof![Just(0u64), Just(3_000), Just(300_000), Just(1u64 << 40)],
             chunk in prop_oneof![Just(crate::reorder::CHUNK), 1usize..100],
         ) {
-            let records: Vec<AllocRecord> = (0..n as u64)
-                .map(|i| {
-                    let mut a = record(i, seed);
-                    if (i ^ seed).is_multiple_of(5) {
-                        a.ts_nanos = a.ts_nanos.saturating_sub(lag);
-                    }
-                    a
-                })
-                .collect();
+            let records = stepping_back(n, seed, lag);
             let store: AllocStore = records.iter().copied().collect();
             let mut want: Vec<(usize, AllocRecord)> = records.iter().copied().enumerate().collect();
             want.sort_by_key(|(i, a)| (a.ts_nanos, *i));

@@ -26,14 +26,6 @@ pub(crate) fn chunk_least(times: impl Iterator<Item = u64>, chunk: usize) -> Vec
     least
 }
 
-/// The earliest time of each chunk made the earliest from that chunk to the end.
-fn to_the_end(mut least: Vec<u64>) -> Vec<u64> {
-    for c in (1..least.len()).rev() {
-        least[c - 1] = least[c - 1].min(least[c]);
-    }
-    least
-}
-
 /// A queued item, its key `K` first (the least given first), with what it carries.
 struct Entry<K, P>(K, P);
 
@@ -58,14 +50,58 @@ impl<K: Ord, P> Ord for Entry<K, P> {
     }
 }
 
-/// The reordering of [`self`](crate::reorder): keys `K` in order, each with its `P`.
-pub(crate) struct Reorder<K, P> {
-    /// The earliest allocation time from each chunk to the end.
+/// How far a reordering has read: the earliest allocation time from each chunk to the end,
+/// and the allocations read (a chunk at a time).
+struct Progress {
     least: Vec<u64>,
     chunk: usize,
-    /// Allocations read.
     read: usize,
     len: usize,
+}
+
+impl Progress {
+    /// For `len` allocations whose chunks of `chunk` have the earliest times `least`
+    /// ([`chunk_least`]).
+    fn new(mut least: Vec<u64>, chunk: usize, len: usize) -> Self {
+        for c in (1..least.len()).rev() {
+            least[c - 1] = least[c - 1].min(least[c]);
+        }
+        Self {
+            least,
+            chunk: chunk.max(1),
+            read: 0,
+            len,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.read >= self.len
+    }
+
+    /// The earliest time and the first id of the allocations still unread (`None`: all read).
+    fn unread(&self) -> Option<(u64, u32)> {
+        (!self.done()).then(|| (self.least[self.read / self.chunk], self.read as u32))
+    }
+
+    /// Reads the rest of the chunk, an allocation per `read()`, which says when the history
+    /// ended (`false`).
+    fn read_chunk(&mut self, mut read: impl FnMut() -> bool) {
+        let end = (self.read / self.chunk + 1)
+            .saturating_mul(self.chunk)
+            .min(self.len);
+        while self.read < end {
+            if !read() {
+                self.read = self.len;
+                break;
+            }
+            self.read += 1;
+        }
+    }
+}
+
+/// The reordering of [`self`](crate::reorder): keys `K` in order, each with its `P`.
+pub(crate) struct Reorder<K, P> {
+    progress: Progress,
     queue: BinaryHeap<Entry<K, P>>,
 }
 
@@ -74,10 +110,7 @@ impl<K: Ord, P> Reorder<K, P> {
     /// ([`chunk_least`]).
     pub(crate) fn new(least: Vec<u64>, chunk: usize, len: usize) -> Self {
         Self {
-            least: to_the_end(least),
-            chunk: chunk.max(1),
-            read: 0,
-            len,
+            progress: Progress::new(least, chunk, len),
             queue: BinaryHeap::new(),
         }
     }
@@ -92,26 +125,20 @@ impl<K: Ord, P> Reorder<K, P> {
     ) -> Option<(K, P)> {
         loop {
             if let Some(first) = self.queue.peek() {
-                let given = self.read >= self.len
-                    || first.0 < unread(self.least[self.read / self.chunk], self.read as u32);
+                let given = self
+                    .progress
+                    .unread()
+                    .is_none_or(|(t, id)| first.0 < unread(t, id));
                 if given {
                     return self.queue.pop().map(|e| (e.0, e.1));
                 }
             }
-            if self.read >= self.len {
+            if self.progress.done() {
                 return None;
             }
-            let end = (self.read / self.chunk + 1)
-                .saturating_mul(self.chunk)
-                .min(self.len);
             let queue = &mut self.queue;
-            while self.read < end {
-                if !read(&mut |k, p| queue.push(Entry(k, p))) {
-                    self.read = self.len;
-                    break;
-                }
-                self.read += 1;
-            }
+            self.progress
+                .read_chunk(|| read(&mut |k, p| queue.push(Entry(k, p))));
         }
     }
 }
@@ -122,10 +149,7 @@ impl<K: Ord, P> Reorder<K, P> {
 /// mostly in order cost dozens of comparisons an item; a chunk with an item further out of
 /// order is sorted once read.
 pub(crate) struct SortedChunks<K, P> {
-    least: Vec<u64>,
-    chunk: usize,
-    read: usize,
-    len: usize,
+    progress: Progress,
     /// Items read and not yet given, sorted from `at` on.
     items: Vec<(K, P)>,
     at: usize,
@@ -140,10 +164,7 @@ impl<K: Ord + Copy, P: Copy> SortedChunks<K, P> {
     /// [`Reorder::new`].
     pub(crate) fn new(least: Vec<u64>, chunk: usize, len: usize) -> Self {
         Self {
-            least: to_the_end(least),
-            chunk: chunk.max(1),
-            read: 0,
-            len,
+            progress: Progress::new(least, chunk, len),
             items: Vec::new(),
             at: 0,
             bound: None,
@@ -165,7 +186,7 @@ impl<K: Ord + Copy, P: Copy> SortedChunks<K, P> {
                 self.at += 1;
                 return Some(first);
             }
-            if self.read >= self.len {
+            if self.progress.done() {
                 return None;
             }
             self.refill(&unread, &mut read);
@@ -179,37 +200,33 @@ impl<K: Ord + Copy, P: Copy> SortedChunks<K, P> {
         unread: &impl Fn(u64, u32) -> K,
         read: &mut impl FnMut() -> Option<(K, P)>,
     ) {
-        self.items.drain(..self.at);
+        let items = &mut self.items;
+        items.drain(..self.at);
         self.at = 0;
-        let end = (self.read / self.chunk + 1)
-            .saturating_mul(self.chunk)
-            .min(self.len);
         let mut sort = false;
-        while self.read < end {
+        self.progress.read_chunk(|| {
             let Some(item) = read() else {
-                self.read = self.len;
-                break;
+                return false;
             };
-            self.read += 1;
-            let n = self.items.len();
-            if sort || self.items.last().is_none_or(|l| l.0 < item.0) {
-                self.items.push(item);
-                continue;
+            let n = items.len();
+            if sort || items.last().is_none_or(|l| l.0 < item.0) {
+                items.push(item);
+                return true;
             }
             let from = n.saturating_sub(NEAR);
-            match self.items[from..].iter().rposition(|x| x.0 < item.0) {
-                Some(k) => self.items.insert(from + k + 1, item),
-                None if from == 0 => self.items.insert(0, item),
+            match items[from..].iter().rposition(|x| x.0 < item.0) {
+                Some(k) => items.insert(from + k + 1, item),
+                None if from == 0 => items.insert(0, item),
                 None => {
-                    self.items.push(item);
+                    items.push(item);
                     sort = true;
                 }
             }
-        }
+            true
+        });
         if sort {
-            self.items.sort_unstable_by_key(|a| a.0);
+            items.sort_unstable_by_key(|a| a.0);
         }
-        self.bound = (self.read < self.len)
-            .then(|| unread(self.least[self.read / self.chunk], self.read as u32));
+        self.bound = self.progress.unread().map(|(t, id)| unread(t, id));
     }
 }
