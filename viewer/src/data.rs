@@ -1035,12 +1035,12 @@ fn markers(m: &TraceModel, report: &Report) -> Vec<SeriesMarker> {
     spikes.dedup();
     for (ts, size, stack) in spikes {
         // The allocation itself says which process and device the spike is on.
-        let first = m.allocs.partition_ts(|t| t < ts);
+        // Where records step back, allocations made at other times lie among the ids.
+        let span = m.allocs.made_in(ts, ts);
         let Some(a) = m
             .allocs
-            .iter_from(first)
-            .take_while(|a| a.ts_nanos == ts)
-            .find(|a| a.stack == stack && a.size_bytes == size)
+            .iter_range(span.start, span.end)
+            .find(|a| a.ts_nanos == ts && a.stack == stack && a.size_bytes == size)
         else {
             continue;
         };

@@ -202,10 +202,14 @@ fn largest_request(
     from: u64,
     to: u64,
 ) -> u64 {
-    let lo = m.allocs.partition_ts(|t| t <= from);
+    let Some(first) = from.checked_add(1).filter(|&f| f <= to) else {
+        return 0;
+    };
+    // Where records step back, allocations made outside the span lie among its ids.
+    let span = m.allocs.made_in(first, to);
     m.allocs
-        .iter_from(lo)
-        .take_while(|a| a.ts_nanos <= to)
+        .iter_range(span.start, span.end)
+        .filter(|a| (first..=to).contains(&a.ts_nanos))
         .filter(|a| a.process == process && a.device == device && a.kind.is_device_memory())
         .map(|a| a.size_bytes)
         .max()

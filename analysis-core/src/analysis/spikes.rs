@@ -399,12 +399,18 @@ fn timeline_spikes(
         let (_, at) = peak_between(&m.total, a, b, 0);
         // The largest allocation of this iteration live at its peak, freed again (a spike is
         // transient: what stays is growth).
-        let start = m.allocs.partition_ts(|t| t < a);
+        // The ids made in the iteration (where records step back, some made outside it lie
+        // among them).
+        let Some(last) = b.checked_sub(1).filter(|&l| l >= a) else {
+            continue;
+        };
+        let span = m.allocs.made_in(a, last);
+        let start = span.start;
         let culprit = m
             .allocs
-            .iter_from(start)
+            .iter_range(span.start, span.end)
             .enumerate()
-            .take_while(|(_, x)| x.ts_nanos < b)
+            .filter(|(_, x)| (a..b).contains(&x.ts_nanos))
             .filter(|(_, x)| x.kind.is_device_memory() && x.live_at(at) && !x.is_live())
             .max_by(|x, y| x.1.size_bytes.cmp(&y.1.size_bytes).then(y.0.cmp(&x.0)))
             .map(|(k, x)| (start + k, causes.of(&x)));

@@ -144,6 +144,9 @@ pub struct AllocStore {
     /// a chunk): where times step back, what bounds the allocations made by a time
     /// ([`Self::made_by`]).
     chunk_least: Vec<u64>,
+    /// The latest time of each such chunk: where times step back, what bounds the first
+    /// allocation made from a time ([`Self::made_in`]).
+    chunk_greatest: Vec<u64>,
 }
 
 /// Packed allocations whose [`Owner`] is kept plain as well (96 KiB).
@@ -169,6 +172,7 @@ impl AllocStore {
             packed_unsorted: false,
             packed_last_ts: 0,
             chunk_least: Vec::new(),
+            chunk_greatest: Vec::new(),
         }
     }
 
@@ -239,9 +243,14 @@ impl AllocStore {
         }
         // Blocks never straddle chunks.
         let least = self.tail.iter().map(|a| a.ts_nanos).min().unwrap_or(0);
+        let greatest = self.tail.iter().map(|a| a.ts_nanos).max().unwrap_or(0);
         match self.chunk_least.get_mut(id / crate::reorder::CHUNK) {
             Some(l) => *l = (*l).min(least),
             None => self.chunk_least.push(least),
+        }
+        match self.chunk_greatest.get_mut(id / crate::reorder::CHUNK) {
+            Some(g) => *g = (*g).max(greatest),
+            None => self.chunk_greatest.push(greatest),
         }
         self.packed_last_ts = last;
         let t = &self.tail;
@@ -557,6 +566,39 @@ impl AllocStore {
             .map_or(from, |(k, _)| from + k + 1)
     }
 
+    /// The ids that hold every allocation made from `from` to `to`, both included. Where the
+    /// times ascend, exactly those (two searches of the times); where they step back, from the
+    /// first id made at `from` or later (the first chunk whose latest time is, searched within)
+    /// to [`Self::made_by`]`(to)`, so allocations outside the times lie among them and a caller
+    /// filters by time.
+    pub fn made_in(&self, from: u64, to: u64) -> core::ops::Range<usize> {
+        if self.times_ascend() {
+            let lo = self.partition_ts(|x| x < from);
+            return lo..self.partition_ts(|x| x <= to).max(lo);
+        }
+        let hi = self.made_by(to);
+        let packed = self.packed();
+        let lo = match self.chunk_greatest.iter().position(|&g| g >= from) {
+            Some(c) => {
+                let start = c * crate::reorder::CHUNK;
+                let end = (start + crate::reorder::CHUNK).min(packed);
+                let mut it = self.iter_range(start, end);
+                it.fields = Fields::TS;
+                it.position(|a| a.ts_nanos >= from)
+                    .map_or(end, |k| start + k)
+            }
+            None => {
+                packed
+                    + self
+                        .tail
+                        .iter()
+                        .position(|a| a.ts_nanos >= from)
+                        .unwrap_or(self.tail.len())
+            }
+        };
+        lo..hi.max(lo)
+    }
+
     /// The first id whose allocation time does not satisfy `pred`, where `pred` holds for a
     /// prefix of the history and not after it (as `slice::partition_point` over the times),
     /// e.g. `|t| t < at`. Reads the times' column only, narrowed by its blocks' minimums
@@ -589,7 +631,7 @@ impl AllocStore {
             + self.free.heap_bytes()
             + self.tail.capacity() * core::mem::size_of::<AllocRecord>()
             + self.recent.capacity() * core::mem::size_of::<Owner>()
-            + self.chunk_least.capacity() * 8
+            + (self.chunk_least.capacity() + self.chunk_greatest.capacity()) * 8
     }
 
     /// Fills `buf` with `fields` of block `b` (ids `b * BLOCK ..`); returns how many it holds.
@@ -974,6 +1016,36 @@ mod tests {
                 .map(|a| format!("{a:?}"))
                 .collect();
             prop_assert_eq!(got, live);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The ids made in a span hold every allocation made in it, in a history in order
+        /// (exactly those) and in ones whose times step back, with the last ones unpacked; and
+        /// they start at the first id made at its start or later.
+        #[test]
+        fn made_in_holds_the_allocations_made_in_a_span(
+            n in 0usize..10_000,
+            seed in any::<u64>(),
+            lag in prop_oneof![Just(0u64), Just(3_000), Just(300_000), Just(1u64 << 40)],
+            at in 0.0f64..1.2,
+            width in prop_oneof![Just(0u64), 0u64..50_000],
+        ) {
+            let records = stepping_back(n, seed, lag);
+            let store: AllocStore = records.iter().copied().collect();
+            let from = (n as f64 * 1000.0 * at) as u64;
+            let to = from + width;
+            let span = store.made_in(from, to);
+            let inside = |a: &AllocRecord| (from..=to).contains(&a.ts_nanos);
+            let want: Vec<usize> = (0..n).filter(|&i| inside(&records[i])).collect();
+            let got: Vec<usize> = span.clone().filter(|&i| inside(&records[i])).collect();
+            prop_assert_eq!(&got, &want);
+            let first = records.iter().position(|a| a.ts_nanos >= from).unwrap_or(n);
+            prop_assert_eq!(span.start, first);
+            if lag == 0 {
+                prop_assert_eq!(span.len(), want.len());
+            }
         }
     }
 
