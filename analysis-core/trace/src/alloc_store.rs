@@ -236,14 +236,15 @@ impl AllocStore {
         let id = self.packed();
         let first = id % RECENT;
         let mut last = self.packed_last_ts;
+        let (mut least, mut greatest) = (u64::MAX, 0);
         for (o, a) in self.recent[first..first + BLOCK].iter_mut().zip(&self.tail) {
             *o = Owner::of(a);
             self.packed_unsorted |= a.ts_nanos < last;
             last = a.ts_nanos;
+            least = least.min(a.ts_nanos);
+            greatest = greatest.max(a.ts_nanos);
         }
         // Blocks never straddle chunks.
-        let least = self.tail.iter().map(|a| a.ts_nanos).min().unwrap_or(0);
-        let greatest = self.tail.iter().map(|a| a.ts_nanos).max().unwrap_or(0);
         match self.chunk_least.get_mut(id / crate::reorder::CHUNK) {
             Some(l) => *l = (*l).min(least),
             None => self.chunk_least.push(least),
