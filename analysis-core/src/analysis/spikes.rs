@@ -405,7 +405,6 @@ fn timeline_spikes(
             continue;
         };
         let span = m.allocs.made_in(a, last);
-        let start = span.start;
         let culprit = m
             .allocs
             .iter_range(span.start, span.end)
@@ -413,7 +412,7 @@ fn timeline_spikes(
             .filter(|(_, x)| (a..b).contains(&x.ts_nanos))
             .filter(|(_, x)| x.kind.is_device_memory() && x.live_at(at) && !x.is_live())
             .max_by(|x, y| x.1.size_bytes.cmp(&y.1.size_bytes).then(y.0.cmp(&x.0)))
-            .map(|(k, x)| (start + k, causes.of(&x)));
+            .map(|(k, x)| (span.start + k, causes.of(&x)));
         if let Some((k, ci)) = culprit {
             spikes.push((i, k, ci, local, peak));
         }

@@ -140,13 +140,10 @@ pub struct AllocStore {
     /// the last of them.
     packed_unsorted: bool,
     packed_last_ts: u64,
-    /// The earliest time of each chunk of [`crate::reorder::CHUNK`] packed allocations (8 bytes
-    /// a chunk): where times step back, what bounds the allocations made by a time
-    /// ([`Self::made_by`]).
-    chunk_least: Vec<u64>,
-    /// The latest time of each such chunk: where times step back, what bounds the first
-    /// allocation made from a time ([`Self::made_in`]).
-    chunk_greatest: Vec<u64>,
+    /// The earliest and latest times of each chunk of [`crate::reorder::CHUNK`] packed
+    /// allocations (16 bytes a chunk): where times step back, what bounds the allocations made
+    /// by a time ([`Self::made_by`]) and the first made from a time ([`Self::made_in`]).
+    chunk_bounds: Vec<(u64, u64)>,
 }
 
 /// Packed allocations whose [`Owner`] is kept plain as well (96 KiB).
@@ -171,8 +168,7 @@ impl AllocStore {
             recent_from: 0,
             packed_unsorted: false,
             packed_last_ts: 0,
-            chunk_least: Vec::new(),
-            chunk_greatest: Vec::new(),
+            chunk_bounds: Vec::new(),
         }
     }
 
@@ -245,13 +241,9 @@ impl AllocStore {
             greatest = greatest.max(a.ts_nanos);
         }
         // Blocks never straddle chunks.
-        match self.chunk_least.get_mut(id / crate::reorder::CHUNK) {
-            Some(l) => *l = (*l).min(least),
-            None => self.chunk_least.push(least),
-        }
-        match self.chunk_greatest.get_mut(id / crate::reorder::CHUNK) {
-            Some(g) => *g = (*g).max(greatest),
-            None => self.chunk_greatest.push(greatest),
+        match self.chunk_bounds.get_mut(id / crate::reorder::CHUNK) {
+            Some((l, g)) => (*l, *g) = ((*l).min(least), (*g).max(greatest)),
+            None => self.chunk_bounds.push((least, greatest)),
         }
         self.packed_last_ts = last;
         let t = &self.tail;
@@ -532,7 +524,7 @@ impl AllocStore {
     /// The earliest allocation time of each chunk of [`crate::reorder::CHUNK`], the tail's
     /// included, without a pass: what the store kept as it packed.
     fn least_by_chunk(&self) -> Vec<u64> {
-        let mut least = self.chunk_least.clone();
+        let mut least: Vec<u64> = self.chunk_bounds.iter().map(|b| b.0).collect();
         if let Some(t) = self.tail.iter().map(|a| a.ts_nanos).min() {
             match least.get_mut(self.packed() / crate::reorder::CHUNK) {
                 Some(l) => *l = (*l).min(t),
@@ -555,7 +547,7 @@ impl AllocStore {
         if let Some(k) = self.tail.iter().rposition(|a| a.ts_nanos <= t) {
             return packed + k + 1;
         }
-        let Some(c) = self.chunk_least.iter().rposition(|&l| l <= t) else {
+        let Some(c) = self.chunk_bounds.iter().rposition(|b| b.0 <= t) else {
             return 0;
         };
         let from = c * crate::reorder::CHUNK;
@@ -579,7 +571,7 @@ impl AllocStore {
         }
         let hi = self.made_by(to);
         let packed = self.packed();
-        let lo = match self.chunk_greatest.iter().position(|&g| g >= from) {
+        let lo = match self.chunk_bounds.iter().position(|b| b.1 >= from) {
             Some(c) => {
                 let start = c * crate::reorder::CHUNK;
                 let end = (start + crate::reorder::CHUNK).min(packed);
@@ -632,7 +624,7 @@ impl AllocStore {
             + self.free.heap_bytes()
             + self.tail.capacity() * core::mem::size_of::<AllocRecord>()
             + self.recent.capacity() * core::mem::size_of::<Owner>()
-            + (self.chunk_least.capacity() + self.chunk_greatest.capacity()) * 8
+            + self.chunk_bounds.capacity() * 16
     }
 
     /// Fills `buf` with `fields` of block `b` (ids `b * BLOCK ..`); returns how many it holds.
