@@ -62,20 +62,24 @@ test('the reading worker streams a file in order, waits while 32 MiB are untaken
     const sentBeforeTaking = inbox.reduce((n, m) => n + (m.bufs || []).reduce((k, b) => k + b.byteLength, 0), 0);
     const out = new Uint8Array(size);
     let at = 0; let batches = 0; let lent = null; let reuse = true;
+    // As viewer/src/app/load.rs does: the last piece's buffer goes back before the next batch
+    // is taken (acknowledged), so the worker has it to read into once it has room again.
     for (;;) {
+      if (lent) w.postMessage({ id: 1, back: lent.buffer }, [lent.buffer]);
+      lent = null;
       const m = await next();
       if (m.error) return { error: m.error };
       if (m.done) break;
       batches++;
       reuse = reuse && m.reuse === true;
       w.postMessage({ id: 1, ack: m.bufs.reduce((k, b) => k + b.byteLength, 0) });
-      for (const b of m.bufs) {
+      m.bufs.forEach((b, i) => {
         const view = b instanceof Uint8Array ? b : new Uint8Array(b);
-        if (lent) w.postMessage({ id: 1, back: lent.buffer }, [lent.buffer]);
+        if (i > 0) w.postMessage({ id: 1, back: lent.buffer }, [lent.buffer]);
         out.set(view, at);
         at += view.byteLength;
         lent = view;
-      }
+      });
     }
     let same = at === size;
     for (let i = 0; same && i < size; i += 4096) same = out[i] === bytes[i];
@@ -88,13 +92,14 @@ test('the reading worker streams a file in order, waits while 32 MiB are untaken
     `sent before anything was taken: ${got.sentBeforeTaking}`);
   // Chromium's file streams are byte streams: every batch is read into a buffer to hand back.
   assert.ok(got.reuse, 'batches ask for their buffers back');
-  // 30 batches (64 KiB doubling to 4 MiB, then 4 MiB each) in at most 32 MiB in flight: most
-  // of the 4 MiB ones are read into buffers handed back.
+  // 30 batches (64 KiB doubling to 4 MiB, then 4 MiB each) in at most 32 MiB in flight: the
+  // 14 sent before anything is taken and the two read while the first are taken are new, and
+  // every later one is read into a buffer handed back, however fast either side runs.
   const worker = page.workers().find((w) => !before.includes(w) && w.url().endsWith('read-worker.js'));
   assert.ok(worker, 'the test\'s worker is listed');
   const stats = await worker.evaluate(() => self.stats);
   assert.equal(got.batches, stats.buffers + stats.reused, JSON.stringify(stats));
-  assert.ok(stats.reused >= 10 && stats.buffers <= 20, `buffers made and reused: ${JSON.stringify(stats)}`);
+  assert.ok(stats.reused >= 12 && stats.buffers <= 18, `buffers made and reused: ${JSON.stringify(stats)}`);
   await page.close();
 });
 
