@@ -12,7 +12,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::packed::{BLOCK, PackedColumn, Spill};
+use crate::packed::{BLOCK, Column, PackedColumn, Spill};
 
 /// Free time of an allocation not freed (re-exported as `alloc_store::LIVE`).
 pub const LIVE: u64 = u64::MAX;
@@ -49,14 +49,14 @@ pub(crate) struct FreeTimes {
     life: PackedColumn,
     /// Per sealed allocation: its free kind's code.
     kinds: PackedColumn,
-    /// Per sealed block: a free time none of its allocations exceeds ([`LIVE`] while one is
-    /// live): a block freed by a moment is skipped at one read.
-    block_max: Vec<u64>,
     /// Per sealed block: a free time none of its allocations outside the late table exceeds
     /// (0 when all are late). Those were freed before their run was sealed, so on a long
     /// history a moment well after a block is past its bound, and only the block's late
-    /// entries can be live then ([`Self::live_in`]).
-    packed_max: Vec<u64>,
+    /// entries can be live then ([`Self::live_in`]); a block without late entries (its
+    /// lifetimes' minimum is not [`IN_LATE`]) is then skipped at one read. Packed, and spilled
+    /// with the lifetimes, so that a long history's bounds (8 bytes per 64 allocations) do not
+    /// stay in memory.
+    packed_max: Column,
     /// Sealed allocations with [`IN_LATE`], by run: offsets in their run (ascending), free
     /// times and kinds; run `r`'s are entries `late_start[r]..late_start[r + 1]`.
     late_start: Vec<usize>,
@@ -81,8 +81,7 @@ impl FreeTimes {
             seal,
             life: PackedColumn::new(),
             kinds: PackedColumn::new(),
-            block_max: Vec::new(),
-            packed_max: Vec::new(),
+            packed_max: Column::new(),
             late_start: Vec::new(),
             late_ids: Vec::new(),
             late_free: Vec::new(),
@@ -95,7 +94,8 @@ impl FreeTimes {
     /// Full chunks of the packed lifetimes and kinds from now on go to `spill`.
     pub(crate) fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
         self.life.set_spill(spill.clone());
-        self.kinds.set_spill(spill);
+        self.kinds.set_spill(spill.clone());
+        self.packed_max.set_spill(spill);
     }
 
     /// Appends a block's free times and kinds; `ts` is the allocation times' column, which
@@ -124,10 +124,9 @@ impl FreeTimes {
             ts.decode(first / BLOCK, &mut at);
             let free = &self.open_free[k..k + BLOCK];
             let mut code = [0u64; BLOCK];
-            let (mut max, mut packed_max) = (0u64, 0u64);
+            let mut packed_max = 0u64;
             for j in 0..BLOCK {
                 let f = free[j];
-                max = max.max(f);
                 if f == LIVE || f < at[j] {
                     self.late_ids.push((k + j) as u16);
                     self.late_free.push(f);
@@ -141,7 +140,6 @@ impl FreeTimes {
             self.life.append_unshifted(|j| code[j]);
             let kinds = &self.open_kind[k..k + BLOCK];
             self.kinds.append_unshifted(|j| u64::from(kinds[j]));
-            self.block_max.push(max);
             self.packed_max.push(packed_max);
         }
         self.open_free.drain(..self.seal);
@@ -214,17 +212,6 @@ impl FreeTimes {
         };
         self.late_free[l] = free;
         self.late_kind[l] = kind;
-        // The block's bound, again: it was LIVE while this allocation was. Its other
-        // allocations are bounded by `packed_max` or are late entries too.
-        let b = i / BLOCK;
-        let (mut e, end) = self.late_from(b * BLOCK);
-        let run_start = i - i % self.seal;
-        let mut max = self.packed_max[b];
-        while e < end && run_start + usize::from(self.late_ids[e]) < (b + 1) * BLOCK {
-            max = max.max(self.late_free[e]);
-            e += 1;
-        }
-        self.block_max[b] = max;
     }
 
     /// Fills `free` and `kind` with block `b`'s, whose allocation times are `at`. Panics
@@ -280,8 +267,9 @@ impl FreeTimes {
                     LiveIn::None
                 }
             }
-            None if self.block_max[b] != LIVE && self.block_max[b] <= t => LiveIn::None,
-            None if self.packed_max[b] > t => LiveIn::Any,
+            None if self.packed_max.get(b) > t => LiveIn::Any,
+            // Every allocation of the block was freed by `t`, and none is late.
+            None if self.life.block_min(b) != IN_LATE => LiveIn::None,
             None => match self.next_late_outliving(first + from, first + to, t) {
                 Some((id, n)) => LiveIn::Late(id, n),
                 None => LiveIn::None,
@@ -313,8 +301,7 @@ impl FreeTimes {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.life.heap_bytes()
             + self.kinds.heap_bytes()
-            + self.block_max.capacity() * 8
-            + self.packed_max.capacity() * 8
+            + self.packed_max.heap_bytes()
             + self.late_start.capacity() * 8
             + self.late_ids.capacity() * 2
             + self.late_free.capacity() * 8
