@@ -344,13 +344,15 @@ fn a_trace_still_being_written_reports_as_far_as_it_goes() {
     let dir = fake_dir();
     let path = dir.join("live-endurance.msgpack");
     let _ = std::fs::remove_file(&path);
-    // 20,000 alloc/free pairs a second for three seconds.
+    // 20,000 alloc/free pairs a second for eight seconds: on a loaded machine the file can
+    // pass 100 kB only seconds in, and the report must still find the capture running (with
+    // three, one run's report read the whole trace, the capture ended).
     let mut capture = gpucollect()
         .arg("--no-nvml")
         .arg("-o")
         .arg(&path)
         .arg(dir.join("scenarios"))
-        .args(["endurance", "3", "20000"])
+        .args(["endurance", "8", "20000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
