@@ -91,7 +91,7 @@ impl FreeTimes {
         }
     }
 
-    /// Full chunks of the packed lifetimes and kinds from now on go to `spill`.
+    /// Full chunks of the packed lifetimes, kinds and block bounds from now on go to `spill`.
     pub(crate) fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
         self.life.set_spill(spill.clone());
         self.kinds.set_spill(spill.clone());
