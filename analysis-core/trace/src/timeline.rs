@@ -25,37 +25,33 @@ pub struct Timeline {
 struct PointsData {
     times: Column,
     values: Column,
-    /// The pyramid's level 0: (min, max) per block of `FANOUT` points.
-    bottom: Bottom,
-    /// `upper[k]` holds (min, max) per block of `FANOUT^(k+2)` points.
-    upper: Vec<Vec<(u64, u64)>>,
+    /// The pyramid: `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points. None for
+    /// `FANOUT` points or fewer; above level 0, a level is there while the one below has more
+    /// than `FANOUT` entries.
+    levels: Vec<Level>,
 }
 
-/// The pyramid's lowest level, a sixteenth as many entries as points. A timeline whose points
-/// may spill (a long trace's, natively) packs it by column with the same spill, so that it
-/// goes to disk with them rather than staying in memory (300 MB at 300M events); otherwise
-/// (the page, short traces) it is a plain vector, the fastest to read.
+/// A level of the pyramid, a sixteenth as many entries as the level below. A timeline whose
+/// points may spill (a long trace's, natively) packs its levels by column with the same spill,
+/// so that they go to disk with them rather than staying in memory (level 0 alone would be
+/// 300 MB at 300M events, level 1 another 19 MB); otherwise (the page, short traces) each is
+/// a plain vector, the fastest to read.
 #[derive(Clone, Debug)]
-enum Bottom {
+enum Level {
     Here(Vec<(u64, u64)>),
     Packed(Box<MinMax>),
 }
 
-/// Level 0 packed: its minima and maxima, each a column.
+/// A level packed: its minima and maxima, each a column.
 #[derive(Clone, Debug)]
 struct MinMax {
     min: Column,
     max: Column,
 }
 
-impl Default for Bottom {
-    fn default() -> Self {
-        Self::Here(Vec::new())
-    }
-}
-
-impl Bottom {
-    /// An empty level for points that spill to `spill`.
+impl Level {
+    /// An empty level for points that spill to `spill` (`capacity` entries reserved for a
+    /// vector).
     fn new(spill: Option<Arc<dyn Spill>>, capacity: usize) -> Self {
         match spill {
             None => Self::Here(Vec::with_capacity(capacity)),
@@ -132,6 +128,109 @@ impl Bottom {
             }
         }
     }
+
+    /// Full chunks from now on go to `spill`; a vector becomes columns when there is one.
+    fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        match (&mut *self, spill) {
+            (Self::Packed(p), spill) => {
+                p.min.set_spill(spill.clone());
+                p.max.set_spill(spill);
+            }
+            (Self::Here(v), Some(s)) => {
+                let mut packed = Self::new(Some(s), 0);
+                for &e in v.iter() {
+                    packed.push(e);
+                }
+                *self = packed;
+            }
+            (Self::Here(_), None) => {}
+        }
+    }
+}
+
+/// The pyramid made as its level 0's entries come, every level at once: the entries of each
+/// level are folded into the level above as they arrive, so making it reads nothing back (a
+/// long trace's points, and the lower levels, lie on disk by then).
+#[derive(Clone, Debug, Default)]
+struct PyramidBuilder {
+    levels: Vec<Level>,
+    /// `open[k]`: the entry of level `k + 1` that folds the entries of level `k` since its
+    /// last group of `FANOUT` began (not yet pushed, so one per level that has entries).
+    open: Vec<(u64, u64)>,
+    spill: Option<Arc<dyn Spill>>,
+    /// Points expected, for the vectors' capacities (0: unknown).
+    points: usize,
+}
+
+impl PyramidBuilder {
+    fn new(spill: Option<Arc<dyn Spill>>, points: usize) -> Self {
+        Self {
+            spill,
+            points,
+            ..Self::default()
+        }
+    }
+
+    fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        for level in &mut self.levels {
+            level.set_spill(spill.clone());
+        }
+        self.spill = spill;
+    }
+
+    fn heap_bytes(&self) -> usize {
+        levels_heap_bytes(&self.levels) + self.open.capacity() * 16
+    }
+
+    /// Adds the pyramid's entries of `values` (a whole block of points, or the last ones) to
+    /// level 0: an entry per [`FANOUT`] values, the last one of fewer where they end.
+    fn add_groups(&mut self, values: &[u64]) {
+        for c in values.chunks(FANOUT) {
+            let e = c
+                .iter()
+                .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            self.push(0, e);
+        }
+    }
+
+    /// Appends entry `e` to level `k`, and the group it closes, if any, to the level above.
+    fn push(&mut self, mut k: usize, mut e: (u64, u64)) {
+        loop {
+            let Some(level) = self.levels.get_mut(k) else {
+                // The level's first entry (`k` is the number of levels: each is made by the
+                // one below, which has entries).
+                let capacity = self.points / FANOUT.pow(k as u32 + 1) + 1;
+                let mut level = Level::new(self.spill.clone(), capacity);
+                level.push(e);
+                self.levels.push(level);
+                self.open.push(e);
+                return;
+            };
+            let n = level.len();
+            level.push(e);
+            if n.is_multiple_of(FANOUT) {
+                // `e` begins a group: the one before it is whole, an entry of level `k + 1`.
+                e = core::mem::replace(&mut self.open[k], e);
+                k += 1;
+            } else {
+                self.open[k] = fold(self.open[k], e);
+                return;
+            }
+        }
+    }
+
+    /// The levels, each one's last entry folding the partial group of the level below, up to
+    /// the first level of [`FANOUT`] entries or fewer.
+    fn finish(mut self) -> Vec<Level> {
+        let mut k = 0;
+        while self.levels.get(k).is_some_and(|l| l.len() > FANOUT) {
+            let e = self.open[k];
+            self.push(k + 1, e);
+            k += 1;
+        }
+        self.levels.truncate(k + 1);
+        self.levels
+    }
 }
 
 /// Calls `f(i, value)` for the values `i` of `col` in `[from, to)` (`to` capped at its
@@ -171,27 +270,6 @@ impl PointsData {
         self.times.len()
     }
 
-    /// Takes the pyramid's level 0 (an entry per [`FANOUT`] points) and level 1 (one per
-    /// `FANOUT` entries of level 0) and makes the levels above from level 1.
-    fn set_levels(&mut self, bottom: Bottom, second: Vec<(u64, u64)>) {
-        let more = bottom.len() > FANOUT;
-        self.bottom = bottom;
-        self.upper.clear();
-        if !more {
-            return;
-        }
-        self.upper.push(second);
-        while let Some(prev) = self.upper.last()
-            && prev.len() > FANOUT
-        {
-            let next: Vec<(u64, u64)> = prev
-                .chunks(FANOUT)
-                .map(|c| c.iter().fold((u64::MAX, 0), |acc, &e| fold(acc, e)))
-                .collect();
-            self.upper.push(next);
-        }
-    }
-
     /// [`Timeline::push`].
     #[inline(always)]
     fn push(&mut self, t: u64, v: u64) {
@@ -211,19 +289,12 @@ impl PointsData {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.times.heap_bytes()
-            + self.values.heap_bytes()
-            + self.bottom.heap_bytes()
-            + self.upper.iter().map(|l| l.capacity() * 16).sum::<usize>()
+        self.times.heap_bytes() + self.values.heap_bytes() + levels_heap_bytes(&self.levels)
     }
 
     /// Levels of the pyramid.
     fn levels(&self) -> usize {
-        if self.bottom.len() == 0 {
-            0
-        } else {
-            1 + self.upper.len()
-        }
+        self.levels.len()
     }
 
     #[inline]
@@ -243,21 +314,25 @@ impl PointsData {
     }
 }
 
+/// Heap bytes of a pyramid's levels.
+fn levels_heap_bytes(levels: &Vec<Level>) -> usize {
+    levels.capacity() * core::mem::size_of::<Level>()
+        + levels.iter().map(Level::heap_bytes).sum::<usize>()
+}
+
 /// A timeline being filled by one owner, point by point: [`Timeline::push`] without checking,
 /// at every point, that the points are not shared (an atomic operation the replay of every
 /// allocation and free would otherwise pay). [`Self::build`] makes the timeline.
 ///
-/// The pyramid's two lowest levels are made as the points come (an entry per `FANOUT` (16)
-/// points, and one per `FANOUT` of those), so [`Self::build`] reads no point back: a long
-/// trace's points lie on disk by then (the model's spill), and reading them again for the
+/// The pyramid is made as the points come (an entry of level 0 per `FANOUT` (16) points, and
+/// each level's groups folded into the one above), so [`Self::build`] reads no point back: a
+/// long trace's points lie on disk by then (the model's spill), and reading them again for the
 /// pyramid had been a pass over a gigabyte at 300M events.
 #[derive(Clone, Debug, Default)]
 pub struct TimelineBuilder {
     data: PointsData,
-    /// Level 0 of the pyramid, one entry per full group of points so far.
-    bottom: Bottom,
-    /// Level 1, its last entry folding the groups of level 0 since it began.
-    second: Vec<(u64, u64)>,
+    /// The pyramid of the full groups of points so far.
+    pyramid: PyramidBuilder,
 }
 
 impl TimelineBuilder {
@@ -273,35 +348,20 @@ impl TimelineBuilder {
         b
     }
 
-    /// Full chunks of the points (and of the pyramid's lowest level) from now on go to `spill`
-    /// where it takes them.
+    /// Full chunks of the points (and of the pyramid's levels) from now on go to `spill`
+    /// where it takes them. The levels pack by column from then on, as
+    /// [`Timeline::build_index`] makes them for points that spill.
     pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
         self.data.times.set_spill(spill.clone());
         self.data.values.set_spill(spill.clone());
-        match (&mut self.bottom, spill) {
-            (Bottom::Packed(p), spill) => {
-                p.min.set_spill(spill.clone());
-                p.max.set_spill(spill);
-            }
-            // The level packs by column from now on, as `Timeline::build_index` makes it for
-            // points that spill.
-            (Bottom::Here(v), Some(s)) => {
-                let mut packed = Bottom::new(Some(s), 0);
-                for &e in v.iter() {
-                    packed.push(e);
-                }
-                self.bottom = packed;
-            }
-            (Bottom::Here(_), None) => {}
-        }
+        self.pyramid.set_spill(spill);
     }
 
     /// [`Timeline::push`].
     #[inline]
     pub fn push(&mut self, t: u64, v: u64) {
-        let (bottom, second) = (&mut self.bottom, &mut self.second);
-        self.data
-            .push_then(t, v, |block| add_groups(bottom, second, block));
+        let pyramid = &mut self.pyramid;
+        self.data.push_then(t, v, |block| pyramid.add_groups(block));
     }
 
     pub fn len(&self) -> usize {
@@ -314,7 +374,7 @@ impl TimelineBuilder {
 
     /// [`Timeline::heap_bytes`] of the points so far.
     pub fn heap_bytes(&self) -> usize {
-        self.data.heap_bytes() + self.bottom.heap_bytes() + self.second.capacity() * 16
+        self.data.heap_bytes() + self.pyramid.heap_bytes()
     }
 
     /// The timeline of the points pushed, its pyramid built from the levels made as they
@@ -322,28 +382,12 @@ impl TimelineBuilder {
     pub fn build(mut self) -> Timeline {
         let mut data = self.data;
         if data.len() > FANOUT {
-            add_groups(&mut self.bottom, &mut self.second, data.values.pending());
-            data.set_levels(self.bottom, self.second);
+            self.pyramid.add_groups(data.values.pending());
+            data.levels = self.pyramid.finish();
         }
         Timeline {
             data: Arc::new(data),
         }
-    }
-}
-
-/// Adds the pyramid's entries of `values` (a whole block of points, or the last ones) to its
-/// level 0 and level 1: an entry per [`FANOUT`] values, the last one of fewer where they end.
-fn add_groups(bottom: &mut Bottom, second: &mut Vec<(u64, u64)>, values: &[u64]) {
-    for c in values.chunks(FANOUT) {
-        let e = c
-            .iter()
-            .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        if bottom.len().is_multiple_of(FANOUT) {
-            second.push(e);
-        } else if let Some(last) = second.last_mut() {
-            *last = fold(*last, e);
-        }
-        bottom.push(e);
     }
 }
 
@@ -462,24 +506,21 @@ impl Timeline {
     /// Builds the min/max pyramid. Call once all points are pushed.
     pub fn build_index(&mut self) {
         let d = Arc::make_mut(&mut self.data);
-        d.bottom = Bottom::default();
-        d.upper.clear();
+        d.levels.clear();
         if d.len() <= FANOUT {
             return;
         }
-        let entries = d.len().div_ceil(FANOUT);
-        let mut bottom = Bottom::new(d.values.spill(), entries);
-        // Level 1 made beside level 0, which is not read back.
-        let mut second: Vec<(u64, u64)> = Vec::with_capacity(entries.div_ceil(FANOUT));
+        // Every level made as level 0's entries come; none is read back.
+        let mut pyramid = PyramidBuilder::new(d.values.spill(), d.len());
         let mut buf = [0u64; BLOCK];
         for b in 0.. {
             let n = d.values.decode_block(b, &mut buf);
             if n == 0 {
                 break;
             }
-            add_groups(&mut bottom, &mut second, &buf[..n]);
+            pyramid.add_groups(&buf[..n]);
         }
-        d.set_levels(bottom, second);
+        d.levels = pyramid.finish();
     }
 
     /// Min and max over point indices `[i, j)`.
@@ -569,15 +610,7 @@ impl Timeline {
                 });
                 found
             }
-            1 => self.data.bottom.first_at_least(from, to, target),
-            _ => {
-                let entries = &self.data.upper[level - 2];
-                entries
-                    .get(from..to.min(entries.len()))?
-                    .iter()
-                    .position(|e| e.1 >= target)
-                    .map(|k| from + k)
-            }
+            _ => self.data.levels[level - 1].first_at_least(from, to, target),
         }
     }
 
@@ -602,13 +635,8 @@ impl Timeline {
                 lo = lo.min(v);
                 hi = hi.max(v);
             });
-        } else if level == 1 {
-            (lo, hi) = self.data.bottom.min_max(from, to);
-        } else if from < to {
-            for &(a, b) in &self.data.upper[level - 2][from..to] {
-                lo = lo.min(a);
-                hi = hi.max(b);
-            }
+        } else {
+            (lo, hi) = self.data.levels[level - 1].min_max(from, to);
         }
         (lo, hi)
     }
@@ -871,10 +899,10 @@ mod tests {
             let spill = Arc::new(crate::packed::tests::VecSpill::default());
             let (here, away) = both(&values, spill);
             if values.len() > FANOUT {
-                let packed = matches!(away.data.bottom, Bottom::Packed(_));
-                prop_assert!(packed, "a spilling timeline packs its level 0");
-                let plain = matches!(here.data.bottom, Bottom::Here(_));
-                prop_assert!(plain, "one without a spill keeps a vector");
+                let packed = away.data.levels.iter().all(|l| matches!(l, Level::Packed(_)));
+                prop_assert!(packed, "a spilling timeline packs its levels");
+                let plain = here.data.levels.iter().all(|l| matches!(l, Level::Here(_)));
+                prop_assert!(plain, "one without a spill keeps vectors");
             }
             agree(&here, &away, &ranges);
         }
@@ -918,22 +946,47 @@ mod tests {
             .collect();
         let before = spill.reads.load(core::sync::atomic::Ordering::Relaxed);
         agree(&here, &away, &ranges);
-        let Bottom::Packed(p) = &away.data.bottom else {
-            panic!("a spilling timeline packs its level 0");
-        };
-        assert!(p.min.spill().is_some());
+        assert!(
+            away.data.levels.len() >= 3,
+            "{} levels",
+            away.data.levels.len()
+        );
+        for level in &away.data.levels {
+            let Level::Packed(p) = level else {
+                panic!("a spilling timeline packs its levels");
+            };
+            assert!(p.min.spill().is_some() && p.max.spill().is_some());
+        }
         assert!(spill.reads.load(core::sync::atomic::Ordering::Relaxed) > before);
     }
 
-    /// Every level of a timeline's pyramid, level 0 read entry by entry.
+    /// Every level of a timeline's pyramid, read entry by entry.
     fn levels_of(t: &Timeline) -> Vec<Vec<(u64, u64)>> {
-        let d = &t.data;
-        let bottom = (0..d.bottom.len())
-            .map(|i| d.bottom.min_max(i, i + 1))
-            .collect();
-        core::iter::once(bottom)
-            .chain(d.upper.iter().cloned())
+        let levels = &t.data.levels;
+        levels
+            .iter()
+            .map(|l| (0..l.len()).map(|i| l.min_max(i, i + 1)).collect())
             .collect()
+    }
+
+    /// The pyramid by its definition: level 0 folds groups of `FANOUT` points, each level
+    /// above groups of `FANOUT` entries of the one below, while that one has more than
+    /// `FANOUT`; none at all for `FANOUT` points or fewer.
+    fn reference_levels(values: &[u64]) -> Vec<Vec<(u64, u64)>> {
+        let fold_all = |c: &[(u64, u64)]| c.iter().fold((u64::MAX, 0), |a, &e| fold(a, e));
+        let mut levels: Vec<Vec<(u64, u64)>> = Vec::new();
+        if values.len() <= FANOUT {
+            return levels;
+        }
+        let pairs: Vec<(u64, u64)> = values.iter().map(|&v| (v, v)).collect();
+        levels.push(pairs.chunks(FANOUT).map(fold_all).collect());
+        while let Some(top) = levels.last()
+            && top.len() > FANOUT
+        {
+            let next = top.chunks(FANOUT).map(fold_all).collect();
+            levels.push(next);
+        }
+        levels
     }
 
     proptest! {
@@ -966,10 +1019,12 @@ mod tests {
             prop_assert_eq!(built.len(), t.len());
             prop_assert_eq!(built.data.levels(), t.data.levels());
             prop_assert_eq!(levels_of(&built), levels_of(&t));
-            prop_assert_eq!(
-                matches!(built.data.bottom, Bottom::Packed(_)),
-                matches!(t.data.bottom, Bottom::Packed(_))
-            );
+            let values: Vec<u64> = t.points().map(|p| p.1).collect();
+            prop_assert_eq!(levels_of(&t), reference_levels(&values));
+            let packed = |x: &Timeline| -> Vec<bool> {
+                x.data.levels.iter().map(|l| matches!(l, Level::Packed(_))).collect()
+            };
+            prop_assert_eq!(packed(&built), packed(&t));
             let n = t.len();
             agree(&t, &built, &[(0, n), (n / 3, n / 2), (17, 18), (5, 4000)]);
         }
