@@ -170,13 +170,22 @@ fn with_sample(
     }
 }
 
+/// An empty column whose full chunks go to `m`'s spill, as its history's do: a sample column
+/// per device in memory grew with the trace (4.6 MB at 17M records of device samples).
+fn spilling(m: &TraceModel) -> Column {
+    let mut c = Column::new();
+    c.set_spill(m.spill());
+    c
+}
+
 impl ReservedSteps {
     fn of(m: &TraceModel, device: DeviceIdx) -> Self {
         let mut last: Vec<(crate::format::ProcessIdx, u64, u64)> = Vec::new();
         let mut total = 0u64;
+        // Both columns grow with the samples: they go to the model's spill with its history.
         let mut steps = Self {
-            ts: Column::new(),
-            total: Column::new(),
+            ts: spilling(m),
+            total: spilling(m),
             at: 0,
             last: 0,
             unsorted: None,
@@ -193,7 +202,7 @@ impl ReservedSteps {
                         .zip(steps.total.iter_from(0))
                         .collect();
                     v.push((p.ts_nanos, total));
-                    (steps.ts, steps.total) = (Column::new(), Column::new());
+                    (steps.ts, steps.total) = (spilling(m), spilling(m));
                     steps.unsorted = Some(v);
                 }
                 None => {
@@ -314,8 +323,8 @@ impl GapSeries {
         let mut reserve = ReservedSteps::of(m, d);
         let mut traced = TracedLive::new(m, d);
         let mut g = Self {
-            ts: Column::new(),
-            gaps: Column::new(),
+            ts: spilling(m),
+            gaps: spilling(m),
             total: 0,
             others_max: 0,
             other_pids: Vec::new(),

@@ -328,7 +328,7 @@ pub struct TraceModel {
     /// The points of `total` and of each series while they are replayed, made timelines by
     /// `finish`.
     total_points: TimelineBuilder,
-    series_points: Vec<TimelineBuilder>,
+    series_points: Vec<CountedPoints>,
     /// Where full chunks of the history and the timelines' points go (`set_spill`).
     spill: Option<Arc<dyn Spill>>,
     /// While the trace has exactly one device series, its index: its points equal the total's,
@@ -353,7 +353,7 @@ pub struct TraceModel {
     /// Index of `allocated` by key.
     allocated_slots: HashMap<SeriesKey, usize>,
     /// The points of each `allocated` series as they come (its timeline, made by `finish`).
-    allocated_points: Vec<TimelineBuilder>,
+    allocated_points: Vec<CountedPoints>,
     /// Index of `thread_ranges` by thread.
     thread_range_slots: HashMap<(ProcessIdx, ThreadIdx), usize>,
     /// Indexes of `processes`, `devices` and `threads`.
@@ -373,6 +373,45 @@ pub struct TraceModel {
     /// Heap bytes the tables other than `allocs` and `total` may hold (each growth counted
     /// twice, as a vector may double), for [`Self::heap_estimate`].
     table_bytes: u64,
+}
+
+/// A series' points while they are replayed, and what [`TraceModel::heap_estimate`] counts for
+/// them: [`Timeline::POINT_HEAP_BYTES`] per point (an upper bound) until a block of points is
+/// packed, then the heap they hold. Packed points take a few bytes each, a spilled chunk counts
+/// whole (as the history's do), so the model's resident estimate follows its memory: at 24
+/// bytes per point it had grown with the history, on disk or not, and stopped the server's
+/// summaries of long traces with several devices or framework capture.
+#[derive(Clone, Debug, Default)]
+struct CountedPoints {
+    points: TimelineBuilder,
+    /// The bytes of `points` in the model's `table_bytes`.
+    counted: u64,
+}
+
+impl CountedPoints {
+    fn new(spill: Option<Arc<dyn Spill>>) -> Self {
+        Self {
+            points: TimelineBuilder::spilling(spill),
+            counted: 0,
+        }
+    }
+
+    /// [`TimelineBuilder::push`], keeping `table_bytes`'s count of the points.
+    #[inline(always)]
+    fn push(&mut self, t: u64, v: u64, table_bytes: &mut u64) {
+        self.points.push(t, v);
+        if self.points.len().is_multiple_of(BLOCK) {
+            let held = self.points.heap_bytes() as u64;
+            *table_bytes = table_bytes
+                .saturating_sub(self.counted)
+                .saturating_add(held);
+            self.counted = held;
+        } else {
+            let point = Timeline::POINT_HEAP_BYTES as u64;
+            *table_bytes = table_bytes.saturating_add(point);
+            self.counted += point;
+        }
+    }
 }
 
 /// The allocations of one (process, device) that may still be live: every allocation is
@@ -520,7 +559,7 @@ impl TraceModel {
             .iter_mut()
             .chain(&mut self.allocated_points)
         {
-            p.set_spill(spill.clone());
+            p.points.set_spill(spill.clone());
         }
         self.marks.set_spill(spill.clone());
         self.device_samples.set_spill(spill.clone());
@@ -607,7 +646,7 @@ impl TraceModel {
             None => {
                 self.series.push(Series::empty(key));
                 self.series_points
-                    .push(TimelineBuilder::spilling(self.spill.clone()));
+                    .push(CountedPoints::new(self.spill.clone()));
                 let i = self.series.len() - 1;
                 self.series_slots.insert(key, i);
                 self.table_bytes +=
@@ -618,7 +657,7 @@ impl TraceModel {
                         self.solo_series = Some(i);
                     } else if let Some(solo) = self.solo_series.take() {
                         // A second device series: the first one's points so far are the total's.
-                        self.series_points[solo] = self.total_points.clone();
+                        self.series_points[solo].points = self.total_points.clone();
                     }
                 }
                 i
@@ -832,8 +871,7 @@ impl TraceModel {
         let s = &mut self.series[si];
         s.change(t, add, bytes);
         if self.solo_series != Some(si) {
-            self.series_points[si].push(t, s.live_bytes);
-            self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
+            self.series_points[si].push(t, s.live_bytes, &mut self.table_bytes);
         }
         if !key.host {
             if add {
@@ -901,7 +939,7 @@ impl TraceModel {
             None => {
                 self.allocated.push(Series::empty(key));
                 self.allocated_points
-                    .push(TimelineBuilder::spilling(self.spill.clone()));
+                    .push(CountedPoints::new(self.spill.clone()));
                 let i = self.allocated.len() - 1;
                 self.allocated_slots.insert(key, i);
                 self.table_bytes +=
@@ -911,8 +949,7 @@ impl TraceModel {
         };
         let s = &mut self.allocated[i];
         s.change(t, add, bytes);
-        self.allocated_points[i].push(t, s.live_bytes);
-        self.table_bytes += Timeline::POINT_HEAP_BYTES as u64;
+        self.allocated_points[i].push(t, s.live_bytes, &mut self.table_bytes);
     }
 
     /// [`Self::observe`] of an alloc, free or range record, as [`Decoder::hot_records`] gives
@@ -1306,14 +1343,14 @@ impl TraceModel {
         };
         let points = core::mem::take(&mut self.allocated_points);
         for (s, p) in self.allocated.iter_mut().zip(points) {
-            s.timeline = p.build();
+            s.timeline = p.points.build();
         }
         let points = core::mem::take(&mut self.series_points);
         for ((i, s), p) in self.series.iter_mut().enumerate().zip(points) {
             s.timeline = if self.solo_series == Some(i) {
                 self.total.clone()
             } else {
-                p.build()
+                p.points.build()
             };
         }
         for st in core::mem::take(&mut self.stack_dense) {
@@ -1375,9 +1412,14 @@ impl TraceModel {
         let allocs = core::mem::take(&mut self.allocs);
         let events = alloc_events(&allocs, |_, a| a.kind.is_tracked());
         self.series.clear();
-        self.series_points.clear();
         self.allocated.clear();
-        self.allocated_points.clear();
+        for p in self
+            .series_points
+            .drain(..)
+            .chain(self.allocated_points.drain(..))
+        {
+            self.table_bytes = self.table_bytes.saturating_sub(p.counted);
+        }
         self.series_slots.clear();
         self.allocated_slots.clear();
         self.total = Timeline::new();

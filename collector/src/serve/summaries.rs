@@ -208,13 +208,14 @@ impl Summaries {
         let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(STREAM_CHUNKS_AHEAD);
         let making = tokio::task::spawn_blocking(move || {
             let trace = decode_stream(rx, size, room, resident)?;
+            // What lies in memory: a long history's chunks past the spill's budget are on disk.
+            // Counted before the analysis, whose own tables go to the same spill and are gone
+            // once it ends: counted after, the spill's bytes passed the model's, and a summary
+            // of a long trace counted as nothing.
+            let model_bytes = trace.model.resident_heap_estimate();
             let report = crate::threads::analyze(&trace, &Default::default());
             let report_bytes = serde_json::to_vec(&report).map_or(0, |v| v.len() as u64);
-            // What lies in memory: a long history's chunks past the spill's budget are on disk.
-            let bytes = trace
-                .model
-                .resident_heap_estimate()
-                .saturating_add(report_bytes);
+            let bytes = model_bytes.saturating_add(report_bytes);
             Ok::<_, SummaryError>(Summary {
                 trace,
                 report,
