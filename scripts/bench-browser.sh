@@ -22,6 +22,8 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
 read -r -a DISTS <<< "${DIST:-$ROOT/dist}"
 ROUNDS=${ROUNDS:-1}
+# The hour's memory latency beside the figures (this VM's speed varies by the hour).
+echo "host: $(scripts/host-latency.sh)" >&2
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   [[ ${#DISTS[@]} -eq 1 ]] || { echo "several DIST folders need SKIP_BUILD=1 (build each first)" >&2; exit 2; }
   trunk build --offline --release --dist "${DISTS[0]}"

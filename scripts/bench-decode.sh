@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 events="${1:-10000000}"
 rounds="${2:-5}"
+# The hour's memory latency beside the figures (this VM's speed varies by the hour).
+echo "host: $(scripts/host-latency.sh)" >&2
 rustup target add wasm32-wasip1 >/dev/null 2>&1 || true
 cargo build --quiet --release -p analysis-core --example bench_decode
 cargo build --quiet --release -p analysis-core --example bench_decode --target wasm32-wasip1

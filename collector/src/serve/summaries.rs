@@ -31,7 +31,7 @@ pub const PEAK_BYTES_PER_TRACE_BYTE: u64 = 4;
 
 /// Memory a summary whose history lies on disk (`spill`) takes while it is made, per byte of
 /// the trace, besides the chunks it keeps in memory and the readers' caches: the timelines'
-/// pyramids, the tables by call site and range, the analysis' own. Measured 0.39 in all on the
+/// pyramids, the tables by call site and range, the analysis' own. Measured 0.18 in all on the
 /// 300 M-event training trace (docs/benchmarks.md, "Summaries"), rounded up with a margin. A
 /// trace too big for [`PEAK_BYTES_PER_TRACE_BYTE`] in the budget is summarised this way when
 /// this fits.
