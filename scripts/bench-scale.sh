@@ -19,8 +19,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$#" -eq 0 ]; then set -- 3000000 30000000; fi
-# The hour's memory latency beside the figures (this VM's speed varies by the hour).
-echo "host: $(scripts/host-latency.sh)" >&2
 for n in "$@"; do
   case "$n" in
     '' | *[!0-9]*) echo "bench-scale: '$n' is not a number of events" >&2; exit 2 ;;
@@ -30,6 +28,8 @@ if [ ! -x /usr/bin/time ]; then
   echo "bench-scale: /usr/bin/time is missing (Debian package 'time')" >&2
   exit 2
 fi
+# The hour's memory latency beside the figures (this VM's speed varies by the hour).
+echo "host: $(scripts/host-latency.sh)" >&2
 
 scenario="${SCENARIO:-training-leak}"
 bin="${GPUCOLLECT:-}"

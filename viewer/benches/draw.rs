@@ -2,10 +2,12 @@
 //! (downsampled layers, stacked call sites, NVTX bands, markers) onto a backend that draws
 //! nothing, so what is measured is the reads of the model, the same code the page runs per
 //! frame. `cargo bench -p viewer --bench draw` (1M events by default;
-//! `GPUCOLLECT_BENCH_EVENTS` overrides). The page's own figures: scripts/bench-browser.sh.
+//! `GPUCOLLECT_BENCH_EVENTS` overrides). The whole window is also drawn without the stacked
+//! call sites (`…/whole/no-sites`) and after the caches are emptied (`…/whole/cold`). The
+//! page's own figures: scripts/bench-browser.sh.
 
 use analysis_core::synth::{Scenario, generate};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use plotters::coord::Shift;
 use plotters::prelude::{DrawingArea, IntoDrawingArea};
 use plotters_backend::{
@@ -88,6 +90,20 @@ fn consume(points: impl IntoIterator<Item = BackendCoord>) -> Drawn {
     Ok(())
 }
 
+/// Bytes written before each cold draw: four times this VM's last-level cache (32 MiB).
+const EVICT_BYTES: usize = 128 << 20;
+
+/// Writes a word of every 64 bytes of `junk`, so that the caches hold it rather than what the
+/// last draw read.
+fn evict(junk: &mut [u64]) -> u64 {
+    let mut sum = 0u64;
+    for x in junk.iter_mut().step_by(8) {
+        *x = x.wrapping_add(1);
+        sum = sum.wrapping_add(*x);
+    }
+    std::hint::black_box(sum)
+}
+
 fn bench(c: &mut Criterion) {
     let events = common::events_from_env();
     let mut g = c.benchmark_group("draw");
@@ -113,14 +129,30 @@ fn bench(c: &mut Criterion) {
             range_nanos,
             ..ViewState::default()
         };
+        let draw = |sites| {
+            let spec = timeline_spec(&a, &vs, Theme::LIGHT, sites);
+            // The benchmark page's canvas: 1280 by 360 CSS pixels.
+            let root: DrawingArea<Discard, Shift> = Discard(1280, 360).into_drawing_area();
+            chart::draw(&root, &spec).map(|m| m.right_px).ok()
+        };
         g.bench_function(format!("{}/{name}", scenario.name()), |b| {
-            b.iter(|| {
-                let spec = timeline_spec(&a, &vs, Theme::LIGHT, Some(&sites));
-                // The benchmark page's canvas: 1280 by 360 CSS pixels.
-                let root: DrawingArea<Discard, Shift> = Discard(1280, 360).into_drawing_area();
-                chart::draw(&root, &spec).map(|m| m.right_px).ok()
-            })
+            b.iter(|| draw(Some(&sites)))
         });
+        if range_nanos.is_none() {
+            // What the whole window's draw spends where: without the stacked call sites, and
+            // after the caches are emptied (untimed), as a step to a window not drawn before.
+            g.bench_function(format!("{}/{name}/no-sites", scenario.name()), |b| {
+                b.iter(|| draw(None))
+            });
+            let mut junk = vec![0u64; EVICT_BYTES / 8];
+            g.bench_function(format!("{}/{name}/cold", scenario.name()), |b| {
+                b.iter_batched(
+                    || evict(&mut junk),
+                    |_| draw(Some(&sites)),
+                    BatchSize::PerIteration,
+                )
+            });
+        }
     }
     g.finish();
 }
