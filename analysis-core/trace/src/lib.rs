@@ -28,6 +28,7 @@ pub mod marks;
 pub mod model;
 pub mod msgpack;
 pub mod packed;
+mod points;
 pub mod range_store;
 mod reorder;
 pub mod samples;

@@ -69,6 +69,11 @@ impl Chunked {
         self.spill = spill;
     }
 
+    /// The spill full chunks go to.
+    pub(crate) fn spill(&self) -> Option<Arc<dyn Spill>> {
+        self.spill.clone()
+    }
+
     #[inline]
     pub fn len(&self) -> usize {
         self.len
@@ -81,7 +86,7 @@ impl Chunked {
 
     /// Appends every byte of `vs`, which [`Self::start_run`] made room for in the last chunk.
     #[inline]
-    fn extend_from_slice(&mut self, vs: &[u8]) {
+    pub(crate) fn extend_from_slice(&mut self, vs: &[u8]) {
         if let Some(Chunk::Here(c)) = self.chunks.last_mut() {
             debug_assert!(c.len() + vs.len() <= Self::CHUNK);
             c.extend_from_slice(vs);
@@ -92,7 +97,7 @@ impl Chunked {
     /// The index the next `n` bytes appended will start at, with all `n` in one chunk: when
     /// fewer than `n` remain in the last chunk, it is padded to its end (bytes never read),
     /// offered to the spill, and a new chunk begun.
-    fn start_run(&mut self, n: usize) -> usize {
+    pub(crate) fn start_run(&mut self, n: usize) -> usize {
         let room = match self.chunks.last() {
             Some(Chunk::Here(c)) => c.len() + n <= Self::CHUNK,
             _ => false,
@@ -122,7 +127,12 @@ impl Chunked {
     /// Calls `f` with the `n` bytes from `from`, which [`Self::start_run`] placed in one
     /// chunk (`n` at most [`MAX_RUN`]).
     #[inline]
-    fn with_run<R: Default>(&self, from: usize, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    pub(crate) fn with_run<R: Default>(
+        &self,
+        from: usize,
+        n: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> R {
         let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
         match &self.chunks[c] {
             Chunk::Here(bytes) => f(&bytes[o..o + n]),
@@ -174,7 +184,7 @@ impl Chunked {
 /// 0 for a block of offsets), how many bytes each value or dictionary entry takes (high 8
 /// bits, 0 to 8), and the block's minimum.
 #[derive(Clone, Copy, Debug, Default)]
-struct Head {
+pub(crate) struct Head {
     base: u64,
     start_width: u64,
 }
@@ -184,7 +194,7 @@ const START_BITS: u32 = 44;
 
 impl Head {
     #[inline]
-    fn start(self) -> usize {
+    pub(crate) fn start(self) -> usize {
         (self.start_width & ((1 << START_BITS) - 1)) as usize
     }
     /// Distinct values of a dictionary block; 0 for a block of offsets.
@@ -193,7 +203,7 @@ impl Head {
         ((self.start_width >> START_BITS) & 0x7f) as usize
     }
     #[inline]
-    fn width(self) -> usize {
+    pub(crate) fn width(self) -> usize {
         ((self.start_width >> (START_BITS + 7)) & 0xf) as usize
     }
     /// The low bits every offset of the block has as zeros, not stored.
@@ -206,7 +216,29 @@ impl Head {
     fn value(self, x: u64) -> u64 {
         self.base.wrapping_add(x << self.shift())
     }
-    fn new(base: u64, start: usize, dict: usize, f: Frame) -> Self {
+    /// The head as stored: its two words, little-endian.
+    #[inline]
+    pub(crate) fn to_bytes(self) -> [u8; HEAD_BYTES] {
+        let mut out = [0u8; HEAD_BYTES];
+        out[..8].copy_from_slice(&self.base.to_le_bytes());
+        out[8..].copy_from_slice(&self.start_width.to_le_bytes());
+        out
+    }
+
+    /// [`Self::to_bytes`] read back (`s` holds at least [`HEAD_BYTES`]).
+    #[inline]
+    pub(crate) fn from_bytes(s: &[u8]) -> Self {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[..8]);
+        let base = u64::from_le_bytes(w);
+        w.copy_from_slice(&s[8..16]);
+        Self {
+            base,
+            start_width: u64::from_le_bytes(w),
+        }
+    }
+
+    pub(crate) fn new(base: u64, start: usize, dict: usize, f: Frame) -> Self {
         debug_assert!((start as u64) < 1 << START_BITS && dict <= BLOCK && f.width <= 8);
         debug_assert!(f.shift < 64);
         Self {
@@ -223,15 +255,15 @@ impl Head {
 /// bits all of them have as zeros: sizes and addresses in whole pages, live bytes that change
 /// by them), in `width` bytes each.
 #[derive(Clone, Copy, Debug)]
-struct Frame {
-    lo: u64,
-    width: usize,
+pub(crate) struct Frame {
+    pub(crate) lo: u64,
+    pub(crate) width: usize,
     shift: u32,
 }
 
 impl Frame {
     /// The frame of offsets up to `span` whose low `shift` bits are zeros.
-    fn of(lo: u64, span: u64, shift: u32) -> Self {
+    pub(crate) fn of(lo: u64, span: u64, shift: u32) -> Self {
         let width = (64 - (span >> shift).leading_zeros()).div_ceil(8) as usize;
         Self { lo, width, shift }
     }
@@ -244,9 +276,9 @@ impl Frame {
 }
 
 /// Bytes of a [`Head`] as stored: its two words, little-endian.
-const HEAD_BYTES: usize = 16;
+pub(crate) const HEAD_BYTES: usize = 16;
 /// Blocks per entry of a column's in-memory index of block minimums.
-const GROUP: usize = 16;
+pub(crate) const GROUP: usize = 16;
 
 /// A column of `u64` values packed in blocks of [`BLOCK`]: each block its minimum and the
 /// offsets from it in the fewest whole bytes that hold them (0 when all are equal), less the
@@ -308,7 +340,28 @@ fn gallop_first_failing(lo: usize, hi: usize, mut holds: impl FnMut(usize) -> bo
 }
 
 /// Bytes after each block's values (zeros), so every value can be read with one 8-byte load.
-const PAD: usize = 7;
+pub(crate) const PAD: usize = 7;
+
+/// Writes a block's values as offsets in `f`'s frame into `out`: the bytes to store, with
+/// their padding, how many (none when all the values are equal).
+#[inline]
+pub(crate) fn pack_offsets(
+    f: Frame,
+    value: impl Fn(usize) -> u64,
+    out: &mut [u8; BLOCK * 8 + PAD],
+) -> usize {
+    let width = f.width;
+    if width == 0 {
+        return 0;
+    }
+    for k in 0..BLOCK {
+        // All 8 bytes: those past `width` are zeros, which the next value overwrites (and the
+        // last one writes into the padding).
+        let x = f.offset(value(k)).to_le_bytes();
+        out[k * width..k * width + 8].copy_from_slice(&x);
+    }
+    BLOCK * width + PAD
+}
 
 /// Calls `f(k, base + value k)` for values `k` in `[from, to)` (`to` at most [`BLOCK`]) of the
 /// `W`-byte little-endian values of `src` (`W` in 1..=8; `src` holds [`PAD`] bytes more).
@@ -349,7 +402,7 @@ fn unpack<const W: usize>(
 /// offsets take without them. Those bits are the ones every value shares with the first:
 /// `v - lo` and `v ^ first` have their lowest set bit in the same place.
 #[inline]
-fn frame<const SHIFT: bool>(value: &impl Fn(usize) -> u64) -> Frame {
+pub(crate) fn frame<const SHIFT: bool>(value: &impl Fn(usize) -> u64) -> Frame {
     let (mut lo, mut hi, mut differ) = (u64::MAX, 0u64, 0u64);
     let first = value(0);
     for k in 0..BLOCK {
@@ -439,25 +492,6 @@ impl PackedColumn {
         self.blocks == 0
     }
 
-    /// Block `b`'s head. Panics when `b >= blocks()`.
-    #[inline]
-    fn head(&self, b: usize) -> Head {
-        assert!(b < self.blocks, "block {b} of {}", self.blocks);
-        let Some(b) = b.checked_sub(self.uniform_blocks) else {
-            return Head::new(self.uniform, 0, 0, Frame::of(self.uniform, 0, 0));
-        };
-        self.heads.with_run(b * HEAD_BYTES, HEAD_BYTES, |s| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&s[..8]);
-            let base = u64::from_le_bytes(w);
-            w.copy_from_slice(&s[8..16]);
-            Head {
-                base,
-                start_width: u64::from_le_bytes(w),
-            }
-        })
-    }
-
     #[inline]
     fn push_head(&mut self, h: Head) {
         if self.blocks.is_multiple_of(GROUP) {
@@ -470,11 +504,8 @@ impl PackedColumn {
             self.blocks += 1;
             return;
         }
-        let mut out = [0u8; HEAD_BYTES];
-        out[..8].copy_from_slice(&h.base.to_le_bytes());
-        out[8..].copy_from_slice(&h.start_width.to_le_bytes());
         self.heads.start_run(HEAD_BYTES);
-        self.heads.extend_from_slice(&out);
+        self.heads.extend_from_slice(&h.to_bytes());
         self.blocks += 1;
     }
 
@@ -534,39 +565,17 @@ impl PackedColumn {
     /// Packs a block as offsets from `lo` in `width` bytes each.
     #[inline]
     fn append_offsets(&mut self, f: Frame, value: impl Fn(usize) -> u64) {
-        let width = f.width;
-        let start = self.bytes.start_run(BLOCK * width + PAD);
-        if width > 0 {
-            let mut out = [0u8; BLOCK * 8 + PAD];
-            for k in 0..BLOCK {
-                // All 8 bytes: those past `width` are zeros, which the next value overwrites
-                // (and the last one writes into the padding).
-                let x = f.offset(value(k)).to_le_bytes();
-                out[k * width..k * width + 8].copy_from_slice(&x);
-            }
-            self.bytes.extend_from_slice(&out[..BLOCK * width + PAD]);
-        }
+        let start = self.bytes.start_run(BLOCK * f.width + PAD);
+        let mut out = [0u8; BLOCK * 8 + PAD];
+        let n = pack_offsets(f, value, &mut out);
+        self.bytes.extend_from_slice(&out[..n]);
         self.push_head(Head::new(f.lo, start, 0, f));
     }
 
     /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub fn get(&self, i: usize) -> u64 {
-        let h = self.head(i / BLOCK);
-        let width = h.width();
-        if width == 0 {
-            return h.base;
-        }
-        let at = match h.dict() {
-            0 => h.start() + (i % BLOCK) * width,
-            _ => h.start() + BLOCK + usize::from(self.bytes.get(h.start() + i % BLOCK)) * width,
-        };
-        let w = self.bytes.with_run(at, 8, |b| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(b);
-            u64::from_le_bytes(w)
-        });
-        h.value(w & (u64::MAX >> (64 - 8 * width)))
+        Blocks::get(self, i)
     }
 
     /// Decodes block `b` into `out`. Panics when `b >= blocks()`.
@@ -577,7 +586,86 @@ impl PackedColumn {
     /// Calls `f(k, value)` for each value `k` of block `b`, in order. Panics when
     /// `b >= blocks()`.
     #[inline(always)]
-    pub fn decode_with(&self, b: usize, mut f: impl FnMut(usize, u64)) {
+    pub fn decode_with(&self, b: usize, f: impl FnMut(usize, u64)) {
+        Blocks::decode_with(self, b, f);
+    }
+
+    /// Calls `f(k, value)` for values `k` in `[from, to)` of block `b` (`to` at most
+    /// [`BLOCK`]), in order, decoding only those. Panics when `b >= blocks()`.
+    #[inline(always)]
+    pub fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
+        Blocks::decode_range_with(self, b, from, to, f);
+    }
+
+    /// The smallest value of block `b` (its first, in a column whose values never decrease).
+    #[inline]
+    pub(crate) fn block_min(&self, b: usize) -> u64 {
+        Blocks::block_min(self, b)
+    }
+
+    /// [`Blocks::search_sorted`].
+    pub(crate) fn search_sorted(
+        &self,
+        lo: usize,
+        hi: usize,
+        pred: impl FnMut(u64) -> bool,
+        gallop: bool,
+    ) -> usize {
+        Blocks::search_sorted(self, lo, hi, pred, gallop)
+    }
+
+    /// Full chunks of this column's bytes from now on go to `spill` where it takes them.
+    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
+        self.heads.set_spill(spill.clone());
+        self.bytes.set_spill(spill);
+    }
+
+    /// The spill this column's full chunks go to.
+    pub fn spill(&self) -> Option<Arc<dyn Spill>> {
+        self.bytes.spill.clone()
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.heads.heap_bytes() + self.bytes.heap_bytes() + self.coarse.capacity() * 8
+    }
+}
+
+/// Reading one column's packed blocks, wherever their heads and bytes lie: a
+/// [`PackedColumn`]'s own, or a lane of a timeline's points ([`crate::points`]), whose times'
+/// and values' blocks share their heads' and bytes' chunks.
+pub(crate) trait Blocks {
+    /// Block `b`'s head. Panics when `b >= blocks()`.
+    fn head(&self, b: usize) -> Head;
+    /// The bytes the heads' starts index.
+    fn bytes(&self) -> &Chunked;
+    /// The minimum of every [`GROUP`]-th block, for searches of a sorted column.
+    fn coarse(&self) -> &[u64];
+
+    /// The value at `i`. Panics when `i >= blocks() * BLOCK`.
+    #[inline]
+    fn get(&self, i: usize) -> u64 {
+        let h = self.head(i / BLOCK);
+        let width = h.width();
+        if width == 0 {
+            return h.base;
+        }
+        let at = match h.dict() {
+            0 => h.start() + (i % BLOCK) * width,
+            _ => h.start() + BLOCK + usize::from(self.bytes().get(h.start() + i % BLOCK)) * width,
+        };
+        let w = self.bytes().with_run(at, 8, |b| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            u64::from_le_bytes(w)
+        });
+        h.value(w & (u64::MAX >> (64 - 8 * width)))
+    }
+
+    /// Calls `f(k, value)` for each value `k` of block `b`, in order. Panics when
+    /// `b >= blocks()`.
+    #[inline(always)]
+    fn decode_with(&self, b: usize, mut f: impl FnMut(usize, u64)) {
         let h = self.head(b);
         let (width, d) = (h.width(), h.dict());
         if width == 0 || d == 0 {
@@ -585,7 +673,7 @@ impl PackedColumn {
             return;
         }
         // A whole dictionary block: each entry decoded once, then looked up per value.
-        self.bytes
+        self.bytes()
             .with_run(h.start(), BLOCK + d * width + PAD, |src| {
                 let (index, entries) = src.split_at(BLOCK);
                 let mask = u64::MAX >> (64 - 8 * width);
@@ -604,7 +692,7 @@ impl PackedColumn {
     /// Calls `f(k, value)` for values `k` in `[from, to)` of block `b` (`to` at most
     /// [`BLOCK`]), in order, decoding only those. Panics when `b >= blocks()`.
     #[inline(always)]
-    pub fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
+    fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
         self.decode_head_range(self.head(b), from, to.min(BLOCK), f);
     }
 
@@ -614,7 +702,7 @@ impl PackedColumn {
     fn decode_head_range(&self, h: Head, from: usize, to: usize, mut f: impl FnMut(usize, u64)) {
         let width = h.width();
         if width > 0 && h.dict() > 0 {
-            self.bytes
+            self.bytes()
                 .with_run(h.start(), BLOCK + h.dict() * width + PAD, |src| {
                     let (index, entries) = src.split_at(BLOCK);
                     let mask = u64::MAX >> (64 - 8 * width);
@@ -640,7 +728,7 @@ impl PackedColumn {
             }
             return;
         }
-        self.bytes
+        self.bytes()
             .with_run(h.start(), BLOCK * width + PAD, |src| match width {
                 1 => unpack::<1>(src, h.base, h.shift(), from, to, f),
                 2 => unpack::<2>(src, h.base, h.shift(), from, to, f),
@@ -655,7 +743,7 @@ impl PackedColumn {
 
     /// The smallest value of block `b` (its first, in a column whose values never decrease).
     #[inline]
-    pub(crate) fn block_min(&self, b: usize) -> u64 {
+    fn block_min(&self, b: usize) -> u64 {
         self.head(b).base
     }
 
@@ -676,24 +764,25 @@ impl PackedColumn {
         if h.dict() > 0 {
             return first_failing(from, to, |i| pred(self.get(i)));
         }
-        self.bytes.with_run(h.start(), BLOCK * width + PAD, |src| {
-            let mask = u64::MAX >> (64 - 8 * width);
-            let at = |i: usize| {
-                let k = (i % BLOCK) * width;
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&src[k..k + 8]);
-                h.value(u64::from_le_bytes(w) & mask)
-            };
-            first_failing(from, to, |i| pred(at(i)))
-        })
+        self.bytes()
+            .with_run(h.start(), BLOCK * width + PAD, |src| {
+                let mask = u64::MAX >> (64 - 8 * width);
+                let at = |i: usize| {
+                    let k = (i % BLOCK) * width;
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&src[k..k + 8]);
+                    h.value(u64::from_le_bytes(w) & mask)
+                };
+                first_failing(from, to, |i| pred(at(i)))
+            })
     }
 
     /// For a column whose values never decrease: the first index in `[lo, hi)` (`hi` at most
-    /// [`Self::len`]) whose value does not satisfy `pred`, or `hi`; `gallop` searches onwards
+    /// the blocks' values) whose value does not satisfy `pred`, or `hi`; `gallop` searches onwards
     /// from `lo` ([`Column::gallop_sorted`]). Narrows by the in-memory index of every
     /// [`GROUP`]-th block's minimum, then by the blocks' minimums within one group, then
     /// within one block, so a search reads one chunk of heads and one of values.
-    pub(crate) fn search_sorted(
+    fn search_sorted(
         &self,
         lo: usize,
         hi: usize,
@@ -719,7 +808,7 @@ impl PackedColumn {
         // A gallop pays off while the answer is near `lo`: within the group the coarse index
         // found past `lo`'s own, the blocks are halved instead (4 probes, not up to 8).
         let (from, to, near) = if gfrom < gto {
-            let g = search(gallop, gfrom, gto, |g| pred(self.coarse[g]));
+            let g = search(gallop, gfrom, gto, |g| pred(self.coarse()[g]));
             let f = if g > gfrom { (g - 1) * GROUP + 1 } else { from };
             let t = if g < gto { g * GROUP + 1 } else { to };
             (f.max(from), t.min(to), g <= gfrom)
@@ -731,21 +820,27 @@ impl PackedColumn {
         let b = a - 1;
         self.partition_in_block(b, lo.max(b * BLOCK), hi.min(a * BLOCK), pred)
     }
+}
 
-    /// Full chunks of this column's bytes from now on go to `spill` where it takes them.
-    pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
-        self.heads.set_spill(spill.clone());
-        self.bytes.set_spill(spill);
+impl Blocks for PackedColumn {
+    #[inline]
+    fn head(&self, b: usize) -> Head {
+        assert!(b < self.blocks, "block {b} of {}", self.blocks);
+        let Some(b) = b.checked_sub(self.uniform_blocks) else {
+            return Head::new(self.uniform, 0, 0, Frame::of(self.uniform, 0, 0));
+        };
+        self.heads
+            .with_run(b * HEAD_BYTES, HEAD_BYTES, Head::from_bytes)
     }
 
-    /// The spill this column's full chunks go to.
-    pub fn spill(&self) -> Option<Arc<dyn Spill>> {
-        self.bytes.spill.clone()
+    #[inline]
+    fn bytes(&self) -> &Chunked {
+        &self.bytes
     }
 
-    /// Heap bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        self.heads.heap_bytes() + self.bytes.heap_bytes() + self.coarse.capacity() * 8
+    #[inline]
+    fn coarse(&self) -> &[u64] {
+        &self.coarse
     }
 }
 

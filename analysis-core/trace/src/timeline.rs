@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 
 use crate::packed::{BLOCK, Column, Spill};
+use crate::points::{Lane, LaneRef, PointColumns};
 
 /// Pyramid fan-out: each level summarises blocks of `FANOUT` entries of the level below.
 const FANOUT: usize = 16;
@@ -20,11 +21,10 @@ pub struct Timeline {
     data: Arc<PointsData>,
 }
 
-/// The points, packed by column (`packed`): times and values each a [`Column`].
+/// The points, their times and values packed side by side ([`PointColumns`]).
 #[derive(Clone, Debug, Default)]
 struct PointsData {
-    times: Column,
-    values: Column,
+    points: PointColumns,
     /// The pyramid: `levels[k]` holds (min, max) per block of `FANOUT^(k+1)` points. None for
     /// `FANOUT` points or fewer; above level 0, a level is there while the one below has more
     /// than `FANOUT` entries.
@@ -233,10 +233,42 @@ impl PyramidBuilder {
     }
 }
 
+/// A column read a block's range at a time: a packed pyramid level's [`Column`], or the
+/// points' times or values.
+trait Ranged {
+    fn len(&self) -> usize;
+    /// [`Column::decode_range_with`].
+    fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64));
+}
+
+impl Ranged for Column {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        Column::len(self)
+    }
+
+    #[inline(always)]
+    fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
+        Column::decode_range_with(self, b, from, to, f);
+    }
+}
+
+impl Ranged for LaneRef<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        LaneRef::len(self)
+    }
+
+    #[inline(always)]
+    fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
+        LaneRef::decode_range_with(self, b, from, to, f);
+    }
+}
+
 /// Calls `f(i, value)` for the values `i` of `col` in `[from, to)` (`to` capped at its
 /// length), in order, until it returns false. Only the values asked for are decoded: the
 /// pyramid's searches read a few points at each end of a range.
-fn scan(col: &Column, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> bool) {
+fn scan(col: &impl Ranged, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> bool) {
     let to = to.min(col.len());
     let mut i = from;
     while i < to {
@@ -253,7 +285,7 @@ fn scan(col: &Column, from: usize, to: usize, mut f: impl FnMut(usize, u64) -> b
 
 /// Calls `f(value)` for every value of `col` in `[from, to)` (`to` capped at its length),
 /// decoding only those: [`scan`] without a way to stop, for folds.
-fn each(col: &Column, from: usize, to: usize, mut f: impl FnMut(u64)) {
+fn each(col: &impl Ranged, from: usize, to: usize, mut f: impl FnMut(u64)) {
     let to = to.min(col.len());
     let mut i = from;
     while i < to {
@@ -267,7 +299,17 @@ fn each(col: &Column, from: usize, to: usize, mut f: impl FnMut(u64)) {
 impl PointsData {
     #[inline]
     fn len(&self) -> usize {
-        self.times.len()
+        self.points.len()
+    }
+
+    #[inline(always)]
+    fn times(&self) -> LaneRef<'_> {
+        self.points.lane(Lane::Times)
+    }
+
+    #[inline(always)]
+    fn values(&self) -> LaneRef<'_> {
+        self.points.lane(Lane::Values)
     }
 
     /// [`Timeline::push`].
@@ -280,16 +322,15 @@ impl PointsData {
     /// packed.
     #[inline(always)]
     fn push_then(&mut self, t: u64, v: u64, full: impl FnOnce(&[u64])) {
-        let t = match self.times.last() {
+        let t = match self.points.last_time() {
             Some(last) if t < last => last,
             _ => t,
         };
-        self.times.push_ascending(t);
-        self.values.push_then(v, full);
+        self.points.push_then(t, v, full);
     }
 
     fn heap_bytes(&self) -> usize {
-        self.times.heap_bytes() + self.values.heap_bytes() + levels_heap_bytes(&self.levels)
+        self.points.heap_bytes() + levels_heap_bytes(&self.levels)
     }
 
     /// Levels of the pyramid.
@@ -299,18 +340,18 @@ impl PointsData {
 
     #[inline]
     fn time(&self, i: usize) -> u64 {
-        self.times.get(i)
+        self.times().get(i)
     }
 
     #[inline]
     fn value(&self, i: usize) -> u64 {
-        self.values.get(i)
+        self.values().get(i)
     }
 
     /// The first index whose time does not satisfy `pred` (true for a prefix of the times,
     /// which never decrease).
     fn partition_time(&self, pred: impl FnMut(u64) -> bool) -> usize {
-        self.times.partition_sorted(0, self.len(), pred)
+        self.times().search_sorted(0, self.len(), pred, false)
     }
 }
 
@@ -352,8 +393,7 @@ impl TimelineBuilder {
     /// where it takes them. The levels pack by column from then on, as
     /// [`Timeline::build_index`] makes them for points that spill.
     pub fn set_spill(&mut self, spill: Option<Arc<dyn Spill>>) {
-        self.data.times.set_spill(spill.clone());
-        self.data.values.set_spill(spill.clone());
+        self.data.points.set_spill(spill.clone());
         self.pyramid.set_spill(spill);
     }
 
@@ -382,7 +422,7 @@ impl TimelineBuilder {
     pub fn build(mut self) -> Timeline {
         let mut data = self.data;
         if data.len() > FANOUT {
-            self.pyramid.add_groups(data.values.pending());
+            self.pyramid.add_groups(data.points.pending_values());
             data.levels = self.pyramid.finish();
         }
         Timeline {
@@ -470,14 +510,14 @@ impl Timeline {
     /// [`Self::partition_point`] within point indices `[lo, hi)`: the first index there whose
     /// time does not satisfy `pred`, or `hi` (capped at `len()`).
     pub fn partition_point_in(&self, lo: usize, hi: usize, pred: impl FnMut(u64) -> bool) -> usize {
-        self.data.times.partition_sorted(lo, hi, pred)
+        self.data.times().search_sorted(lo, hi, pred, false)
     }
 
     /// [`Self::partition_point_in`] over `[lo, len())`, searched onwards from `lo`: it costs
     /// about the log of the distance to the answer, so a forward walk through the points in
     /// steps costs the log of each step.
     pub fn partition_point_from(&self, lo: usize, pred: impl FnMut(u64) -> bool) -> usize {
-        self.data.times.gallop_sorted(lo, self.len(), pred)
+        self.data.times().search_sorted(lo, self.len(), pred, true)
     }
 
     /// The points `(time, value)` in order.
@@ -511,10 +551,10 @@ impl Timeline {
             return;
         }
         // Every level made as level 0's entries come; none is read back.
-        let mut pyramid = PyramidBuilder::new(d.values.spill(), d.len());
+        let mut pyramid = PyramidBuilder::new(d.points.spill(), d.len());
         let mut buf = [0u64; BLOCK];
         for b in 0.. {
-            let n = d.values.decode_block(b, &mut buf);
+            let n = d.values().decode_block(b, &mut buf);
             if n == 0 {
                 break;
             }
@@ -631,7 +671,7 @@ impl Timeline {
     fn entries_min_max(&self, level: usize, from: usize, to: usize) -> (u64, u64) {
         let (mut lo, mut hi) = (u64::MAX, 0u64);
         if level == 0 {
-            each(&self.data.values, from, to, |v| {
+            each(&self.data.values(), from, to, |v| {
                 lo = lo.min(v);
                 hi = hi.max(v);
             });
@@ -644,7 +684,7 @@ impl Timeline {
     /// Calls `f(i, value)` for the points `i` in `[from, to)` in order (`to` at most the
     /// length) until it returns false.
     fn scan_values(&self, from: usize, to: usize, f: impl FnMut(usize, u64) -> bool) {
-        scan(&self.data.values, from, to, f);
+        scan(&self.data.values(), from, to, f);
     }
 
     /// Downsamples `[t0, t1)` into `columns` buckets of equal time width. Each column's end is
@@ -748,8 +788,8 @@ impl Iterator for Points<'_> {
         }
         let b = self.next / BLOCK;
         if b != self.block {
-            self.data.times.decode_block(b, &mut self.times);
-            self.data.values.decode_block(b, &mut self.values);
+            self.data.times().decode_block(b, &mut self.times);
+            self.data.values().decode_block(b, &mut self.values);
             self.block = b;
         }
         let k = self.next % BLOCK;
@@ -1006,8 +1046,7 @@ mod tests {
             for (k, &(dt, v)) in steps.iter().enumerate() {
                 if spill_after == Some(k) {
                     b.set_spill(Some(Arc::clone(&spill)));
-                    Arc::make_mut(&mut t.data).times.set_spill(Some(Arc::clone(&spill)));
-                    Arc::make_mut(&mut t.data).values.set_spill(Some(Arc::clone(&spill)));
+                    Arc::make_mut(&mut t.data).points.set_spill(Some(Arc::clone(&spill)));
                 }
                 ts += dt;
                 let v = if small { v % 1000 } else { v };
