@@ -918,10 +918,7 @@ impl Column {
     /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub fn get(&self, i: usize) -> u64 {
-        match i.checked_sub(self.packed.len()) {
-            Some(k) => self.tail[k],
-            None => self.packed.get(i),
-        }
+        self.tailed().get(i)
     }
 
     /// The last value pushed.
@@ -954,64 +951,38 @@ impl Column {
         self.search_sorted(lo, hi, pred, true)
     }
 
-    /// The search of [`Self::partition_sorted`]: in the packed values
-    /// ([`PackedColumn::search_sorted`]), then in the tail where they all hold.
+    /// The search of [`Self::partition_sorted`] ([`Tailed::search_sorted`]).
     #[inline]
     fn search_sorted(
         &self,
         lo: usize,
         hi: usize,
-        mut pred: impl FnMut(u64) -> bool,
+        pred: impl FnMut(u64) -> bool,
         gallop: bool,
     ) -> usize {
-        let hi = hi.min(self.len());
-        if lo >= hi {
-            return lo.min(hi);
-        }
-        let packed = self.packed.len();
-        if lo < packed {
-            let end = hi.min(packed);
-            let r = self.packed.search_sorted(lo, end, &mut pred, gallop);
-            if r < end || hi <= packed {
-                return r;
-            }
-        }
-        let from = lo.max(packed);
-        from + self.tail[from - packed..hi - packed].partition_point(|&v| pred(v))
+        self.tailed().search_sorted(lo, hi, pred, gallop)
     }
 
     /// Decodes block `b` into `out`; returns how many values it holds (fewer than [`BLOCK`]
     /// only for the last block; 0 past the end).
     pub fn decode_block(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
-        if b < self.packed.blocks() {
-            self.packed.decode(b, out);
-            BLOCK
-        } else if b == self.packed.blocks() {
-            out[..self.tail.len()].copy_from_slice(&self.tail);
-            self.tail.len()
-        } else {
-            0
-        }
+        self.tailed().decode_block(b, out)
     }
 
     /// Calls `f(i, value)` for the values `i` in `[from, to)` of block `b` (indices in the
     /// column; `to` at most the column's length), decoding only those.
     #[inline]
-    pub fn decode_range_with(
-        &self,
-        b: usize,
-        from: usize,
-        to: usize,
-        mut f: impl FnMut(usize, u64),
-    ) {
-        let start = b * BLOCK;
-        if b < self.packed.blocks() {
-            self.packed
-                .decode_range_with(b, from - start, to - start, |k, v| f(start + k, v));
-        } else if b == self.packed.blocks() {
-            for (k, &v) in self.tail[from - start..to - start].iter().enumerate() {
-                f(from + k, v);
-            }
+    pub fn decode_range_with(&self, b: usize, from: usize, to: usize, f: impl FnMut(usize, u64)) {
+        self.tailed().decode_range_with(b, from, to, f);
+    }
+
+    /// The packed blocks and the tail, to read.
+    #[inline(always)]
+    fn tailed(&self) -> Tailed<'_, PackedColumn> {
+        Tailed {
+            packed: &self.packed,
+            blocks: self.packed.blocks(),
+            tail: &self.tail,
         }
     }
 
@@ -1028,6 +999,94 @@ impl Column {
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.packed.heap_bytes() + self.tail.capacity() * 8
+    }
+}
+
+/// Packed blocks and the block being filled after them, read as one column: a [`Column`], or a
+/// lane of a timeline's points (`points.rs`).
+pub(crate) struct Tailed<'a, B: Blocks> {
+    pub(crate) packed: &'a B,
+    /// The packed blocks (the tail's first index is `blocks * BLOCK`).
+    pub(crate) blocks: usize,
+    pub(crate) tail: &'a [u64],
+}
+
+impl<B: Blocks> Tailed<'_, B> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.blocks * BLOCK + self.tail.len()
+    }
+
+    /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        match i.checked_sub(self.blocks * BLOCK) {
+            Some(k) => self.tail[k],
+            None => self.packed.get(i),
+        }
+    }
+
+    /// Decodes block `b` into `out`; returns how many values it holds (fewer than [`BLOCK`]
+    /// only for the last block; 0 past the end).
+    pub(crate) fn decode_block(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
+        if b < self.blocks {
+            self.packed.decode_with(b, |k, v| out[k] = v);
+            BLOCK
+        } else if b == self.blocks {
+            out[..self.tail.len()].copy_from_slice(self.tail);
+            self.tail.len()
+        } else {
+            0
+        }
+    }
+
+    /// Calls `f(i, value)` for the values `i` in `[from, to)` of block `b` (indices in the
+    /// column; `to` at most its length), decoding only those.
+    #[inline]
+    pub(crate) fn decode_range_with(
+        &self,
+        b: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, u64),
+    ) {
+        let start = b * BLOCK;
+        if b < self.blocks {
+            self.packed
+                .decode_range_with(b, from - start, to - start, |k, v| f(start + k, v));
+        } else if b == self.blocks {
+            for (k, &v) in self.tail[from - start..to - start].iter().enumerate() {
+                f(from + k, v);
+            }
+        }
+    }
+
+    /// For values that never decrease: the first index in `[lo, hi)` (`hi` capped at the
+    /// length) whose value does not satisfy `pred`, or `hi`; in the packed blocks
+    /// ([`Blocks::search_sorted`]), then in the tail where they all hold. `gallop` searches
+    /// onwards from `lo` ([`Column::gallop_sorted`]).
+    #[inline]
+    pub(crate) fn search_sorted(
+        &self,
+        lo: usize,
+        hi: usize,
+        mut pred: impl FnMut(u64) -> bool,
+        gallop: bool,
+    ) -> usize {
+        let hi = hi.min(self.len());
+        if lo >= hi {
+            return lo.min(hi);
+        }
+        let packed = self.blocks * BLOCK;
+        if lo < packed {
+            let end = hi.min(packed);
+            let r = self.packed.search_sorted(lo, end, &mut pred, gallop);
+            if r < end || hi <= packed {
+                return r;
+            }
+        }
+        let from = lo.max(packed);
+        from + self.tail[from - packed..hi - packed].partition_point(|&v| pred(v))
     }
 }
 

@@ -9,7 +9,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::packed::{
-    BLOCK, Blocks, Chunked, Frame, GROUP, HEAD_BYTES, Head, PAD, Spill, frame, pack_offsets,
+    BLOCK, Blocks, Chunked, Frame, GROUP, HEAD_BYTES, Head, PAD, Spill, Tailed, frame, pack_offsets,
 };
 
 /// Which of a timeline's columns.
@@ -142,12 +142,17 @@ impl PointColumns {
 }
 
 impl LaneRef<'_> {
-    /// The lane's block being filled.
+    /// The lane's packed blocks and its block being filled, to read.
     #[inline(always)]
-    fn tail(&self) -> &[u64] {
-        match self.lane {
+    fn tailed(&self) -> Tailed<'_, Self> {
+        let tail = match self.lane {
             Lane::Times => &self.points.times,
             Lane::Values => &self.points.values,
+        };
+        Tailed {
+            packed: self,
+            blocks: self.points.blocks,
+            tail,
         }
     }
 
@@ -159,74 +164,37 @@ impl LaneRef<'_> {
     /// The value at `i`. Panics when `i >= len()`, as indexing a slice does.
     #[inline]
     pub(crate) fn get(&self, i: usize) -> u64 {
-        let packed = self.points.blocks * BLOCK;
-        match i.checked_sub(packed) {
-            Some(k) => self.tail()[k],
-            None => Blocks::get(self, i),
-        }
+        self.tailed().get(i)
     }
 
-    /// Decodes block `b` into `out`; returns how many values it holds (fewer than [`BLOCK`]
-    /// only for the last block; 0 past the end).
+    /// [`Tailed::decode_block`].
     pub(crate) fn decode_block(&self, b: usize, out: &mut [u64; BLOCK]) -> usize {
-        if b < self.points.blocks {
-            Blocks::decode_with(self, b, |k, v| out[k] = v);
-            BLOCK
-        } else if b == self.points.blocks {
-            let tail = self.tail();
-            out[..tail.len()].copy_from_slice(tail);
-            tail.len()
-        } else {
-            0
-        }
+        self.tailed().decode_block(b, out)
     }
 
-    /// Calls `f(i, value)` for the values `i` in `[from, to)` of block `b` (indices in the
-    /// column; `to` at most its length), decoding only those.
+    /// [`Tailed::decode_range_with`].
     #[inline]
     pub(crate) fn decode_range_with(
         &self,
         b: usize,
         from: usize,
         to: usize,
-        mut f: impl FnMut(usize, u64),
+        f: impl FnMut(usize, u64),
     ) {
-        let start = b * BLOCK;
-        if b < self.points.blocks {
-            Blocks::decode_range_with(self, b, from - start, to - start, |k, v| f(start + k, v));
-        } else if b == self.points.blocks {
-            for (k, &v) in self.tail()[from - start..to - start].iter().enumerate() {
-                f(from + k, v);
-            }
-        }
+        self.tailed().decode_range_with(b, from, to, f);
     }
 
-    /// For the times: the first index in `[lo, hi)` whose time does not satisfy `pred` (which
-    /// holds for a prefix of them), or `hi` (capped at the length); `gallop` searches onwards
-    /// from `lo` ([`crate::packed::Column::gallop_sorted`]).
+    /// For the times: [`Tailed::search_sorted`].
     #[inline]
     pub(crate) fn search_sorted(
         &self,
         lo: usize,
         hi: usize,
-        mut pred: impl FnMut(u64) -> bool,
+        pred: impl FnMut(u64) -> bool,
         gallop: bool,
     ) -> usize {
         debug_assert_eq!(self.lane, Lane::Times);
-        let hi = hi.min(self.len());
-        if lo >= hi {
-            return lo.min(hi);
-        }
-        let packed = self.points.blocks * BLOCK;
-        if lo < packed {
-            let end = hi.min(packed);
-            let r = Blocks::search_sorted(self, lo, end, &mut pred, gallop);
-            if r < end || hi <= packed {
-                return r;
-            }
-        }
-        let from = lo.max(packed);
-        from + self.tail()[from - packed..hi - packed].partition_point(|&v| pred(v))
+        self.tailed().search_sorted(lo, hi, pred, gallop)
     }
 }
 
