@@ -320,33 +320,28 @@ pub fn stack_columns_with(
             }
         };
         // The sample, and a point index at or before the last point at or before it.
-        let (sample, from) = match top {
-            Some(hi) => {
-                let j = whole.first_at_least(ia, ib, hi).unwrap_or(ia);
-                (whole.time(j), j)
-            }
+        let sample = match top {
+            Some(hi) => whole.time(whole.first_at_least(ia, ib, hi).unwrap_or(ia)),
             // The value carried into the column is its highest: sample just before it starts.
-            None if ia > 0 => (a - 1, ia),
-            None => (a, ia),
+            None if ia > 0 => a - 1,
+            None => a,
         };
-        // Every point before `ia` is at or before `a - 1`, so at or before `sample`, and so is
-        // every point before the sampled one.
-        let until = points_until(whole, from, sample);
-        let w = until.checked_sub(1).map_or(0, |i| whole.value(i));
         out.sample_nanos.push(sample);
-        out.whole_bytes.push(w);
         ia = ib;
     }
-    // Each site in turn, at every sample: its positions first, searched onwards from the last
-    // one (samples only move forward), then its values, reads that do not wait on each other.
-    out.bytes.resize(columns * bands, 0);
+    // The whole, then each site in turn, at every sample: its positions first (samples only
+    // move forward), each found with reads that do not wait on the one before, then its
+    // values, likewise.
     let mut until = vec![0usize; columns];
+    whole.points_until_each(&out.sample_nanos, &mut until);
+    out.whole_bytes.extend(
+        until
+            .iter()
+            .map(|&u| u.checked_sub(1).map_or(0, |i| whole.value(i))),
+    );
+    out.bytes.resize(columns * bands, 0);
     for (k, s) in sites.iter().enumerate() {
-        let mut i = 0;
-        for (u, &sample) in until.iter_mut().zip(&out.sample_nanos) {
-            i = points_until(s, i, sample);
-            *u = i;
-        }
+        s.points_until_each(&out.sample_nanos, &mut until);
         for (c, &u) in until.iter().enumerate() {
             out.bytes[c * bands + k] = if u == 0 { 0 } else { s.value(u - 1) };
         }

@@ -140,6 +140,17 @@ impl Chunked {
         }
     }
 
+    /// The `n` bytes from `from`, which [`Self::start_run`] placed in one chunk, when that
+    /// chunk is in memory (`None` when it spilled).
+    #[inline]
+    pub(crate) fn run_here(&self, from: usize, n: usize) -> Option<&[u8]> {
+        let (c, o) = (from / Self::CHUNK, from % Self::CHUNK);
+        match self.chunks.get(c)? {
+            Chunk::Here(bytes) => bytes.get(o..o + n),
+            Chunk::Away(_) => None,
+        }
+    }
+
     /// [`Self::with_run`] of a spilled chunk, out of line: the in-memory read stays small.
     #[inline(never)]
     fn with_spilled_run<R: Default>(
@@ -193,6 +204,12 @@ pub(crate) struct Head {
 const START_BITS: u32 = 44;
 
 impl Head {
+    /// A head of nothing: value 0, no bytes.
+    const ZERO: Head = Head {
+        base: 0,
+        start_width: 0,
+    };
+
     #[inline]
     pub(crate) fn start(self) -> usize {
         (self.start_width & ((1 << START_BITS) - 1)) as usize
@@ -317,6 +334,36 @@ fn first_failing(mut lo: usize, mut hi: usize, mut holds: impl FnMut(usize) -> b
         }
     }
     lo
+}
+
+/// A block of offsets in memory, to search: its bytes and its head.
+struct Run<'a> {
+    bytes: &'a [u8],
+    head: Head,
+}
+
+impl Run<'_> {
+    /// No block: a target whose search is over.
+    const NONE: Run<'static> = Run {
+        bytes: &[],
+        head: Head::ZERO,
+    };
+}
+
+/// [`first_failing`] for many ranges at once: `holds(k, i)` true for a prefix of range `k`,
+/// `[lo[k], hi[k])`, which ends as `[answer, answer)`. Each pass halves every range still open,
+/// and a pass's probes do not depend on one another, so their reads overlap.
+fn halve_side_by_side(lo: &mut [usize], hi: &mut [usize], holds: impl Fn(usize, usize) -> bool) {
+    while lo.iter().zip(hi.iter()).any(|(l, h)| l < h) {
+        for (k, (l, h)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            if *l < *h {
+                let mid = *l + (*h - *l) / 2;
+                let below = holds(k, mid);
+                *l = core::hint::select_unpredictable(below, mid + 1, *l);
+                *h = core::hint::select_unpredictable(below, *h, mid);
+            }
+        }
+    }
 }
 
 /// [`first_failing`] searched onwards from `lo`: steps of 1, 2, 4, … until `holds` fails,
@@ -642,6 +689,17 @@ pub(crate) trait Blocks {
     /// The minimum of every [`GROUP`]-th block, for searches of a sorted column.
     fn coarse(&self) -> &[u64];
 
+    /// Bytes from one block's head to the next's in [`Self::heads_here`].
+    const HEAD_STRIDE: usize = HEAD_BYTES;
+
+    /// The heads of blocks `from..to` (`from < to <= blocks()`) as they lie in memory, each
+    /// [`Self::HEAD_STRIDE`] bytes after the one before, the first at the start: `None` where
+    /// they are not in one run in memory (they spilled, or cross chunks), and for a column
+    /// that does not say.
+    fn heads_here(&self, _from: usize, _to: usize) -> Option<&[u8]> {
+        None
+    }
+
     /// The value at `i`. Panics when `i >= blocks() * BLOCK`.
     #[inline]
     fn get(&self, i: usize) -> u64 {
@@ -819,6 +877,95 @@ pub(crate) trait Blocks {
         // The answer lies in block a - 1, or is block a's first index.
         let b = a - 1;
         self.partition_in_block(b, lo.max(b * BLOCK), hi.min(a * BLOCK), pred)
+    }
+
+    /// For a column whose values never decrease, and `targets` that never decrease: for each
+    /// target `t`, the number of the `blocks` packed blocks' values at or below `t`, into the
+    /// same place of `out`.
+    ///
+    /// The searches run side by side, one halving of every target's range per pass: the
+    /// in-memory index of every [`GROUP`]-th block's minimum first (onwards from one target to
+    /// the next), then the group's heads, then the block's values. A pass's reads depend on
+    /// nothing else read in that pass, so the processor overlaps them rather than waiting on
+    /// each in turn: a zoom step reads thousands of points scattered over the model, and one
+    /// search at a time costs each of them a miss of the caches and of the address
+    /// translations in turn.
+    fn count_at_most_each(&self, blocks: usize, targets: &[u64], out: &mut [usize]) {
+        let coarse = self.coarse();
+        // Per target, the range `[lo, hi)` still searched, of blocks then of indices: every
+        // block (index) before `lo` starts at (is) or below the target, and none from `hi` on.
+        let mut lo = Vec::with_capacity(targets.len());
+        let mut hi = Vec::with_capacity(targets.len());
+        let mut g = 0usize;
+        for &t in targets {
+            // Groups whose first value is at or below `t`.
+            g = gallop_first_failing(g, coarse.len(), |k| coarse[k] <= t);
+            let (l, h) = match g.checked_sub(1) {
+                None => (0, 0),
+                // Block `last * GROUP` starts at or below `t`: the last that does lies within.
+                Some(last) => (last * GROUP + 1, (last * GROUP + GROUP).min(blocks)),
+            };
+            lo.push(l);
+            hi.push(h);
+        }
+        let first_of = lo.clone();
+        // Each target's group of heads as they lie in memory, where they do (`None` for a
+        // target whose search is over, or heads that spilled: read one by one).
+        let groups: Vec<Option<&[u8]>> = lo
+            .iter()
+            .zip(&hi)
+            .map(|(&l, &h)| (l < h).then(|| self.heads_here(l, h)).flatten())
+            .collect();
+        halve_side_by_side(&mut lo, &mut hi, |k, b| {
+            let first = match groups[k] {
+                Some(heads) => {
+                    // Block `b`'s head is the `b - l`-th of the run from the target's first
+                    // block `l` (the range's start before any halving).
+                    let at = (b - first_of[k]) * Self::HEAD_STRIDE;
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&heads[at..at + 8]);
+                    u64::from_le_bytes(w)
+                }
+                None => self.block_min(b),
+            };
+            first <= targets[k]
+        });
+        // The last block starting at or below the target is `lo - 1` (none when `lo` is 0):
+        // its values after the first are searched, by halves side by side where the block is
+        // offsets in memory (read from its bytes as they lie), else one target at a time.
+        let mut runs: Vec<Run<'_>> = Vec::with_capacity(targets.len());
+        for (k, (l, h)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            let Some(b) = l.checked_sub(1) else {
+                runs.push(Run::NONE);
+                *h = 0;
+                continue;
+            };
+            let head = self.head(b);
+            let width = head.width();
+            let run = (width > 0 && head.dict() == 0)
+                .then(|| self.bytes().run_here(head.start(), BLOCK * width + PAD))
+                .flatten();
+            (*l, *h) = (b * BLOCK + 1, b * BLOCK + BLOCK);
+            match run {
+                Some(bytes) => runs.push(Run { bytes, head }),
+                None => {
+                    *l = self.partition_in_block(b, *l, *h, |x| x <= targets[k]);
+                    *h = *l;
+                    runs.push(Run::NONE);
+                }
+            }
+        }
+        halve_side_by_side(&mut lo, &mut hi, |k, i| {
+            let r = &runs[k];
+            let width = r.head.width();
+            let at = (i % BLOCK) * width;
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&r.bytes[at..at + 8]);
+            r.head
+                .value(u64::from_le_bytes(w) & (u64::MAX >> (64 - 8 * width)))
+                <= targets[k]
+        });
+        out[..targets.len()].copy_from_slice(&lo);
     }
 }
 
@@ -1087,6 +1234,24 @@ impl<B: Blocks> Tailed<'_, B> {
         }
         let from = lo.max(packed);
         from + self.tail[from - packed..hi - packed].partition_point(|&v| pred(v))
+    }
+
+    /// For values that never decrease, and `targets` that never decrease: for each target
+    /// `t`, the number of values at or below `t`, into the same place of `out` (as many as
+    /// `targets`). [`Blocks::count_at_most_each`], then the tail.
+    pub(crate) fn count_at_most_each(&self, targets: &[u64], out: &mut [usize]) {
+        let out = &mut out[..targets.len()];
+        let packed = self.blocks * BLOCK;
+        if self.blocks > 0 {
+            self.packed.count_at_most_each(self.blocks, targets, out);
+        } else {
+            out.fill(0);
+        }
+        for (&t, o) in targets.iter().zip(out.iter_mut()) {
+            if *o == packed {
+                *o += self.tail.partition_point(|&v| v <= t);
+            }
+        }
     }
 }
 

@@ -196,6 +196,12 @@ impl LaneRef<'_> {
         debug_assert_eq!(self.lane, Lane::Times);
         self.tailed().search_sorted(lo, hi, pred, gallop)
     }
+
+    /// For the times: [`Tailed::count_at_most_each`].
+    pub(crate) fn count_at_most_each(&self, targets: &[u64], out: &mut [usize]) {
+        debug_assert_eq!(self.lane, Lane::Times);
+        self.tailed().count_at_most_each(targets, out);
+    }
 }
 
 impl Blocks for LaneRef<'_> {
@@ -219,12 +225,23 @@ impl Blocks for LaneRef<'_> {
     fn coarse(&self) -> &[u64] {
         &self.points.coarse
     }
+
+    /// A lane's heads alternate with the other lane's.
+    const HEAD_STRIDE: usize = PAIR_HEAD_BYTES;
+
+    fn heads_here(&self, from: usize, to: usize) -> Option<&[u8]> {
+        let at = from * PAIR_HEAD_BYTES + self.lane as usize * HEAD_BYTES;
+        self.points
+            .heads
+            .run_here(at, (to - from - 1) * PAIR_HEAD_BYTES + HEAD_BYTES)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::packed::tests::VecSpill;
+    use alloc::vec;
     use proptest::prelude::*;
 
     /// Points whose times never decrease (equal ones included) and values of any spread.
@@ -287,12 +304,24 @@ mod tests {
             let t = pts[i].0;
             assert_eq!(times.search_sorted(0, pts.len(), |x| x <= t, false), i + 1);
         }
+        // Side by side: every 13th time, one before it, and past the last.
+        let targets: Vec<u64> = (0..pts.len())
+            .step_by(13)
+            .flat_map(|i| [pts[i].0.saturating_sub(1), pts[i].0])
+            .chain([u64::MAX])
+            .collect();
+        let mut out = vec![usize::MAX; targets.len()];
+        times.count_at_most_each(&targets, &mut out);
+        for (&t, &got) in targets.iter().zip(&out) {
+            assert_eq!(got, pts.partition_point(|&(x, _)| x <= t), "time {t}");
+        }
     }
 
     proptest! {
         /// Every point reads back by index and by block, in memory and spilled (then with the
         /// same heap bytes counted), and a search of the times finds what a slice's
-        /// `partition_point` finds, from any start, by halves or onwards.
+        /// `partition_point` finds, from any start, by halves or onwards, and for many times
+        /// side by side.
         #[test]
         fn points_read_back_and_search_as_a_slice(
             steps in proptest::collection::vec((0u64..60, any::<u64>()), 0..3000),
@@ -341,6 +370,16 @@ mod tests {
                         );
                     }
                 }
+                // Side by side: the probes' times and every point's, sorted, duplicates kept.
+                let mut targets: Vec<u64> = probes.iter().map(|&(_, _, x)| x % 100_000).collect();
+                targets.extend(pts.iter().map(|&(t, _)| t));
+                targets.sort_unstable();
+                let mut out = vec![usize::MAX; targets.len() + 1];
+                times.count_at_most_each(&targets, &mut out);
+                for (&t, &got) in targets.iter().zip(&out) {
+                    prop_assert_eq!(got, pts.partition_point(|&(x, _)| x <= t), "time {}", t);
+                }
+                prop_assert_eq!(out[targets.len()], usize::MAX, "past the targets, untouched");
             }
         }
     }

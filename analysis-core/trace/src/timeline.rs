@@ -520,6 +520,16 @@ impl Timeline {
         self.data.times().search_sorted(lo, self.len(), pred, true)
     }
 
+    /// For each of `times`, which must never decrease, the number of points at or before it
+    /// (`partition_point(|x| x <= t)`), into the same place of `out`, which must be at least
+    /// as long. One search per time, as [`Self::partition_point_from`] walks onwards, except
+    /// that each time's reads of the points do not wait on the answer for the one before: a
+    /// chart's columns are searched with their reads of the model overlapping.
+    pub fn points_until_each(&self, times: &[u64], out: &mut [usize]) {
+        debug_assert!(times.is_sorted());
+        self.data.times().count_at_most_each(times, out);
+    }
+
     /// The points `(time, value)` in order.
     pub fn points(&self) -> Points<'_> {
         self.points_from(0)
@@ -687,11 +697,11 @@ impl Timeline {
         scan(&self.data.values(), from, to, f);
     }
 
-    /// Downsamples `[t0, t1)` into `columns` buckets of equal time width. Each column's end is
-    /// searched onwards from its start ([`Column::gallop_sorted`]: the log of the column's
-    /// points, over the blocks' first times and then one block), and its value range comes
-    /// from the pyramid, so a call costs about O(columns · log) however many points the window
-    /// holds.
+    /// Downsamples `[t0, t1)` into `columns` buckets of equal time width. The columns' ends are
+    /// searched side by side ([`Self::points_until_each`]: the log of the points, over an
+    /// in-memory index, the blocks' first times and then one block), and each column's value
+    /// range comes from the pyramid, so a call costs about O(columns · log) however many
+    /// points the window holds.
     pub fn downsample(&self, t0: u64, t1: u64, columns: usize) -> Vec<Bucket> {
         self.downsample_spans(t0, t1, columns).0
     }
@@ -719,12 +729,21 @@ impl Timeline {
                 t0 + span * c as u64 / columns as u64
             }
         };
+        // Where each column's points end, all searched side by side: the points before the
+        // next column's start are those at or before the time before it (none before 0).
+        let lasts: Vec<u64> = (1..=columns).map(|c| edge(c).saturating_sub(1)).collect();
+        spans.ends.resize(columns, 0);
+        self.points_until_each(&lasts, &mut spans.ends);
+        for (end, c) in spans.ends.iter_mut().zip(1..) {
+            if edge(c) == 0 {
+                *end = 0;
+            }
+        }
         // The value carried into the column: the last one before it.
         let mut carried = idx.checked_sub(1).map_or(0, |i| self.data.value(i));
         for c in 0..columns {
             let (a, b) = (edge(c), edge(c + 1));
-            // The column's points, searched onwards from its first one.
-            let end = self.partition_point_from(idx, |x| x < b);
+            let end = spans.ends[c];
             let (mut lo, mut hi) = (carried, carried);
             let mut last = carried;
             if let Some((l, h)) = self.range_min_max(idx, end) {
@@ -739,7 +758,6 @@ impl Timeline {
                 max: hi,
                 last,
             });
-            spans.ends.push(end);
             carried = last;
             idx = end;
         }
@@ -872,10 +890,11 @@ mod tests {
         #[test]
         fn downsample_equals_a_linear_reference(
             steps in proptest::collection::vec((0u64..40, 0u64..1000), 0..400),
-            a in 0u64..9000, w in 1u64..9000, cols in 1usize..300,
+            a in 0u64..9000, w in 1u64..9000, cols in 1usize..300, first in 0u64..200,
         ) {
+            // Points from `first` on: at 0 too, where a column's start has no time before it.
             let mut t = Timeline::new();
-            let mut ts = 100u64;
+            let mut ts = first;
             for (dt, v) in &steps { ts += dt; t.push(ts, *v); }
             t.build_index();
             let (times, values): (Vec<u64>, Vec<u64>) = t.points().unzip();
@@ -1067,6 +1086,21 @@ mod tests {
             let n = t.len();
             agree(&t, &built, &[(0, n), (n / 3, n / 2), (17, 18), (5, 4000)]);
         }
+    }
+
+    /// Columns narrower than a nanosecond from time 0: those ending at 0 hold no point, even
+    /// when points lie at 0.
+    #[test]
+    fn columns_ending_at_zero_hold_no_point() {
+        let mut t = Timeline::new();
+        for (ts, v) in [(0, 5), (0, 7), (2, 1), (4, 9)] {
+            t.push(ts, v);
+        }
+        t.build_index();
+        let (buckets, spans) = t.downsample_spans(0, 5, 20);
+        // Columns 0..4 start at 0 and end at 0 but for column 3 (5 * 4 / 20 = 1).
+        assert_eq!(spans.ends[..4], [0, 0, 0, 2]);
+        assert_eq!((buckets[0].max, buckets[3].max, buckets[3].last), (0, 7, 7));
     }
 
     #[test]
