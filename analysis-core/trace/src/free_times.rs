@@ -137,9 +137,12 @@ impl FreeTimes {
                     packed_max = packed_max.max(f);
                 }
             }
-            self.life.append_unshifted(|j| code[j]);
-            let kinds = &self.open_kind[k..k + BLOCK];
-            self.kinds.append_unshifted(|j| u64::from(kinds[j]));
+            self.life.append_array(&code);
+            let mut kinds = [0u64; BLOCK];
+            for (w, &c) in kinds.iter_mut().zip(&self.open_kind[k..k + BLOCK]) {
+                *w = u64::from(c);
+            }
+            self.kinds.append_array(&kinds);
             self.packed_max.push(packed_max);
         }
         self.open_free.drain(..self.seal);

@@ -9,7 +9,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::packed::{
-    BLOCK, Blocks, Chunked, Frame, GROUP, HEAD_BYTES, Head, PAD, Spill, Tailed, frame, pack_offsets,
+    BLOCK, Blocks, Chunked, Frame, GROUP, HEAD_BYTES, Head, PAD, Spill, Tailed, frame_of,
+    pack_offsets,
 };
 
 /// Which of a timeline's columns.
@@ -91,7 +92,7 @@ impl PointColumns {
     fn pack(&mut self) {
         let (t, v) = (&self.times, &self.values);
         let ft = Frame::of(t[0], t[BLOCK - 1] - t[0], 0);
-        let fv = frame::<true>(&|k| v[k]);
+        let fv = frame_of::<true>(v.as_slice().try_into().expect("a full block"));
         let mut out = [0u8; 2 * (BLOCK * 8 + PAD)];
         let (ot, ov) = out.split_at_mut(BLOCK * 8 + PAD);
         let nt = pack_offsets(ft, |k| t[k], ot.try_into().expect("a block's room"));
