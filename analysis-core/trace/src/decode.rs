@@ -825,15 +825,20 @@ impl Decoder {
         }
         let base = self.base;
         let mut pos = self.pos;
-        while let Some((rec, used)) = self
-            .buf
-            .get(pos..)
-            .and_then(|b| fast::hot_record(b, &mut self.state))
-        {
+        // `f` is called where each kind of record is decoded, with that kind, so the record
+        // goes straight to it rather than through one `Hot` value made for all four kinds.
+        while let Some((go, used)) = self.buf.get(pos..).and_then(|b| {
             let offset = base + pos as u64;
+            fast::hot_record(
+                b,
+                &mut self.state,
+                #[inline(always)]
+                |rec, used| f(rec, offset, offset + used as u64),
+            )
+        }) {
             pos += used;
             self.records += 1;
-            if !f(rec, offset, base + pos as u64) {
+            if !go {
                 break;
             }
         }
@@ -864,7 +869,9 @@ impl Decoder {
             // The common, well-formed allocs, frees and ranges take a straight-line path; anything
             // unusual (negative deltas, nil fields, short input, errors) falls through to the
             // general parser, which produces the same records and the warnings.
-            if let Some((rec, used)) = fast::hot_record(&self.buf[start..], &mut self.state) {
+            if let Some((rec, used)) =
+                fast::hot_record(&self.buf[start..], &mut self.state, |rec, _| rec)
+            {
                 self.pos += used;
                 self.records += 1;
                 return Ok(Some(rec.into()));
@@ -1080,9 +1087,14 @@ mod fast {
     }
 
     /// Decodes one alloc, free, range begin or range end record at the start of `b`, updating
-    /// `st` only on success. Returns the record and the bytes it used.
+    /// `st` only on success. Returns what `then` gives for the record and the bytes it used (which
+    /// `then` is given too).
     #[inline]
-    pub(super) fn hot_record(b: &[u8], st: &mut DeltaState) -> Option<(Hot, usize)> {
+    pub(super) fn hot_record<R>(
+        b: &[u8],
+        st: &mut DeltaState,
+        then: impl FnOnce(Hot, usize) -> R,
+    ) -> Option<(R, usize)> {
         let head = *b.first()?;
         if head & 0xf0 != 0x90 {
             return None;
@@ -1122,7 +1134,7 @@ mod fast {
                 st.last_ts = ts_nanos;
                 st.last_address = a.address;
                 st.next_alloc += 1;
-                Some((Hot::Alloc(a), p))
+                Some((then(Hot::Alloc(a), p), p))
             }
             tag::FREE if (2..=6).contains(&n) => {
                 let dt = uint(b, &mut p)?;
@@ -1138,16 +1150,14 @@ mod fast {
                     AllocId(u64::MAX)
                 };
                 st.last_ts = ts_nanos;
-                Some((
-                    Hot::Free(Free {
-                        ts_nanos,
-                        alloc,
-                        thread: ThreadIdx(thread),
-                        kind: FreeKind::from_code(kind),
-                        stream,
-                    }),
-                    p,
-                ))
+                let free = Hot::Free(Free {
+                    ts_nanos,
+                    alloc,
+                    thread: ThreadIdx(thread),
+                    kind: FreeKind::from_code(kind),
+                    stream,
+                });
+                Some((then(free, p), p))
             }
             tag::RANGE_BEGIN if (2..=7).contains(&n) => {
                 let mut f = [0u64; 6];
@@ -1166,20 +1176,18 @@ mod fast {
                     process: ProcessIdx(narrow(f[5])?),
                 };
                 st.last_ts = ts_nanos;
-                Some((Hot::RangeBegin(r), p))
+                Some((then(Hot::RangeBegin(r), p), p))
             }
             tag::RANGE_END if (2..=3).contains(&n) => {
                 let dt = uint(b, &mut p)?;
                 let range = if n > 2 { uint(b, &mut p)? } else { 0 };
                 let ts_nanos = st.last_ts.checked_add(dt)?;
                 st.last_ts = ts_nanos;
-                Some((
-                    Hot::RangeEnd(RangeEnd {
-                        ts_nanos,
-                        range: RangeId(range),
-                    }),
-                    p,
-                ))
+                let end = Hot::RangeEnd(RangeEnd {
+                    ts_nanos,
+                    range: RangeId(range),
+                });
+                Some((then(end, p), p))
             }
             _ => None,
         }
@@ -1256,10 +1264,10 @@ mod fast_path_tests {
             // A record cut short anywhere (inside a field's bytes too) is never taken.
             for cut in 0..bytes.len() {
                 let mut c = st0;
-                prop_assert!(fast::hot_record(&bytes[..cut], &mut c).is_none());
+                prop_assert!(fast::hot_record(&bytes[..cut], &mut c, |r, _| r).is_none());
             }
             let (mut a, mut b) = (st0, st0);
-            if let Some((rec, used)) = fast::hot_record(&bytes, &mut a) {
+            if let Some((rec, used)) = fast::hot_record(&bytes, &mut a, |r, _| r) {
                 let rec = Record::from(rec);
                 let (want, want_used) = general(&bytes, &mut b).expect("general parser accepts it");
                 prop_assert_eq!(format!("{rec:?}"), format!("{want:?}"));

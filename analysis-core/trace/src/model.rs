@@ -1674,11 +1674,14 @@ impl Loader {
             // Allocs, frees and ranges first, without moving a whole `Record` each.
             if let Some(model) = self.model.as_mut() {
                 let mut over = None;
-                self.decoder.hot_records(|rec, offset, end| {
-                    model.observe_hot(&rec, offset);
-                    over = over_budget(model, end);
-                    over.is_none()
-                });
+                self.decoder.hot_records(
+                    #[inline(always)]
+                    |rec, offset, end| {
+                        model.observe_hot(&rec, offset);
+                        over = over_budget(model, end);
+                        over.is_none()
+                    },
+                );
                 if let Some(e) = over {
                     self.fatal = Some(e.clone());
                     return Err(e);

@@ -82,10 +82,13 @@ impl LoadDecoder {
         self.decoder.push(bytes);
         loop {
             if self.header_given {
-                self.decoder.hot_records(|rec, offset, end| {
-                    out.records.push(Item::Hot(rec, offset, end));
-                    true
-                });
+                self.decoder.hot_records(
+                    #[inline(always)]
+                    |rec, offset, end| {
+                        out.records.push(Item::Hot(rec, offset, end));
+                        true
+                    },
+                );
             }
             let offset = self.decoder.bytes_consumed();
             let next = self.decoder.next_record();
