@@ -1036,12 +1036,27 @@ mod fast {
         )
     }
 
+    /// Per format byte from 0xcc (uint 8/16/32/64, then int 8/16/32/64): the bytes after it,
+    /// and the shift that leaves them as the low bytes of a word read as its high bytes.
+    const SIZED: [(u8, u8); 8] = [
+        (1, 56),
+        (2, 48),
+        (4, 32),
+        (8, 0),
+        (1, 56),
+        (2, 48),
+        (4, 32),
+        (8, 0),
+    ];
+
     /// The size of the integer whose format byte is `x`, when it is uint 8/16/32/64 or int
-    /// 8/16/32/64: (bytes after the format byte, whether signed).
+    /// 8/16/32/64: (bytes after the format byte, the shift of [`SIZED`], whether signed). A
+    /// table rather than arithmetic: most fields of most records take this path.
     #[inline(always)]
-    fn sized(x: u8) -> Option<(usize, bool)> {
+    fn sized(x: u8) -> Option<(usize, u32, bool)> {
         let k = x.wrapping_sub(0xcc);
-        (k < 8).then(|| (1usize << (k & 3), k >= 4))
+        let &(n, shift) = SIZED.get(usize::from(k))?;
+        Some((usize::from(n), u32::from(shift), k >= 4))
     }
 
     /// Reads a non-negative integer (positive fixint, uint 8/16/32/64, or a non-negative signed
@@ -1053,13 +1068,13 @@ mod fast {
             *p += 1;
             return Some(u64::from(x));
         }
-        let (n, signed) = sized(x)?;
+        let (n, shift, signed) = sized(x)?;
         let w = high_bytes(b, *p + 1, n)?;
         if signed && w >> 63 != 0 {
             return None;
         }
         *p += 1 + n;
-        Some(w >> (64 - 8 * n))
+        Some(w >> shift)
     }
 
     /// Reads any integer as its 64-bit two's-complement bit pattern (for wrapping deltas).
@@ -1070,10 +1085,9 @@ mod fast {
             *p += 1;
             return Some(i64::from(x as i8) as u64);
         }
-        let (n, signed) = sized(x)?;
+        let (n, shift, signed) = sized(x)?;
         let w = high_bytes(b, *p + 1, n)?;
         *p += 1 + n;
-        let shift = 64 - 8 * n;
         Some(if signed {
             ((w as i64) >> shift) as u64
         } else {

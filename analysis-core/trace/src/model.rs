@@ -953,8 +953,8 @@ impl TraceModel {
     }
 
     /// [`Self::observe`] of an alloc, free or range record, as [`Decoder::hot_records`] gives
-    /// them.
-    #[inline]
+    /// them. Inlined where each kind is decoded, so that only its arm is left there.
+    #[inline(always)]
     pub fn observe_hot(&mut self, rec: &Hot, offset: u64) {
         self.records += 1;
         match rec {

@@ -602,7 +602,8 @@ impl PackedColumn {
         self.append_offsets(f, value);
     }
 
-    /// [`Self::append_unshifted`] of a block held in one array ([`frame_of`]).
+    /// [`Self::append_unshifted`] of a block held in one array, its frame found two values at
+    /// a time (`frame_of`).
     #[inline]
     pub fn append_array(&mut self, values: &[u64; BLOCK]) {
         let f = frame_of::<false>(values);
