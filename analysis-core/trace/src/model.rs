@@ -977,7 +977,7 @@ impl TraceModel {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&mut self, a: &Alloc) {
         let key = SeriesKey {
             process: a.process,
@@ -1053,7 +1053,7 @@ impl TraceModel {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn free(&mut self, f: &Free, offset: u64) {
         let idx = f.alloc.0;
         match usize::try_from(idx)
