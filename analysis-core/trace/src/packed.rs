@@ -285,6 +285,17 @@ impl Frame {
         Self { lo, width, shift }
     }
 
+    /// The frame a scan found: the least and greatest values, and the bits in which any
+    /// value differs from the first (0 without looking for shared low zero bits).
+    fn scanned(lo: u64, hi: u64, differ: u64) -> Self {
+        let shift = if differ == 0 {
+            0
+        } else {
+            differ.trailing_zeros()
+        };
+        Self::of(lo, hi - lo, shift)
+    }
+
     /// The offset of `v` as stored.
     #[inline(always)]
     fn offset(self, v: u64) -> u64 {
@@ -460,15 +471,7 @@ pub(crate) fn frame<const SHIFT: bool>(value: &impl Fn(usize) -> u64) -> Frame {
             differ |= v ^ first;
         }
     }
-    Frame::of(
-        lo,
-        hi - lo,
-        if differ == 0 {
-            0
-        } else {
-            differ.trailing_zeros()
-        },
-    )
+    Frame::scanned(lo, hi, differ)
 }
 
 /// [`frame`] of a block held in one array (a timeline's values, the free times' codes). Two
@@ -480,26 +483,32 @@ pub(crate) fn frame<const SHIFT: bool>(value: &impl Fn(usize) -> u64) -> Frame {
 /// callers) the plain loop stays scalar and is the cheaper.
 #[inline]
 pub(crate) fn frame_of<const SHIFT: bool>(v: &[u64; BLOCK]) -> Frame {
-    let (mut lo, mut hi, mut differ) = (u64::MAX, 0u64, 0u64);
-    let first = v[0];
-    for pair in v.chunks_exact(2) {
-        let (a, b) = (pair[0], pair[1]);
-        let (small, large) = if a < b { (a, b) } else { (b, a) };
-        lo = lo.min(small);
-        hi = hi.max(large);
-        if SHIFT {
-            differ |= (a ^ first) | (b ^ first);
-        }
-    }
-    Frame::of(
-        lo,
-        hi - lo,
-        if differ == 0 {
-            0
+    let (lo, hi) = min_max(v);
+    let differ = if SHIFT {
+        v.iter().fold(0, |d, &x| d | (x ^ v[0]))
+    } else {
+        0
+    };
+    Frame::scanned(lo, hi, differ)
+}
+
+/// The least and greatest of `values` (`(u64::MAX, 0)` when empty), two at a time as
+/// [`frame_of`] says, and for its reason.
+#[inline]
+pub(crate) fn min_max(values: &[u64]) -> (u64, u64) {
+    let mut pairs = values.chunks_exact(2);
+    let (mut lo, mut hi) = pairs.by_ref().fold((u64::MAX, 0), |(lo, hi), p| {
+        let (small, large) = if p[0] < p[1] {
+            (p[0], p[1])
         } else {
-            differ.trailing_zeros()
-        },
-    )
+            (p[1], p[0])
+        };
+        (lo.min(small), hi.max(large))
+    });
+    if let &[v] = pairs.remainder() {
+        (lo, hi) = (lo.min(v), hi.max(v));
+    }
+    (lo, hi)
 }
 
 /// A block's distinct values in order of first appearance and, per value, its entry; `None`

@@ -186,19 +186,7 @@ impl PyramidBuilder {
     /// level 0: an entry per [`FANOUT`] values, the last one of fewer where they end.
     fn add_groups(&mut self, values: &[u64]) {
         for c in values.chunks(FANOUT) {
-            // Two values at a time, as `packed::frame_of` does, and for its reason.
-            let mut pairs = c.chunks_exact(2);
-            let mut e = pairs.by_ref().fold((u64::MAX, 0), |(lo, hi), p| {
-                let (small, large) = if p[0] < p[1] {
-                    (p[0], p[1])
-                } else {
-                    (p[1], p[0])
-                };
-                (lo.min(small), hi.max(large))
-            });
-            if let &[v] = pairs.remainder() {
-                e = (e.0.min(v), e.1.max(v));
-            }
+            let e = crate::packed::min_max(c);
             self.push(0, e);
         }
     }
